@@ -1,0 +1,254 @@
+"""Core commands: decode, sessions, frames, sql."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from workbench.cli import CliError
+from workbench.commands.common import (
+    add_db_arg,
+    add_proto_arg,
+    decoder_from,
+    print_table,
+    reader_from,
+    resolve_session,
+)
+from workbench.decode import frame_to_json
+from workbench.decode.classify import DIRECTIONS, TRANSPORTS, Decoder, Frame
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("decode", help="decode frames given as hex, a file or stdin",
+                       description="Decode bytes exactly as a transport carries them: the enveloped "
+                       "frame(s) for run/runsse/runpoll, the request body for bidi_append and unary.")
+    p.add_argument("hex", nargs="?", help="hex bytes (whitespace allowed); omit to read --file or stdin")
+    p.add_argument("--file", "-f", help="read raw bytes from this file ('-' = stdin as raw bytes)")
+    p.add_argument("--direction", choices=DIRECTIONS, default="server",
+                   help="server = server→client (default), client = client→server")
+    p.add_argument("--transport", choices=TRANSPORTS, default="run")
+    p.add_argument("--json", action="store_true", help="print JSON objects with kind, summary, fields")
+    p.add_argument("--batch", action="store_true",
+                   help='read NDJSON lines {"hex", "direction", "transport"} (from the positional path, '
+                   "--file, or stdin) and write one JSON result per line")
+    add_proto_arg(p)
+    p.set_defaults(func=cmd_decode)
+
+    p = sub.add_parser("sessions", help="list captured sessions")
+    add_db_arg(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_sessions)
+
+    p = sub.add_parser("frames", help="list the frames of one session")
+    p.add_argument("session", help="session id (a unique prefix is enough)")
+    add_db_arg(p)
+    p.add_argument("--kind", action="append", default=[],
+                   help="only kinds starting with this (repeatable), e.g. interaction_update.text_delta")
+    p.add_argument("--direction", choices=DIRECTIONS)
+    p.add_argument("--limit", type=int, default=0, help="at most N frames (0 = all)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line, with decoded fields")
+    p.add_argument("--follow", action="store_true",
+                   help="keep printing new frames while the capture is in progress (Ctrl-C to stop)")
+    add_proto_arg(p)
+    p.set_defaults(func=cmd_frames)
+
+    p = sub.add_parser("sql", help="run a SQL query against the capture database")
+    p.add_argument("query")
+    add_db_arg(p)
+    p.add_argument("--json", action="store_true", help="one JSON object per row")
+    p.set_defaults(func=cmd_sql)
+
+
+# decode ------------------------------------------------------------------------------------------
+
+def _parse_hex(text: str, where: str) -> bytes:
+    cleaned = "".join(text.split())
+    if cleaned.startswith(("0x", "0X")):
+        cleaned = cleaned[2:]
+    try:
+        return bytes.fromhex(cleaned)
+    except ValueError as exc:
+        raise CliError(f"{where}: not valid hex ({exc})") from exc
+
+
+def _result(dec: Decoder, frames: list[Frame]) -> dict[str, Any]:
+    if not frames:
+        return {"kind": "empty", "summary": "no bytes", "fields": {}}
+    first = frame_to_json(dec, frames[0])
+    if len(frames) > 1:
+        first["more"] = [frame_to_json(dec, f) for f in frames[1:]]
+    return first
+
+
+def cmd_decode(args: argparse.Namespace) -> int:
+    dec = decoder_from(args)
+    if args.batch:
+        return _decode_batch(args, dec)
+    if args.hex is not None:
+        data = _parse_hex(args.hex, "hex argument")
+    elif args.file and args.file != "-":
+        try:
+            data = Path(args.file).read_bytes()
+        except OSError as exc:
+            raise CliError(f"{args.file}: {exc.strerror}") from exc
+    else:
+        raw = sys.stdin.buffer.read()
+        data = raw if args.file == "-" else _parse_hex(raw.decode("ascii", "replace"), "stdin")
+    frames = dec.decode_body(data, args.transport, args.direction)
+    bad = 0
+    for f in frames:
+        if args.json:
+            print(json.dumps(frame_to_json(dec, f), ensure_ascii=False))
+        else:
+            line = f"{f.kind:48} {f.summary}"
+            if f.error:
+                line += f"  [error: {f.error}]"
+            print(line)
+        bad += f.kind == "malformed"
+    return 1 if bad else 0
+
+
+def _batch_lines(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    source = args.hex or args.file
+    if source and source != "-":
+        try:
+            with open(source, encoding="utf-8") as fh:
+                for n, line in enumerate(fh, 1):
+                    yield f"{source}:{n}", line
+        except OSError as exc:
+            raise CliError(f"{source}: {exc.strerror}") from exc
+    else:
+        for n, line in enumerate(sys.stdin, 1):
+            yield f"stdin:{n}", line
+
+
+def _decode_batch(args: argparse.Namespace, dec: Decoder) -> int:
+    failures = 0
+    out = sys.stdout
+    for where, line in _batch_lines(args):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            if not isinstance(item, dict) or "hex" not in item:
+                raise ValueError('expected an object with "hex"')
+            direction = item.get("direction", args.direction)
+            transport = item.get("transport", args.transport)
+            if direction not in DIRECTIONS:
+                raise ValueError(f"direction {direction!r} is not one of {', '.join(DIRECTIONS)}")
+            if transport not in TRANSPORTS:
+                raise ValueError(f"transport {transport!r} is not one of {', '.join(TRANSPORTS)}")
+            data = bytes.fromhex("".join(str(item["hex"]).split()))
+        except ValueError as exc:
+            failures += 1
+            result: dict[str, Any] = {"kind": "error", "summary": "bad input line", "fields": {},
+                                      "error": f"{where}: {exc}"}
+        else:
+            result = _result(dec, dec.decode_body(data, transport, direction))
+        out.write(json.dumps(result, ensure_ascii=False) + "\n")
+    out.flush()
+    return 1 if failures else 0
+
+
+# sessions / frames / sql ----------------------------------------------------------------------
+
+SESSION_LIST_SQL = """
+SELECT s.session_id, s.source, s.transport, s.model, s.started_at,
+       round(epoch(s.ended_at) - epoch(s.started_at), 2) AS duration_s,
+       s.frame_count, s.status,
+       (SELECT count(*) FROM findings f WHERE f.session_id = s.session_id) AS findings
+FROM sessions s ORDER BY s.started_at NULLS LAST, s.session_id
+"""
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    reader = reader_from(args)
+    table = reader.query(SESSION_LIST_SQL)
+    if args.json:
+        for row in table.to_pylist():
+            print(json.dumps(row, default=str))
+    else:
+        print_table(table)
+    return 0
+
+
+_FRAME_COLS = "seq, ts, direction, transport, kind, summary, payload, flags, msg_type, error, ref_id, call_id, append_seqno, request_id"
+
+
+def _frame_query(args: argparse.Namespace, session_id: str, after: int) -> tuple[str, list[Any]]:
+    where = ["session_id = ?", "seq > ?"]
+    params: list[Any] = [session_id, after]
+    if args.direction:
+        where.append("direction = ?")
+        params.append(args.direction)
+    if args.kind:
+        where.append("(" + " OR ".join("starts_with(kind, ?)" for _ in args.kind) + ")")
+        params += args.kind
+    sql = f"SELECT {_FRAME_COLS} FROM frames WHERE {' AND '.join(where)} ORDER BY seq"
+    if args.limit:
+        sql += f" LIMIT {int(args.limit)}"
+    return sql, params
+
+
+def cmd_frames(args: argparse.Namespace) -> int:
+    reader = reader_from(args)
+    session_id = resolve_session(reader, args.session)
+    dec = decoder_from(args) if args.json else None
+    last = -1
+    printed = 0
+    while True:
+        sql, params = _frame_query(args, session_id, last)
+        rows = reader.query(sql, params).to_pylist()
+        for row in rows:
+            _print_frame(row, dec)
+            last = row["seq"]
+            printed += 1
+            if args.limit and printed >= args.limit:
+                return 0
+        sys.stdout.flush()
+        if not args.follow:
+            return 0
+        status = reader.query("SELECT status FROM sessions WHERE session_id = ?", [session_id]).to_pylist()
+        if not rows and status and status[0]["status"] != "open" and not getattr(reader, "live", False):
+            return 0
+        time.sleep(0.3)
+
+
+def _print_frame(row: dict[str, Any], dec: Decoder | None) -> None:
+    if dec is not None:
+        from workbench.decode import fields_of
+
+        out = {k: v for k, v in row.items() if k != "payload" and v is not None}
+        out["ts"] = str(row["ts"])
+        out["fields"] = fields_of(dec, row["kind"], row["payload"] or b"", row["msg_type"], row["flags"] or 0)
+        print(json.dumps(out, ensure_ascii=False, default=str))
+        return
+    arrow = "→" if row["direction"] == "client" else "←"
+    ts = row["ts"].strftime("%H:%M:%S.%f")[:-3] if row["ts"] else ""
+    err = f"  [error: {row['error']}]" if row["error"] else ""
+    print(f"{row['seq']:>7} {ts} {arrow} {row['kind']:<44} {row['summary'] or ''}{err}")
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    reader = reader_from(args)
+    try:
+        table = reader.query(args.query)
+    except Exception as exc:  # duckdb errors carry the useful text
+        raise CliError(f"query failed: {str(exc).splitlines()[0]}") from exc
+    if args.json:
+        for row in table.to_pylist():
+            print(json.dumps(row, default=_json_default))
+    else:
+        print_table(table)
+    return 0
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)

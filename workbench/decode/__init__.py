@@ -1,0 +1,54 @@
+"""Decoding: classify frames (hot path) and build named trees (on demand)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from workbench.decode.classify import Decoder, Frame, StreamDecoder, default_decoder
+from workbench.decode.tree import decode_unknown, message_to_tree
+from workbench.wire.endstream import parse_end_stream, parse_grpc_web_trailer
+
+__all__ = ["Decoder", "Frame", "StreamDecoder", "default_decoder", "fields_of", "frame_to_json"]
+
+
+def fields_of(decoder: Decoder, kind: str, payload: bytes, msg_type: str | None, flags: int = 0) -> Any:
+    """The named tree of one stored or freshly classified frame."""
+    if kind.startswith("end_stream"):
+        if flags & 0x80:
+            return parse_grpc_web_trailer(payload)
+        try:
+            return parse_end_stream(payload, decoder.error_details).as_dict()
+        except ValueError:
+            return {"$text": payload.decode("utf-8", "replace")}
+    if kind == "malformed" and not msg_type:
+        return {"$hex": payload.hex()}
+    if not payload:
+        return {}
+    if msg_type and decoder.schema.has(msg_type):
+        try:
+            return message_to_tree(decoder.info(msg_type).cls.FromString(payload))
+        except DecodeError:
+            pass
+    if kind == "malformed":
+        return {"$hex": payload.hex()}
+    return decode_unknown(payload)
+
+
+def frame_to_json(decoder: Decoder, f: Frame) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": f.kind, "summary": f.summary,
+                           "fields": fields_of(decoder, f.kind, f.payload, f.msg_type, f.flags),
+                           "flags": f.flags, "size": len(f.payload)}
+    if f.msg_type:
+        out["msg_type"] = f.msg_type
+    for key in ("error", "ref_id", "call_id", "append_seqno", "request_id"):
+        val = getattr(f, key)
+        if val is not None:
+            out[key] = val
+    if f.raw is not None and f.raw != f.payload:
+        out["raw_hex"] = f.raw.hex()
+    return out
+
+
+

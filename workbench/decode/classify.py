@@ -1,0 +1,383 @@
+"""Frame classification: bytes of one transport/direction → kind, summary and correlation ids.
+
+This is the capture hot path. It parses with the generated protobuf classes (upb), reads the
+oneof cases, and formats a one-line summary; it never builds the named field tree (see
+``tree.py``, built only when somebody looks at a frame).
+"""
+
+from __future__ import annotations
+
+import binascii
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.message import DecodeError, Message
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from workbench.decode import summary as S
+from workbench.schema.loader import Schema, load_schema
+from workbench.wire.endstream import b64decode_loose, parse_end_stream, parse_grpc_web_trailer
+from workbench.wire.envelope import Envelope, EnvelopeParser, split_frames, split_unary
+
+SERVER_MSG = "agent.v1.AgentServerMessage"
+CLIENT_MSG = "agent.v1.AgentClientMessage"
+BIDI_REQUEST_ID = "aiserver.v1.BidiRequestId"
+BIDI_APPEND = "aiserver.v1.BidiAppendRequest"
+BIDI_POLL_REQ = "aiserver.v1.BidiPollRequest"
+BIDI_POLL_RESP = "aiserver.v1.BidiPollResponse"
+ERROR_DETAILS = "aiserver.v1.ErrorDetails"
+
+TRANSPORTS = ("run", "runsse", "bidi_append", "runpoll", "unary")
+DIRECTIONS = ("client", "server")
+
+# Top-level message type carried by each (transport, direction), before any unwrapping.
+CARRIED: dict[tuple[str, str], str | None] = {
+    ("run", "client"): CLIENT_MSG,
+    ("run", "server"): SERVER_MSG,
+    ("runsse", "client"): BIDI_REQUEST_ID,
+    ("runsse", "server"): SERVER_MSG,
+    ("runpoll", "client"): BIDI_POLL_REQ,
+    ("runpoll", "server"): BIDI_POLL_RESP,
+    ("bidi_append", "client"): BIDI_APPEND,
+    ("bidi_append", "server"): None,
+    ("unary", "client"): None,
+    ("unary", "server"): None,
+}
+
+# Which transports put envelopes on the wire in a given direction (the rest are unary bodies).
+ENVELOPED = {("run", "client"), ("run", "server"), ("runsse", "client"), ("runsse", "server"),
+             ("runpoll", "client"), ("runpoll", "server")}
+
+
+@dataclass(slots=True)
+class Frame:
+    """One classified frame, ready for the store.
+
+    ``payload`` is the agent message (unwrapped from BidiAppend/BidiPoll), ``raw`` the
+    de-enveloped wrapper bytes when they differ from ``payload`` (so nothing is ever lost).
+    """
+
+    kind: str
+    summary: str
+    payload: bytes
+    flags: int = 0
+    msg_type: str | None = None
+    error: str | None = None
+    raw: bytes | None = None
+    ref_id: int | None = None
+    call_id: str | None = None
+    append_seqno: int | None = None
+    request_id: str | None = None
+
+
+def _real_oneof(desc: Any) -> str | None:
+    for oneof in desc.oneofs:
+        fields = oneof.fields
+        if len(fields) == 1 and oneof.name == "_" + fields[0].name:
+            continue  # synthetic oneof of a proto3 `optional` field
+        return str(oneof.name)
+    return None
+
+
+class _TypeInfo:
+    """Per-message-type tables computed once from descriptors."""
+
+    __slots__ = ("cls", "oneof", "member_oneof", "number_of")
+
+    def __init__(self, schema: Schema, full_name: str) -> None:
+        desc = schema.descriptor(full_name)
+        self.cls = schema.message_class(full_name)
+        self.oneof = _real_oneof(desc)
+        # member name → the real oneof name of its message type (None when it has none)
+        self.member_oneof: dict[str, str | None] = {}
+        self.number_of: dict[str, int] = {}
+        for f in desc.fields:
+            self.number_of[f.name] = f.number
+            if f.message_type is not None:
+                self.member_oneof[f.name] = _real_oneof(f.message_type)
+
+
+def _unknown_numbers(msg: Message) -> list[int]:
+    try:
+        return [f.field_number for f in UnknownFieldSet(msg)]
+    except Exception:  # pragma: no cover - unknown-field API differences between runtimes
+        return []
+
+
+class Decoder:
+    """Classifies frames with a schema (the overlay plus any user protos)."""
+
+    def __init__(self, schema: Schema | None = None) -> None:
+        self.schema = schema or load_schema()
+        self._info: dict[str, _TypeInfo] = {}
+        self._server = self.info(SERVER_MSG)
+        self._client = self.info(CLIENT_MSG)
+        self._update_oneof = self._server.member_oneof.get("interaction_update")
+
+    def info(self, full_name: str) -> _TypeInfo:
+        ti = self._info.get(full_name)
+        if ti is None:
+            ti = self._info[full_name] = _TypeInfo(self.schema, full_name)
+        return ti
+
+    # agent messages ------------------------------------------------------------------------
+
+    def classify_agent(self, payload: bytes, msg_type: str) -> Frame:
+        """Classify one AgentServerMessage / AgentClientMessage (or any schema type)."""
+        if not payload:
+            return Frame("empty", "empty message", payload, msg_type=msg_type)
+        ti = self._server if msg_type == SERVER_MSG else self._client if msg_type == CLIENT_MSG else None
+        if ti is None:
+            return self.classify_other(payload, msg_type)
+        try:
+            msg = ti.cls.FromString(payload)
+        except DecodeError as exc:
+            return Frame("malformed", f"not a valid {msg_type.rsplit('.', 1)[-1]}", payload,
+                         msg_type=msg_type, error=f"protobuf: {exc}")
+        top = msg.WhichOneof(ti.oneof) if ti.oneof else None
+        if top is None:
+            nums = _unknown_numbers(msg)
+            kind = str(nums[0]) if nums else "empty"
+            return Frame(kind, f"unknown member {kind}" if nums else "no member set", payload,
+                         msg_type=msg_type)
+        sub = getattr(msg, top)
+        sub_oneof = ti.member_oneof.get(top)
+        f = Frame(top, top, payload, msg_type=msg_type)
+        if sub_oneof is None:
+            fn = S.PLAIN_SUMMARIES.get(top)
+            if fn is not None:
+                f.summary = fn(sub)
+            return f
+        member = sub.WhichOneof(sub_oneof)
+        if member is None:
+            nums = [n for n in _unknown_numbers(sub) if n not in _ID_FIELDS]
+            f.kind = f"{top}.{nums[0]}" if nums else top
+            f.summary = f"{top} unknown member {nums[0]}" if nums else f"{top} (no member)"
+            f.ref_id = getattr(sub, "id", None) if top in _HAS_ID else None
+            return f
+        f.kind = f"{top}.{member}"
+        if top == "interaction_update":
+            inner = getattr(sub, member)
+            fn = S.UPDATE_SUMMARIES.get(member)
+            f.summary = fn(inner) if fn is not None else member
+            cid = getattr(inner, "call_id", None)
+            if cid:
+                f.call_id = cid
+            return f
+        tfn = S.TOP_SUMMARIES.get(top)
+        f.summary = tfn(sub, member) if tfn is not None else f.kind
+        if top in _HAS_ID:
+            f.ref_id = sub.id
+        elif top in _CONTROL:
+            f.ref_id = getattr(sub, member).id
+        return f
+
+    def classify_other(self, payload: bytes, msg_type: str | None) -> Frame:
+        """A message of a type that has no agent-level classification (unary calls, wrappers)."""
+        if not payload:
+            return Frame("empty", "empty message", payload, msg_type=msg_type)
+        short = msg_type.rsplit(".", 1)[-1] if msg_type else "message"
+        if msg_type and self.schema.has(msg_type):
+            try:
+                self.info(msg_type).cls.FromString(payload)
+            except DecodeError as exc:
+                return Frame("malformed", f"not a valid {short}", payload, msg_type=msg_type,
+                             error=f"protobuf: {exc}")
+        return Frame("unary", f"{short} {S.human_size(len(payload))}", payload, msg_type=msg_type)
+
+    # envelopes and wrappers ------------------------------------------------------------------
+
+    def frames_from_envelope(self, env: Envelope, transport: str, direction: str) -> Frame:
+        """One frame from one envelope of a streaming transport (or a unary body)."""
+        if env.error is not None and env.flags < 0:
+            return Frame("malformed", f"{len(env.payload)} unframed bytes", env.payload, flags=0,
+                         error=env.error, raw=None)
+        if env.is_trailer:
+            t = parse_grpc_web_trailer(env.payload)
+            status = t.get("grpc-status", "?")
+            kind = "end_stream" if status == "0" else "end_stream.error"
+            return Frame(kind, f"grpc-web trailer status {status} {t.get('grpc-message', '')}".rstrip(),
+                         env.payload, flags=env.flags, error=env.error)
+        if env.is_end_stream:
+            return self._end_stream(env)
+        if env.error is not None:  # a gzip failure: keep the compressed bytes
+            return Frame("malformed", f"undecodable compressed frame {S.human_size(len(env.payload))}",
+                         env.payload, flags=env.flags, error=env.error)
+        carried = CARRIED.get((transport, direction))
+        if carried == BIDI_APPEND:
+            f = self.unwrap_append(env.payload)
+        elif carried == BIDI_POLL_RESP:
+            f = self.unwrap_poll(env.payload)
+        elif carried == BIDI_REQUEST_ID:
+            f = self._request_id(env.payload)
+        elif carried == BIDI_POLL_REQ:
+            f = self._poll_request(env.payload)
+        elif carried in (SERVER_MSG, CLIENT_MSG):
+            f = self.classify_agent(env.payload, carried)
+        else:
+            f = self.classify_other(env.payload, carried)
+        f.flags = env.flags if env.enveloped else 0
+        return f
+
+    def _end_stream(self, env: Envelope) -> Frame:
+        try:
+            es = parse_end_stream(env.payload, self.error_details)
+        except ValueError as exc:
+            return Frame("malformed", "bad end-stream", env.payload, flags=env.flags, error=str(exc))
+        if not es.is_error:
+            return Frame("end_stream", "end-stream ok", env.payload, flags=env.flags)
+        label = ""
+        for d in es.details:
+            v = d.get("value") or {}
+            dbg = d.get("debug") or {}
+            label = str(v.get("error") or dbg.get("error") or "")
+            if label:
+                break
+        msg = S.quote(es.message or "", 50)
+        return Frame("end_stream.error", f"{es.code} {msg} {label}".rstrip(), env.payload, flags=env.flags)
+
+    def error_details(self, raw: bytes) -> dict[str, Any]:
+        from workbench.decode.tree import message_to_tree
+
+        msg = self.info(ERROR_DETAILS).cls.FromString(raw)
+        tree = message_to_tree(msg)
+        names = _ERROR_NAMES
+        code = tree.get("error")
+        if isinstance(code, int) and code in names:
+            tree["error"] = names[code]
+        return tree
+
+    def unwrap_append(self, body: bytes) -> Frame:
+        """BidiAppendRequest → the AgentClientMessage inside (hex field 1 or raw field 4)."""
+        ti = self.info(BIDI_APPEND)
+        try:
+            req = ti.cls.FromString(body)
+        except DecodeError as exc:
+            return Frame("malformed", "not a BidiAppendRequest", body, msg_type=BIDI_APPEND,
+                         error=f"protobuf: {exc}")
+        request_id = req.request_id.request_id if req.HasField("request_id") else None
+        seqno = req.append_seqno
+        if req.data_bytes:
+            inner = bytes(req.data_bytes)
+        else:
+            try:
+                inner = binascii.unhexlify(req.data)
+            except (binascii.Error, ValueError) as exc:
+                return Frame("malformed", "BidiAppend data is not hex", body, msg_type=BIDI_APPEND,
+                             error=f"append data: {exc}", request_id=request_id, append_seqno=seqno)
+        f = self.classify_agent(inner, CLIENT_MSG)
+        if f.kind == "malformed":
+            f.error = f"BidiAppend data is not an AgentClientMessage ({f.error})"
+        f.raw = body
+        f.request_id = request_id
+        f.append_seqno = seqno
+        return f
+
+    def unwrap_poll(self, body: bytes) -> Frame:
+        """BidiPollResponse → the AgentServerMessage inside its base64 ``data``."""
+        ti = self.info(BIDI_POLL_RESP)
+        try:
+            resp = ti.cls.FromString(body)
+        except DecodeError as exc:
+            return Frame("malformed", "not a BidiPollResponse", body, msg_type=BIDI_POLL_RESP,
+                         error=f"protobuf: {exc}")
+        if not resp.data:
+            eof = " eof" if resp.eof else ""
+            return Frame("empty", f"poll #{resp.seqno}{eof} (no data)", b"", raw=body,
+                         msg_type=SERVER_MSG, append_seqno=resp.seqno)
+        try:
+            inner = b64decode_loose(resp.data)
+        except (binascii.Error, ValueError) as exc:
+            return Frame("malformed", "poll data is not base64", body, msg_type=BIDI_POLL_RESP,
+                         error=f"poll data: {exc}", append_seqno=resp.seqno)
+        f = self.classify_agent(inner, SERVER_MSG)
+        f.raw = body
+        f.append_seqno = resp.seqno
+        if resp.eof:
+            f.summary += " (eof)"
+        return f
+
+    def _request_id(self, body: bytes) -> Frame:
+        ti = self.info(BIDI_REQUEST_ID)
+        try:
+            m = ti.cls.FromString(body)
+        except DecodeError as exc:
+            return Frame("malformed", "not a BidiRequestId", body, msg_type=BIDI_REQUEST_ID,
+                         error=f"protobuf: {exc}")
+        return Frame("bidi_request_id", f"request_id {m.request_id}", body, msg_type=BIDI_REQUEST_ID,
+                     request_id=m.request_id)
+
+    def _poll_request(self, body: bytes) -> Frame:
+        ti = self.info(BIDI_POLL_REQ)
+        try:
+            m = ti.cls.FromString(body)
+        except DecodeError as exc:
+            return Frame("malformed", "not a BidiPollRequest", body, msg_type=BIDI_POLL_REQ,
+                         error=f"protobuf: {exc}")
+        rid = m.request_id.request_id if m.HasField("request_id") else None
+        return Frame("bidi_poll_request", f"poll request_id {rid}", body, msg_type=BIDI_POLL_REQ,
+                     request_id=rid)
+
+    # whole bodies ------------------------------------------------------------------------------
+
+    def decode_body(self, data: bytes, transport: str, direction: str,
+                    msg_type: str | None = None) -> list[Frame]:
+        """Every frame in a complete body, as that transport carries it."""
+        if (transport, direction) in ENVELOPED:
+            envs = split_frames(data)
+        else:
+            envs = split_unary(data)
+        frames = [self.frames_from_envelope(e, transport, direction) for e in envs]
+        if msg_type and transport == "unary":
+            for f in frames:
+                if f.kind == "unary":
+                    f.msg_type = msg_type
+        return frames
+
+    def stream(self, transport: str, direction: str) -> StreamDecoder:
+        return StreamDecoder(self, transport, direction)
+
+
+class StreamDecoder:
+    """Incremental: feed the chunks of one streamed body, get frames as they complete."""
+
+    __slots__ = ("_dec", "_parser", "transport", "direction")
+
+    def __init__(self, decoder: Decoder, transport: str, direction: str) -> None:
+        self._dec = decoder
+        self._parser = EnvelopeParser()
+        self.transport = transport
+        self.direction = direction
+
+    def feed(self, chunk: bytes) -> list[Frame]:
+        dec = self._dec
+        return [dec.frames_from_envelope(e, self.transport, self.direction) for e in self._parser.feed(chunk)]
+
+    def close(self) -> list[Frame]:
+        return [self._dec.frames_from_envelope(e, self.transport, self.direction) for e in self._parser.close()]
+
+
+_HAS_ID = frozenset({"exec_server_message", "exec_client_message", "kv_server_message", "kv_client_message",
+                     "interaction_query", "interaction_response"})
+_CONTROL = frozenset({"exec_client_control_message", "exec_server_control_message"})
+# Numbers of fields outside the oneof of the id-carrying messages (id, exec_id, span_context …),
+# which must not be mistaken for an unknown oneof member.
+_ID_FIELDS = frozenset({1, 4, 15, 19, 39, 45, 55})
+
+_ERROR_NAMES = {2: "ERROR_NOT_LOGGED_IN", 5: "ERROR_BAD_MODEL_NAME", 13: "ERROR_OPENAI",
+                30: "ERROR_OUTDATED_CLIENT", 38: "ERROR_UNAUTHORIZED", 51: "ERROR_RATE_LIMITED_CHANGEABLE"}
+
+
+_default: Decoder | None = None
+
+
+def default_decoder() -> Decoder:
+    global _default
+    if _default is None:
+        _default = Decoder()
+    return _default
+
+
+def classify_many(decoder: Decoder, items: Iterable[tuple[bytes, str]]) -> list[Frame]:
+    return [decoder.classify_agent(p, t) for p, t in items]

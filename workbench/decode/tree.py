@@ -1,0 +1,169 @@
+"""The named field tree of a message, built only when someone looks at a frame.
+
+Known fields are named by the schema; fields the schema does not know are kept under their
+number and decoded by blackboxprotobuf's type guessing. ``google.protobuf.Value`` payloads carried
+as bytes (McpArgs values, tool input schemas) become plain JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import blackboxprotobuf
+from google.protobuf import json_format, struct_pb2
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError, Message
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+# (message full name, field name) whose bytes hold a serialized google.protobuf.Value.
+VALUE_BYTES = {
+    ("agent.v1.McpArgs", "args"),
+    ("agent.v1.McpToolDefinition", "input_schema"),
+}
+_MAX_GUESS = 1 << 20
+_TYPE_BYTES = FieldDescriptor.TYPE_BYTES
+_TYPE_MESSAGE = FieldDescriptor.TYPE_MESSAGE
+_TYPE_ENUM = FieldDescriptor.TYPE_ENUM
+
+
+def value_bytes_to_json(data: bytes) -> Any:
+    """A serialized google.protobuf.Value as JSON; falls back to the UTF-8 text, then hex."""
+    try:
+        v = struct_pb2.Value.FromString(data)
+        if v.WhichOneof("kind") is not None and not len(UnknownFieldSet(v)):
+            return json_format.MessageToDict(v)
+    except DecodeError:
+        pass
+    return bytes_to_json(data)
+
+
+def bytes_to_json(data: bytes) -> Any:
+    """Bytes as text when they are UTF-8, else ``{"$hex": …}``."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"$hex": data.hex()}
+    if any(ord(c) < 0x20 and c not in "\n\r\t" for c in text[:256]):
+        return {"$hex": data.hex()}
+    return text
+
+
+def _is_id(name: str) -> bool:
+    return name == "blob_id" or name.endswith("_blob_id") or name.endswith("blob_ids")
+
+
+def _scalar(fd: FieldDescriptor, value: Any, owner: str) -> Any:
+    if fd.type == _TYPE_BYTES:
+        if (owner, fd.name) in VALUE_BYTES:
+            return value_bytes_to_json(value)
+        if _is_id(fd.name) or owner == "agent.v1.ConversationStateStructure":
+            return value.hex()
+        return bytes_to_json(value)
+    if fd.type == _TYPE_ENUM:
+        ev = fd.enum_type.values_by_number.get(value)
+        return ev.name if ev is not None else value
+    return value
+
+
+def message_to_tree(msg: Message) -> dict[str, Any]:
+    """Named dict of set fields plus unknown fields by number (never raises on odd input)."""
+    out: dict[str, Any] = {}
+    owner = msg.DESCRIPTOR.full_name
+    for fd, value in msg.ListFields():
+        if fd.type == _TYPE_MESSAGE:
+            mt = fd.message_type
+            if mt.GetOptions().map_entry:
+                vfd = mt.fields_by_name["value"]
+                if vfd.type == _TYPE_MESSAGE:
+                    out[fd.name] = {str(k): message_to_tree(v) for k, v in value.items()}
+                else:
+                    fake = vfd if (owner, fd.name) not in VALUE_BYTES else None
+                    out[fd.name] = {
+                        str(k): (value_bytes_to_json(v) if fake is None else _scalar(vfd, v, mt.full_name))
+                        for k, v in value.items()
+                    }
+            elif mt.full_name in _WELL_KNOWN:
+                out[fd.name] = (
+                    [json_format.MessageToDict(v) for v in value]
+                    if fd.is_repeated
+                    else json_format.MessageToDict(value)
+                )
+            elif fd.is_repeated:
+                out[fd.name] = [message_to_tree(v) for v in value]
+            else:
+                out[fd.name] = message_to_tree(value)
+        elif fd.is_repeated:
+            out[fd.name] = [_scalar(fd, v, owner) for v in value]
+        else:
+            out[fd.name] = _scalar(fd, value, owner)
+    unknown = _unknown_tree(msg)
+    if unknown:
+        out.update(unknown)
+    return out
+
+
+_WELL_KNOWN = {"google.protobuf.Value", "google.protobuf.Struct", "google.protobuf.ListValue"}
+
+
+def _unknown_tree(msg: Message) -> dict[str, Any]:
+    try:
+        fields = list(UnknownFieldSet(msg))
+    except Exception:  # pragma: no cover - runtime without the unknown-field API
+        return {}
+    out: dict[str, Any] = {}
+    for f in fields:
+        key = str(f.field_number)
+        if f.wire_type == 2:
+            val = guess_bytes(f.data)
+        elif f.wire_type == 3:  # group: keep its nested unknown fields
+            val = {str(g.field_number): g.data for g in f.data} if hasattr(f.data, "__iter__") else None
+        else:
+            val = f.data
+        if key in out:
+            prev = out[key]
+            out[key] = (prev if isinstance(prev, list) else [prev]) + [val]
+        else:
+            out[key] = val
+    return out
+
+
+def guess_bytes(data: bytes) -> Any:
+    """Type-guess a length-delimited value the schema does not know: message, text or bytes."""
+    if data and len(data) <= _MAX_GUESS:
+        try:
+            decoded, _typedef = blackboxprotobuf.decode_message(data)
+        except Exception:
+            decoded = None
+        if isinstance(decoded, dict) and decoded and not _looks_like_text(data):
+            return _jsonable(decoded)
+    return bytes_to_json(data)
+
+
+def _looks_like_text(data: bytes) -> bool:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return all(c.isprintable() or c in "\n\r\t" for c in text[:512])
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes | bytearray):
+        return bytes_to_json(bytes(value))
+    return value
+
+
+def decode_unknown(data: bytes) -> dict[str, Any]:
+    """Schemaless decode of a whole message: blackboxprotobuf, numbers as keys."""
+    if not data:
+        return {}
+    try:
+        decoded, _ = blackboxprotobuf.decode_message(data)
+    except Exception as exc:
+        return {"$error": f"not protobuf: {exc}", "$base64": base64.b64encode(data).decode()}
+    return _jsonable(decoded)  # type: ignore[no-any-return]

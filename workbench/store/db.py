@@ -1,0 +1,251 @@
+"""The DuckDB store: one writer, Arrow batch inserts, readers through ``workbench.store.reader``."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from workbench.decode.classify import Frame
+from workbench.store.schema import migrate
+
+DEFAULT_DB = "captures/workbench.duckdb"
+
+FRAME_COLUMNS: list[tuple[str, pa.DataType]] = [
+    ("session_id", pa.string()),
+    ("seq", pa.int64()),
+    ("ts", pa.timestamp("us")),
+    ("direction", pa.string()),
+    ("transport", pa.string()),
+    ("stream", pa.string()),
+    ("kind", pa.string()),
+    ("summary", pa.string()),
+    ("payload", pa.binary()),
+    ("raw", pa.binary()),
+    ("flags", pa.uint8()),
+    ("msg_type", pa.string()),
+    ("size", pa.int32()),
+    ("ref_id", pa.int64()),
+    ("call_id", pa.string()),
+    ("append_seqno", pa.int64()),
+    ("request_id", pa.string()),
+    ("decoded", pa.string()),
+    ("error", pa.string()),
+]
+FRAME_SCHEMA = pa.schema(FRAME_COLUMNS)
+_FRAME_COLS_SQL = ", ".join(name for name, _ in FRAME_COLUMNS)
+
+
+class StoreError(Exception):
+    """The database could not be opened or written; the message names the file."""
+
+
+def now_us() -> int:
+    return int(datetime.now(UTC).timestamp() * 1_000_000)
+
+
+def us_to_datetime(us: int) -> datetime:
+    return datetime.fromtimestamp(us / 1_000_000, UTC).replace(tzinfo=None)
+
+
+class FrameBatch:
+    """Column lists for one Arrow insert; appending a frame is a handful of list appends."""
+
+    __slots__ = tuple(name for name, _ in FRAME_COLUMNS) + ("_cols",)
+
+    def __init__(self) -> None:
+        self._cols: list[list[Any]] = []
+        for name, _ in FRAME_COLUMNS:
+            lst: list[Any] = []
+            setattr(self, name, lst)
+            self._cols.append(lst)
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def add(self, session_id: str, seq: int, ts_us: int, direction: str, transport: str,
+            stream: str | None, f: Frame, decoded: str | None = None) -> None:
+        self.session_id.append(session_id)
+        self.seq.append(seq)
+        self.ts.append(ts_us)
+        self.direction.append(direction)
+        self.transport.append(transport)
+        self.stream.append(stream)
+        self.kind.append(f.kind)
+        self.summary.append(f.summary)
+        self.payload.append(f.payload)
+        self.raw.append(f.raw)
+        self.flags.append(f.flags if f.flags >= 0 else 0)
+        self.msg_type.append(f.msg_type)
+        self.size.append(len(f.payload))
+        self.ref_id.append(f.ref_id)
+        self.call_id.append(f.call_id)
+        self.append_seqno.append(f.append_seqno)
+        self.request_id.append(f.request_id)
+        self.decoded.append(decoded)
+        self.error.append(f.error)
+
+    def to_arrow(self) -> pa.Table:
+        arrays = [pa.array(col, type=typ) for col, (_, typ) in zip(self._cols, FRAME_COLUMNS, strict=True)]
+        return pa.Table.from_arrays(arrays, schema=FRAME_SCHEMA)
+
+    def clear(self) -> None:
+        for col in self._cols:
+            col.clear()
+
+
+@dataclass
+class SessionInfo:
+    """A row of ``sessions``; the writer keeps frame_count and the time bounds current."""
+
+    session_id: str
+    source: str = "capture"
+    transport: str | None = None
+    request_id: str | None = None
+    conversation_id: str | None = None
+    model: str | None = None
+    client_version: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    frame_count: int = 0
+    status: str = "open"
+    host: str | None = None
+    path: str | None = None
+    http_status: int | None = None
+    auth_hash: str | None = None
+    error: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def row(self) -> list[Any]:
+        d = asdict(self)
+        d["meta"] = json.dumps(self.meta) if self.meta else None
+        return list(d.values())
+
+
+SESSION_FIELDS = list(SessionInfo.__dataclass_fields__)
+
+
+class Store:
+    """Read-write access to one capture database (the single writer)."""
+
+    def __init__(self, path: str | Path = DEFAULT_DB, *, read_only: bool = False) -> None:
+        self.path = str(path)
+        self.read_only = read_only
+        if self.path != ":memory:" and not read_only:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        if read_only and self.path != ":memory:" and not Path(self.path).exists():
+            raise StoreError(f"{self.path}: no such capture database")
+        try:
+            self.con = duckdb.connect(self.path, read_only=read_only)
+        except duckdb.IOException as exc:
+            raise StoreError(_lock_message(self.path, exc)) from exc
+        except duckdb.Error as exc:
+            raise StoreError(f"{self.path}: cannot open as a DuckDB database: {exc}") from exc
+        self.lock = threading.RLock()
+        if not read_only:
+            migrate(self.con, self.path)
+
+    # writing ---------------------------------------------------------------------------------
+
+    def insert_frames(self, batch: FrameBatch | pa.Table) -> int:
+        table = batch.to_arrow() if isinstance(batch, FrameBatch) else batch
+        if not table.num_rows:
+            return 0
+        with self.lock:
+            self.con.register("_wb_frames_in", table)
+            try:
+                self.con.execute(f"INSERT INTO frames ({_FRAME_COLS_SQL}) SELECT * FROM _wb_frames_in")
+            finally:
+                self.con.unregister("_wb_frames_in")
+        return int(table.num_rows)
+
+    def upsert_sessions(self, sessions: Iterable[SessionInfo]) -> None:
+        rows = [s.row() for s in sessions]
+        if not rows:
+            return
+        cols = ", ".join(SESSION_FIELDS)
+        marks = ", ".join("?" for _ in SESSION_FIELDS)
+        with self.lock:
+            # Few rows per flush (one per live session), so a row loop is fine here.
+            self.con.execute("BEGIN")
+            for row in rows:
+                self.con.execute(f"INSERT OR REPLACE INTO sessions ({cols}) VALUES ({marks})", row)
+            self.con.execute("COMMIT")
+
+    def insert_rows(self, table: str, rows: pa.Table, replace_sessions: Sequence[str] = ()) -> None:
+        """Replace a derived table's rows for some sessions (blobs, tool_calls, findings)."""
+        with self.lock:
+            self.con.execute("BEGIN")
+            try:
+                if replace_sessions:
+                    self.con.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?))",
+                                     [list(replace_sessions)])
+                if rows.num_rows:
+                    self.con.register("_wb_rows_in", rows)
+                    cols = ", ".join(rows.column_names)
+                    self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _wb_rows_in")
+                    self.con.unregister("_wb_rows_in")
+                self.con.execute("COMMIT")
+            except Exception:
+                self.con.execute("ROLLBACK")
+                raise
+
+    def checkpoint(self) -> None:
+        with self.lock:
+            self.con.execute("CHECKPOINT")
+
+    # reading ---------------------------------------------------------------------------------
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        with self.lock:
+            cur = self.con.cursor()
+            try:
+                return _arrow(cur, sql, params)
+            finally:
+                cur.close()
+
+    def session(self, session_id: str) -> SessionInfo | None:
+        t = self.query(f"SELECT {', '.join(SESSION_FIELDS)} FROM sessions WHERE session_id = ?", [session_id])
+        if not t.num_rows:
+            return None
+        row = t.to_pylist()[0]
+        row["meta"] = json.loads(row["meta"]) if row["meta"] else {}
+        return SessionInfo(**row)
+
+    def next_seq(self, session_id: str) -> int:
+        t = self.query("SELECT coalesce(max(seq) + 1, 0) FROM frames WHERE session_id = ?", [session_id])
+        return int(t.column(0)[0].as_py())
+
+    def close(self) -> None:
+        with self.lock:
+            self.con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _arrow(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | None) -> pa.Table:
+    """Run a query and return Arrow (a statement with no result gives an empty table)."""
+    rel = con.sql(sql, params=list(params) if params else None)
+    if rel is None:
+        return pa.table({})
+    return rel.to_arrow_table()
+
+
+def _lock_message(path: str, exc: Exception) -> str:
+    text = str(exc)
+    if "lock" in text.lower():
+        return (f"{path}: the database is held by another process (a capture in progress?). "
+                f"Live readers go through the capture's read service; see README 'Following a capture'. "
+                f"DuckDB said: {text.splitlines()[0]}")
+    return f"{path}: {text}"

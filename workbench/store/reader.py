@@ -1,0 +1,189 @@
+"""Readers of a capture database, including one that is being written right now.
+
+DuckDB lets one process hold a database file open for writing, and while it does, no other process
+can open the file at all. A capture in progress therefore serves reads itself: the writing process
+runs a small loopback HTTP service (``LiveService``) that executes read-only SQL on its own
+connection and answers with Arrow IPC. It advertises itself in a sidecar file ``<db>.live.json``
+(URL, token, pid; mode 0600). ``open_reader`` uses the sidecar when its process is alive and opens
+the file read-only otherwise, so the CLI, TUI and notebooks run the same SQL either way. Readers
+see committed data only (DuckDB MVCC), so polling ``WHERE seq > last_seen`` never duplicates or
+skips a frame.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Protocol
+
+import duckdb
+import pyarrow as pa
+
+from workbench.store.db import StoreError, _arrow, _lock_message
+
+_READ_STATEMENTS = {"SELECT", "EXPLAIN", "PRAGMA"}
+
+
+class Reader(Protocol):
+    path: str
+    live: bool
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table: ...
+
+    def close(self) -> None: ...
+
+
+def sidecar_path(db_path: str | Path) -> Path:
+    return Path(str(db_path) + ".live.json")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def check_read_only(sql: str) -> None:
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise ValueError(f"SQL does not parse: {exc}") from exc
+    for st in statements:
+        name = str(st.type).rsplit(".", 1)[-1]
+        if name not in _READ_STATEMENTS:
+            raise ValueError(f"only read-only SQL is allowed on a live capture (got {name})")
+
+
+class LocalReader:
+    """A database file nobody is writing: opened read-only."""
+
+    live = False
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        if not Path(self.path).exists():
+            raise StoreError(f"{self.path}: no such capture database")
+        try:
+            self.con = duckdb.connect(self.path, read_only=True)
+        except duckdb.IOException as exc:
+            raise StoreError(_lock_message(self.path, exc)) from exc
+        self._lock = threading.Lock()
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        with self._lock:
+            return _arrow(self.con, sql, params)
+
+    def close(self) -> None:
+        self.con.close()
+
+
+class RemoteReader:
+    """A capture in progress, read through the writer's loopback service."""
+
+    live = True
+
+    def __init__(self, path: str | Path, url: str, token: str) -> None:
+        self.path = str(path)
+        self.url = url
+        self.token = token
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        body = json.dumps({"sql": sql, "params": list(params or [])}, default=str).encode()
+        req = urllib.request.Request(self.url + "/query", data=body, method="POST",
+                                     headers={"content-type": "application/json",
+                                              "x-workbench-token": self.token})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                data = resp.read()
+        except urllib.error.HTTPError as exc:
+            raise StoreError(f"{self.path} (live): {exc.read().decode(errors='replace')}") from exc
+        except OSError as exc:
+            raise StoreError(f"{self.path} (live): read service at {self.url} unreachable: {exc}") from exc
+        return pa.ipc.open_stream(data).read_all()
+
+    def close(self) -> None:
+        pass
+
+
+def open_reader(path: str | Path) -> LocalReader | RemoteReader:
+    """The right reader for ``path``: live service if a capture holds it, else read-only file."""
+    side = sidecar_path(path)
+    if side.exists():
+        try:
+            info = json.loads(side.read_text())
+            if _pid_alive(int(info["pid"])):
+                return RemoteReader(path, info["url"], info["token"])
+        except (OSError, ValueError, KeyError):
+            pass
+    return LocalReader(path)
+
+
+class LiveService:
+    """Serve read-only SQL over a writer's connection on 127.0.0.1 (started by the capture)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, db_path: str | Path, port: int = 0) -> None:
+        self.db_path = str(db_path)
+        self.token = secrets.token_hex(16)
+        service = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server naming
+                if self.headers.get("x-workbench-token") != service.token:
+                    self._reply(403, b"bad token", "text/plain")
+                    return
+                try:
+                    n = int(self.headers.get("content-length") or 0)
+                    req = json.loads(self.rfile.read(n))
+                    check_read_only(req["sql"])
+                    cur = con.cursor()
+                    try:
+                        table = _arrow(cur, req["sql"], req.get("params"))
+                    finally:
+                        cur.close()
+                except (ValueError, KeyError, duckdb.Error) as exc:
+                    self._reply(400, str(exc).encode(), "text/plain")
+                    return
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, table.schema) as w:
+                    w.write_table(table)
+                self._reply(200, sink.getvalue().to_pybytes(), "application/vnd.apache.arrow.stream")
+
+            def _reply(self, code: int, body: bytes, ctype: str) -> None:
+                self.send_response(code)
+                self.send_header("content-type", ctype)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="workbench-live", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        side = sidecar_path(self.db_path)
+        tmp = side.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"url": self.url, "token": self.token, "pid": os.getpid()}, fh)
+        os.replace(tmp, side)
+
+    def stop(self) -> None:
+        sidecar_path(self.db_path).unlink(missing_ok=True)
+        self.server.shutdown()
+        self.server.server_close()

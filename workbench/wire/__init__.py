@@ -1,0 +1,1 @@
+"""Framing: Connect envelopes, end-stream JSON, gRPC-Web trailers, BidiService unwrapping."""

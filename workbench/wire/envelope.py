@@ -1,0 +1,211 @@
+"""Connect envelope framing: ``flags(1) | length(4, big-endian) | payload``.
+
+The parser is incremental because capture sees HTTP/2 DATA chunks whose boundaries have nothing
+to do with envelope boundaries (a 5-byte header can be split, one chunk can carry many frames).
+It never raises on bad input: a frame it cannot make sense of comes out with ``error`` set and the
+raw bytes kept, and once the stream is out of sync every later byte is handed back the same way.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from dataclasses import dataclass
+
+FLAG_COMPRESSED = 0x01
+FLAG_END_STREAM = 0x02
+FLAG_TRAILER = 0x80
+KNOWN_FLAGS = FLAG_COMPRESSED | FLAG_END_STREAM
+
+HEADER_LEN = 5
+DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+_MAX_INFLATED = 256 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class Envelope:
+    """One frame as it crossed the wire.
+
+    ``payload`` is the message after de-enveloping (gunzipped when flag 0x01 was set); ``raw`` is
+    the payload exactly as sent (it is ``payload`` itself unless decompression happened or the
+    frame is malformed, in which case ``raw`` holds every byte we could not frame).
+    """
+
+    flags: int
+    payload: bytes
+    offset: int
+    error: str | None = None
+    raw: bytes | None = None
+    enveloped: bool = True
+
+    @property
+    def is_end_stream(self) -> bool:
+        return bool(self.flags & FLAG_END_STREAM) and not self.flags & FLAG_TRAILER
+
+    @property
+    def is_trailer(self) -> bool:
+        return bool(self.flags & FLAG_TRAILER)
+
+    @property
+    def wire_bytes(self) -> bytes:
+        """The payload as it was on the wire (compressed if it was)."""
+        return self.raw if self.raw is not None else self.payload
+
+
+def encode(payload: bytes, flags: int = 0, compress: bool = False) -> bytes:
+    """Build one envelope. ``compress`` gzips the payload and sets flag 0x01."""
+    if compress:
+        payload = gzip.compress(payload)
+        flags |= FLAG_COMPRESSED
+    return bytes((flags,)) + len(payload).to_bytes(4, "big") + payload
+
+
+def inflate(data: bytes) -> bytes:
+    """Gunzip one envelope's payload, refusing decompression bombs."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    out = d.decompress(data, _MAX_INFLATED)
+    if d.unconsumed_tail:
+        raise ValueError(f"gzip payload inflates past {_MAX_INFLATED} bytes")
+    if not d.eof:
+        raise ValueError("truncated gzip payload")
+    return out
+
+
+class EnvelopeParser:
+    """Feed chunks, get complete envelopes.
+
+    After a fatal desync (oversized length, reserved flags, bytes after end-stream) the parser stops
+    framing and returns the remaining bytes as malformed envelopes so nothing is lost.
+    """
+
+    __slots__ = ("_buf", "_offset", "_max", "_desynced", "_ended")
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self._buf = bytearray()
+        self._offset = 0
+        self._max = max_frame
+        self._desynced = False
+        self._ended = False
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[Envelope]:
+        if not data:
+            return []
+        if self._desynced:
+            return [self._junk(bytes(data), "stream out of sync after an earlier framing error")]
+        if self._ended:
+            self._desynced = True
+            return [self._junk(bytes(data), "bytes after end-stream")]
+        buf = self._buf
+        buf += data
+        out: list[Envelope] = []
+        pos = 0
+        n = len(buf)
+        while n - pos >= HEADER_LEN:
+            flags = buf[pos]
+            length = int.from_bytes(buf[pos + 1 : pos + 5], "big")
+            if length > self._max:
+                self._consume(pos)
+                self._desynced = True
+                out.append(
+                    self._junk(
+                        bytes(self._buf),
+                        f"frame length {length} exceeds the {self._max}-byte cap (stream out of sync)",
+                    )
+                )
+                self._buf.clear()
+                return out
+            if flags & ~(KNOWN_FLAGS | FLAG_TRAILER):
+                self._consume(pos)
+                self._desynced = True
+                out.append(self._junk(bytes(self._buf), f"reserved envelope flags 0x{flags:02x}"))
+                self._buf.clear()
+                return out
+            end = pos + HEADER_LEN + length
+            if end > n:
+                break
+            payload = bytes(buf[pos + HEADER_LEN : end])
+            out.append(self._make(flags, payload, self._offset + pos))
+            pos = end
+            if flags & FLAG_END_STREAM and not flags & FLAG_TRAILER:
+                self._ended = True
+                if pos < n:
+                    rest = bytes(buf[pos:])
+                    self._consume(n)
+                    self._desynced = True
+                    out.append(self._junk_at(rest, self._offset - len(rest), "bytes after end-stream"))
+                    return out
+                break
+        self._consume(pos)
+        return out
+
+    def close(self) -> list[Envelope]:
+        """End of input: a partial frame still buffered is reported, not dropped."""
+        if not self._buf:
+            return []
+        rest = bytes(self._buf)
+        self._buf.clear()
+        if len(rest) >= HEADER_LEN:
+            want = int.from_bytes(rest[1:5], "big")
+            msg = f"truncated frame: header announces {want} bytes, {len(rest) - HEADER_LEN} arrived"
+        else:
+            msg = f"truncated frame header ({len(rest)} of 5 bytes)"
+        return [self._junk_at(rest, self._offset, msg)]
+
+    # internals -------------------------------------------------------------------------------
+
+    def _consume(self, upto: int) -> None:
+        if upto:
+            del self._buf[:upto]
+            self._offset += upto
+
+    def _junk(self, data: bytes, error: str) -> Envelope:
+        env = self._junk_at(data, self._offset, error)
+        self._offset += len(data)
+        return env
+
+    @staticmethod
+    def _junk_at(data: bytes, offset: int, error: str) -> Envelope:
+        return Envelope(flags=-1, payload=data, offset=offset, error=error, raw=data)
+
+    @staticmethod
+    def _make(flags: int, payload: bytes, offset: int) -> Envelope:
+        if flags & FLAG_COMPRESSED and not flags & FLAG_TRAILER:
+            try:
+                return Envelope(flags, inflate(payload), offset, raw=payload)
+            except (OSError, ValueError, zlib.error) as exc:
+                return Envelope(flags, payload, offset, error=f"gzip: {exc}", raw=payload)
+        return Envelope(flags, payload, offset)
+
+
+def split_frames(data: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> list[Envelope]:
+    """Parse a complete enveloped body (all frames plus any truncated tail)."""
+    p = EnvelopeParser(max_frame)
+    return p.feed(data) + p.close()
+
+
+def looks_enveloped(body: bytes) -> bool:
+    """True when a unary body is in fact a sequence of envelopes.
+
+    Cursor sometimes envelopes unary responses: a first byte of 0x00-0x03 cannot start a protobuf
+    message (no valid tag is lower than 0x08), so if the lengths also add up it is an envelope.
+    """
+    if len(body) < HEADER_LEN or body[0] > 0x03:
+        return False
+    pos = 0
+    while pos + HEADER_LEN <= len(body):
+        flags = body[pos]
+        if flags & ~KNOWN_FLAGS:
+            return False
+        pos += HEADER_LEN + int.from_bytes(body[pos + 1 : pos + 5], "big")
+    return pos == len(body)
+
+
+def split_unary(body: bytes) -> list[Envelope]:
+    """A unary body as envelopes: bare protobuf becomes one un-enveloped frame."""
+    if looks_enveloped(body):
+        return split_frames(body)
+    return [Envelope(0, body, 0, enveloped=False)]
