@@ -58,14 +58,29 @@ def us_to_datetime(us: int) -> datetime:
 class FrameBatch:
     """Column lists for one Arrow insert; appending a frame is a handful of list appends."""
 
-    __slots__ = tuple(name for name, _ in FRAME_COLUMNS) + ("_cols",)
+    __slots__ = ("session_id", "seq", "ts", "direction", "transport", "stream", "kind", "summary", "payload", "raw", "flags", "msg_type", "size", "ref_id", "call_id", "append_seqno", "request_id", "decoded", "error", "_cols")
 
     def __init__(self) -> None:
-        self._cols: list[list[Any]] = []
-        for name, _ in FRAME_COLUMNS:
-            lst: list[Any] = []
-            setattr(self, name, lst)
-            self._cols.append(lst)
+        self.session_id: list[Any] = []
+        self.seq: list[Any] = []
+        self.ts: list[Any] = []
+        self.direction: list[Any] = []
+        self.transport: list[Any] = []
+        self.stream: list[Any] = []
+        self.kind: list[Any] = []
+        self.summary: list[Any] = []
+        self.payload: list[Any] = []
+        self.raw: list[Any] = []
+        self.flags: list[Any] = []
+        self.msg_type: list[Any] = []
+        self.size: list[Any] = []
+        self.ref_id: list[Any] = []
+        self.call_id: list[Any] = []
+        self.append_seqno: list[Any] = []
+        self.request_id: list[Any] = []
+        self.decoded: list[Any] = []
+        self.error: list[Any] = []
+        self._cols: list[list[Any]] = [self.session_id, self.seq, self.ts, self.direction, self.transport, self.stream, self.kind, self.summary, self.payload, self.raw, self.flags, self.msg_type, self.size, self.ref_id, self.call_id, self.append_seqno, self.request_id, self.decoded, self.error]
 
     def __len__(self) -> int:
         return len(self.seq)
