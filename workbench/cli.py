@@ -17,6 +17,14 @@ from workbench import __version__
 # Modules that add subcommands, in the order `workbench --help` lists them.
 COMMAND_MODULES = [
     "workbench.commands.core",
+    "workbench.tui.cli",
+    "workbench.capture.cli",
+    "workbench.sim.cli",
+    "workbench.proxy.cli",
+    "workbench.ingest.cli",
+    "workbench.fixtures.cli",
+    "workbench.export.cli",
+    "workbench.analysis.cli",
 ]
 
 

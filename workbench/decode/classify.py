@@ -108,12 +108,28 @@ def _unknown_numbers(msg: Message) -> list[int]:
 class Decoder:
     """Classifies frames with a schema (the overlay plus any user protos)."""
 
-    def __init__(self, schema: Schema | None = None) -> None:
+    def __init__(self, schema: Schema | None = None, *, fast: bool = True) -> None:
         self.schema = schema or load_schema()
         self._info: dict[str, _TypeInfo] = {}
         self._server = self.info(SERVER_MSG)
         self._client = self.info(CLIENT_MSG)
         self._update_oneof = self._server.member_oneof.get("interaction_update")
+        # Hot-path tables (see ``classify_agent``). The byte-level fast path assumes the overlay's
+        # layout, so it is off when user protos could have renumbered anything.
+        self._fast = fast
+        self._bytes_fast = fast and self.schema.user is None
+        self._small: dict[str, dict[bytes, tuple[str, str, str | None, int | None, str | None]]] = {
+            SERVER_MSG: {}, CLIENT_MSG: {}}
+        self._call_id_members: frozenset[str] = frozenset()
+        self._text_members: dict[int, tuple[str, str]] = {}
+        if "interaction_update" in self._server.number_of:
+            upd = self.schema.descriptor(SERVER_MSG).fields_by_name["interaction_update"].message_type
+            self._call_id_members = frozenset(
+                f.name for f in upd.fields if f.message_type is not None and "call_id" in f.message_type.fields_by_name)
+            for name, label in S.TEXT_LABELS.items():
+                fd = upd.fields_by_name.get(name)
+                if fd is not None and fd.message_type is not None:
+                    self._text_members[fd.number] = (f"interaction_update.{name}", label + " ")
 
     def info(self, full_name: str) -> _TypeInfo:
         ti = self._info.get(full_name)
@@ -125,6 +141,84 @@ class Decoder:
 
     def classify_agent(self, payload: bytes, msg_type: str) -> Frame:
         """Classify one AgentServerMessage / AgentClientMessage (or any schema type)."""
+        if self._fast:
+            n = len(payload)
+            if n <= _SMALL:
+                # Tiny frames (heartbeats, token counts, stream_close …) repeat byte for byte, and
+                # classification is a pure function of the bytes: remember the answer.
+                cache = self._small.get(msg_type)
+                if cache is not None:
+                    hit = cache.get(payload)
+                    if hit is None:
+                        f = self._classify(payload, msg_type)
+                        if len(cache) >= _SMALL_CACHE:
+                            cache.clear()
+                        cache[bytes(payload)] = (f.kind, f.summary, f.error, f.ref_id, f.call_id)
+                        return f
+                    return Frame(hit[0], hit[1], payload, 0, msg_type, hit[2], None, hit[3], hit[4])
+            elif self._bytes_fast and payload[0] == 0x0A and msg_type == SERVER_MSG:
+                f2 = self._fast_text(payload, n)
+                if f2 is not None:
+                    return f2
+        return self._classify(payload, msg_type)
+
+    def _fast_text(self, p: bytes, n: int) -> Frame | None:
+        """``interaction_update.text_delta``/``thinking_delta`` straight from the bytes.
+
+        Only the canonical shape ``0a L1 <tag> L2 0a L3 <utf-8>`` with every length reaching the end
+        is accepted (lengths up to two varint bytes); anything else returns None and takes the
+        protobuf path, so the answer is always the one ``_classify`` would give.
+        """
+        ln = p[1]
+        i = 2
+        if ln & 0x80:
+            b = p[2]
+            if b & 0x80:
+                return None
+            ln = (ln & 0x7F) | (b << 7)
+            i = 3
+        if i + ln != n or i >= n:
+            return None
+        member = self._text_members.get(p[i] >> 3) if p[i] & 0x87 == 0x02 else None
+        if member is None or i + 1 >= n:
+            return None
+        ln = p[i + 1]
+        j = i + 2
+        if ln & 0x80:
+            if j >= n:
+                return None
+            b = p[j]
+            if b & 0x80:
+                return None
+            ln = (ln & 0x7F) | (b << 7)
+            j += 1
+        if j + ln != n:
+            return None
+        if ln == 0:
+            text = ""
+        else:
+            if p[j] != 0x0A or j + 1 >= n:
+                return None
+            ln = p[j + 1]
+            k = j + 2
+            if ln & 0x80:
+                if k >= n:
+                    return None
+                b = p[k]
+                if b & 0x80:
+                    return None
+                ln = (ln & 0x7F) | (b << 7)
+                k += 1
+            if k + ln != n:
+                return None
+            try:
+                text = p[k:].decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+        return Frame(member[0], member[1] + S.quote(text), p, 0, SERVER_MSG)
+
+    def _classify(self, payload: bytes, msg_type: str) -> Frame:
+        """The protobuf-runtime classification every fast path must agree with."""
         if not payload:
             return Frame("empty", "empty message", payload, msg_type=msg_type)
         ti = self._server if msg_type == SERVER_MSG else self._client if msg_type == CLIENT_MSG else None
@@ -143,35 +237,33 @@ class Decoder:
                          msg_type=msg_type)
         sub = getattr(msg, top)
         sub_oneof = ti.member_oneof.get(top)
-        f = Frame(top, top, payload, msg_type=msg_type)
         if sub_oneof is None:
-            fn = S.PLAIN_SUMMARIES.get(top)
-            if fn is not None:
-                f.summary = fn(sub)
-            return f
+            fn = _PLAIN_SUMMARIES.get(top)
+            return Frame(top, fn(sub) if fn is not None else top, payload, 0, msg_type)
         member = sub.WhichOneof(sub_oneof)
         if member is None:
-            nums = [n for n in _unknown_numbers(sub) if n not in _ID_FIELDS]
-            f.kind = f"{top}.{nums[0]}" if nums else top
-            f.summary = f"{top} unknown member {nums[0]}" if nums else f"{top} (no member)"
-            f.ref_id = getattr(sub, "id", None) if top in _HAS_ID else None
-            return f
-        f.kind = f"{top}.{member}"
+            unknown = _unknown_numbers(sub)
+            nums = [n for n in unknown if n not in _ID_FIELDS] or unknown
+            return Frame(f"{top}.{nums[0]}" if nums else top,
+                         f"{top} unknown member {nums[0]}" if nums else f"{top} (no member)",
+                         payload, 0, msg_type, None, None, sub.id if top in _HAS_ID else None)
+        kind = _KINDS.get((top, member))
+        if kind is None:
+            kind = _KINDS[(top, member)] = f"{top}.{member}"
         if top == "interaction_update":
             inner = getattr(sub, member)
-            fn = S.UPDATE_SUMMARIES.get(member)
-            f.summary = fn(inner) if fn is not None else member
-            cid = getattr(inner, "call_id", None)
-            if cid:
-                f.call_id = cid
-            return f
-        tfn = S.TOP_SUMMARIES.get(top)
-        f.summary = tfn(sub, member) if tfn is not None else f.kind
+            fn = _UPDATE_SUMMARIES.get(member)
+            cid = inner.call_id if member in self._call_id_members else None
+            return Frame(kind, fn(inner) if fn is not None else member, payload, 0, msg_type,
+                         None, None, None, cid or None)
+        tfn = _TOP_SUMMARIES.get(top)
         if top in _HAS_ID:
-            f.ref_id = sub.id
+            ref = sub.id
         elif top in _CONTROL:
-            f.ref_id = getattr(sub, member).id
-        return f
+            ref = getattr(sub, member).id
+        else:
+            ref = None
+        return Frame(kind, tfn(sub, member) if tfn is not None else kind, payload, 0, msg_type, None, None, ref)
 
     def classify_other(self, payload: bytes, msg_type: str | None) -> Frame:
         """A message of a type that has no agent-level classification (unary calls, wrappers)."""
@@ -265,7 +357,8 @@ class Decoder:
                 inner = binascii.unhexlify(req.data)
             except (binascii.Error, ValueError) as exc:
                 return Frame("malformed", "BidiAppend data is not hex", body, msg_type=BIDI_APPEND,
-                             error=f"append data: {exc}", request_id=request_id, append_seqno=seqno)
+                             error=f"BidiAppend data is not hex: {exc}", request_id=request_id,
+                             append_seqno=seqno)
         f = self.classify_agent(inner, CLIENT_MSG)
         if f.kind == "malformed":
             f.error = f"BidiAppend data is not an AgentClientMessage ({f.error})"
@@ -352,11 +445,22 @@ class StreamDecoder:
 
     def feed(self, chunk: bytes) -> list[Frame]:
         dec = self._dec
+        carried = CARRIED.get((self.transport, self.direction))
+        if carried is SERVER_MSG or carried is CLIENT_MSG:
+            # Plain frames of agent streams go straight to the classifier (no Envelope objects).
+            classify = dec.classify_agent
+            t, d = self.transport, self.direction
+            return [classify(e, carried) if type(e) is bytes else dec.frames_from_envelope(e, t, d)  # type: ignore[arg-type]
+                    for e in self._parser.feed_fast(chunk)]
         return [dec.frames_from_envelope(e, self.transport, self.direction) for e in self._parser.feed(chunk)]
 
     def close(self) -> list[Frame]:
         return [self._dec.frames_from_envelope(e, self.transport, self.direction) for e in self._parser.close()]
 
+
+# Payloads up to this size are memoised per message type (bounded by _SMALL_CACHE entries).
+_SMALL = 16
+_SMALL_CACHE = 8192
 
 _HAS_ID = frozenset({"exec_server_message", "exec_client_message", "kv_server_message", "kv_client_message",
                      "interaction_query", "interaction_response"})
@@ -364,6 +468,11 @@ _CONTROL = frozenset({"exec_client_control_message", "exec_server_control_messag
 # Numbers of fields outside the oneof of the id-carrying messages (id, exec_id, span_context …),
 # which must not be mistaken for an unknown oneof member.
 _ID_FIELDS = frozenset({1, 4, 15, 19, 39, 45, 55})
+
+_KINDS: dict[tuple[str, str], str] = {}
+_PLAIN_SUMMARIES = S.PLAIN_SUMMARIES
+_UPDATE_SUMMARIES = S.UPDATE_SUMMARIES
+_TOP_SUMMARIES = S.TOP_SUMMARIES
 
 _ERROR_NAMES = {2: "ERROR_NOT_LOGGED_IN", 5: "ERROR_BAD_MODEL_NAME", 13: "ERROR_OPENAI",
                 30: "ERROR_OUTDATED_CLIENT", 38: "ERROR_UNAUTHORIZED", 51: "ERROR_RATE_LIMITED_CHANGEABLE"}

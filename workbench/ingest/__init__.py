@@ -1,1 +1,199 @@
-"""workbench.ingest"""
+"""Imports: files recorded elsewhere become sessions and frames in the capture database.
+
+Formats are plug-ins in ``IMPORTERS``: each has a ``detect(path, head) -> bool`` (``head`` = the
+first 64 KiB of a file, ``b""`` for a directory) and a ``run(ctx) -> ImportResult``. Built-ins:
+``flow`` (mitmproxy ``-w`` files), ``har`` and ``ndjson`` (``cursor-agent --output-format
+stream-json``). Another part of the workbench adds a format without touching the CLI::
+
+    from workbench.ingest import register_importer
+    register_importer("parquet", detect=is_parquet_export, run=import_parquet_export)
+
+Built-ins are imported lazily so that ``import workbench.ingest`` does not pull in mitmproxy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workbench.ingest.progress import Progress
+
+if TYPE_CHECKING:
+    from workbench.decode.classify import Decoder
+    from workbench.store.db import Store
+
+HEAD_BYTES = 64 * 1024
+
+
+class IngestError(Exception):
+    """A file cannot be imported; the message names the file (and line or entry)."""
+
+
+@dataclass
+class ImportResult:
+    file: str
+    format: str
+    sessions: int = 0
+    frames: int = 0
+    session_ids: list[str] = field(default_factory=list)
+    # "2 flows without bodies: streamed" style notes for the summary line
+    notes: list[str] = field(default_factory=list)
+    skipped: str | None = None
+
+    def summary_line(self) -> str:
+        if self.skipped:
+            return f"skipped {self.file}: {self.skipped}"
+        s = "" if self.sessions == 1 else "s"
+        f = "" if self.frames == 1 else "s"
+        line = f"imported {self.file}: {self.sessions} session{s}, {self.frames} frame{f}"
+        if self.notes:
+            line += " (" + "; ".join(self.notes) + ")"
+        return line
+
+
+@dataclass
+class ImportContext:
+    """What an importer gets: the file, the writer, a decoder, progress and a warning sink."""
+
+    path: Path
+    store: Store
+    progress: Progress
+    warn: Callable[[str], None]
+    decoder_factory: Callable[[], Decoder]
+    file_sha256: str = ""
+    _decoder: Decoder | None = None
+
+    @property
+    def decoder(self) -> Decoder:
+        if self._decoder is None:
+            self._decoder = self.decoder_factory()
+        return self._decoder
+
+
+Detect = Callable[[Path, bytes], bool]
+Run = Callable[[ImportContext], ImportResult]
+
+
+@dataclass
+class Importer:
+    name: str
+    detect: Detect
+    run: Run
+
+
+IMPORTERS: dict[str, Importer] = {}
+
+
+def register_importer(name: str, detect: Detect, run: Run) -> None:
+    """Add (or replace) a format; ``workbench import --format NAME`` and auto-detection see it."""
+    IMPORTERS[name] = Importer(name, detect, run)
+
+
+def _lazy(module: str, attr: str) -> Callable[..., Any]:
+    def call(*args: Any) -> Any:
+        return getattr(importlib.import_module(module), attr)(*args)
+
+    call.__name__ = f"{module}.{attr}"
+    return call
+
+
+register_importer("flow", _lazy("workbench.ingest.flowfile", "detect"),
+                  _lazy("workbench.ingest.flowfile", "run_import"))
+register_importer("har", _lazy("workbench.ingest.har", "detect"), _lazy("workbench.ingest.har", "run_import"))
+register_importer("ndjson", _lazy("workbench.ingest.ndjson", "detect"),
+                  _lazy("workbench.ingest.ndjson", "run_import"))
+
+
+def open_store(db: str | Path) -> Store:
+    """The writer for an import or a run.
+
+    Reopening an existing database leaves the migration's version query unfinished on the
+    connection, and DuckDB then refuses the first Arrow insert; a checkpoint settles it.
+    """
+    from workbench.store.db import Store
+
+    store = Store(db)
+    store.checkpoint()
+    return store
+
+
+def read_head(path: Path) -> bytes:
+    if path.is_dir():
+        return b""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(HEAD_BYTES)
+    except OSError as exc:
+        raise IngestError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def detect_format(path: Path) -> str:
+    if not path.exists():
+        raise IngestError(f"{path}: no such file")
+    head = read_head(path)
+    for imp in IMPORTERS.values():
+        if imp.detect(path, head):
+            return imp.name
+    what = "an empty file" if not head and not path.is_dir() else "not a recognised format"
+    raise IngestError(f"{path}: {what} (expected a mitmproxy flow file, a HAR file or cursor-agent "
+                      f"stream-json NDJSON; formats: {', '.join(IMPORTERS)}; or pass --format)")
+
+
+def file_sha256(path: Path) -> str:
+    if path.is_dir():
+        return ""
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def already_imported(store: Store, sha: str) -> list[str]:
+    """Sessions that an earlier import of the same file content created."""
+    if not sha:
+        return []
+    rows = store.query("SELECT session_id FROM sessions WHERE contains(CAST(meta AS VARCHAR), ?)", [sha])
+    return [str(r) for r in rows.column(0).to_pylist()]
+
+
+def import_file(path: str | Path, store: Store, fmt: str = "auto", *,
+                decoder_factory: Callable[[], Decoder] | None = None,
+                progress: Progress | None = None,
+                warn: Callable[[str], None] | None = None) -> ImportResult:
+    """Import one file (or directory, for plug-in formats) into ``store``."""
+    p = Path(path)
+    if fmt == "auto":
+        fmt = detect_format(p)
+    elif fmt not in IMPORTERS:
+        raise IngestError(f"unknown format {fmt!r} (known: {', '.join(IMPORTERS)})")
+    elif not p.exists():
+        raise IngestError(f"{p}: no such file")
+    if decoder_factory is None:
+        from workbench.decode.classify import default_decoder
+
+        decoder_factory = default_decoder
+    sha = file_sha256(p)
+    earlier = already_imported(store, sha)
+    if earlier:
+        return ImportResult(str(p), fmt, skipped=f"already imported (same content) as session "
+                            f"{', '.join(earlier[:3])}{'…' if len(earlier) > 3 else ''}")
+    ctx = ImportContext(path=p, store=store, progress=progress or Progress(str(p), enabled=False),
+                        warn=warn or (lambda _msg: None), decoder_factory=decoder_factory, file_sha256=sha)
+    return IMPORTERS[fmt].run(ctx)
+
+
+def discard_sessions(store: Store, session_ids: list[str]) -> None:
+    """Remove what a failed import wrote so a file is imported wholly or not at all."""
+    if not session_ids:
+        return
+    for table in ("frames", "sessions"):
+        store.query(f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?))", [session_ids])
+
+
+__all__ = ["IMPORTERS", "ImportContext", "ImportResult", "IngestError", "Progress", "already_imported",
+           "detect_format", "discard_sessions", "import_file", "open_store", "register_importer"]

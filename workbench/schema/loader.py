@@ -139,6 +139,65 @@ def _builtin_pool() -> descriptor_pool.DescriptorPool:
     return _pool_from(compile_protos(files, [PROTO_ROOT]))
 
 
+def _merged_pool(user_fds: descriptor_pb2.FileDescriptorSet) -> descriptor_pool.DescriptorPool | None:
+    """One pool where the user's types replace the overlay's, also where the overlay refers to them.
+
+    A user file usually redefines a handful of messages (say ``agent.v1.TextDelta`` with a field
+    a newer build added). Looking names up in the user's pool first is not enough: the overlay's
+    ``InteractionUpdate`` would still embed the overlay's ``TextDelta``. So the overlay files are
+    re-added without the redefined types and with the user's files as dependencies. Returns None
+    when the files cannot be combined (the caller then falls back to a separate user pool).
+    """
+    builtin = compile_protos([PROTO_ROOT / f for f in BUILTIN_FILES], [PROTO_ROOT])
+    builtin_names = {f.name for f in builtin.file}
+    user_files = [f for f in user_fds.file if f.name not in builtin_names]
+    defined: dict[str, str] = {}
+    for f in user_files:
+        prefix = f.package + "." if f.package else ""
+        for m in f.message_type:
+            defined[prefix + m.name] = f.name
+        for e in f.enum_type:
+            defined[prefix + e.name] = f.name
+    if not defined:
+        return None
+    overriding = sorted(set(defined.values()))
+    files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
+    for f in builtin.file:
+        copy = descriptor_pb2.FileDescriptorProto()
+        copy.CopyFrom(f)
+        prefix = f.package + "." if f.package else ""
+        keep_m = [m for m in f.message_type if prefix + m.name not in defined]
+        keep_e = [e for e in f.enum_type if prefix + e.name not in defined]
+        if len(keep_m) != len(f.message_type) or len(keep_e) != len(f.enum_type) or f.name in BUILTIN_FILES:
+            del copy.message_type[:]
+            copy.message_type.extend(keep_m)
+            del copy.enum_type[:]
+            copy.enum_type.extend(keep_e)
+            copy.dependency.extend(d for d in overriding if d not in copy.dependency and d != f.name)
+        files[f.name] = copy
+    for f in user_files:
+        files.setdefault(f.name, f)
+    pool = descriptor_pool.DescriptorPool()
+    added: set[str] = set()
+
+    def add(name: str, stack: tuple[str, ...]) -> None:
+        if name in added or name not in files:
+            return
+        if name in stack:
+            raise ValueError(f"import cycle through {name}")
+        for dep in files[name].dependency:
+            add(dep, (*stack, name))
+        pool.Add(files[name])
+        added.add(name)
+
+    try:
+        for name in files:
+            add(name, ())
+    except Exception:  # incompatible redefinitions: keep the user's pool separate instead
+        return None
+    return pool
+
+
 _schemas: dict[tuple[str, ...], Schema] = {}
 
 
@@ -150,7 +209,8 @@ def load_schema(extra: Sequence[str | Path] = ()) -> Schema:
         user = None
         if extra:
             files, includes = _expand(extra)
-            user = _pool_from(compile_protos(files, [*includes, PROTO_ROOT]))
+            user_fds = compile_protos(files, [*includes, PROTO_ROOT])
+            user = _merged_pool(user_fds) or _pool_from(user_fds)
         schema = Schema(_builtin_pool(), user)
         _schemas[key] = schema
     return schema

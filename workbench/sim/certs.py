@@ -66,7 +66,7 @@ def _usable(pair: CertPair) -> bool:
         cert = x509.load_pem_x509_certificate(pair.cert_path.read_bytes())
     except (OSError, ValueError):
         return False
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     return cert.not_valid_after_utc - _RENEW_BEFORE > now
 
 
@@ -79,7 +79,7 @@ def _generate(pair: CertPair) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1"),
                       x509.NameAttribute(NameOID.ORGANIZATION_NAME, "workbench sim (self-signed)")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
     cert = (
         x509.CertificateBuilder()

@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 
 from workbench.decode.classify import Frame
-from workbench.store.schema import migrate
+from workbench.store.schema import SCHEMA_VERSION, SchemaVersionError, current_version, migrate
 
 DEFAULT_DB = "captures/workbench.duckdb"
 
@@ -164,8 +164,16 @@ class Store:
         except duckdb.Error as exc:
             raise StoreError(f"{self.path}: cannot open as a DuckDB database: {exc}") from exc
         self.lock = threading.RLock()
-        if not read_only:
-            migrate(self.con, self.path)
+        try:
+            if not read_only:
+                migrate(self.con, self.path)
+            else:
+                check_version(self.con, self.path)
+            _settle(self.con)
+        except (SchemaVersionError, duckdb.Error) as exc:
+            self.con.close()
+            raise StoreError(str(exc) if isinstance(exc, SchemaVersionError)
+                             else f"{self.path}: cannot prepare the database: {exc}") from exc
 
     # writing ---------------------------------------------------------------------------------
 
@@ -247,6 +255,30 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _settle(con: duckdb.DuckDBPyConnection) -> None:
+    """Finish a half-fetched result (``execute(...).fetchone()``).
+
+    DuckDB 2 refuses ``register`` and other work on a connection whose last result was not fetched
+    to the end, so a writer reopening an existing file could not insert.
+    """
+    complete = getattr(con, "complete", None)
+    if complete is not None:
+        complete()
+
+
+def check_version(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    """Refuse (SchemaVersionError) a database written by a newer workbench, without changing it."""
+    try:
+        found = current_version(con)
+    except duckdb.Error:
+        return  # not a workbench database: queries will say what is missing
+    finally:
+        _settle(con)
+    if found > SCHEMA_VERSION:
+        raise SchemaVersionError(f"{path}: schema version {found} is newer than this workbench "
+                                 f"({SCHEMA_VERSION}); upgrade workbench to read it")
 
 
 def _arrow(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | None) -> pa.Table:

@@ -26,7 +26,8 @@ from typing import Any, Protocol
 import duckdb
 import pyarrow as pa
 
-from workbench.store.db import StoreError, _arrow, _lock_message
+from workbench.store.db import StoreError, _arrow, _lock_message, check_version
+from workbench.store.schema import SchemaVersionError
 
 _READ_STATEMENTS = {"SELECT", "EXPLAIN", "PRAGMA"}
 
@@ -78,6 +79,13 @@ class LocalReader:
             self.con = duckdb.connect(self.path, read_only=True)
         except duckdb.IOException as exc:
             raise StoreError(_lock_message(self.path, exc)) from exc
+        except duckdb.Error as exc:
+            raise StoreError(f"{self.path}: cannot open as a DuckDB database: {exc}") from exc
+        try:
+            check_version(self.con, self.path)
+        except SchemaVersionError as exc:
+            self.con.close()
+            raise StoreError(str(exc)) from exc
         self._lock = threading.Lock()
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:

@@ -37,9 +37,12 @@ class EndStream:
 
 
 def b64decode_loose(text: str) -> bytes:
-    """Base64 that may be unpadded and may use the URL-safe alphabet (Connect sends both)."""
-    s = text.strip().replace("-", "+").replace("_", "/")
-    return base64.b64decode(s + "=" * (-len(s) % 4), validate=False)
+    """Base64 that may be unpadded and may use the URL-safe alphabet (Connect sends both).
+
+    Anything else outside the alphabet is an error (binascii.Error), never silently skipped.
+    """
+    s = "".join(text.split()).rstrip("=").replace("-", "+").replace("_", "/")
+    return base64.b64decode(s + "=" * (-len(s) % 4), validate=True)
 
 
 def parse_end_stream(payload: bytes, decode_details: DetailsDecoder | None = None) -> EndStream:

@@ -9,6 +9,7 @@ raw bytes kept, and once the stream is out of sync every later byte is handed ba
 from __future__ import annotations
 
 import gzip
+import struct
 import zlib
 from dataclasses import dataclass
 
@@ -20,6 +21,8 @@ KNOWN_FLAGS = FLAG_COMPRESSED | FLAG_END_STREAM
 HEADER_LEN = 5
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 _MAX_INFLATED = 256 * 1024 * 1024
+_HEADER = struct.Struct(">BI")
+_BAD_FLAGS = 0xFF & ~(KNOWN_FLAGS | FLAG_TRAILER)
 
 
 @dataclass(slots=True)
@@ -78,7 +81,7 @@ class EnvelopeParser:
     framing and returns the remaining bytes as malformed envelopes so nothing is lost.
     """
 
-    __slots__ = ("_buf", "_offset", "_max", "_desynced", "_ended")
+    __slots__ = ("_buf", "_offset", "_max", "_desynced", "_ended", "_need")
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self._buf = bytearray()
@@ -86,12 +89,25 @@ class EnvelopeParser:
         self._max = max_frame
         self._desynced = False
         self._ended = False
+        # Bytes the buffered partial frame needs before it can complete: a large frame arriving in
+        # many small chunks is appended to without being re-scanned or copied each time.
+        self._need = 0
 
     @property
     def buffered(self) -> int:
         return len(self._buf)
 
     def feed(self, data: bytes) -> list[Envelope]:
+        return self._feed(data, False)  # type: ignore[return-value]
+
+    def feed_fast(self, data: bytes) -> list[Envelope | bytes]:
+        """Like ``feed``, but a plain frame (flags 0) comes out as its payload ``bytes``.
+
+        The capture hot path uses this to skip building an ``Envelope`` for the common case.
+        """
+        return self._feed(data, True)
+
+    def _feed(self, data: bytes, plain: bool) -> list[Envelope | bytes]:
         if not data:
             return []
         if self._desynced:
@@ -100,46 +116,55 @@ class EnvelopeParser:
             self._desynced = True
             return [self._junk(bytes(data), "bytes after end-stream")]
         buf = self._buf
-        buf += data
-        out: list[Envelope] = []
+        if buf:
+            buf += data
+            if len(buf) < self._need:
+                return []
+            view = bytes(buf)
+            buf.clear()
+        else:
+            view = data if type(data) is bytes else bytes(data)
+        base = self._offset
+        out: list[Envelope | bytes] = []
         pos = 0
-        n = len(buf)
+        n = len(view)
+        unpack = _HEADER.unpack_from
+        cap = self._max
+        need = HEADER_LEN
         while n - pos >= HEADER_LEN:
-            flags = buf[pos]
-            length = int.from_bytes(buf[pos + 1 : pos + 5], "big")
-            if length > self._max:
-                self._consume(pos)
+            flags, length = unpack(view, pos)
+            if length > cap:
+                self._offset = base + pos
                 self._desynced = True
-                out.append(
-                    self._junk(
-                        bytes(self._buf),
-                        f"frame length {length} exceeds the {self._max}-byte cap (stream out of sync)",
-                    )
-                )
-                self._buf.clear()
+                out.append(self._junk(view[pos:],
+                                      f"frame length {length} exceeds the {cap}-byte cap (stream out of sync)"))
                 return out
-            if flags & ~(KNOWN_FLAGS | FLAG_TRAILER):
-                self._consume(pos)
+            if flags & _BAD_FLAGS:
+                self._offset = base + pos
                 self._desynced = True
-                out.append(self._junk(bytes(self._buf), f"reserved envelope flags 0x{flags:02x}"))
-                self._buf.clear()
+                out.append(self._junk(view[pos:], f"reserved envelope flags 0x{flags:02x}"))
                 return out
             end = pos + HEADER_LEN + length
             if end > n:
+                need = HEADER_LEN + length
                 break
-            payload = bytes(buf[pos + HEADER_LEN : end])
-            out.append(self._make(flags, payload, self._offset + pos))
+            if plain and not flags:
+                out.append(view[pos + HEADER_LEN : end])
+            else:
+                out.append(self._make(flags, view[pos + HEADER_LEN : end], base + pos))
             pos = end
             if flags & FLAG_END_STREAM and not flags & FLAG_TRAILER:
                 self._ended = True
                 if pos < n:
-                    rest = bytes(buf[pos:])
-                    self._consume(n)
+                    self._offset = base + n
                     self._desynced = True
-                    out.append(self._junk_at(rest, self._offset - len(rest), "bytes after end-stream"))
+                    out.append(self._junk_at(view[pos:], base + pos, "bytes after end-stream"))
                     return out
                 break
-        self._consume(pos)
+        self._offset = base + pos
+        if pos < n:
+            buf += view[pos:]
+            self._need = need
         return out
 
     def close(self) -> list[Envelope]:
@@ -148,6 +173,7 @@ class EnvelopeParser:
             return []
         rest = bytes(self._buf)
         self._buf.clear()
+        self._need = 0
         if len(rest) >= HEADER_LEN:
             want = int.from_bytes(rest[1:5], "big")
             msg = f"truncated frame: header announces {want} bytes, {len(rest) - HEADER_LEN} arrived"
@@ -156,11 +182,6 @@ class EnvelopeParser:
         return [self._junk_at(rest, self._offset, msg)]
 
     # internals -------------------------------------------------------------------------------
-
-    def _consume(self, upto: int) -> None:
-        if upto:
-            del self._buf[:upto]
-            self._offset += upto
 
     def _junk(self, data: bytes, error: str) -> Envelope:
         env = self._junk_at(data, self._offset, error)

@@ -1,0 +1,260 @@
+"""Capture overhead: per-frame latency added by the addon, and frames/s recorded under a flood.
+
+    python benchmarks/capture.py [--rounds 300] [--passes 3] [--flood 50000]
+
+Real processes on loopback: an HTTP/2 TLS upstream (this script with ``--upstream``, built on
+``workbench.sim.transport``), mitmdump, and an HTTP/2 client (``workbench.client.net``) in this
+process tunnelling through the proxy with CONNECT.
+
+1. Latency: a bidi Run ping-pong (client frame → server answers at once) measured through plain
+   mitmdump with streaming turned on by a trivial addon (the fair baseline: the same stream
+   callables, no recording) and through mitmdump with the capture addon. Passes alternate so load
+   from other processes hits both alike. Prints median/p90 round trips and the ratio (goal ≤ 1.1×).
+2. Flood: the upstream sends N frames as fast as it can on one Run; prints how fast the client got
+   them through each proxy and how fast the addon got them committed to the database (goal
+   ≥ 20,000 frames/s), the latter timed from the first frame leaving the upstream until the live
+   reader sees the last one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+RUN_PATH = "/agent.v1.AgentService/Run"
+BASELINE_ADDON = '''
+def _same(chunk):
+    return chunk
+
+def requestheaders(flow):
+    flow.request.stream = _same
+
+def responseheaders(flow):
+    flow.response.stream = _same
+'''
+
+
+# upstream ------------------------------------------------------------------------------------------
+
+async def _upstream() -> None:
+    from workbench.schema import pb
+    from workbench.sim.transport import serve
+
+    def text(t: str) -> bytes:
+        return bytes(pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(
+            text_delta=pb.TextDelta(text=t))).SerializeToString())
+
+    async def handler(conn) -> None:  # type: ignore[no-untyped-def]
+        first = await conn.receive()
+        if first is None:
+            return
+        msg = pb.AgentClientMessage.FromString(first)
+        prompt = msg.run_request.action.user_message_action.user_message.text
+        if prompt.startswith("flood:"):
+            n = int(prompt.split(":", 1)[1])
+            body = "x" * 80
+            from workbench.wire.envelope import encode
+
+            await conn.send(text(f"start {time.time_ns() // 1000}"))
+            # Many envelopes per write, as a busy server's DATA frames carry them: this measures
+            # the recorder, not the per-DATA-frame cost of the proxy.
+            for i in range(0, n, 50):
+                await conn._ex.write(b"".join(encode(text(f"{j} {body}")) for j in range(i, min(n, i + 50))))
+            await conn.end()
+            return
+        pong = text("pong")
+        while True:
+            m = await conn.receive()
+            if m is None:
+                break
+            await conn.send(pong)
+        await conn.end()
+
+    server = await serve(handler, port=0, tls=True, cert_dir=os.environ.get("BENCH_CERT_DIR"))
+    print(server.url, flush=True)
+    print(f"cert: {server.cert_path}", flush=True)
+    await asyncio.Event().wait()
+
+
+# helpers ---------------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"mitmdump exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit("mitmdump did not start")
+
+
+def _mitmdump(script: str, confdir: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], int]:
+    port = _free_port()
+    exe = Path(sys.executable).with_name("mitmdump")
+    cmd = [str(exe), "-q", "-s", script, "--listen-host", "127.0.0.1", "--listen-port", str(port),
+           "--set", f"confdir={confdir}", "--set", "ssl_insecure=true", *extra]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _wait_port(port, proc)
+    return proc, port
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(2)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+async def _open_run(url: str, proxy_port: int, ca: Path, prompt: str):  # type: ignore[no-untyped-def]
+    from workbench.client.net import H2Connection
+    from workbench.schema import pb
+    from workbench.wire.envelope import encode
+
+    os.environ["HTTPS_PROXY"] = f"http://127.0.0.1:{proxy_port}"
+    os.environ["NO_PROXY"] = ""
+    conn = H2Connection(url, verify=str(ca))
+    await conn.connect()
+    rid = str(uuid.uuid4())
+    stream = await conn.request(RUN_PATH, [
+        ("content-type", "application/connect+proto"), ("connect-protocol-version", "1"),
+        ("authorization", "Bearer bench-token"), ("x-request-id", rid)])
+    run = pb.AgentClientMessage(run_request=pb.AgentRunRequest(
+        conversation_id="bench", action=pb.ConversationAction(user_message_action=pb.UserMessageAction(
+            user_message=pb.UserMessage(text=prompt)))))
+    await stream.send(encode(run.SerializeToString()))
+    return conn, stream, rid
+
+
+async def _pingpong(url: str, proxy_port: int, ca: Path, rounds: int) -> list[float]:
+    from workbench.schema import pb
+    from workbench.wire.envelope import EnvelopeParser, encode
+
+    conn, stream, _ = await _open_run(url, proxy_port, ca, "pingpong")
+    hb = encode(pb.AgentClientMessage(client_heartbeat=pb.ClientHeartbeat()).SerializeToString())
+    parser = EnvelopeParser()
+    chunks = stream.chunks()
+    rtts: list[float] = []
+    for i in range(rounds + 10):
+        t0 = time.perf_counter()
+        await stream.send(hb)
+        got: list[object] = []
+        while not got:
+            got = parser.feed(await chunks.__anext__())
+        if i >= 10:  # warm-up rounds
+            rtts.append((time.perf_counter() - t0) * 1e6)
+    await stream.end()
+    await conn.close()
+    return rtts
+
+
+async def _flood(url: str, proxy_port: int, ca: Path, n: int, db: Path | None) -> tuple[float, float | None]:
+    from workbench.store import open_reader
+    from workbench.wire.envelope import EnvelopeParser
+
+    conn, stream, rid = await _open_run(url, proxy_port, ca, f"flood:{n}")
+    await stream.end()
+    parser = EnvelopeParser()
+    got = 0
+    t_first = None
+    async for chunk in stream.chunks():
+        if t_first is None:
+            t_first = time.perf_counter()
+        got += len(parser.feed(chunk))
+    t_client = time.perf_counter()
+    await conn.close()
+    assert t_first is not None
+    client_rate = got / (t_client - t_first)
+    if db is None:
+        return client_rate, None
+    want = n + 3  # run_request + start + n texts + end_stream
+    reader = open_reader(db)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        count = reader.query("SELECT count(*) FROM frames WHERE session_id = ?", [rid]).column(0)[0].as_py()
+        if count >= want:
+            break
+        await asyncio.sleep(0.02)
+    t_db = time.perf_counter()
+    return client_rate, n / (t_db - t_first)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--upstream", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--rounds", type=int, default=300, help="ping-pong round trips per pass")
+    ap.add_argument("--passes", type=int, default=3, help="alternating passes per configuration")
+    ap.add_argument("--flood", type=int, default=50_000, help="frames in the flood")
+    args = ap.parse_args()
+    if args.upstream:
+        asyncio.run(_upstream())
+        return
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-capture-"))
+    env = dict(os.environ, BENCH_CERT_DIR=str(tmp / "certs"))
+    up = subprocess.Popen([sys.executable, __file__, "--upstream"], stdout=subprocess.PIPE, text=True, env=env)
+    assert up.stdout is not None
+    url = up.stdout.readline().strip()
+    up.stdout.readline()
+    baseline_script = tmp / "baseline_stream.py"
+    baseline_script.write_text(BASELINE_ADDON)
+    confdir = tmp / "mitm"
+    db = tmp / "bench.duckdb"
+    entry = str(ROOT / "addons" / "cursor_capture.py")
+    configs = {
+        "baseline": (str(baseline_script), []),
+        "capture": (entry, ["--set", f"cursor_db={db}"]),
+    }
+    procs = {name: _mitmdump(script, confdir, extra) for name, (script, extra) in configs.items()}
+    ca = confdir / "mitmproxy-ca-cert.pem"
+    try:
+        rtts: dict[str, list[float]] = {name: [] for name in configs}
+        for _ in range(args.passes):
+            for name, (_, port) in procs.items():
+                rtts[name] += asyncio.run(_pingpong(url, port, ca, args.rounds))
+        print(f"ping-pong over one bidi Run, {args.passes} x {args.rounds} round trips per proxy")
+        med = {}
+        for name, xs in rtts.items():
+            xs.sort()
+            med[name] = statistics.median(xs)
+            print(f"  {name:<9} median {med[name]:8.0f} µs   p90 {xs[int(len(xs) * 0.9)]:8.0f} µs")
+        print(f"  ratio capture/baseline (median round trip): {med['capture'] / med['baseline']:.3f}x (goal ≤ 1.1x)")
+        print(f"  added per round trip: {med['capture'] - med['baseline']:.0f} µs (two frames: one each way)")
+
+        print(f"flood: {args.flood:,} server frames on one Run")
+        base_rate, _ = asyncio.run(_flood(url, procs["baseline"][1], ca, args.flood, None))
+        cap_rate, db_rate = asyncio.run(_flood(url, procs["capture"][1], ca, args.flood, db))
+        print(f"  client receive rate  baseline {base_rate:10,.0f} frames/s   capture {cap_rate:10,.0f} frames/s"
+              f"   ratio {base_rate / cap_rate:.2f}x")
+        print(f"  recorded (committed, visible to readers): {db_rate:,.0f} frames/s (goal ≥ 20,000)")
+    finally:
+        for proc, _ in procs.values():
+            _stop(proc)
+        up.terminate()
+        up.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""Store ingest throughput: frames/s written into a DuckDB file.
+
+Three ways of writing the same rows (200-byte payloads by default), each into a fresh file:
+
+* ``arrow baseline`` — a prebuilt ``pyarrow.Table`` inserted with one ``INSERT … SELECT`` (the
+  fastest DuckDB path; building the table is not timed);
+* ``Store.insert_frames`` — ``FrameBatch.add`` per classified frame, then one insert per batch;
+* ``Recorder`` — what capture/import do: ``Recorder.add`` per frame (seq numbers, session time
+  bounds) and ``flush()`` every ``--batch`` frames.
+
+    python benchmarks/ingest.py [--rows N] [--batch B] [--payload BYTES]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from workbench.decode.classify import SERVER_MSG, Frame
+from workbench.store.db import FRAME_SCHEMA, FrameBatch, Store, now_us
+from workbench.store.recorder import Recorder
+
+KINDS = ["interaction_update.text_delta", "interaction_update.heartbeat", "kv_server_message.set_blob_args",
+         "exec_server_message.shell_args", "interaction_update.partial_tool_call"]
+
+
+def make_frames(n: int, size: int, seed: int = 3) -> list[Frame]:
+    rng = random.Random(seed)
+    base = rng.randbytes(size * 4)
+    out = []
+    for i in range(n):
+        off = rng.randrange(0, size * 3)
+        kind = KINDS[i % len(KINDS)]
+        out.append(Frame(kind, f"{kind.rsplit('.', 1)[-1]} #{i}", base[off : off + size], 0, SERVER_MSG,
+                         None, None, i if "exec" in kind or "kv" in kind else None,
+                         f"toolu_{i // 50}" if "tool" in kind else None))
+    return out
+
+
+def run_arrow(path: Path, table: pa.Table) -> float:
+    with Store(path) as s:  # same schema (created by the migrations), same file layout
+        con = s.con
+        t0 = time.perf_counter()
+        con.register("_bench_in", table)
+        con.execute("INSERT INTO frames SELECT * FROM _bench_in")
+        con.unregister("_bench_in")
+        return time.perf_counter() - t0
+
+
+def run_batches(path: Path, frames: list[Frame], batch: int, ts0: int) -> float:
+    with Store(path) as s:
+        t0 = time.perf_counter()
+        b = FrameBatch()
+        for i, f in enumerate(frames):
+            b.add("bench", i, ts0 + i, "server", "run", "1", f)
+            if len(b) >= batch:
+                s.insert_frames(b)
+                b.clear()
+        s.insert_frames(b)
+        return time.perf_counter() - t0
+
+
+def run_recorder(path: Path, frames: list[Frame], batch: int, ts0: int) -> float:
+    with Store(path) as s:
+        rec = Recorder(s)
+        t0 = time.perf_counter()
+        add = rec.add
+        for i, f in enumerate(frames):
+            add("bench", ts0 + i, "server", "run", "1", f)
+            if (i + 1) % batch == 0:
+                rec.flush()
+        rec.flush()
+        return time.perf_counter() - t0
+
+
+def count(path: Path) -> int:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        row = con.execute("SELECT count(*), count(DISTINCT seq) FROM frames").fetchall()[0]
+    finally:
+        con.close()
+    assert row[0] == row[1]
+    return int(row[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=300_000)
+    ap.add_argument("--batch", type=int, default=20_000, help="frames per flush / insert")
+    ap.add_argument("--payload", type=int, default=200, help="payload bytes per frame")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per path; the median is reported")
+    args = ap.parse_args(argv)
+
+    frames = make_frames(args.rows, args.payload)
+    ts0 = now_us()
+    prebuilt = FrameBatch()
+    for i, f in enumerate(frames):
+        prebuilt.add("bench", i, ts0 + i, "server", "run", "1", f)
+    table = prebuilt.to_arrow()
+    assert table.schema == FRAME_SCHEMA
+    n = args.rows
+    results: dict[str, list[float]] = {"arrow baseline (prebuilt table)": [], "Store.insert_frames(FrameBatch)": [],
+                                       "Recorder.add + flush": []}
+    with tempfile.TemporaryDirectory(prefix="wb-ingest-") as tmp:
+        for r in range(args.repeat):
+            # interleave the paths so machine load affects them alike
+            paths = {name: Path(tmp) / f"{k}-{r}.duckdb" for k, name in enumerate(results)}
+            names = list(results)
+            results[names[0]].append(run_arrow(paths[names[0]], table))
+            results[names[1]].append(run_batches(paths[names[1]], frames, args.batch, ts0))
+            results[names[2]].append(run_recorder(paths[names[2]], frames, args.batch, ts0))
+            for p in paths.values():
+                assert count(p) == n
+        size_mb = sum(p.stat().st_size for p in Path(tmp).glob("*-0.duckdb")) / 3 / 1e6
+
+    med = {k: sorted(v)[len(v) // 2] for k, v in results.items()}
+    base = med["arrow baseline (prebuilt table)"]
+    print(f"{n:,} frames, {args.payload}-byte payloads, batches of {args.batch:,}, median of {args.repeat}; "
+          f"~{size_mb:.0f} MB per file; duckdb {duckdb.__version__}, pyarrow {pa.__version__}")
+    print()
+    print(f"{'path':36} {'frames/s':>12} {'vs arrow':>9}")
+    for name, t in med.items():
+        print(f"{name:36} {n / t:12,.0f} {base / t:8.2f}x")
+    rec = med["Recorder.add + flush"]
+    print()
+    ok_abs = n / rec >= 200_000
+    ok_rel = base / rec >= 0.6
+    print(f"goal: Recorder >= 200,000 frames/s -> {n / rec:,.0f} {'OK' if ok_abs else 'MISSED'}; "
+          f">= 0.6x arrow -> {base / rec:.2f}x {'OK' if ok_rel else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Time to first paint of the TUI session screen for 10k, 100k and 1M-frame sessions.
+
+For each size: build a capture database (real Recorder writes, heartbeat stretches included),
+then start ``WorkbenchApp(db, session)`` headless and measure from app start until the timeline
+has drawn real rows. The baseline, measured in the same run on the same file, is the least any
+viewer must do: ``SELECT count(*)`` plus the first page of rows by SQL. Goal: ≤ 1.5 s at 1M.
+
+    python benchmarks/tui_open.py [--sizes 10000,100000,1000000] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from workbench.store.reader import open_reader
+from workbench.tui.app import WorkbenchApp
+from workbench.tui.demo import build_big_db
+from workbench.tui.timeline import Timeline
+
+SESSION = "big"
+
+
+def baseline(db: Path) -> float:
+    t = time.perf_counter()
+    reader = open_reader(db)
+    reader.query("SELECT count(*) FROM frames WHERE session_id = ?", [SESSION])
+    reader.query("SELECT seq, ts, direction, kind, summary FROM frames WHERE session_id = ? "
+                 "ORDER BY seq LIMIT 60", [SESSION])
+    reader.close()
+    return time.perf_counter() - t
+
+
+async def first_paint(db: Path) -> tuple[float, int]:
+    t = time.perf_counter()
+    app = WorkbenchApp(db, SESSION)
+    async with app.run_test(size=(160, 50)) as pilot:
+        while True:
+            screen = app.screen
+            tl = screen.query(Timeline).first() if screen.query(Timeline) else None
+            if tl is not None and tl.first_paint is not None:
+                elapsed = time.perf_counter() - t
+                rows = len(tl.index) if tl.index is not None else 0
+                break
+            await pilot.pause(0.005)
+            if time.perf_counter() - t > 120:
+                raise RuntimeError(f"{db}: no first paint after 120 s")
+        # scrolling: jump to the middle and to the end, time until those rows are drawn
+        return elapsed, rows
+
+
+async def scroll_latency(db: Path) -> float:
+    app = WorkbenchApp(db, SESSION)
+    async with app.run_test(size=(160, 50)) as pilot:
+        while not (app.screen.query(Timeline) and app.screen.query_one(Timeline).first_paint):
+            await pilot.pause(0.005)
+        tl = app.screen.query_one(Timeline)
+        assert tl.index is not None
+        times = []
+        for target in (len(tl.index) // 2, len(tl.index) - 1, len(tl.index) // 3):
+            t = time.perf_counter()
+            tl.jump_to_row(target)
+            while tl.current is None or tl.current.seq not in tl.rows_cache:
+                await pilot.pause(0.005)
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--keep", help="keep the databases in this folder (reused when present)")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="wb-tui-bench-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"{'frames':>9}  {'first paint':>11}  {'baseline':>9}  {'ratio':>6}  {'jump+draw':>9}  rows")
+    for n in sizes:
+        db = folder / f"tui-{n}.duckdb"
+        if not db.exists():
+            t = time.perf_counter()
+            build_big_db(db, n, SESSION)
+            print(f"  (built {db.name} in {time.perf_counter() - t:.1f} s)")
+        base = min(baseline(db) for _ in range(3))
+        paint, rows = asyncio.run(first_paint(db))
+        jump = asyncio.run(scroll_latency(db))
+        verdict = "ok" if paint <= 1.5 else "OVER 1.5 s"
+        print(f"{n:>9}  {paint:>9.3f} s  {base:>7.3f} s  {paint / base:>5.1f}×  {jump * 1000:>6.0f} ms  "
+              f"{rows}  {verdict}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,284 @@
+"""Built-in client → mitmdump with the capture addon → ``workbench sim``, all real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import BIN, Mitm, Sim, env_without_proxy
+
+from workbench.client.agent import AgentClient
+from workbench.decode.classify import CLIENT_MSG, SERVER_MSG, default_decoder
+from workbench.redact import redact_payload, short_hash
+from workbench.schema import pb
+from workbench.store import open_reader
+from workbench.store.reader import sidecar_path
+
+TOKEN = "wb-test-token-7c1e0f9a2b"
+
+
+def _session_frames(db: Path, sid: str) -> list[dict[str, Any]]:
+    r = open_reader(db)
+    try:
+        return r.query("SELECT seq, ts, direction, transport, kind, payload, append_seqno FROM frames "
+                       "WHERE session_id = ? ORDER BY seq", [sid]).to_pylist()
+    finally:
+        r.close()
+
+
+def _session(db: Path, sid: str) -> dict[str, Any]:
+    r = open_reader(db)
+    try:
+        rows = r.query("SELECT * FROM sessions WHERE session_id = ?", [sid]).to_pylist()
+    finally:
+        r.close()
+    assert rows, f"no session {sid}"
+    return rows[0]
+
+
+def _wire_only(rows: list[dict[str, Any]], direction: str) -> list[bytes]:
+    """Agent messages of one direction (the client does not log the BidiRequestId or end-stream)."""
+    return [r["payload"] for r in rows if r["direction"] == direction
+            and r["kind"] not in ("bidi_request_id", "end_stream", "end_stream.error")]
+
+
+def _assert_matches_client_log(rows: list[dict[str, Any]], log: list[Any], transport: str) -> None:
+    dec = default_decoder()
+    for direction, msg_type in (("client", CLIENT_MSG), ("server", SERVER_MSG)):
+        sent = [redact_payload(e.data, msg_type) for e in log if e.direction == direction]
+        stored = _wire_only(rows, direction)
+        if stored != sent:
+            import sys
+            print("DB", [(r["seq"], r["kind"], r["append_seqno"], str(r["ts"])[14:]) for r in rows if r["direction"] == direction], file=sys.stderr)
+            print("LOG", [(dec.classify_agent(e.data, msg_type).kind, str(e.ts_us)[-8:]) for e in log if e.direction == direction][-5:], file=sys.stderr)
+            print("ALL", [(e.direction, dec.classify_agent(e.data, CLIENT_MSG if e.direction == "client" else SERVER_MSG).kind, str(e.ts_us)[-8:]) for e in log][-8:], file=sys.stderr)
+            print("DBALL", [(r["seq"], r["direction"], r["kind"], r["append_seqno"], str(r["ts"])[14:]) for r in rows][-8:], file=sys.stderr)
+        assert stored == sent, (f"{transport} {direction}: DB frames differ from the client log", [(r["seq"], r["kind"], r["append_seqno"], str(r["ts"])[11:]) for r in rows if r["direction"] == direction], [(dec.classify_agent(p, msg_type).kind) for p in sent])
+        kinds = [r["kind"] for r in rows if r["direction"] == direction
+                 and r["kind"] not in ("bidi_request_id", "end_stream")]
+        assert kinds == [dec.classify_agent(p, msg_type).kind for p in sent]
+    assert [r["seq"] for r in rows] == list(range(len(rows)))
+
+
+async def _turn(sim: Sim, m: Mitm, transport: str, prompt: str, workspace: Path | None = None,
+                client_cls: type[AgentClient] = AgentClient, heartbeat: float = 0.3) -> tuple[AgentClient, Any]:
+    kw: dict[str, Any] = {"workspace": workspace, "execute_locally": True} if workspace else {}
+    async with client_cls(sim.url, TOKEN, transport=transport, verify=str(m.ca), heartbeat_interval=heartbeat,
+                          **kw) as c:
+        res = await asyncio.wait_for(c.run_turn(prompt, raise_on_error=False), 120)
+    return c, res
+
+
+@pytest.mark.parametrize("transport", ["run", "runsse"])
+async def test_turn_through_capture_matches_client_log(capture_sim: Sim, capture_mitm: Any, capture_proxy_env: Any,
+                                                       transport: str, tmp_path: Path) -> None:
+    m = capture_mitm()
+    capture_proxy_env(m)
+    c, res = await _turn(capture_sim, m, transport, "[scenario:tool_flow] run a command", workspace=tmp_path)
+    assert res.error is None, res.error
+    assert res.tool_calls and res.text
+    log = list(c.frame_log)
+    sid = c.last_request_id
+    assert m.stop() == 0
+    assert not sidecar_path(m.db).exists()
+
+    rows = _session_frames(m.db, sid)
+    _assert_matches_client_log(rows, log, transport)
+    s = _session(m.db, sid)
+    assert s["status"] == "complete" and s["http_status"] == 200 and s["transport"] == transport
+    assert s["auth_hash"] == short_hash(TOKEN) and s["model"]
+    kinds = [r["kind"] for r in rows]
+    assert "exec_server_message.shell_args" in kinds and "exec_client_message.shell_result" in kinds
+    assert kinds[-1] == "end_stream"
+    if transport == "runsse":
+        assert kinds[0] == "bidi_request_id"
+        appends = [r["append_seqno"] for r in rows if r["transport"] == "bidi_append"]
+        assert appends == list(range(len(appends)))
+    # No stall: the client had server frames in hand while the stream was still being written.
+    first_server = next(e.ts_us for e in log if e.direction == "server")
+    assert first_server < _us(rows[-1]["ts"])
+
+
+def _us(ts: Any) -> int:
+    import datetime as dt
+
+    return int(ts.replace(tzinfo=dt.UTC).timestamp() * 1_000_000)
+
+
+async def test_twenty_concurrent_sessions(capture_sim: Sim, capture_mitm: Any, capture_proxy_env: Any) -> None:
+    m = capture_mitm()
+    capture_proxy_env(m)
+    results = await asyncio.gather(*[
+        _turn(capture_sim, m, "run" if i % 2 else "runsse", f"[scenario:text] session {i}", heartbeat=1.0) for i in range(20)])
+    assert m.stop() == 0
+    r = open_reader(m.db)
+    stored = {row["session_id"]: row for row in r.query("SELECT * FROM sessions").to_pylist()}
+    r.close()
+    assert set(stored) == {c.last_request_id for c, _ in results}
+    for c, res in results:
+        assert res.error is None
+        rows = _session_frames(m.db, c.last_request_id)
+        _assert_matches_client_log(rows, list(c.frame_log), c.transport)
+        assert stored[c.last_request_id]["status"] == "complete"
+
+
+async def test_kill_9_keeps_flushed_frames(capture_sim: Sim, capture_mitm: Any, capture_proxy_env: Any) -> None:
+    m = capture_mitm()
+    capture_proxy_env(m)
+    killed_at = 0
+    async with AgentClient(capture_sim.url, TOKEN, transport="run", verify=str(m.ca)) as c:
+        seen = 0
+        async for ev in c.stream_turn("[scenario:long] go"):
+            seen += type(ev).__name__ == "TextDelta"
+            if seen == 60 and not killed_at:
+                killed_at = time.time_ns() // 1000
+                m.proc.send_signal(signal.SIGKILL)
+                m.proc.wait()
+        log = list(c.frame_log)
+        sid = c.last_request_id
+    assert killed_at
+    assert sidecar_path(m.db).exists()  # stale: the reader must ignore it (dead pid)
+    rows = _session_frames(m.db, sid)
+    stored = Counter((r["direction"], r["payload"]) for r in rows if r["kind"] != "end_stream")
+    old = [e for e in log if e.ts_us < killed_at - m.flush_ms * 1000]
+    assert len(old) > 20
+    missing = [e for e in old if stored[(e.direction, e.data)] == 0]
+    assert not missing, f"{len(missing)} frames older than one flush interval are missing"
+    assert _session(m.db, sid)["status"] == "open"
+    # The next capture on the same file closes the orphaned session.
+    m2 = capture_mitm(db=m.db)
+    assert m2.stop() == 0
+    s = _session(m.db, sid)
+    assert s["status"] == "incomplete" and "capture ended" in s["error"]
+
+
+class _ClientWithModelKey(AgentClient):
+    def build_run_request(self, prompt: str, model: str, tools: Any, conversation_id: str) -> bytes:
+        msg = pb.AgentClientMessage.FromString(super().build_run_request(prompt, model, tools, conversation_id))
+        msg.run_request.model_details.api_key_credentials.api_key = MODEL_KEY
+        msg.run_request.requested_model.model_id = model
+        msg.run_request.requested_model.bedrock_credentials.secret_key = BEDROCK_SECRET
+        return bytes(msg.SerializeToString())
+
+
+MODEL_KEY = "sk-proj-MODELKEY-5a5a5a5a"
+BEDROCK_SECRET = "bedrock-SECRET-9e9e9e"
+COOKIE = "CursorCookie=Cookie-abcdefSECRETck"
+CLIENT_KEY = "f" * 60 + "c0de"
+CHECKSUM = "zQ8-CHECKSUM-value/6d1f"
+
+
+async def test_no_secret_reaches_the_database(capture_sim: Sim, capture_mitm: Any, capture_proxy_env: Any) -> None:
+    m = capture_mitm()
+    capture_proxy_env(m)
+    c, res = await _turn(capture_sim, m, "runsse", "[scenario:text] hello", client_cls=_ClientWithModelKey)
+    assert res.error is None
+    async with httpx.AsyncClient(proxy=m.proxy, verify=str(m.ca)) as http:
+        resp = await http.post(capture_sim.url + "/agent.v1.AgentService/GetUsableModels", content=b"",
+                               headers={"authorization": f"Bearer {TOKEN}", "cookie": COOKIE,
+                                        "x-client-key": CLIENT_KEY, "x-cursor-checksum": CHECKSUM,
+                                        "content-type": "application/proto", "connect-protocol-version": "1"})
+        assert resp.status_code == 200
+    assert m.stop() == 0
+    blobs = b"".join(p.read_bytes() for p in m.db.parent.iterdir() if p.name.startswith(m.db.name))
+    for secret in (TOKEN, COOKIE, "abcdefSECRETck", CLIENT_KEY, CHECKSUM, MODEL_KEY, BEDROCK_SECRET):
+        assert secret.encode() not in blobs, f"{secret} stored in clear"
+        assert binascii.hexlify(secret.encode()) not in blobs, f"{secret} stored as hex"
+    r = open_reader(m.db)
+    unary = r.query("SELECT transport, status, auth_hash, meta FROM sessions WHERE path LIKE '%GetUsableModels'"
+                    ).to_pylist()
+    run = r.query("SELECT model FROM sessions WHERE session_id = ?", [c.last_request_id]).to_pylist()
+    r.close()
+    assert unary and unary[0]["transport"] == "unary" and unary[0]["status"] == "complete"
+    assert unary[0]["auth_hash"] == short_hash(TOKEN) and "[redacted sha256:" in unary[0]["meta"]
+    assert run[0]["model"]
+
+
+async def test_follow_sees_frames_while_capturing(capture_sim: Sim, capture_mitm: Any, capture_proxy_env: Any) -> None:
+    m = capture_mitm()
+    capture_proxy_env(m)
+    lines: list[tuple[float, str]] = []
+    follower: subprocess.Popen[str] | None = None
+    try:
+        async with AgentClient(capture_sim.url, TOKEN, transport="run", verify=str(m.ca)) as c:
+            async for ev in c.stream_turn("[scenario:long] follow me"):
+                if follower is None and type(ev).__name__ == "TextDelta":
+                    sid = c.last_request_id
+                    deadline = time.monotonic() + 30
+                    while not _has_session(m.db, sid) and time.monotonic() < deadline:
+                        await asyncio.sleep(0.05)
+                    follower = subprocess.Popen(
+                        [str(BIN / "workbench"), "frames", sid, "--db", str(m.db), "--follow"],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_without_proxy())
+                    threading.Thread(target=_collect, args=(follower, lines), daemon=True).start()
+            turn_done = time.monotonic()
+            assert open_reader(m.db).live
+        total = len(_session_frames(m.db, sid))
+        deadline = time.monotonic() + 60
+        while len(lines) < total and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    finally:
+        if follower is not None:
+            follower.terminate()
+            follower.wait(30)
+    seqs = [int(text.split()[0]) for _, text in lines]
+    assert seqs == list(range(total)), "follow lost or duplicated frames"
+    assert any(t < turn_done for t, _ in lines), "follow saw nothing while the capture was in progress"
+    assert m.stop() == 0
+    assert not sidecar_path(m.db).exists()
+
+
+def _has_session(db: Path, sid: str) -> bool:
+    r = open_reader(db)
+    return bool(r.query("SELECT 1 FROM sessions WHERE session_id = ?", [sid]).num_rows)
+
+
+def _collect(proc: subprocess.Popen[str], out: list[tuple[float, str]]) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.strip():
+            out.append((time.monotonic(), line.rstrip("\n")))
+
+
+async def test_workbench_capture_command(capture_sim: Sim, capture_confdir: Path, capture_proxy_env: Any,
+                                         tmp_path: Path) -> None:
+    db = tmp_path / "cli.duckdb"
+    proc = subprocess.Popen(
+        [str(BIN / "workbench"), "capture", "--port", "0", "--db", str(db), "--confdir", str(capture_confdir),
+         "--", "--set", "ssl_insecure=true"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_without_proxy())
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        rest = [proc.stdout.readline().strip() for _ in range(4)]
+        ca = capture_confdir / "mitmproxy-ca-cert.pem"
+        assert rest[0] == f"ca: {ca}"
+        assert rest[1] == f"export HTTPS_PROXY={url}"
+        assert rest[2] == f"export NODE_EXTRA_CA_CERTS={ca}"
+        assert "useHttp1ForAgent" in rest[3]
+        m = Mitm(int(url.rsplit(":", 1)[1]), db, ca, proc, 250)  # type: ignore[arg-type]
+        capture_proxy_env(m)
+        c, res = await _turn(capture_sim, m, "run", "[scenario:text] via the command")
+        assert res.error is None
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "frames" in err
+    assert not sidecar_path(db).exists()
+    rows = _session_frames(db, c.last_request_id)
+    _assert_matches_client_log(rows, list(c.frame_log), "run")
+    assert _session(db, c.last_request_id)["status"] == "complete"

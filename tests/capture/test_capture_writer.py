@@ -1,0 +1,239 @@
+"""The capture writer on its own: events in, sessions and frames out (no proxy)."""
+
+from __future__ import annotations
+
+import binascii
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from workbench.capture.spool import spool_candidates
+from workbench.capture.writer import (
+    EV_BODY,
+    EV_CHUNK,
+    EV_DONE,
+    EV_EOF,
+    EV_OPEN,
+    EV_RESPONSE,
+    CaptureWriter,
+    FlowOpen,
+    WriterConfig,
+)
+from workbench.schema import pb
+from workbench.store import open_reader
+from workbench.wire.envelope import FLAG_END_STREAM, encode
+
+TOKEN = "eyJhbGciOiJIUzI1NiJ9.tok-SECRET-7f3a"
+API_KEY = "sk-live-MODELKEY-99c1"
+
+
+def _run_request(model: str = "claude-x", conv: str = "conv-1") -> bytes:
+    return pb.AgentClientMessage(run_request=pb.AgentRunRequest(
+        conversation_id=conv,
+        requested_model=pb.RequestedModel(model_id=model, api_key_credentials=pb.ApiKeyCredentials(api_key=API_KEY)),
+        action=pb.ConversationAction(user_message_action=pb.UserMessageAction(
+            user_message=pb.UserMessage(text="please refactor foo.py"))),
+    )).SerializeToString()
+
+
+def _text(t: str) -> bytes:
+    return pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(
+        text_delta=pb.TextDelta(text=t))).SerializeToString()
+
+
+def _hb() -> bytes:
+    return pb.AgentClientMessage(client_heartbeat=pb.ClientHeartbeat()).SerializeToString()
+
+
+def _open(key: str, transport: str, streaming: bool = True, rid: str | None = "rid-1") -> tuple:
+    path = {"run": "/agent.v1.AgentService/Run", "runsse": "/agent.v1.AgentService/RunSSE",
+            "bidi_append": "/aiserver.v1.BidiService/BidiAppend"}.get(transport, "/agent.v1.AgentService/GetUsableModels")
+    return (EV_OPEN, FlowOpen(key=key, transport=transport, streaming=streaming, host="127.0.0.1", path=path,
+                              ts_us=time.time_ns() // 1000, request_id=rid, client_version="cli-2026.01.01-abc",
+                              auth_hash="0123456789ab", meta={"request_headers": [["x-request-id", rid]]}))
+
+
+def _writer(tmp_path: Path, **kw) -> CaptureWriter:
+    w = CaptureWriter(WriterConfig(db_path=str(tmp_path / "cap.duckdb"), flush_interval=0.05, live=False, **kw))
+    w.start()
+    return w
+
+
+def _chunks(data: bytes, size: int) -> list[bytes]:
+    return [data[i:i + size] for i in range(0, len(data), size)]
+
+
+def test_run_stream_reassembled_from_odd_chunks(tmp_path: Path) -> None:
+    w = _writer(tmp_path)
+    q = w.queue.put
+    q(_open("f1", "run"))
+    client = encode(_run_request()) + encode(_hb())
+    server = b"".join(encode(_text(f"t{i}")) for i in range(5)) + encode(b"{}", FLAG_END_STREAM)
+    now = time.time_ns() // 1000
+    for i, c in enumerate(_chunks(client, 3)):
+        q((EV_CHUNK, "f1", "client", now + i, c))
+    q((EV_RESPONSE, "f1", now, 200, [("content-type", "application/connect+proto")], "HTTP/2.0", "h2"))
+    for i, c in enumerate(_chunks(server, 7)):
+        q((EV_CHUNK, "f1", "server", now + 100 + i, c))
+    q((EV_EOF, "f1", "client", now + 200))
+    q((EV_EOF, "f1", "server", now + 200))
+    q((EV_EOF, "f1", "server", now + 201))  # mitmproxy calls the callable with b"" twice
+    q((EV_DONE, "f1", now + 300, None, {}))
+    w.stop()
+
+    r = open_reader(tmp_path / "cap.duckdb")
+    rows = r.query("SELECT seq, direction, kind, payload FROM frames WHERE session_id='rid-1' ORDER BY seq").to_pylist()
+    assert [x["kind"] for x in rows] == ["run_request", "client_heartbeat"] + ["interaction_update.text_delta"] * 5 + ["end_stream"]
+    assert [x["direction"] for x in rows] == ["client"] * 2 + ["server"] * 6
+    assert rows[2]["payload"] == _text("t0")
+    s = r.query("SELECT status, model, conversation_id, http_status, transport, client_version FROM sessions").to_pylist()
+    assert s == [{"status": "complete", "model": "claude-x", "conversation_id": "conv-1", "http_status": 200,
+                  "transport": "run", "client_version": "cli-2026.01.01-abc"}]
+    # the model key never reaches the file
+    r.close()
+    assert API_KEY.encode() not in (tmp_path / "cap.duckdb").read_bytes()
+
+
+def _append_body(rid: str, seqno: int, msg: bytes) -> bytes:
+    return pb.BidiAppendRequest(data=binascii.hexlify(msg).decode(), request_id=pb.BidiRequestId(request_id=rid),
+                                append_seqno=seqno).SerializeToString()
+
+
+def test_runsse_appends_joined_and_reordered(tmp_path: Path) -> None:
+    w = _writer(tmp_path)
+    q = w.queue.put
+    now = time.time_ns() // 1000
+    # seqno 1 and 2 arrive before the RunSSE flow and before seqno 0
+    msgs = [_run_request(), _hb(), _hb(), _hb()]
+    for n, key in ((2, "a2"), (1, "a1")):
+        q(_open(key, "bidi_append", streaming=False, rid="sse-1"))
+        q((EV_BODY, key, "client", now + n, _append_body("sse-1", n, msgs[n])))
+        q((EV_RESPONSE, key, now, 200, [], "HTTP/1.1", None))
+        q((EV_BODY, key, "server", now, b""))
+        q((EV_DONE, key, now, None, {}))
+    q(_open("s", "runsse", rid="header-id"))
+    q((EV_CHUNK, "s", "client", now + 10, encode(pb.BidiRequestId(request_id="sse-1").SerializeToString())))
+    q((EV_EOF, "s", "client", now + 10))
+    q((EV_RESPONSE, "s", now, 200, [], "HTTP/1.1", None))
+    q((EV_CHUNK, "s", "server", now + 20, encode(_text("hi"))))
+    for n in (0, 3):
+        q(_open(f"a{n}", "bidi_append", streaming=False, rid="sse-1"))
+        q((EV_BODY, f"a{n}", "client", now + 30 + n, _append_body("sse-1", n, msgs[n])))
+        q((EV_DONE, f"a{n}", now, None, {}))
+    q((EV_CHUNK, "s", "server", now + 40, encode(b"{}", FLAG_END_STREAM)))
+    q((EV_DONE, "s", now + 50, None, {}))
+    w.stop()
+    r = open_reader(tmp_path / "cap.duckdb")
+    rows = r.query("SELECT seq, transport, kind, append_seqno, raw FROM frames WHERE session_id='sse-1' ORDER BY seq").to_pylist()
+    appends = [x["append_seqno"] for x in rows if x["transport"] == "bidi_append"]
+    assert appends == [0, 1, 2, 3]
+    assert rows[0]["kind"] == "bidi_request_id"
+    assert {x["kind"] for x in rows} >= {"run_request", "client_heartbeat", "interaction_update.text_delta", "end_stream"}
+    s = r.query("SELECT session_id, transport, status, model FROM sessions").to_pylist()
+    assert s == [{"session_id": "sse-1", "transport": "runsse", "status": "complete", "model": "claude-x"}]
+    r.close()
+    data = (tmp_path / "cap.duckdb").read_bytes()
+    assert API_KEY.encode() not in data
+    assert binascii.hexlify(API_KEY.encode()) not in data  # nor its hex form inside the BidiAppend wrapper
+
+
+def test_http_error_and_abort_recorded(tmp_path: Path) -> None:
+    w = _writer(tmp_path)
+    q = w.queue.put
+    now = time.time_ns() // 1000
+    q(_open("e", "run", rid="err-1"))
+    q((EV_CHUNK, "e", "client", now, encode(_run_request())))
+    q((EV_RESPONSE, "e", now, 401, [("content-type", "application/json")], "HTTP/2.0", "h2"))
+    q((EV_CHUNK, "e", "server", now, b'{"code":"unauthenticated","message":"Not logged in"}'))
+    q((EV_EOF, "e", "server", now))
+    q((EV_DONE, "e", now, None, {}))
+    q(_open("x", "run", rid="abort-1"))
+    q((EV_CHUNK, "x", "client", now, encode(_run_request())))
+    q((EV_CHUNK, "x", "server", now, encode(_text("partial"))[:-2]))
+    q((EV_DONE, "x", now, "peer closed connection", {}))
+    w.stop()
+    r = open_reader(tmp_path / "cap.duckdb")
+    s = {x["session_id"]: x for x in r.query("SELECT session_id, status, http_status, error FROM sessions").to_pylist()}
+    assert s["err-1"]["status"] == "error" and s["err-1"]["http_status"] == 401
+    assert "unauthenticated" in s["err-1"]["error"]
+    assert s["abort-1"]["status"] == "aborted" and s["abort-1"]["error"] == "peer closed connection"
+    kinds = r.query("SELECT session_id, kind, error FROM frames ORDER BY session_id, seq").to_pylist()
+    assert ("err-1", "http_error") in [(k["session_id"], k["kind"]) for k in kinds]
+    assert [k for k in kinds if k["session_id"] == "abort-1"][-1]["kind"] == "malformed"  # truncated frame kept
+
+
+def test_unary_call_is_its_own_session(tmp_path: Path) -> None:
+    w = _writer(tmp_path)
+    q = w.queue.put
+    now = time.time_ns() // 1000
+    q(_open("u", "unary", streaming=False, rid="run-7"))
+    q((EV_BODY, "u", "client", now, b""))
+    q((EV_RESPONSE, "u", now, 200, [], "HTTP/2.0", "h2"))
+    q((EV_BODY, "u", "server", now, b"\x0a\x03foo"))
+    q((EV_DONE, "u", now, None, {}))
+    w.stop()
+    r = open_reader(tmp_path / "cap.duckdb")
+    s = r.query("SELECT transport, request_id, status, path FROM sessions").to_pylist()
+    assert s == [{"transport": "unary", "request_id": "run-7", "status": "complete",
+                  "path": "/agent.v1.AgentService/GetUsableModels"}]
+    assert r.query("SELECT direction, kind FROM frames ORDER BY seq").to_pylist() == [
+        {"direction": "client", "kind": "empty"}, {"direction": "server", "kind": "unary"}]
+
+
+_HOLD = """
+import duckdb, sys
+con = duckdb.connect(sys.argv[1])
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_locked_database_spools_then_merges(tmp_path: Path) -> None:
+    db = tmp_path / "cap.duckdb"
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        errors: list[str] = []
+        w = CaptureWriter(WriterConfig(db_path=str(db), flush_interval=0.05, live=False), on_error=errors.append)
+        w.start()
+        assert errors and "cannot open capture database" in errors[0] and ".spool" in errors[0]
+        q = w.queue.put
+        now = time.time_ns() // 1000
+        q(_open("f", "run", rid="spooled-1"))
+        q((EV_CHUNK, "f", "client", now, encode(_run_request())))
+        q((EV_CHUNK, "f", "server", now + 1, encode(_text("a")) + encode(b"{}", FLAG_END_STREAM)))
+        q((EV_DONE, "f", now + 2, None, {}))
+        w.stop()
+        spool = spool_candidates(db)[0]
+        assert spool.exists()
+        assert API_KEY.encode() not in spool.read_bytes() and b"MODELKEY" not in spool.read_bytes()
+    finally:
+        holder.communicate("")
+    # the next start merges the spool and deletes it
+    w2 = _writer(tmp_path)
+    w2.stop()
+    assert not spool_candidates(db)[0].exists()
+    r = open_reader(db)
+    rows = r.query("SELECT seq, kind FROM frames WHERE session_id='spooled-1' ORDER BY seq").to_pylist()
+    assert [x["kind"] for x in rows] == ["run_request", "interaction_update.text_delta", "end_stream"]
+    assert [x["seq"] for x in rows] == [0, 1, 2]
+    assert r.query("SELECT status, model FROM sessions").to_pylist() == [{"status": "complete", "model": "claude-x"}]
+
+
+def test_content_redaction_hides_prompts(tmp_path: Path) -> None:
+    w = _writer(tmp_path, content=True)
+    q = w.queue.put
+    now = time.time_ns() // 1000
+    q(_open("f", "run", rid="c-1"))
+    q((EV_CHUNK, "f", "client", now, encode(_run_request())))
+    q((EV_CHUNK, "f", "server", now, encode(_text("the model says secret plans"))))
+    q((EV_DONE, "f", now, None, {}))
+    w.stop()
+    data = (tmp_path / "cap.duckdb").read_bytes()
+    assert b"please refactor" not in data and b"secret plans" not in data
+    r = open_reader(tmp_path / "cap.duckdb")
+    kinds = r.query("SELECT kind, summary FROM frames ORDER BY seq").to_pylist()
+    assert kinds[0]["kind"] == "run_request" and kinds[1]["kind"] == "interaction_update.text_delta"
+    assert "redacted" in kinds[1]["summary"]

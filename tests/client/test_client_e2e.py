@@ -1,0 +1,222 @@
+"""AgentClient against the real simulated backend (TLS, HTTP/2 and HTTP/1.1 on loopback)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from workbench.client.agent import AgentClient
+from workbench.client.events import (
+    AgentError,
+    Checkpoint,
+    Error,
+    ExecHandled,
+    ExecRequest,
+    TextDelta,
+    ToolCall,
+    TurnEnded,
+)
+from workbench.schema import pb
+from workbench.sim.runner import running_sim
+
+TRANSPORTS = ["run", "runsse", "runpoll"]
+
+
+@pytest.fixture
+async def sim():
+    async with running_sim(heartbeat_interval=0.05) as s:
+        yield s
+
+
+async def last_run(sim, timeout: float = 30.0):
+    """The newest run record once the simulator has finished it (polled with a deadline)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not (sim.state.runs and sim.state.runs[-1].finished.is_set()):
+        if loop.time() > deadline:
+            raise TimeoutError("the simulator did not finish its run")
+        await asyncio.sleep(0.01)
+    return sim.state.runs[-1]
+
+
+def client(sim, **kw) -> AgentClient:
+    return AgentClient(sim.url, "test-token", verify=str(sim.cert_path), **kw)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_text_turn_on_every_transport(sim, transport: str) -> None:
+    async with client(sim, transport=transport) as c:
+        res = await c.run_turn("[scenario:text] ping")
+    assert res.ended and res.error is None
+    assert "Hello from the workbench simulator" in res.text and "ping" in res.text
+    assert res.usage.output_tokens > 0 and res.usage.context_tokens > 0
+    run = await last_run(sim)
+    assert run.transport == transport and run.outcome == "turn_ended" and not run.faults
+    assert run.request_id == res.request_id
+    # the frame log holds the exact agent messages, first the run request
+    first = c.frame_log[0]
+    assert first.direction == "client"
+    assert first.transport == ("run" if transport == "run" else "bidi_append")
+    req = pb.AgentClientMessage.FromString(first.data)
+    assert req.WhichOneof("message") == "run_request" and req.run_request.HasField("conversation_state")
+    server = [e for e in c.frame_log if e.direction == "server"]
+    assert len(server) == len(run.sent_kinds)
+    assert pb.AgentServerMessage.FromString(server[-1].data).interaction_update.HasField("turn_ended")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_exec_handed_to_caller_gets_result_then_stream_close(sim, transport: str) -> None:
+    seen: list[ExecRequest] = []
+
+    async def on_exec(req: ExecRequest) -> str:
+        seen.append(req)
+        return "hello from the caller"
+
+    async with client(sim, transport=transport) as c:
+        res = await c.run_turn("[scenario:tool_flow] run it", on_exec=on_exec)
+    assert [r.kind for r in seen] == ["shell"] and seen[0].args["command"] == "echo hello from workbench"
+    assert "hello from the caller" in res.text and res.ended
+    assert res.tool_calls and res.tool_calls[0].args["command"] == "echo hello from workbench"
+    run = await last_run(sim)
+    assert [(e.kind, e.closed, e.thrown) for e in run.execs] == [("request_context", True, None),
+                                                                 ("shell", True, None)]
+    assert not run.faults
+
+
+async def test_local_execution_read_then_write_in_workspace(sim, tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("# Readme\nline two\n")
+    async with client(sim, transport="runsse", workspace=tmp_path, execute_locally=True) as c:
+        res = await c.run_turn("[scenario:read_write] notes please")
+    assert res.ended and "2 lines of README.md" in res.text
+    assert (tmp_path / "NOTES.md").read_text().startswith("# Notes")
+    handled = [e for e in res.events if isinstance(e, ExecHandled)]
+    assert [(h.kind, h.ok) for h in handled] == [("request_context", True), ("read", True), ("write", True)]
+
+
+async def test_local_execution_is_confined_to_the_workspace(tmp_path: Path) -> None:
+    from workbench.client.localexec import LocalExecutor
+
+    ex = LocalExecutor(tmp_path)
+    [(field, result)] = await ex.run("read", pb.ReadArgs(path="../../etc/passwd"))
+    assert field == "read_result" and result.WhichOneof("result") == "rejected"
+    [(field, result)] = await ex.run("write", pb.WriteArgs(path="/tmp/elsewhere.txt", file_text="x"))
+    assert result.WhichOneof("result") == "rejected"
+    with pytest.raises(NotImplementedError):
+        await ex.run("computer_use", b"")
+
+
+async def test_checkpoint_is_echoed_with_the_same_conversation_id(sim) -> None:
+    async with client(sim) as c:
+        first = await c.run_turn("[scenario:text] one")
+        ckpt = next(e for e in first.events if isinstance(e, Checkpoint)).state
+        await c.run_turn("[scenario:text] two")
+    runs = sim.state.runs[-2:]
+    assert runs[0].conversation_id == runs[1].conversation_id == c.conversation_id
+    sent = [pb.AgentClientMessage.FromString(e.data) for e in c.frame_log if e.direction == "client"]
+    reqs = [m.run_request for m in sent if m.WhichOneof("message") == "run_request"]
+    assert len(reqs) == 2
+    assert reqs[0].conversation_state.ByteSize() == 0
+    assert bytes(reqs[1].conversation_state.SerializeToString()) == ckpt
+
+
+async def test_no_stream_close_stalls_until_the_heartbeat_budget(sim, tmp_path: Path) -> None:
+    async with client(sim, workspace=tmp_path, execute_locally=True, faults={"no_stream_close"},
+                      heartbeat_budget=15) as c:
+        with pytest.raises(AgentError) as info:
+            await c.run_turn("[scenario:tool_flow] stall")
+    err = info.value.error
+    assert err.code == "heartbeat_budget"
+    assert "15 consecutive server heartbeats" in err.message and "no stream_close" in err.message
+    run = await last_run(sim)
+    shell = [e for e in run.execs if e.kind == "shell"][0]
+    assert shell.results == 1 and not shell.closed
+
+
+async def test_omit_conversation_state_is_rejected(sim) -> None:
+    async with client(sim, faults={"omit_conversation_state"}) as c:
+        res = await c.run_turn("[scenario:text] hi", raise_on_error=False)
+    assert res.error is not None and res.error.code == "invalid_argument"
+    assert "Conversation state is required" in res.error.message
+
+
+async def test_reset_append_seqno_duplicates_seqno_zero(sim) -> None:
+    async with client(sim, transport="runsse", faults={"reset_append_seqno"}, heartbeat_budget=40) as c:
+        res = await c.run_turn("[scenario:text] hi", raise_on_error=False)
+    run = await last_run(sim)
+    assert any("duplicate append_seqno 0" in f for f in run.faults)
+    # the first reply (a KV answer) was dropped as a duplicate, so the run never finishes
+    assert res.error is not None and res.error.code == "heartbeat_budget"
+
+
+async def test_reuse_session_writes_the_next_turn_into_the_open_run(sim) -> None:
+    async with client(sim, faults={"reuse_session"}, heartbeat_budget=20) as c:
+        first = await c.run_turn("[scenario:kv_only_on_reuse] go", on_exec=_answer, raise_on_error=False)
+    # the result went into the still-open run: tool_call_completed, then only heartbeats + a KV blob
+    assert not first.ended and first.error is not None and first.error.code == "heartbeat_budget"
+    assert not any(isinstance(e, TextDelta) for e in first.events)
+    assert any(isinstance(e, ToolCall) for e in first.events)
+    assert (await last_run(sim)).path == "on_reuse"
+
+
+async def _answer(req: ExecRequest) -> str:
+    return "Hello from KV blob investigation"
+
+
+async def test_errors_are_surfaced(sim) -> None:
+    async with client(sim) as c:
+        res = await c.run_turn("[scenario:rate_limit] hi", raise_on_error=False)
+        assert res.error is not None and res.error.code == "resource_exhausted"
+        assert res.error.details and res.error.details[0]["debug"]["error"] == "ERROR_RATE_LIMITED_CHANGEABLE"
+        res = await c.run_turn("[scenario:no_turn_end] hi", raise_on_error=False)
+        assert res.error is not None and res.error.code == "incomplete"
+        assert "without turn_ended" in res.error.message
+        res = await c.run_turn("[scenario:text] hi", model="no-such-model", raise_on_error=False)
+        assert res.error is not None and res.error.code == "not_found"
+        assert "no-such-model" in await _models_hint(c)
+
+
+async def _models_hint(c: AgentClient) -> str:
+    models = await c.list_models()
+    assert "default" in models
+    return "no-such-model" if "no-such-model" not in models else ""
+
+
+async def test_bad_token_is_unauthenticated(sim) -> None:
+    async with AgentClient(sim.url, " ", verify=str(sim.cert_path)) as c:
+        res = await c.run_turn("[scenario:text] hi", raise_on_error=False)
+    assert res.error is not None and res.error.code == "unauthenticated"
+
+
+async def test_events_stream_in_order(sim) -> None:
+    async with client(sim, transport="runpoll") as c:
+        kinds = [type(e).__name__ async for e in c.stream_turn("[scenario:text] order")]
+    assert kinds.index("TextDelta") < kinds.index("Checkpoint") < kinds.index("TurnEnded")
+    assert kinds[-1] == "TurnEnded"
+
+
+async def test_record_to_store(sim, tmp_path: Path) -> None:
+    from workbench.store.reader import open_reader
+
+    db = tmp_path / "client.duckdb"
+    async with client(sim, record_to=db) as c:
+        await c.run_turn("[scenario:text] record me")
+    reader = open_reader(db)
+    rows = reader.query("select source, status, frame_count from sessions").to_pylist()
+    assert rows == [{"source": "client", "status": "complete", "frame_count": len(c.frame_log)}]
+    kinds = [r["kind"] for r in reader.query("select kind from frames order by seq").to_pylist()]
+    assert kinds[0] == "run_request" and kinds[-1] == "interaction_update.turn_ended"
+
+
+def test_bad_options_name_themselves() -> None:
+    with pytest.raises(ValueError, match="transport 'grpc'"):
+        AgentClient("https://x", "t", transport="grpc")
+    with pytest.raises(ValueError, match="unknown fault"):
+        AgentClient("https://x", "t", faults={"nope"})
+    with pytest.raises(ValueError, match="token is empty"):
+        AgentClient("https://x", "")
+    assert "t0ken" not in repr(AgentClient("https://x", "t0ken"))
+
+
+_ = (Error, TurnEnded)

@@ -1,0 +1,31 @@
+"""Hand-rolled protobuf bytes for tests: unknown fields, odd shapes and malformed input the
+generated classes cannot produce."""
+
+from __future__ import annotations
+
+
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def tag(number: int, wire_type: int) -> bytes:
+    return varint(number << 3 | wire_type)
+
+
+def ld(number: int, data: bytes | str) -> bytes:
+    """A length-delimited field."""
+    raw = data.encode() if isinstance(data, str) else data
+    return tag(number, 2) + varint(len(raw)) + raw
+
+
+def vi(number: int, value: int) -> bytes:
+    """A varint field."""
+    return tag(number, 0) + varint(value)

@@ -1,0 +1,234 @@
+"""Flow-file and HAR imports of agent traffic recorded by a real mitmdump."""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from workbench.cli import main
+from workbench.ingest import detect_format
+from workbench.store import open_reader
+
+
+def _q(db: Path, sql: str, params: list | None = None) -> list[dict]:
+    r = open_reader(db)
+    try:
+        return r.query(sql, params).to_pylist()
+    finally:
+        r.close()
+
+
+def _import(db: Path, *files: Path, extra: tuple[str, ...] = ()) -> int:
+    return main(["import", *map(str, files), "--db", str(db), *extra])
+
+
+def test_detects_recorded_formats(tmp_path: Path, ingest_recorded: tuple[Path, Path],
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    flows, har = ingest_recorded
+    assert detect_format(flows) == "flow"
+    assert detect_format(har) == "har"
+    zhar = tmp_path / "agent.zhar"  # mitmproxy's compressed HAR
+    zhar.write_bytes(zlib.compress(har.read_bytes(), 9))
+    assert detect_format(zhar) == "har"
+    assert _import(tmp_path / "z.duckdb", zhar) == 0
+    assert capsys.readouterr().out.startswith(f"imported {zhar}: 5 sessions, 19 frames")
+
+
+def test_flow_import_sessions(tmp_path: Path, ingest_recorded: tuple[Path, Path], ingest_traffic_mod: ModuleType,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    flows, _ = ingest_recorded
+    db = tmp_path / "f.duckdb"
+    assert _import(db, flows) == 0
+    cap = capsys.readouterr()
+    assert cap.out.strip() == (f"imported {flows}: 5 sessions, 19 frames "
+                               "(1 flow without bodies: streamed; 1 flow not agent traffic, skipped)")
+    # the streamed flow is reported on its own line, naming it
+    streamed_lines = [line for line in cap.err.splitlines() if "not recorded (streamed)" in line]
+    assert len(streamed_lines) == 1 and "RunSSE" in streamed_lines[0] and "flow 9" in streamed_lines[0]
+
+    m = ingest_traffic_mod
+    rows = {r["request_id"] + ":" + r["transport"]: r for r in _q(db, "SELECT * FROM sessions")}
+    ok = rows[f"{m.RID_OK}:runsse"]
+    assert (ok["source"], ok["status"], ok["model"], ok["conversation_id"]) == (
+        "import:flow", "complete", "claude-4.5-sonnet", "conv-7f3e")
+    assert ok["client_version"] == m.CLIENT_VERSION and ok["http_status"] == 200
+    assert ok["path"] == "/agent.v1.AgentService/RunSSE"
+    meta = json.loads(ok["meta"])
+    assert meta["timing"] == "per-message" and meta["file"] == str(flows) and meta["flow_id"] == ok["session_id"]
+    assert [a["append_seqno"] for a in meta["appends"]] == [0, 1, 2]
+
+    big = rows[f"{m.RID_BIG}:runsse"]
+    assert (big["status"], big["error"]) == ("incomplete", "body not recorded (streamed)")
+    limit = rows[f"{m.RID_LIMIT}:runsse"]
+    assert limit["status"] == "error" and "resource_exhausted" in limit["error"]
+    run = rows[f"{m.RID_OK}:run"]
+    assert (run["status"], run["http_status"], run["error"]) == ("error", 464, "HTTP 464")
+    assert rows[f"{m.RID_OK}:unary"]["path"] == "/agent.v1.AgentService/GetUsableModels"
+
+
+def test_bidi_append_join_and_reorder(tmp_path: Path, ingest_recorded: tuple[Path, Path],
+                                      ingest_traffic_mod: ModuleType) -> None:
+    flows, _ = ingest_recorded
+    db = tmp_path / "f.duckdb"
+    assert _import(db, flows) == 0
+    m = ingest_traffic_mod
+    frames = _q(db, "SELECT f.* FROM frames f JOIN sessions s USING (session_id) "
+                    "WHERE s.request_id = ? AND s.transport = 'runsse' ORDER BY seq", [m.RID_OK])
+    got = [(f["direction"], f["transport"], f["kind"], f["append_seqno"]) for f in frames]
+    assert got[:4] == [
+        ("client", "runsse", "bidi_request_id", None),
+        ("client", "bidi_append", "run_request", 0),          # captured second, ordered first
+        ("client", "bidi_append", "exec_client_message.shell_result", 1),
+        ("client", "bidi_append", "client_heartbeat", 2),     # captured first
+    ]
+    assert [k for _, _, k, _ in got[4:]] == [
+        "interaction_update.thinking_delta", "interaction_update.text_delta",
+        "interaction_update.tool_call_started", "exec_server_message.shell_args",
+        "interaction_update.text_delta", "interaction_update.turn_ended", "end_stream"]
+    assert {f["request_id"] for f in frames if f["transport"] == "bidi_append"} == {m.RID_OK}
+    started = next(f for f in frames if f["kind"] == "interaction_update.tool_call_started")
+    assert started["call_id"] == m.CALL_ID
+    # appends keep their wrapper bytes; each frame's stream names the HTTP exchange it came on
+    assert all(f["raw"] for f in frames if f["transport"] == "bidi_append")
+    assert len({f["stream"] for f in frames if f["transport"] == "bidi_append"}) == 3
+
+
+def test_secrets_never_stored(tmp_path: Path, ingest_recorded: tuple[Path, Path],
+                              ingest_traffic_mod: ModuleType) -> None:
+    flows, har = ingest_recorded
+    db = tmp_path / "s.duckdb"
+    assert _import(db, flows, har) == 0
+    blob = db.read_bytes()
+    wal = db.with_name(db.name + ".wal")
+    if wal.exists():
+        blob += wal.read_bytes()
+    assert len(blob) > 10_000
+    # DuckDB may compress strings on disk, so also look at every stored value.
+    values = b""
+    for table in ("sessions", "frames"):
+        for row in _q(db, f"SELECT * FROM {table}"):
+            for v in row.values():
+                values += v if isinstance(v, bytes) else str(v).encode()
+    assert b"[redacted sha256:" in values
+    for secret in ingest_traffic_mod.SECRETS:
+        for piece in (secret, secret[:24], secret[-24:]):
+            for form in (piece.encode(), piece.encode().hex().encode()):  # BidiAppend data is hex
+                assert form not in blob, piece
+                assert form not in values, piece
+    # the model key was in the run requests (Run body and BidiAppend seqno 0): they are kept, redacted
+    runs = _q(db, "SELECT payload FROM frames WHERE kind = 'run_request'")
+    assert len(runs) >= 4 and all(b"[redacted sha256:" in r["payload"] for r in runs)
+    rows = _q(db, "SELECT DISTINCT auth_hash FROM sessions")
+    assert len(rows) == 1 and len(rows[0]["auth_hash"]) == 12
+
+
+def test_har_matches_flow_import(tmp_path: Path, ingest_recorded: tuple[Path, Path],
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    flows, har = ingest_recorded
+    db = tmp_path / "h.duckdb"
+    assert _import(db, flows, har) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == (f"imported {har}: 5 sessions, 19 frames "
+                      "(1 entry without bodies: streamed; 1 entry not agent traffic, skipped)")
+    per_source = {}
+    for src in ("import:flow", "import:har"):
+        per_source[src] = _q(db, "SELECT s.request_id, s.transport, s.status, f.seq, f.kind, f.payload, "
+                                 "f.append_seqno FROM frames f JOIN sessions s USING (session_id) "
+                                 "WHERE s.source = ? ORDER BY s.request_id, s.transport, f.seq", [src])
+    assert per_source["import:flow"] == per_source["import:har"]
+
+
+def _har_doc(har: Path) -> dict:
+    return json.loads(har.read_text())
+
+
+def _runsse_ok_entry(doc: dict, rid: str) -> dict:
+    for e in doc["log"]["entries"]:
+        if e["request"]["url"].endswith("/RunSSE") and rid in e["request"]["postData"]["text"]:
+            return e
+    raise AssertionError("no RunSSE entry")
+
+
+def test_har_base64_bodies(tmp_path: Path, ingest_recorded: tuple[Path, Path], ingest_traffic_mod: ModuleType) -> None:
+    _, har = ingest_recorded
+    doc = _har_doc(har)
+    e = _runsse_ok_entry(doc, ingest_traffic_mod.RID_OK)
+    body = e["response"]["content"]["text"].encode("latin-1")
+    e["response"]["content"].update(text=base64.b64encode(body).decode(), encoding="base64")
+    e["response"]["content"]["size"] = 0  # sizes are optional; the framing decides
+    edited = tmp_path / "b64.har"
+    edited.write_text(json.dumps(doc))
+    db = tmp_path / "b.duckdb"
+    assert _import(db, edited) == 0
+    kinds = [r["kind"] for r in _q(db, "SELECT f.kind FROM frames f JOIN sessions s USING (session_id) "
+                                       "WHERE s.request_id = ? AND s.transport = 'runsse' ORDER BY seq",
+                                   [ingest_traffic_mod.RID_OK])]
+    assert kinds[-1] == "end_stream" and "exec_server_message.shell_args" in kinds
+
+
+def test_har_mangled_binary_body_is_reported(tmp_path: Path, ingest_recorded: tuple[Path, Path],
+                                            ingest_traffic_mod: ModuleType,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    _, har = ingest_recorded
+    doc = _har_doc(har)
+    e = _runsse_ok_entry(doc, ingest_traffic_mod.RID_OK)
+    body = e["response"]["content"]["text"].encode("latin-1") + b"\xff\xfe"  # as a browser would save it:
+    e["response"]["content"]["text"] = body.decode("utf-8", "replace")     # lossy UTF-8 text
+    edited = tmp_path / "mangled.har"
+    edited.write_text(json.dumps(doc))
+    db = tmp_path / "m.duckdb"
+    assert _import(db, edited) == 0
+    cap = capsys.readouterr()
+    assert "mangled in HAR text form" in cap.err and "entry 7" in cap.err
+    assert "1 body unusable" in cap.out
+    (s,) = _q(db, "SELECT * FROM sessions WHERE request_id = ? AND transport = 'runsse'",
+              [ingest_traffic_mod.RID_OK])
+    assert s["status"] == "error" and "mangled" in s["error"]
+    server = _q(db, "SELECT kind, payload, error FROM frames WHERE session_id = ? AND direction = 'server'",
+                [s["session_id"]])
+    assert len(server) == 1 and server[0]["kind"] == "malformed" and "U+FFFD" in server[0]["error"]
+    assert server[0]["payload"]  # the text we got is kept
+
+
+def test_truncated_flow_file_imports_nothing(tmp_path: Path, ingest_recorded: tuple[Path, Path],
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    flows, _ = ingest_recorded
+    data = flows.read_bytes()
+    cut = tmp_path / "cut.flows"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    db = tmp_path / "c.duckdb"
+    assert _import(db, cut) == 2
+    err = capsys.readouterr().err
+    assert str(cut) in err and "cannot be read" in err and "nothing imported" in err
+    assert _q(db, "SELECT count(*) AS n FROM sessions")[0]["n"] == 0
+    assert _q(db, "SELECT count(*) AS n FROM frames")[0]["n"] == 0
+
+
+def test_bad_har_entry_names_it(tmp_path: Path, ingest_recorded: tuple[Path, Path],
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    _, har = ingest_recorded
+    doc = _har_doc(har)
+    del doc["log"]["entries"][3]["request"]["url"]
+    bad = tmp_path / "bad.har"
+    bad.write_text(json.dumps(doc))
+    not_har = tmp_path / "other.json"
+    not_har.write_text('{"log": {"pages": []}, "entries": 3}')
+    db = tmp_path / "e.duckdb"
+    assert _import(db, bad, not_har) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: entry 4: request has no url" in err
+    assert f"{not_har}: JSON without log.entries" in err
+    assert _q(db, "SELECT count(*) AS n FROM frames")[0]["n"] == 0
+
+
+def test_format_override_on_wrong_file(tmp_path: Path, ingest_sample: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "w.duckdb"
+    assert _import(db, ingest_sample, extra=("--format", "flow")) == 2
+    err = capsys.readouterr().err
+    assert str(ingest_sample) in err and "flow 1" in err

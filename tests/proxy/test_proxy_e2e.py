@@ -1,0 +1,201 @@
+"""openai SDK → ``workbench proxy`` → ``workbench sim``: real processes, TLS HTTP/2 upstream.
+
+Acceptance (a)–(f) of the reproduction rig; every process listens on a free loopback port.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from conftest import Rig, start_rig
+
+BASH = {"type": "function", "function": {"name": "bash", "description": "Run a shell command",
+                                         "parameters": {"type": "object", "properties": {
+                                             "command": {"type": "string"}}, "required": ["command"]}}}
+READ = {"type": "function", "function": {"name": "read", "description": "Read a file",
+                                         "parameters": {"type": "object", "properties": {
+                                             "filePath": {"type": "string"}}, "required": ["filePath"]}}}
+WRITE = {"type": "function", "function": {"name": "write", "description": "Write a file",
+                                          "parameters": {"type": "object", "properties": {
+                                              "filePath": {"type": "string"}, "content": {"type": "string"}},
+                                              "required": ["filePath", "content"]}}}
+TASK = {"type": "function", "function": {"name": "task", "description": "Dispatch subagents",
+                                         "parameters": {"type": "object", "properties": {
+                                             "description": {"type": "string"}, "tasks": {"type": "array"},
+                                             "options": {"type": "object"}}}}}
+
+
+@pytest.fixture(scope="module", params=["run", "runsse", "runpoll"])
+def any_rig(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    r = start_rig(tmp_path_factory.mktemp(request.param), transport=request.param)
+    yield r
+    r.proxy.stop()
+    r.sim.stop()
+
+
+def sdk(rig: Rig) -> openai.OpenAI:
+    return openai.OpenAI(base_url=rig.base_url, api_key="not-the-upstream-token", max_retries=0, timeout=60)
+
+
+def stream_text(client: openai.OpenAI, messages: list[dict[str, Any]], **kw: Any) -> tuple[str, str | None, list]:
+    text, finish, calls = "", None, []
+    for chunk in client.chat.completions.create(model="default", messages=messages, stream=True, **kw):
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        text += choice.delta.content or ""
+        calls += choice.delta.tool_calls or []
+        finish = choice.finish_reason or finish
+    return text, finish, calls
+
+
+def tool_round(messages: list[dict[str, Any]], call: Any, result: str) -> list[dict[str, Any]]:
+    return messages + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call.id, "type": "function",
+             "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": result},
+    ]
+
+
+# (a) and (f) ----------------------------------------------------------------------------------
+
+def test_streamed_text(any_rig: Rig) -> None:
+    text, finish, calls = stream_text(sdk(any_rig), [{"role": "user", "content": "[scenario:text] hello proxy"}])
+    assert text == "Hello from the workbench simulator (default). You said: hello proxy"
+    assert finish == "stop" and calls == []
+
+
+def test_non_streamed_text_with_usage(rig: Rig) -> None:
+    r = sdk(rig).chat.completions.create(model="default", messages=[
+        {"role": "system", "content": "be brief"}, {"role": "user", "content": "[scenario:text] hi"}])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].message.content.startswith("Hello from the workbench simulator")
+    assert r.usage is not None and r.usage.completion_tokens > 0 and r.usage.prompt_tokens > 0
+
+
+# (b) and (f) ----------------------------------------------------------------------------------
+
+def test_tool_flow(any_rig: Rig) -> None:
+    client = sdk(any_rig)
+    messages = [{"role": "user", "content": "[scenario:tool_flow] say hello with the shell"}]
+    text, finish, calls = stream_text(client, messages, tools=[BASH])
+    assert finish == "tool_calls" and len(calls) == 1
+    assert calls[0].function.name == "bash"
+    assert json.loads(calls[0].function.arguments) == {"command": "echo hello from workbench"}
+    followup = tool_round(messages, calls[0], "hello from workbench")
+    r = client.chat.completions.create(model="default", messages=followup, tools=[BASH])
+    assert r.choices[0].finish_reason == "stop", r.choices[0].message
+    assert "hello from workbench" in (r.choices[0].message.content or "")
+
+
+# (c) ----------------------------------------------------------------------------------------
+
+def test_multi_step_read_then_write(rig: Rig) -> None:
+    client = sdk(rig)
+    tools = [READ, WRITE]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "[scenario:read_write] take notes"}]
+    r = client.chat.completions.create(model="default", messages=messages, tools=tools)
+    assert r.choices[0].finish_reason == "tool_calls"
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "read" and json.loads(call.function.arguments) == {"filePath": "README.md"}
+    messages = tool_round(messages, call, "# Readme\n")
+    r = client.chat.completions.create(model="default", messages=messages, tools=tools)
+    assert r.choices[0].finish_reason == "tool_calls"
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "write"
+    assert json.loads(call.function.arguments)["filePath"] == "NOTES.md"
+    messages = tool_round(messages, call, "wrote NOTES.md")
+    r = client.chat.completions.create(model="default", messages=messages, tools=tools)
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].message.content
+
+
+# (d) ----------------------------------------------------------------------------------------
+
+EXPECTED_TASKS = 40
+
+
+def large_args_call(rig: Rig) -> Any:
+    messages = [{"role": "user", "content": "[scenario:mcp_large_args] audit everything"}]
+    _, finish, calls = stream_text(sdk(rig), messages, tools=[TASK])
+    assert finish == "tool_calls" and len(calls) == 1 and calls[0].function.name == "task"
+    return calls[0]
+
+
+def test_large_mcp_args_arrive_intact(rig: Rig) -> None:
+    args = json.loads(large_args_call(rig).function.arguments)
+    assert set(args) == {"description", "tasks", "options"}
+    assert len(args["tasks"]) == EXPECTED_TASKS and args["tasks"][39]["id"] == "task-39"
+    assert args["options"] == {"parallel": True, "max_concurrency": 4, "timeout_s": 600}
+
+
+def test_naive_args_concat_reproduces_garbled_json(tmp_path: Path) -> None:
+    r = start_rig(tmp_path, proxy_args=["--fault", "naive_args_concat"])
+    try:
+        raw = large_args_call(r).function.arguments
+    finally:
+        r.proxy.stop()
+        r.sim.stop()
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(raw)
+    assert raw.startswith('{"description": "Audit all modules in parallel", "tasks": [')
+    assert raw.count('{"description": "Audit all modules') >= 2  # each snapshot repeats the prefix
+
+
+# (e) ----------------------------------------------------------------------------------------
+
+def test_no_stream_close_stalls_and_the_budget_gives_up(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    r = start_rig(tmp_path, proxy_args=["--fault", "no_stream_close", "--heartbeat-budget", "20",
+                                        "--execute-locally", "--workspace", str(ws)])
+    try:
+        with pytest.raises(openai.APIStatusError) as info:
+            sdk(r).chat.completions.create(model="default", messages=[
+                {"role": "user", "content": "[scenario:tool_flow] run it here"}])
+    finally:
+        r.proxy.stop()
+        r.sim.stop()
+    assert info.value.status_code == 504
+    err = info.value.body
+    assert isinstance(err, dict) and err["code"] == "heartbeat_budget"
+    assert "20 consecutive server heartbeats" in err["message"] and "no stream_close" in err["message"]
+
+
+# errors, models ------------------------------------------------------------------------------
+
+def test_upstream_errors_become_openai_errors(rig: Rig) -> None:
+    client = sdk(rig)
+    with pytest.raises(openai.RateLimitError) as info:
+        client.chat.completions.create(model="default", messages=[{"role": "user", "content": "[scenario:rate_limit] x"}])
+    assert info.value.body["code"] == "resource_exhausted"
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "[scenario:text] x"}])
+    with pytest.raises(openai.APIError, match="resource_exhausted|usage limit|Error"):
+        stream_text(client, [{"role": "user", "content": "[scenario:rate_limit] streamed"}])
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="default", messages=[])
+
+
+def test_models_come_from_get_usable_models(rig: Rig) -> None:
+    ids = [m.id for m in sdk(rig).models.list().data]
+    assert "default" in ids and "gpt-5" in ids
+
+
+def test_proxy_never_logs_the_token(tmp_path: Path) -> None:
+    r = start_rig(tmp_path)
+    try:
+        stream_text(sdk(r), [{"role": "user", "content": "[scenario:text] hi"}])
+    finally:
+        r.proxy.stop()
+        r.sim.stop()
+    out = (r.proxy.proc.stdout.read() if r.proxy.proc.stdout else "") + "\n".join(r.proxy.lines)
+    assert "sk-test-proxy-token" not in out
+    assert r.proxy.proc.returncode == 0

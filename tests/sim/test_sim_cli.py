@@ -1,0 +1,62 @@
+"""``workbench sim`` as a process: URL on the first line, real TLS clients, SIGTERM, bad options."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+# Not ``-m workbench.cli``: that would load the module twice (as __main__ too), with two CliErrors.
+WORKBENCH = [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())"]
+
+
+def start(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([*WORKBENCH, "sim", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_cli_prints_url_first_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
+    proc = start("--port", "0", "--cert-dir", str(tmp_path), "--heartbeat-interval", "0.05")
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert re.fullmatch(r"https://127\.0\.0\.1:\d+", url), url
+        cert_line = proc.stdout.readline().strip()
+        assert cert_line == f"cert: {tmp_path / 'sim-cert.pem'}"
+        # A client that trusts the certificate through SSL_CERT_FILE (OpenSSL's default paths).
+        probe = textwrap.dedent(f"""
+            import ssl, urllib.request
+            req = urllib.request.Request("{url}/agent.v1.AgentService/GetUsableModels", data=b"{{}}",
+                headers={{"authorization": "Bearer t", "content-type": "application/json"}})
+            print(urllib.request.urlopen(req, context=ssl.create_default_context()).read().decode())
+        """)
+        env = {**os.environ, "SSL_CERT_FILE": str(tmp_path / "sim-cert.pem")}
+        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert '"modelId": "claude-4-sonnet"' in out.stdout
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_cli_unknown_scenario_exits_2(tmp_path: Path) -> None:
+    proc = start("--scenario", "nope", "--cert-dir", str(tmp_path))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "unknown scenario 'nope'" in err and "tool_flow" in err and "kv_only_on_reuse" in err
+
+
+def test_cli_list_and_bad_scenario_dir(tmp_path: Path) -> None:
+    (tmp_path / "mine.json").write_text('{"description": "mine", "steps": [{"text": "x"}]}')
+    out = subprocess.run([*WORKBENCH, "sim", "--scenario-dir", str(tmp_path),
+                          "--list-scenarios"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and re.search(r"^mine\s+mine$", out.stdout, re.M)
+    out = subprocess.run([*WORKBENCH, "sim", "--scenario-dir", str(tmp_path / "x")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "does not exist" in out.stderr

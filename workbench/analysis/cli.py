@@ -1,0 +1,192 @@
+"""``workbench diagnose``, ``workbench blobs``, ``workbench tools``.
+
+``diagnose`` exits 0 when no session has a warning or error finding and 1 otherwise, so a CI job
+can gate on it; usage errors exit 2 (raised as CliError). Findings are written back to the
+database when this process can open it for writing; through a live capture's read service (or a
+file another process holds) the report is printed and nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from workbench.analysis.argsutil import parse_json
+from workbench.analysis.engine import analyze_session, write_results
+from workbench.analysis.model import AnalysisResult, Finding
+from workbench.cli import CliError
+from workbench.commands.common import add_db_arg, resolve_session
+from workbench.store.db import Store, StoreError
+from workbench.store.reader import open_reader, sidecar_path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("diagnose", help="diagnose sessions; exit 1 when a warning or error is found",
+                       description="Analyse sessions (KV blobs, tool calls, findings) and print a report. "
+                       "Exit 0 = clean, 1 = any warning or error finding, 2 = usage error.")
+    p.add_argument("session", nargs="?", help="session id (a unique prefix is enough)")
+    p.add_argument("--all", action="store_true", help="every session in the database")
+    p.add_argument("--json", action="store_true", help="one JSON object per session")
+    p.add_argument("--no-write", action="store_true", help="do not write findings back to the database")
+    add_db_arg(p)
+    p.set_defaults(func=cmd_diagnose)
+
+    p = sub.add_parser("blobs", help="the KV blobs of a session (set/get, content, checkpoint refs)")
+    p.add_argument("session", help="session id (a unique prefix is enough)")
+    p.add_argument("--json", action="store_true", help="one JSON object per blob request")
+    add_db_arg(p)
+    p.set_defaults(func=cmd_blobs)
+
+    p = sub.add_parser("tools", help="the tool calls of a session, args rebuilt (streamed/completion/merged/naive)")
+    p.add_argument("session", help="session id (a unique prefix is enough)")
+    p.add_argument("--json", action="store_true", help="one JSON object per tool call")
+    add_db_arg(p)
+    p.set_defaults(func=cmd_tools)
+
+
+def _check_db(path: str) -> None:
+    if not Path(path).exists():
+        raise CliError(f"--db {path}: no such capture database")
+
+
+def _writable_store(path: str) -> Store | None:
+    """The database opened for writing, or None when a capture (or anyone) holds it."""
+    if sidecar_path(path).exists():
+        return None
+    try:
+        return Store(path)
+    except StoreError:
+        return None
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    if args.all and args.session:
+        raise CliError("give either a SESSION or --all, not both")
+    if not args.all and not args.session:
+        raise CliError("give a SESSION id (or prefix) or --all")
+    _check_db(args.db)
+    store = None if args.no_write else _writable_store(args.db)
+    src: Any = store if store is not None else open_reader(args.db)
+    try:
+        if args.all:
+            ids = [str(s) for s in src.query("SELECT session_id FROM sessions ORDER BY started_at, session_id")
+                   .column(0).to_pylist()]
+        else:
+            ids = [resolve_session(src, args.session)]
+        results = [analyze_session(src, sid) for sid in ids]
+        note = None
+        if store is not None:
+            write_results(store, results)
+        elif not args.no_write:
+            note = (f"note: findings not written: {args.db} is held by another process (a capture in progress?); "
+                    "this report was read through its live reader")
+        if args.json:
+            for r in results:
+                print(json.dumps(result_json(r), default=str))
+        else:
+            print_report(results)
+            if note:
+                print(note)
+    finally:
+        src.close()
+    return 1 if any(r.failed for r in results) else 0
+
+
+def result_json(r: AnalysisResult) -> dict[str, Any]:
+    return {"session_id": r.session_id, "frames": r.frame_count, "failed": r.failed,
+            "findings": [f.as_dict() for f in r.findings]}
+
+
+def print_report(results: list[AnalysisResult]) -> None:
+    if not results:
+        print("no sessions")
+        return
+    for r in results:
+        counts: dict[str, int] = {}
+        for f in r.findings:
+            counts[f.severity] = counts.get(f.severity, 0) + 1
+        tally = ", ".join(f"{n} {sev}{'s' if n != 1 else ''}" for sev, n in counts.items()) or "clean"
+        print(f"session {r.session_id} ({r.frame_count} frames): {tally}")
+        for f in r.findings:
+            print_finding(f)
+    bad = sum(1 for r in results if r.failed)
+    print(f"{len(results)} session{'s' if len(results) != 1 else ''} analysed, {bad} with warnings or errors")
+
+
+def print_finding(f: Finding) -> None:
+    where = (f"seq {f.first_seq}" if f.first_seq == f.last_seq else f"seq {f.first_seq}–{f.last_seq}"
+             ) if f.first_seq is not None else "no seq"
+    print(f"  {f.severity.upper():7} {f.code}  [{where}]")
+    print(f"          {f.message}")
+    if f.evidence:
+        print(f"          evidence: {', '.join(map(str, f.evidence))}")
+    if f.suggested_fix:
+        print(f"          fix: {f.suggested_fix}")
+
+
+def _load(args: argparse.Namespace) -> AnalysisResult:
+    _check_db(args.db)
+    reader = open_reader(args.db)
+    try:
+        sid = resolve_session(reader, args.session)
+        return analyze_session(reader, sid)
+    finally:
+        reader.close()
+
+
+def _short(value: Any, width: int) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def cmd_blobs(args: argparse.Namespace) -> int:
+    r = _load(args)
+    if args.json:
+        for b in r.blobs:
+            row = {k: v for k, v in b.items() if k != "data"}
+            print(json.dumps(row, default=str))
+        return 0
+    print(f"session {r.session_id}: {len(r.blobs)} blob request(s)")
+    print(f"{'seq':>6} {'kv':>4} {'op':4} {'status':10} {'blob_id':14} {'size':>7} {'type':22} {'sha':4} "
+          f"{'checkpoint_ref':24} preview")
+    for b in r.blobs:
+        kind = b["content_type"] or ""
+        if b.get("role"):
+            kind += f"/{b['role']}"
+        elif b.get("proto_type"):
+            kind += f"/{b['proto_type']}"
+        sha = "" if b["sha256_ok"] is None else ("ok" if b["sha256_ok"] else "no")
+        print(f"{b['seq'] if b['seq'] is not None else '':>6} {b['kv_id'] if b['kv_id'] is not None else '':>4} "
+              f"{b['op']:4} {b['status']:10} {b['blob_id'][:12] + '…':14} "
+              f"{b['size'] if b['size'] is not None else '':>7} {_short(kind, 22):22} {sha:4} "
+              f"{_short(b.get('checkpoint_ref'), 24):24} {_short(b.get('preview'), 80)}")
+    return 0
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    r = _load(args)
+    if args.json:
+        for t in r.tool_calls:
+            print(json.dumps(t, default=str))
+        return 0
+    print(f"session {r.session_id}: {len(r.tool_calls)} tool call(s)")
+    for t in r.tool_calls:
+        exec_part = f" exec {t['exec_id']} seq {t['exec_seq']}" if t["exec_id"] is not None else ""
+        result_part = f" result seq {t['result_seq']}" if t["result_seq"] is not None else ""
+        print(f"{t['call_id']}  {t['tool_name']}  {t['status']}  seq {t['first_seq']}–{t['last_seq']}"
+              f"{exec_part}{result_part}")
+        print(f"    merged:     {_short(t['args_merged'], 150)}")
+        if t["args_streamed"] is not None and t["args_streamed"] != t["args_merged"]:
+            print(f"    streamed:   {_short(t['args_streamed'], 150)}")
+        if t["args_completion"] is not None and t["args_completion"] != t["args_merged"]:
+            print(f"    completion: {_short(t['args_completion'], 150)}")
+        if t["args_naive"] is not None and parse_json(t["args_naive"]) != t["args_streamed"]:
+            print(f"    naive:      {_short(t['args_naive'], 150)}  (what concatenating the deltas gives)")
+        if t["result"] is not None:
+            print(f"    result:     {_short(t['result'], 150)}")
+    return 0

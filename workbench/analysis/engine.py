@@ -1,0 +1,365 @@
+"""Running the analysis: one session from a store or reader, many sessions into the store, or a
+capture in progress fed row by row.
+
+The frames query fetches the bulk columns for every frame but payload bytes only for the kinds
+the walk parses (see ``facts.PAYLOAD_KINDS``), in slices, so a million-frame session never turns
+into a million Python ``bytes`` objects.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+import pyarrow as pa
+from google.protobuf.message import DecodeError
+
+from workbench.analysis.blobs import blob_rows
+from workbench.analysis.facts import (
+    BULK_KINDS,
+    HEARTBEAT,
+    TEXT_DELTA,
+    TOOL_DELTA,
+    CallState,
+    FactsBuilder,
+    HeartbeatRun,
+    SessionFacts,
+    payload_sql_predicate,
+)
+from workbench.analysis.model import SEVERITY_RANK, AnalysisResult, Config, Finding
+from workbench.analysis.rules import Context, run_rules
+from workbench.analysis.tools import public_row, tool_rows
+from workbench.schema import pb
+from workbench.store.db import Store
+
+_SLICE = 200_000
+
+
+class Queryable(Protocol):
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table: ...
+
+
+def frames_sql(bulk: bool = True) -> str:
+    skip = "" if bulk else f" AND kind NOT IN ({', '.join(repr(k) for k in BULK_KINDS)})"
+    return (
+        "SELECT seq, epoch_us(ts) AS ts_us, direction, transport, kind, ref_id, call_id, append_seqno, "
+        f"request_id, flags, CASE WHEN {payload_sql_predicate()} THEN payload END AS payload, "
+        "CASE WHEN transport = 'cli_ndjson' THEN decoded END AS decoded "
+        f"FROM frames WHERE session_id = ? AND seq >= ? AND seq < ?{skip} ORDER BY seq"
+    )
+
+
+# Heartbeat stretches in SQL: number the server frames that are not heartbeats; every heartbeat
+# belongs to the group of the non-heartbeat frame before it. A group with n heartbeats is a
+# stretch, its non-heartbeat row the frame before it, the next group's row the frame after it.
+_RUNS_SQL = """
+WITH s AS (
+    SELECT seq, epoch_us(ts) AS ts_us, kind, kind = 'interaction_update.heartbeat' AS hb
+    FROM frames WHERE session_id = ? AND direction = 'server'),
+g AS (
+    SELECT *, sum(CASE WHEN hb THEN 0 ELSE 1 END) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS grp FROM s),
+a AS (
+    SELECT grp, count(*) FILTER (WHERE hb) AS n,
+           min(seq) FILTER (WHERE hb) AS first_seq, max(seq) FILTER (WHERE hb) AS last_seq,
+           min(ts_us) FILTER (WHERE hb) AS first_ts, max(ts_us) FILTER (WHERE hb) AS last_ts,
+           min(seq) FILTER (WHERE NOT hb) AS prev_seq, arg_min(kind, seq) FILTER (WHERE NOT hb) AS prev_kind
+    FROM g GROUP BY grp),
+l AS (
+    SELECT *, lead(prev_seq) OVER (ORDER BY grp) AS next_seq, lead(prev_kind) OVER (ORDER BY grp) AS next_kind
+    FROM a)
+SELECT * FROM l WHERE n >= ? ORDER BY grp
+"""
+
+
+def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run: int) -> None:
+    """What the batch walk skipped: heartbeat stretches, text seqs, tool_call_delta counts, bounds."""
+    f = builder.facts
+    runs = src.query(_RUNS_SQL, [session_id, max(1, min_run)]).to_pylist()
+    for r in runs:
+        sample = src.query("SELECT seq FROM frames WHERE session_id = ? AND seq BETWEEN ? AND ? AND direction = "
+                           "'server' AND kind = ? ORDER BY seq LIMIT ?",
+                           [session_id, r["first_seq"], r["last_seq"], HEARTBEAT, 20]).column(0).to_pylist()
+        if sample[-1] != r["last_seq"]:
+            sample.append(r["last_seq"])
+        pc = src.query("SELECT max(seq) FROM frames WHERE session_id = ? AND direction = 'client' AND seq < ? "
+                       "AND kind NOT IN ('client_heartbeat', 'exec_client_control_message.heartbeat')",
+                       [session_id, r["first_seq"]]).column(0)[0].as_py()
+        seg = sum(1 for rr in f.run_requests if rr.seq < r["first_seq"])
+        f.runs.append(HeartbeatRun(r["first_seq"], r["last_seq"], r["n"], r["first_ts"], r["last_ts"], seg, sample,
+                                   r["prev_seq"], r["prev_kind"], pc, r["next_seq"], r["next_kind"]))
+    f.text_seqs = src.query("SELECT seq FROM frames WHERE session_id = ? AND kind = ? ORDER BY seq",
+                            [session_id, TEXT_DELTA]).column(0).to_pylist()
+    for r in src.query("SELECT call_id, count(*) AS n, max(seq) AS last_seq, min(seq) AS first_seq, "
+                       "max(epoch_us(ts)) AS last_ts, min(epoch_us(ts)) AS first_ts FROM frames "
+                       "WHERE session_id = ? AND kind = ? AND call_id IS NOT NULL GROUP BY call_id",
+                       [session_id, TOOL_DELTA]).to_pylist():
+        st = f.calls.get(r["call_id"])
+        if st is None:
+            st = f.calls[r["call_id"]] = CallState(r["call_id"], r["first_seq"], r["last_seq"], r["first_ts"],
+                                                   r["last_ts"], 0)
+        st.delta_count += r["n"]
+        if r["last_seq"] > st.last_seq:
+            st.last_seq, st.last_ts = r["last_seq"], r["last_ts"]
+        if r["first_seq"] < st.first_seq:
+            st.first_seq, st.first_ts = r["first_seq"], r["first_ts"]
+    kt = src.query("SELECT kind, count(*) AS n FROM frames WHERE session_id = ? GROUP BY kind", [session_id])
+    f.kinds = dict(zip(kt.column(0).to_pylist(), kt.column(1).to_pylist(), strict=True))
+    b = src.query(
+        "SELECT count(*) AS n, min(seq) AS first_seq, max(seq) AS last_seq, arg_max(epoch_us(ts), seq) AS last_ts, "
+        "max(seq) FILTER (WHERE direction = 'server') AS last_server_seq, "
+        "arg_max(kind, seq) FILTER (WHERE direction = 'server' AND kind <> 'interaction_update.heartbeat') AS lk, "
+        "max(seq) FILTER (WHERE direction = 'server' AND kind <> 'interaction_update.heartbeat') AS lp, "
+        "arg_max(epoch_us(ts), seq) FILTER (WHERE direction = 'server' AND kind <> 'interaction_update.heartbeat') AS lpt "
+        "FROM frames WHERE session_id = ?", [session_id]).to_pylist()[0]
+    f.frame_count = int(b["n"])
+    f.first_seq, f.last_seq, f.last_ts = b["first_seq"], b["last_seq"], b["last_ts"]
+    f.last_server_seq, f.last_server_kind = b["last_server_seq"], b["lk"]
+    f.last_progress_seq, f.last_progress_ts = b["lp"], b["lpt"]
+
+
+def _is_live(src: Any) -> bool:
+    return bool(getattr(src, "live", False))
+
+
+def session_row(src: Queryable, session_id: str) -> dict[str, Any]:
+    t = src.query("SELECT status, error, conversation_id, source, transport FROM sessions WHERE session_id = ?",
+                  [session_id])
+    return t.to_pylist()[0] if t.num_rows else {}
+
+
+def session_final(src: Queryable, session_id: str) -> bool:
+    """Is the session over? A capture in progress (read live) with status 'open' is not."""
+    status = session_row(src, session_id).get("status")
+    return not (status == "open" and _is_live(src))
+
+
+def load_facts(src: Queryable, session_id: str, config: Config | None = None) -> FactsBuilder:
+    """Facts of a stored session: a Python walk over the frames that carry something to correlate,
+    SQL aggregates for the bulk (deltas, heartbeats)."""
+    cfg = config or Config()
+    builder = FactsBuilder(session_id)
+    bounds = src.query("SELECT min(seq), max(seq) FROM frames WHERE session_id = ?", [session_id])
+    lo, hi = bounds.column(0)[0].as_py(), bounds.column(1)[0].as_py()
+    if lo is None:
+        return builder
+    sql = frames_sql(bulk=False)
+    start = lo
+    while start <= hi:
+        table = src.query(sql, [session_id, start, start + _SLICE])
+        builder.feed_table(table)
+        start += _SLICE
+    _aggregates(src, session_id, builder, cfg.heartbeat_min_count)
+    return builder
+
+
+def analyze_session(store_or_reader: Queryable, session_id: str, config: Config | None = None, *,
+                    final: bool | None = None) -> AnalysisResult:
+    """Analyse one stored session (read only: nothing is written)."""
+    src = store_or_reader
+    cfg = config or Config()
+    info = session_row(src, session_id)
+    if final is None:
+        final = not (info.get("status") == "open" and _is_live(src))
+    builder = load_facts(src, session_id, cfg)
+    facts = builder.facts
+    conv = _conversation_id(src, facts)
+    siblings = _siblings(src, session_id, conv) if conv else []
+    known = _known_blob_ids(src, siblings)
+    prior = _prior_checkpoint(src, session_id, siblings)
+    return evaluate(builder, cfg, final=final, known_ids=known, prior_checkpoint=prior, session=info)
+
+
+def evaluate(builder: FactsBuilder, cfg: Config, *, final: bool, known_ids: Iterable[bytes] = (),
+             prior_checkpoint: tuple[str, int] | None = None,
+             session: Mapping[str, Any] | None = None) -> AnalysisResult:
+    facts = builder.facts
+    blobs = blob_rows(facts, final=final, grace=cfg.live_grace_frames, known_ids=known_ids)
+    calls = tool_rows(facts)
+    ctx = Context(facts, blobs, calls, cfg, final, builder.all_runs(), prior_checkpoint,
+                  {"session": dict(session or {})})
+    findings = sort_findings(run_rules(ctx))
+    return AnalysisResult(facts.session_id, blobs, [public_row(r) for r in calls], findings, facts.frame_count)
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (SEVERITY_RANK[f.severity], f.first_seq if f.first_seq is not None else -1,
+                                           f.code))
+
+
+# cross-session context ----------------------------------------------------------------------------
+
+def _conversation_id(src: Queryable, facts: SessionFacts) -> str | None:
+    for rr in facts.run_requests:
+        if rr.conversation_id:
+            return rr.conversation_id
+    t = src.query("SELECT conversation_id FROM sessions WHERE session_id = ?", [facts.session_id])
+    return t.column(0)[0].as_py() if t.num_rows else None
+
+
+def _siblings(src: Queryable, session_id: str, conversation_id: str) -> list[tuple[str, Any]]:
+    """Other sessions of the same conversation, with their start time."""
+    t = src.query("SELECT session_id, started_at FROM sessions WHERE conversation_id = ? AND session_id <> ?",
+                  [conversation_id, session_id])
+    out = {r["session_id"]: r["started_at"] for r in t.to_pylist()}
+    # Sessions whose recorder did not fill conversation_id: look at their run requests.
+    t = src.query("SELECT f.session_id, f.payload, s.started_at FROM frames f JOIN sessions s USING (session_id) "
+                  "WHERE f.kind = 'run_request' AND f.session_id <> ? AND s.conversation_id IS NULL", [session_id])
+    for r in t.to_pylist():
+        try:
+            cid = pb.AgentClientMessage.FromString(r["payload"] or b"").run_request.conversation_id
+        except DecodeError:
+            continue
+        if cid == conversation_id:
+            out[r["session_id"]] = r["started_at"]
+    return sorted(out.items(), key=lambda kv: (kv[1] is None, kv[1]))
+
+
+def _known_blob_ids(src: Queryable, siblings: list[tuple[str, Any]]) -> set[bytes]:
+    if not siblings:
+        return set()
+    ids = [s for s, _ in siblings]
+    t = src.query("SELECT payload FROM frames WHERE session_id IN (SELECT unnest(?)) "
+                  "AND kind = 'kv_server_message.set_blob_args'", [ids])
+    out: set[bytes] = set()
+    for payload in t.column(0).to_pylist():
+        try:
+            out.add(bytes(pb.AgentServerMessage.FromString(payload or b"").kv_server_message.set_blob_args.blob_id))
+        except DecodeError:
+            continue
+    return out
+
+
+def _prior_checkpoint(src: Queryable, session_id: str, siblings: list[tuple[str, Any]]) -> tuple[str, int] | None:
+    if not siblings:
+        return None
+    t = src.query("SELECT started_at FROM sessions WHERE session_id = ?", [session_id])
+    mine = t.column(0)[0].as_py() if t.num_rows else None
+    earlier = [s for s, started in siblings if mine is None or started is None or started < mine]
+    if not earlier:
+        return None
+    t = src.query("SELECT session_id, max(seq) AS seq FROM frames WHERE session_id IN (SELECT unnest(?)) "
+                  "AND kind = 'conversation_checkpoint_update' GROUP BY session_id", [earlier])
+    rows = t.to_pylist()
+    if not rows:
+        return None
+    return rows[-1]["session_id"], int(rows[-1]["seq"])
+
+
+# writing -----------------------------------------------------------------------------------------
+
+def analyze(store: Store, session_ids: list[str] | None = None, config: Config | None = None
+            ) -> dict[str, AnalysisResult]:
+    """Analyse sessions (all when None) and replace their rows in blobs, tool_calls and findings."""
+    if session_ids is None:
+        session_ids = [str(s) for s in store.query("SELECT session_id FROM sessions ORDER BY started_at, session_id")
+                       .column(0).to_pylist()]
+    results = {sid: analyze_session(store, sid, config) for sid in session_ids}
+    write_results(store, list(results.values()))
+    return results
+
+
+BLOB_TYPES: list[tuple[str, pa.DataType]] = [
+    ("session_id", pa.string()), ("blob_id", pa.string()), ("op", pa.string()), ("seq", pa.int64()),
+    ("result_seq", pa.int64()), ("kv_id", pa.int64()), ("size", pa.int32()), ("content_type", pa.string()),
+    ("role", pa.string()), ("proto_type", pa.string()), ("parts", pa.string()), ("sha256_ok", pa.bool_()),
+    ("checkpoint_ref", pa.string()), ("status", pa.string()), ("preview", pa.string()), ("data", pa.binary()),
+]
+TOOL_TYPES: list[tuple[str, pa.DataType]] = [
+    ("session_id", pa.string()), ("call_id", pa.string()), ("tool_name", pa.string()), ("exec_id", pa.int64()),
+    ("model_call_id", pa.string()), ("first_seq", pa.int64()), ("last_seq", pa.int64()), ("exec_seq", pa.int64()),
+    ("result_seq", pa.int64()), ("args_streamed", pa.string()), ("args_completion", pa.string()),
+    ("args_merged", pa.string()), ("args_naive", pa.string()), ("result", pa.string()), ("status", pa.string()),
+    ("started_at", pa.timestamp("us")), ("ended_at", pa.timestamp("us")),
+]
+FINDING_TYPES: list[tuple[str, pa.DataType]] = [
+    ("session_id", pa.string()), ("code", pa.string()), ("severity", pa.string()), ("message", pa.string()),
+    ("first_seq", pa.int64()), ("last_seq", pa.int64()), ("evidence", pa.list_(pa.int64())),
+    ("suggested_fix", pa.string()),
+]
+_JSON_COLS = {"parts", "args_streamed", "args_completion", "args_merged", "result"}
+
+
+def _to_arrow(rows: list[Mapping[str, Any]], types: list[tuple[str, pa.DataType]]) -> pa.Table:
+    arrays = []
+    for name, typ in types:
+        values = [r.get(name) for r in rows]
+        if name in _JSON_COLS:
+            # Rows of one blob share their parts object: serialise each object once.
+            memo: dict[int, str] = {}
+            out = []
+            for v in values:
+                if v is None:
+                    out.append(None)
+                    continue
+                key = id(v)
+                text = memo.get(key)
+                if text is None:
+                    text = memo[key] = json.dumps(v, default=str, ensure_ascii=False)
+                out.append(text)
+            values = out
+        arrays.append(pa.array(values, type=typ))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(types))
+
+
+def result_tables(results: list[AnalysisResult]) -> dict[str, pa.Table]:
+    return {
+        "blobs": _to_arrow([b for r in results for b in r.blobs], BLOB_TYPES),
+        "tool_calls": _to_arrow([t for r in results for t in r.tool_calls], TOOL_TYPES),
+        "findings": _to_arrow([f.as_dict() for r in results for f in r.findings], FINDING_TYPES),
+    }
+
+
+def write_results(store: Store, results: list[AnalysisResult]) -> None:
+    ids = [r.session_id for r in results]
+    if not ids:
+        return
+    for table, rows in result_tables(results).items():
+        store.insert_rows(table, rows, replace_sessions=ids)
+
+
+# live ----------------------------------------------------------------------------------------------
+
+class IncrementalAnalyzer:
+    """Findings for a capture in progress: ``feed`` new frame rows (in seq order), ask ``findings``.
+
+    Rows are an Arrow table or dicts with the ``frames`` columns (``ts`` as a datetime or ``ts_us``
+    as epoch microseconds). Rows at or below the last seq fed are ignored, so a follower can
+    re-send an overlapping page safely. Until ``final`` is set, rules wait
+    ``Config.live_grace_frames`` frames before calling a request unanswered and never call a
+    stream ended.
+    """
+
+    def __init__(self, session_id: str, config: Config | None = None) -> None:
+        self.session_id = session_id
+        self.config = config or Config()
+        self.builder = FactsBuilder(session_id)
+        self.final = False
+
+    @property
+    def last_seq(self) -> int | None:
+        return self.builder.facts.last_seq
+
+    def feed(self, rows: pa.Table | Iterable[Mapping[str, Any]]) -> int:
+        """Add frames; returns how many were new."""
+        last = self.last_seq
+        if isinstance(rows, pa.Table):
+            if "session_id" in rows.column_names:
+                rows = rows.filter(pa.compute.equal(rows.column("session_id"), self.session_id))
+            if last is not None:
+                rows = rows.filter(pa.compute.greater(rows.column("seq"), last))
+            if rows.num_rows:
+                rows = rows.sort_by("seq")
+                self.builder.feed_table(rows)
+            return int(rows.num_rows)
+        fresh = [r for r in rows if r.get("session_id", self.session_id) == self.session_id
+                 and (last is None or r["seq"] > last)]
+        fresh.sort(key=lambda r: r["seq"])
+        self.builder.feed_rows(fresh)
+        return len(fresh)
+
+    def result(self, final: bool | None = None) -> AnalysisResult:
+        return evaluate(self.builder, self.config, final=self.final if final is None else final)
+
+    def findings(self, final: bool | None = None) -> list[Finding]:
+        return self.result(final).findings

@@ -1,0 +1,570 @@
+"""One pass over a session's frames, in seq order, collecting what the rules and tables need.
+
+This is the only place that walks frames. It is streaming on purpose: the batch analysis feeds a
+whole session (in Arrow batches), the live analysis feeds new rows as a capture grows, and both
+end in the same ``SessionFacts``. The walk is cheap for the bulk (token/thinking/tool-call deltas,
+heartbeats: a dict lookup and a few assignments); protobuf parsing happens only for the frames
+that carry something to correlate (tool calls, exec, KV, checkpoints, run requests, end-streams).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+from google.protobuf.message import DecodeError
+
+from workbench.analysis.argsutil import accumulate_args_text
+from workbench.schema import pb
+
+# Message classes looked up once (pb's lookup is a dict walk per attribute access).
+SERVER_CLS = pb.message("AgentServerMessage")
+CLIENT_CLS = pb.message("AgentClientMessage")
+
+HEARTBEAT = "interaction_update.heartbeat"
+TURN_ENDED = "interaction_update.turn_ended"
+TEXT_DELTA = "interaction_update.text_delta"
+PARTIAL = "interaction_update.partial_tool_call"
+STARTED = "interaction_update.tool_call_started"
+COMPLETED = "interaction_update.tool_call_completed"
+TOOL_DELTA = "interaction_update.tool_call_delta"
+CHECKPOINT = "conversation_checkpoint_update"
+RUN_REQUEST = "run_request"
+NDJSON = "cli_ndjson"
+
+# Kinds whose payload the walk parses; the batch query fetches payload bytes for these only.
+PAYLOAD_KINDS = (PARTIAL, STARTED, COMPLETED, CHECKPOINT, RUN_REQUEST, "end_stream.error",
+                 "exec_client_control_message.throw", "conversation_action")
+PAYLOAD_PREFIXES = ("exec_server_message", "exec_client_message", "kv_server_message", "kv_client_message",
+                    "interaction_response")
+# Client messages that may carry a tool call's args back to the server (history, answers).
+ECHO_KINDS = frozenset({RUN_REQUEST, "conversation_action"})
+# Frames the batch walk skips: SQL aggregates stand in for them (see engine.load_facts).
+BULK_KINDS = (HEARTBEAT, TEXT_DELTA, TOOL_DELTA, "interaction_update.token_delta",
+              "interaction_update.thinking_delta", "client_heartbeat", "exec_client_control_message.heartbeat")
+# Heartbeat stretches shorter than this are not worth remembering (rules use larger thresholds).
+_MIN_RUN_KEPT = 2
+_RUN_SAMPLE = 20
+
+FRAME_FIELDS = ("seq", "ts_us", "direction", "transport", "kind", "ref_id", "call_id", "append_seqno",
+                "request_id", "flags", "payload", "decoded")
+
+
+def payload_sql_predicate() -> str:
+    """SQL boolean over ``frames`` telling whether the walk needs a frame's payload."""
+    kinds = ", ".join(f"'{k}'" for k in PAYLOAD_KINDS)
+    prefixes = " OR ".join(f"starts_with(kind, '{p}')" for p in PAYLOAD_PREFIXES)
+    return f"(kind IN ({kinds}) OR {prefixes} OR transport = '{NDJSON}')"
+
+
+@dataclass
+class HeartbeatRun:
+    first_seq: int
+    last_seq: int
+    count: int
+    first_ts: int
+    last_ts: int
+    seg: int
+    sample: list[int]
+    prev_seq: int | None = None       # last non-heartbeat server frame before the stretch
+    prev_kind: str | None = None
+    prev_client_seq: int | None = None  # last non-heartbeat client frame before the stretch
+    next_seq: int | None = None       # the server frame that ended it (None: still running / end)
+    next_kind: str | None = None
+
+    @property
+    def span_s(self) -> float:
+        return (self.last_ts - self.first_ts) / 1e6
+
+
+@dataclass
+class ExecReq:
+    seg: int
+    id: int
+    seq: int
+    ts: int
+    member: str                      # e.g. shell_stream_args
+    exec_id: str
+    tool_call_id: str | None
+    payload: bytes
+    result_seqs: list[int] = field(default_factory=list)
+    result_payload: bytes | None = None
+    echo_payloads: list[bytes] = field(default_factory=list)
+    result_ts: int | None = None
+    close_seq: int | None = None
+    throw_seq: int | None = None
+    throw_error: str | None = None
+    abort_seq: int | None = None
+    later_server: int = 0            # server frames seen after it (live grace)
+
+
+@dataclass
+class KvOp:
+    seg: int
+    id: int
+    seq: int
+    op: str                          # set | get
+    blob_id: bytes
+    data: bytes | None               # set: the data
+    result_seq: int | None = None
+    result_member: str | None = None
+    result_has_data: bool = False
+    result_data: bytes | None = None
+    set_error: str | None = None
+    later_server: int = 0
+
+
+@dataclass
+class Query:
+    seg: int
+    id: int
+    seq: int
+    kind: str
+    response_seq: int | None = None
+    later_server: int = 0
+
+
+@dataclass
+class CallState:
+    call_id: str
+    first_seq: int
+    last_seq: int
+    first_ts: int
+    last_ts: int
+    seg: int
+    model_call_id: str | None = None
+    deltas: list[str] = field(default_factory=list)
+    delta_seqs: list[int] = field(default_factory=list)
+    args_text: str = ""
+    started_seq: int | None = None
+    started_payload: bytes | None = None
+    completed_seq: int | None = None
+    completed_payload: bytes | None = None
+    tool_case: str | None = None      # ToolCall oneof member, e.g. shell_tool_call
+    delta_count: int = 0
+
+
+@dataclass
+class RunRequest:
+    seq: int
+    seg: int
+    has_state: bool
+    state_empty: bool
+    conversation_id: str
+    action: str | None
+    payload: bytes
+
+
+@dataclass
+class Append:
+    seq: int
+    request_id: str | None
+    seqno: int
+
+
+@dataclass
+class SessionFacts:
+    session_id: str
+    frame_count: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    last_ts: int | None = None
+    last_server_seq: int | None = None
+    last_server_kind: str | None = None
+    last_progress_seq: int | None = None  # last server frame that is not a heartbeat
+    last_progress_ts: int | None = None
+    seg: int = 0
+    runs: list[HeartbeatRun] = field(default_factory=list)
+    open_run: HeartbeatRun | None = None
+    execs: list[ExecReq] = field(default_factory=list)
+    kv: list[KvOp] = field(default_factory=list)
+    queries: list[Query] = field(default_factory=list)
+    calls: dict[str, CallState] = field(default_factory=dict)
+    run_requests: list[RunRequest] = field(default_factory=list)
+    checkpoints: list[tuple[int, int, bytes]] = field(default_factory=list)  # (seq, seg, payload)
+    end_streams: list[tuple[int, str, bytes, int]] = field(default_factory=list)  # seq, kind, payload, flags
+    turn_ended: list[tuple[int, int]] = field(default_factory=list)  # (seq, seg)
+    text_seqs: list[int] = field(default_factory=list)
+    appends: list[Append] = field(default_factory=list)
+    ndjson: list[tuple[int, str, bytes | None, str | None]] = field(default_factory=list)
+    # client messages that may echo tool-call args back (history, results): (seq, payload)
+    client_payloads: list[tuple[int, bytes]] = field(default_factory=list)
+    # non-heartbeat client frames: the seq of the latest one (the client's last "input")
+    last_client_seq: int | None = None
+    throws_unmatched: list[tuple[int, int]] = field(default_factory=list)
+    kinds: dict[str, int] = field(default_factory=dict)
+    malformed: list[int] = field(default_factory=list)
+
+
+class FactsBuilder:
+    """Feed frame rows in seq order; ``facts`` is always current."""
+
+    def __init__(self, session_id: str) -> None:
+        self.facts = SessionFacts(session_id)
+        self._handlers: dict[str, Callable[[int, int, Any, Any, Any, str], None] | None] = {}
+        self._exec_open: dict[tuple[int, int], ExecReq] = {}
+        self._kv_open: dict[tuple[int, int], KvOp] = {}
+        self._query_open: dict[tuple[int, int], Query] = {}
+        # requests still waiting for an answer, to count later server frames (live grace)
+        self._waiting: list[ExecReq | KvOp | Query] = []
+
+    # input ------------------------------------------------------------------------------------
+
+    def feed_table(self, table: pa.Table) -> None:
+        cols = {name: table.column(name).to_pylist() for name in table.column_names}
+        if "ts_us" not in cols and "ts" in cols:
+            cols["ts_us"] = [_to_us(v) for v in cols["ts"]]
+        self.feed_columns(cols, table.num_rows)
+
+    def feed_rows(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        rows = list(rows)
+        cols: dict[str, list[Any]] = {}
+        for name in FRAME_FIELDS:
+            if name == "ts_us":
+                cols[name] = [_to_us(r["ts_us"]) if "ts_us" in r else _to_us(r.get("ts")) for r in rows]
+            else:
+                cols[name] = [r.get(name) for r in rows]
+        self.feed_columns(cols, len(rows))
+
+    def feed_columns(self, cols: Mapping[str, Sequence[Any]], n: int) -> None:
+        if not n:
+            return
+        f = self.facts
+        seqs = cols["seq"]
+        tss = cols["ts_us"]
+        dirs = cols["direction"]
+        kinds = cols["kind"]
+        transports = cols.get("transport") or [None] * n
+        refs = cols.get("ref_id") or [None] * n
+        cids = cols.get("call_id") or [None] * n
+        payloads = cols.get("payload") or [None] * n
+        seqnos = cols.get("append_seqno") or [None] * n
+        rids = cols.get("request_id") or [None] * n
+        flags = cols.get("flags") or [0] * n
+        decodeds = cols.get("decoded") or [None] * n
+        handlers = self._handlers
+        kind_counts = f.kinds
+        if f.first_seq is None:
+            f.first_seq = seqs[0]
+        for i in range(n):
+            kind = kinds[i]
+            seq = seqs[i]
+            ts = tss[i]
+            kind_counts[kind] = kind_counts.get(kind, 0) + 1
+            if dirs[i] == "server":
+                if kind == HEARTBEAT:
+                    run = f.open_run
+                    if run is None:
+                        f.open_run = HeartbeatRun(seq, seq, 1, ts, ts, f.seg, [seq], f.last_progress_seq,
+                                                  f.last_server_kind, f.last_client_seq)
+                    else:
+                        run.last_seq = seq
+                        run.last_ts = ts
+                        run.count += 1
+                        if run.count <= _RUN_SAMPLE:
+                            run.sample.append(seq)
+                    f.last_server_seq = seq
+                    if self._waiting:
+                        self._tick()
+                    continue
+                if f.open_run is not None:
+                    self._close_run(seq, kind)
+                f.last_server_seq = seq
+                f.last_server_kind = kind
+                f.last_progress_seq = seq
+                f.last_progress_ts = ts
+                if self._waiting:
+                    self._tick()
+            else:
+                if transports[i] == "bidi_append" and seqnos[i] is not None:
+                    f.appends.append(Append(seq, rids[i], seqnos[i]))
+                if kind != "client_heartbeat" and kind != "exec_client_control_message.heartbeat":
+                    f.last_client_seq = seq
+                    if kind in ECHO_KINDS and payloads[i]:
+                        f.client_payloads.append((seq, payloads[i]))
+            if transports[i] == NDJSON:
+                f.ndjson.append((seq, kind, payloads[i], decodeds[i]))
+                continue
+            if kind in handlers:
+                h = handlers[kind]
+            else:
+                h = handlers[kind] = self._handler_for(kind)
+            if h is not None:
+                if h == self._on_end_stream:
+                    f.end_streams.append((seq, kind, payloads[i] or b"", flags[i] or 0))
+                    continue
+                h(seq, ts, refs[i], cids[i], payloads[i], kind)
+        f.frame_count += n
+        f.last_seq = seqs[n - 1]
+        f.last_ts = tss[n - 1]
+
+    # bookkeeping ------------------------------------------------------------------------------
+
+    def _close_run(self, next_seq: int | None, next_kind: str | None) -> None:
+        run = self.facts.open_run
+        self.facts.open_run = None
+        if run is None or run.count < _MIN_RUN_KEPT:
+            return
+        run.next_seq = next_seq
+        run.next_kind = next_kind
+        if run.sample[-1] != run.last_seq:
+            run.sample.append(run.last_seq)
+        self.facts.runs.append(run)
+
+    def all_runs(self) -> list[HeartbeatRun]:
+        """Closed stretches plus the one still running (its next_seq is None)."""
+        runs = list(self.facts.runs)
+        run = self.facts.open_run
+        if run is not None and run.count >= _MIN_RUN_KEPT:
+            tail = HeartbeatRun(run.first_seq, run.last_seq, run.count, run.first_ts, run.last_ts, run.seg,
+                                list(run.sample), run.prev_seq, run.prev_kind, run.prev_client_seq)
+            if tail.sample[-1] != tail.last_seq:
+                tail.sample.append(tail.last_seq)
+            runs.append(tail)
+        return runs
+
+    def _tick(self) -> None:
+        keep = []
+        for w in self._waiting:
+            w.later_server += 1
+            if w.later_server < 1_000:
+                keep.append(w)
+        self._waiting = keep
+
+    def _handler_for(self, kind: str) -> Callable[[int, int, Any, Any, Any, str], None] | None:
+        if kind == TEXT_DELTA:
+            return self._on_text
+        if kind == TURN_ENDED:
+            return self._on_turn_ended
+        if kind in (PARTIAL, STARTED, COMPLETED):
+            return self._on_call_update
+        if kind == TOOL_DELTA:
+            return self._on_tool_delta
+        if kind == CHECKPOINT:
+            return self._on_checkpoint
+        if kind == RUN_REQUEST:
+            return self._on_run_request
+        if kind.startswith("end_stream"):
+            return self._on_end_stream
+        if kind.startswith("exec_server_message."):
+            return self._on_exec
+        if kind.startswith("exec_client_message"):
+            return self._on_exec_result
+        if kind.startswith("exec_client_control_message."):
+            return self._on_exec_control
+        if kind == "exec_server_control_message.abort":
+            return self._on_abort
+        if kind.startswith("kv_server_message."):
+            return self._on_kv
+        if kind.startswith("kv_client_message."):
+            return self._on_kv_result
+        if kind.startswith("interaction_query"):
+            return self._on_query
+        if kind.startswith("interaction_response"):
+            return self._on_response
+        if kind == "malformed":
+            return self._on_malformed
+        return None
+
+    # handlers ---------------------------------------------------------------------------------
+
+    def _on_text(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        self.facts.text_seqs.append(seq)
+
+    def _on_end_stream(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        pass  # recorded by the loop, which has the flags
+
+    def _on_malformed(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        self.facts.malformed.append(seq)
+
+    def _on_turn_ended(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        self.facts.turn_ended.append((seq, self.facts.seg))
+
+    def _call(self, call_id: str, seq: int, ts: int) -> CallState:
+        st = self.facts.calls.get(call_id)
+        if st is None:
+            st = self.facts.calls[call_id] = CallState(call_id, seq, seq, ts, ts, self.facts.seg)
+        else:
+            st.last_seq = seq
+            st.last_ts = ts
+        return st
+
+    def _on_tool_delta(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        if cid:
+            self._call(cid, seq, ts).delta_count += 1
+
+    def _on_call_update(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        if not payload:
+            return
+        try:
+            upd = SERVER_CLS.FromString(payload).interaction_update
+        except DecodeError:
+            return
+        member = upd.WhichOneof("message")
+        inner = getattr(upd, member)
+        call_id = inner.call_id or cid or f"?{seq}"
+        st = self._call(call_id, seq, ts)
+        if member == "partial_tool_call":
+            st.model_call_id = st.model_call_id or inner.model_call_id or None
+            delta = inner.args_text_delta
+            if delta:
+                st.deltas.append(delta)
+                st.delta_seqs.append(seq)
+                st.args_text = accumulate_args_text(st.args_text, delta)
+        else:
+            st.model_call_id = st.model_call_id or inner.model_call_id or None
+            if member == "tool_call_started":
+                st.started_seq = seq
+                st.started_payload = payload
+            else:
+                st.completed_seq = seq
+                st.completed_payload = payload
+        if inner.HasField("tool_call"):
+            case = inner.tool_call.WhichOneof("tool")
+            if case:
+                st.tool_case = case
+
+    def _on_checkpoint(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        self.facts.checkpoints.append((seq, self.facts.seg, payload or b""))
+
+    def _on_run_request(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        f = self.facts
+        f.seg += 1
+        try:
+            rr = CLIENT_CLS.FromString(payload or b"").run_request
+        except DecodeError:
+            return
+        has_state = rr.HasField("conversation_state")
+        action = rr.action.WhichOneof("action") if rr.HasField("action") else None
+        f.run_requests.append(RunRequest(seq, f.seg, has_state,
+                                         not has_state or rr.conversation_state.ByteSize() == 0,
+                                         rr.conversation_id, action, payload or b""))
+
+    def _on_exec(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        try:
+            msg = SERVER_CLS.FromString(payload or b"").exec_server_message
+        except DecodeError:
+            return
+        member = msg.WhichOneof("args") or "unknown"
+        tcid = None
+        if member != "unknown":
+            args = getattr(msg, member)
+            if hasattr(args, "DESCRIPTOR") and "tool_call_id" in args.DESCRIPTOR.fields_by_name:
+                tcid = args.tool_call_id or None
+        req = ExecReq(self.facts.seg, msg.id, seq, ts, member, msg.exec_id, tcid, payload or b"")
+        self.facts.execs.append(req)
+        self._exec_open[(self.facts.seg, msg.id)] = req
+        self._waiting.append(req)
+
+    def _exec_for(self, ref: Any) -> ExecReq | None:
+        if ref is None:
+            return None
+        return self._exec_open.get((self.facts.seg, int(ref)))
+
+    def _on_exec_result(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        req = self._exec_for(ref)
+        if req is None:
+            return
+        req.result_seqs.append(seq)
+        if req.result_payload is None:
+            req.result_payload = payload
+        if payload and len(req.echo_payloads) < 4:
+            req.echo_payloads.append(payload)
+        req.result_ts = ts
+        self._done(req)
+
+    def _on_exec_control(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        req = self._exec_for(ref)
+        member = kind.rsplit(".", 1)[-1]
+        if req is None:
+            if member in ("stream_close", "throw"):
+                self.facts.throws_unmatched.append((seq, int(ref) if ref is not None else -1))
+            return
+        if member == "stream_close":
+            req.close_seq = seq
+        elif member == "throw":
+            req.throw_seq = seq
+            try:
+                req.throw_error = CLIENT_CLS.FromString(payload or b"").exec_client_control_message.throw.error
+            except DecodeError:
+                pass
+            self._done(req)
+
+    def _on_abort(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        req = self._exec_for(ref)
+        if req is not None:
+            req.abort_seq = seq
+            self._done(req)
+
+    def _on_kv(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        try:
+            msg = SERVER_CLS.FromString(payload or b"").kv_server_message
+        except DecodeError:
+            return
+        member = msg.WhichOneof("args")
+        if member == "set_blob_args":
+            op = KvOp(self.facts.seg, msg.id, seq, "set", bytes(msg.set_blob_args.blob_id),
+                      bytes(msg.set_blob_args.blob_data))
+        elif member == "get_blob_args":
+            op = KvOp(self.facts.seg, msg.id, seq, "get", bytes(msg.get_blob_args.blob_id), None)
+        else:
+            return
+        self.facts.kv.append(op)
+        self._kv_open[(self.facts.seg, msg.id)] = op
+        self._waiting.append(op)
+
+    def _on_kv_result(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        if ref is None:
+            return
+        op = self._kv_open.get((self.facts.seg, int(ref)))
+        if op is None or op.result_seq is not None:
+            return
+        try:
+            msg = CLIENT_CLS.FromString(payload or b"").kv_client_message
+        except DecodeError:
+            return
+        op.result_seq = seq
+        op.result_member = msg.WhichOneof("result")
+        if op.result_member == "get_blob_result":
+            op.result_has_data = msg.get_blob_result.HasField("blob_data")
+            op.result_data = bytes(msg.get_blob_result.blob_data) if op.result_has_data else None
+        elif op.result_member == "set_blob_result" and msg.set_blob_result.HasField("error"):
+            op.set_error = msg.set_blob_result.error.message or "error"
+        self._done(op)
+
+    def _on_query(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        if ref is None:
+            return
+        q = Query(self.facts.seg, int(ref), seq, kind)
+        self.facts.queries.append(q)
+        self._query_open[(self.facts.seg, q.id)] = q
+        self._waiting.append(q)
+
+    def _on_response(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        if ref is None:
+            return
+        q = self._query_open.get((self.facts.seg, int(ref)))
+        if q is not None and q.response_seq is None:
+            q.response_seq = seq
+            self._done(q)
+
+    def _done(self, item: ExecReq | KvOp | Query) -> None:
+        try:
+            self._waiting.remove(item)
+        except ValueError:
+            pass
+
+
+def _to_us(v: Any) -> int:
+    if v is None:
+        return 0
+    if isinstance(v, int):
+        return v
+    if isinstance(v, datetime):
+        epoch = datetime(1970, 1, 1, tzinfo=v.tzinfo)
+        delta = v - epoch
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return int(v)

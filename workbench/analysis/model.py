@@ -1,0 +1,78 @@
+"""Result types of the analysis: findings, thresholds and the per-session result."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SEVERITIES = ("error", "warning", "info")
+SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+# Evidence lists are for a reader, not a dump: a 10,000-heartbeat loop keeps its head and tail.
+MAX_EVIDENCE = 40
+
+
+@dataclass
+class Finding:
+    """One diagnosis: what went wrong, where (frame seqs), and what to do about it."""
+
+    code: str
+    severity: str
+    message: str
+    first_seq: int | None
+    last_seq: int | None
+    evidence: list[int] = field(default_factory=list)
+    suggested_fix: str = ""
+    session_id: str = ""
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITY_RANK:
+            raise ValueError(f"finding {self.code}: unknown severity {self.severity!r}")
+        self.evidence = clip_evidence(self.evidence)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def clip_evidence(seqs: list[int]) -> list[int]:
+    uniq = sorted({int(s) for s in seqs if s is not None})
+    if len(uniq) <= MAX_EVIDENCE:
+        return uniq
+    half = MAX_EVIDENCE // 2
+    return uniq[:half] + uniq[-half:]
+
+
+@dataclass
+class Config:
+    """Thresholds of the rules. Defaults suit real captures; tests may shorten them."""
+
+    # heartbeat_loop: a stretch of >= heartbeat_min_count server heartbeats with no other server
+    # frame, lasting >= heartbeat_min_span_s seconds, that the server never recovered from.
+    heartbeat_min_count: int = 5
+    heartbeat_min_span_s: float = 0.0
+    # tool_loop: same tool with the same canonical args this many times in a row.
+    tool_loop_min_repeats: int = 3
+    # While a capture is in progress, an exec/KV/query request counts as unanswered only after
+    # this many later server frames (the answer may simply not have arrived yet).
+    live_grace_frames: int = 5
+
+
+@dataclass
+class AnalysisResult:
+    """Everything the analysis derived from one session's frames."""
+
+    session_id: str
+    blobs: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    frame_count: int = 0
+
+    @property
+    def worst(self) -> str | None:
+        if not self.findings:
+            return None
+        return min((f.severity for f in self.findings), key=SEVERITY_RANK.__getitem__)
+
+    @property
+    def failed(self) -> bool:
+        """True when a warning or error exists (what the CLI's exit code 1 means)."""
+        return any(f.severity in ("error", "warning") for f in self.findings)

@@ -1,0 +1,197 @@
+"""The mitmproxy addon: stream agent flows through unchanged and hand a copy to the writer.
+
+Everything here runs on mitmproxy's event loop, so the hooks only decide whether a flow is ours,
+turn on streaming (request side in ``requestheaders`` so a bidi ``Run`` does not deadlock, response
+side in ``responseheaders``), stamp each chunk with the time it passed and put it on the writer's
+queue. The chunk is returned as it came: the wire is never modified. Reassembly, decoding,
+redaction and the database live in the writer thread (``writer.py``).
+
+Options (``--set name=value``): ``cursor_db``, ``cursor_hosts``, ``cursor_paths``,
+``cursor_redact`` (``secrets`` | ``content``), ``cursor_flush_ms``, ``cursor_live``,
+``cursor_stats_file``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mitmproxy import ctx, http
+
+from workbench.capture.match import DEFAULT_HOSTS, DEFAULT_PATHS, Matcher, Route
+from workbench.capture.writer import (
+    EV_BODY,
+    EV_CHUNK,
+    EV_DONE,
+    EV_EOF,
+    EV_OPEN,
+    EV_RESPONSE,
+    CaptureWriter,
+    FlowOpen,
+    WriterConfig,
+)
+from workbench.redact import LEVELS, bearer_hash, redact_headers
+from workbench.store.db import DEFAULT_DB
+
+log = logging.getLogger("workbench.capture")
+
+
+def _alpn(conn: Any) -> str | None:
+    value = getattr(conn, "alpn", None)
+    if not value:
+        return None
+    return value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _stream_callable(put: Callable[[tuple[Any, ...]], None], key: str, direction: str) -> Callable[[bytes], bytes]:
+    now = time.time_ns
+
+    def stream(chunk: bytes) -> bytes:
+        if chunk:
+            put((EV_CHUNK, key, direction, now() // 1000, chunk))
+        else:
+            put((EV_EOF, key, direction, now() // 1000))
+        return chunk
+
+    return stream
+
+
+class CursorCapture:
+    """Records Cursor agent traffic into a workbench DuckDB database."""
+
+    def __init__(self) -> None:
+        self.writer: CaptureWriter | None = None
+        self.matcher = Matcher()
+        self._routes: dict[str, Route] = {}
+        self._answered: set[str] = set()
+        self._db: str | None = None
+
+    # options -----------------------------------------------------------------------------------
+
+    def load(self, loader: Any) -> None:
+        loader.add_option("cursor_db", str, DEFAULT_DB, "workbench capture database (DuckDB file)")
+        loader.add_option("cursor_hosts", str, ",".join(DEFAULT_HOSTS),
+                          "comma-separated host globs on which every Connect/gRPC RPC path is recorded")
+        loader.add_option("cursor_paths", str, ",".join(DEFAULT_PATHS),
+                          "comma-separated path globs recorded on any host (the agent RPCs)")
+        loader.add_option("cursor_redact", str, "secrets",
+                          "what to hide in stored payloads: secrets (always) or content "
+                          "(also prompts, files, commands, output)", choices=list(LEVELS))
+        loader.add_option("cursor_flush_ms", int, 250, "commit recorded frames at most this often (ms)")
+        loader.add_option("cursor_live", bool, True,
+                          "serve live readers (workbench frames --follow, the TUI) while capturing")
+        loader.add_option("cursor_stats_file", str, "",
+                          "write capture counters (JSON) to this file after every flush")
+
+    def configure(self, updated: set[str]) -> None:
+        opts = ctx.options
+        if "cursor_hosts" in updated or "cursor_paths" in updated:
+            self.matcher = Matcher(opts.cursor_hosts, opts.cursor_paths)
+        if "cursor_flush_ms" in updated and opts.cursor_flush_ms <= 0:
+            from mitmproxy import exceptions
+
+            raise exceptions.OptionsError("cursor_flush_ms must be a positive number of milliseconds")
+        if self.writer is not None and "cursor_db" in updated and opts.cursor_db != self._db:
+            log.warning("cursor_db cannot change while capturing; still writing %s", self._db)
+
+    def running(self) -> None:
+        if self.writer is not None:
+            return
+        opts = ctx.options
+        self._db = opts.cursor_db
+        cfg = WriterConfig(db_path=opts.cursor_db, flush_interval=opts.cursor_flush_ms / 1000.0,
+                           content=opts.cursor_redact == "content", live=opts.cursor_live,
+                           stats_path=opts.cursor_stats_file or None)
+        self.writer = CaptureWriter(cfg)
+        self.writer.start()
+        log.info("cursor capture: recording agent traffic into %s", opts.cursor_db)
+
+    def done(self) -> None:
+        if self.writer is not None:
+            self.writer.stop()
+            self.writer = None
+
+    # hooks -------------------------------------------------------------------------------------
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        writer = self.writer
+        if writer is None:
+            return
+        req = flow.request
+        headers = req.headers
+        route = self.matcher.route(req.pretty_host, req.path, headers.get("content-type", ""))
+        if route is None:
+            return
+        key = flow.id
+        self._routes[key] = route
+        meta: dict[str, Any] = {
+            "method": req.method,
+            "request_headers": redact_headers(headers.items(multi=True)),
+            "http_version": req.http_version,
+        }
+        alpn = _alpn(flow.client_conn)
+        if alpn:
+            meta["client_alpn"] = alpn
+        if flow.client_conn.proxy_mode is not None:
+            meta["proxy_mode"] = str(flow.client_conn.proxy_mode.type_name)
+        fo = FlowOpen(
+            key=key, transport=route.transport, streaming=route.streaming, host=req.pretty_host,
+            path=req.path.split("?", 1)[0], ts_us=time.time_ns() // 1000,
+            request_id=headers.get("x-request-id"), client_version=headers.get("x-cursor-client-version"),
+            auth_hash=bearer_hash(headers.get("authorization")), request_type=route.request_type,
+            response_type=route.response_type, meta=meta,
+        )
+        put = writer.queue.put
+        put((EV_OPEN, fo))
+        if route.streaming:
+            req.stream = _stream_callable(put, key, "client")
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        route = self._routes.get(flow.id)
+        if route is None or self.writer is None:
+            return
+        if route.streaming:
+            if flow.id in self._answered:
+                # A bidi Run whose response finished first: its request side is done now too.
+                self._answered.discard(flow.id)
+                self._routes.pop(flow.id, None)
+                self.writer.queue.put((EV_DONE, flow.id, time.time_ns() // 1000, None, {}))
+            return
+        body = flow.request.get_content(strict=False) or b""
+        self.writer.queue.put((EV_BODY, flow.id, "client", time.time_ns() // 1000, body))
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        route = self._routes.get(flow.id)
+        if route is None or self.writer is None or flow.response is None:
+            return
+        resp = flow.response
+        put = self.writer.queue.put
+        put((EV_RESPONSE, flow.id, time.time_ns() // 1000, resp.status_code,
+             redact_headers(resp.headers.items(multi=True)), resp.http_version, _alpn(flow.server_conn)))
+        if route.streaming:
+            resp.stream = _stream_callable(put, flow.id, "server")
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        route = self._routes.get(flow.id)
+        if route is None or self.writer is None or flow.response is None:
+            return
+        now = time.time_ns() // 1000
+        put = self.writer.queue.put
+        if not route.streaming:
+            put((EV_BODY, flow.id, "server", now, flow.response.get_content(strict=False) or b""))
+        if route.streaming and flow.request.timestamp_end is None:
+            self._answered.add(flow.id)  # the client may still be writing (bidi Run)
+        else:
+            self._routes.pop(flow.id, None)
+        trailers = dict(flow.response.trailers.items()) if flow.response.trailers else {}
+        put((EV_DONE, flow.id, now, None, trailers))
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        route = self._routes.pop(flow.id, None)
+        self._answered.discard(flow.id)
+        if route is None or self.writer is None:
+            return
+        msg = flow.error.msg if flow.error else "flow failed"
+        self.writer.queue.put((EV_DONE, flow.id, time.time_ns() // 1000, msg, {}))

@@ -1,0 +1,201 @@
+"""``workbench capture``: run mitmdump with the capture addon and tell the user how to use it."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from workbench.capture.match import DEFAULT_HOSTS, DEFAULT_PATHS
+from workbench.cli import CliError
+from workbench.commands.common import add_db_arg
+
+ENTRY = Path(__file__).with_name("mitm_entry.py")
+CA_NAME = "mitmproxy-ca-cert.pem"
+CLI_CONFIG_HINT = '"network": {"useHttp1ForAgent": true}'
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "capture", help="record agent traffic through mitmproxy (mitmdump + the capture addon)",
+        description="Run mitmdump with the workbench capture addon. Prints the proxy URL first, then the "
+                    "CA certificate and the environment lines a client needs. Arguments after -- go to "
+                    "mitmdump unchanged (e.g. -- --set ssl_insecure=true in front of the simulator).")
+    add_db_arg(p)
+    p.add_argument("--port", type=int, default=8080, help="listen port (0 = a free port; default 8080)")
+    p.add_argument("--listen-host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    p.add_argument("--mode", action="append", default=[], metavar="SPEC",
+                   help="mitmproxy mode: regular (default), reverse:URL, transparent, upstream:URL (repeatable)")
+    p.add_argument("--redact", choices=["secrets", "content"], default="secrets",
+                   help="secrets (default; credentials are always hidden) or content (also prompts, files, output)")
+    p.add_argument("--flush-ms", type=int, default=250, help="commit at most this often (default 250 ms)")
+    p.add_argument("--hosts", default=",".join(DEFAULT_HOSTS),
+                   help="host globs on which every Connect/gRPC RPC is recorded (comma-separated)")
+    p.add_argument("--paths", default=",".join(DEFAULT_PATHS),
+                   help="path globs recorded on any host (comma-separated)")
+    p.add_argument("--confdir", default="~/.mitmproxy", help="mitmproxy configuration/CA directory")
+    p.add_argument("--no-live", action="store_true", help="do not serve live readers while capturing")
+    p.add_argument("--mitmdump", default=None, help="mitmdump executable (default: next to python, then PATH)")
+    p.add_argument("mitmdump_args", nargs="*", metavar="-- MITMDUMP_ARGS", help="passed to mitmdump unchanged")
+    p.set_defaults(func=cmd_capture)
+
+
+def find_mitmdump(explicit: str | None = None) -> str:
+    if explicit:
+        if not (Path(explicit).is_file() or shutil.which(explicit)):
+            raise CliError(f"--mitmdump {explicit}: no such executable")
+        return explicit
+    beside = Path(sys.executable).with_name("mitmdump")
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("mitmdump")
+    if not found:
+        raise CliError("mitmdump not found next to this Python or on PATH (pip install mitmproxy==11.0.2)")
+    return found
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_listening(proc: subprocess.Popen[bytes], host: str, port: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise CliError(f"mitmdump exited with status {proc.returncode} before listening on port {port} "
+                           "(see its messages above)")
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise CliError(f"mitmdump did not start listening on {host}:{port} within {timeout:.0f} s")
+
+
+def _url_and_hints(args: argparse.Namespace, host: str, port: int, ca: Path) -> list[str]:
+    modes = args.mode or ["regular"]
+    hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    first = modes[0]
+    if first.startswith("reverse:"):
+        scheme = "https" if first.split(":", 1)[1].startswith(("https", "http2")) else "http"
+        url = f"{scheme}://{hostport}"
+        env = [f"# reverse proxy: point the client's endpoint at {url} (e.g. CURSOR_API_ENDPOINT={url})"]
+    elif first.startswith("transparent") or first.startswith(("wireguard", "local")):
+        url = f"http://{hostport}"
+        env = [f"# {first} mode: redirect traffic to port {port} (iptables/nftables); no proxy variables needed"]
+    else:
+        url = f"http://{hostport}"
+        env = [f"export HTTPS_PROXY={url}"]
+    env.append(f"export NODE_EXTRA_CA_CERTS={ca}")
+    env.append(f"# cursor-agent over HTTP/1.1 (RunSSE + BidiAppend): in ~/.cursor/cli-config.json set {CLI_CONFIG_HINT}")
+    return [url, f"ca: {ca}", *env]
+
+
+def _read_stats(path: Path) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def _counter(stats: dict[str, Any]) -> str:
+    line = (f"sessions {stats.get('sessions', 0)} ({stats.get('open', 0)} open) · "
+            f"frames {stats.get('frames', 0):,} ({stats.get('committed', 0):,} committed)")
+    if not stats.get("db_ok", True):
+        line += f" · DATABASE UNAVAILABLE, spooling to {stats.get('spool')}"
+    return line
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    mitmdump = find_mitmdump(args.mitmdump)
+    if args.flush_ms <= 0:
+        raise CliError(f"--flush-ms {args.flush_ms}: must be a positive number of milliseconds")
+    host = args.listen_host
+    port = free_port(host) if args.port == 0 else args.port
+    confdir = Path(os.path.expanduser(args.confdir))
+    for extra in args.mitmdump_args:  # a confdir given to mitmdump decides where the CA lives
+        if extra.startswith("confdir="):
+            confdir = Path(os.path.expanduser(extra.split("=", 1)[1]))
+    db = str(Path(args.db).expanduser())
+    statsdir = tempfile.mkdtemp(prefix="workbench-capture-")
+    stats_path = Path(statsdir) / "stats.json"
+    cmd = [mitmdump, "-s", str(ENTRY), "--listen-host", host, "--listen-port", str(port),
+           "--set", f"confdir={confdir}", "--set", f"cursor_db={db}", "--set", f"cursor_redact={args.redact}",
+           "--set", f"cursor_flush_ms={args.flush_ms}", "--set", f"cursor_hosts={args.hosts}",
+           "--set", f"cursor_paths={args.paths}", "--set", f"cursor_stats_file={stats_path}",
+           "--set", f"cursor_live={'false' if args.no_live else 'true'}", "--set", "flow_detail=0"]
+    for mode in args.mode:
+        cmd += ["--mode", mode]
+    cmd += args.mitmdump_args
+    # mitmdump's own output goes to stderr: stdout carries the URL and the setup lines only.
+    proc = subprocess.Popen(cmd, stdout=sys.stderr.fileno(), start_new_session=True)
+    stopping = {"signal": 0}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if proc.poll() is None and not stopping["signal"]:
+            proc.send_signal(signal.SIGINT)  # mitmdump's clean shutdown: the addon flushes in `done`
+        stopping["signal"] = signum
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _wait_listening(proc, host, port)
+        ca = confdir / CA_NAME
+        deadline = time.monotonic() + 10
+        while not ca.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        for line in _url_and_hints(args, host, port, ca):
+            print(line, flush=True)
+        _watch(proc, stats_path, stopping)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        stats = _read_stats(stats_path)
+        if stats is not None:
+            print(f"\nworkbench capture: {_counter(stats)} → {db}", file=sys.stderr, flush=True)
+        shutil.rmtree(statsdir, ignore_errors=True)
+    if stopping["signal"]:
+        return 0 if proc.returncode in (0, -signal.SIGINT, 130) else int(proc.returncode or 1)
+    return int(proc.returncode or 0)
+
+
+def _watch(proc: subprocess.Popen[bytes], stats_path: Path, stopping: dict[str, int]) -> None:
+    tty = sys.stderr.isatty()
+    last_line = ""
+    last_print = 0.0
+    while True:
+        try:
+            proc.wait(0.5)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        stats = _read_stats(stats_path)
+        if stats is None:
+            continue
+        line = _counter(stats)
+        now = time.monotonic()
+        if tty:
+            if line != last_line:
+                sys.stderr.write("\r\x1b[2K" + line)
+                sys.stderr.flush()
+        elif line != last_line and now - last_print >= 10:
+            print(line, file=sys.stderr, flush=True)
+            last_print = now
+        last_line = line

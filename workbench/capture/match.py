@@ -1,0 +1,74 @@
+"""Which flows capture records, and how each one travels (its transport).
+
+Classification is by path first (PROTOCOL.md §1.1: "classify by path, not host"): the agent RPC
+paths are recorded on any host, so the addon works in front of the simulator or a local proxy. On
+Cursor's own hosts every Connect/gRPC RPC path (``/<package>.<Service>/<Method>``) is recorded
+too; other paths there (``/auth/...``) are left alone, their bodies being login tokens.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DEFAULT_HOSTS = ("*.cursor.sh", "cursor.sh", "*.cursorapi.com")
+DEFAULT_PATHS = ("/agent.v1.AgentService/*", "/aiserver.v1.BidiService/*", "/aiserver.v1.ServerConfigService/*")
+
+_RPC_PATH = re.compile(r"^/([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+)/([A-Za-z_]\w*)$")
+_STREAMING_TYPES = ("application/connect+", "application/grpc")
+
+AGENT_SERVICE = "agent.v1.AgentService"
+BIDI_SERVICE = "aiserver.v1.BidiService"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """How one matched flow is handled."""
+
+    transport: str          # run | runsse | runpoll | bidi_append | unary
+    streaming: bool         # bodies pass through chunk by chunk (both directions)
+    service: str | None
+    method: str | None
+
+    @property
+    def request_type(self) -> str | None:
+        return f"{self.service.rsplit('.', 1)[0]}.{self.method}Request" if self.service and self.method else None
+
+    @property
+    def response_type(self) -> str | None:
+        return f"{self.service.rsplit('.', 1)[0]}.{self.method}Response" if self.service and self.method else None
+
+
+def split_list(value: str | Sequence[str]) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(s.strip() for s in items if s.strip())
+
+
+class Matcher:
+    def __init__(self, hosts: str | Sequence[str] = DEFAULT_HOSTS, paths: str | Sequence[str] = DEFAULT_PATHS):
+        self.hosts = tuple(h.lower() for h in split_list(hosts))
+        self.paths = split_list(paths)
+
+    def host_matches(self, host: str) -> bool:
+        h = host.lower().rstrip(".")
+        return any(fnmatch.fnmatchcase(h, pat) for pat in self.hosts)
+
+    def path_matches(self, path: str) -> bool:
+        return any(fnmatch.fnmatchcase(path, pat) for pat in self.paths)
+
+    def route(self, host: str, path: str, content_type: str = "") -> Route | None:
+        """The route for a request, or None to leave the flow untouched."""
+        path = path.split("?", 1)[0]
+        if not (self.path_matches(path) or (self.host_matches(host) and _RPC_PATH.match(path))):
+            return None
+        m = _RPC_PATH.match(path)
+        service, method = (m.group(1), m.group(2)) if m else (None, None)
+        if service == AGENT_SERVICE and method in ("Run", "RunSSE", "RunPoll"):
+            return Route(method.lower(), True, service, method)
+        if service == BIDI_SERVICE and method == "BidiAppend":
+            return Route("bidi_append", False, service, method)
+        ctype = content_type.lower()
+        streaming = ctype.startswith(_STREAMING_TYPES) or (method or "").endswith(("SSE", "Poll"))
+        return Route("unary", streaming, service, method)

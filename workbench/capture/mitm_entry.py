@@ -1,0 +1,5 @@
+"""``mitmdump -s`` entry inside the package (what ``workbench capture`` loads)."""
+
+from workbench.capture.addon import CursorCapture
+
+addons = [CursorCapture()]

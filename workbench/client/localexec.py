@@ -1,0 +1,314 @@
+"""Local execution of exec requests, confined to one workspace folder (off unless enabled).
+
+Each handler returns the ExecClientMessage result member(s) to send: ``[(field_name, message)]``.
+``shell_stream`` answers with several ShellStream events; everything else with one result. Paths
+outside the workspace are *rejected* with a reason (the model re-plans, PROTOCOL.md §8) rather than
+failing the exec.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from workbench.client._pb import pb
+
+ResultParts = list[tuple[str, Message]]
+
+LOCAL_KINDS = ("shell", "shell_stream", "read", "ls", "grep", "write", "delete")
+_MAX_READ = 4 * 1024 * 1024
+_MAX_LS_ENTRIES = 2000
+
+
+class OutsideWorkspace(Exception):
+    pass
+
+
+class LocalExecutor:
+    def __init__(self, workspace: str | os.PathLike[str], shell_timeout: float = 60.0) -> None:
+        self.root = Path(workspace).resolve()
+        if not self.root.is_dir():
+            raise ValueError(f"workspace {str(workspace)!r} is not a directory")
+        self.shell_timeout = shell_timeout
+
+    def resolve(self, path: str) -> Path:
+        p = Path(path) if path else self.root
+        if not p.is_absolute():
+            p = self.root / p
+        p = p.resolve()
+        if p != self.root and self.root not in p.parents:
+            raise OutsideWorkspace(f"{path!r} is outside the workspace {str(self.root)!r}")
+        return p
+
+    async def run(self, kind: str, args: Any) -> ResultParts:
+        handler = getattr(self, f"_{kind}", None)
+        if handler is None:
+            raise NotImplementedError(f"no local handler for exec kind {kind!r}")
+        parts: ResultParts = await handler(args)
+        return parts
+
+    # shell ----------------------------------------------------------------------------------
+
+    async def _exec_shell(self, args: Any) -> tuple[int, str, str, str, int]:
+        cwd = self.resolve(args.working_directory) if args.working_directory else self.root
+        timeout = args.timeout / 1000.0 if args.timeout else self.shell_timeout
+        start = time.monotonic()
+        proc = await asyncio.create_subprocess_shell(
+            args.command, cwd=str(cwd), stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise
+        ms = int((time.monotonic() - start) * 1000)
+        return proc.returncode or 0, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), str(cwd), ms
+
+    async def _shell(self, args: Any) -> ResultParts:
+        try:
+            code, out, err, cwd, ms = await self._exec_shell(args)
+        except OutsideWorkspace as exc:
+            return [("shell_result", pb.ShellResult(rejected=pb.ShellRejected(
+                command=args.command, working_directory=args.working_directory, reason=str(exc))))]
+        except TimeoutError:
+            return [("shell_result", pb.ShellResult(timeout=pb.ShellTimeout(
+                command=args.command, working_directory=args.working_directory,
+                timeout_ms=int(args.timeout or self.shell_timeout * 1000))))]
+        fields = dict(command=args.command, working_directory=cwd, exit_code=code, stdout=out, stderr=err,
+                      execution_time=ms)
+        if code == 0:
+            return [("shell_result", pb.ShellResult(success=pb.ShellSuccess(**fields)))]
+        return [("shell_result", pb.ShellResult(failure=pb.ShellFailure(**fields)))]
+
+    async def _shell_stream(self, args: Any) -> ResultParts:
+        try:
+            code, out, err, cwd, _ = await self._exec_shell(args)
+        except OutsideWorkspace as exc:
+            return [("shell_stream_result", pb.ShellStream(rejected=pb.ShellRejected(
+                command=args.command, working_directory=args.working_directory, reason=str(exc))))]
+        except TimeoutError:
+            code, out, err, cwd = 124, "", "timed out", str(self.root)
+        parts: ResultParts = [("shell_stream_result", pb.ShellStream(start=pb.ShellStreamStart()))]
+        if out:
+            parts.append(("shell_stream_result", pb.ShellStream(stdout=pb.ShellStreamStdout(data=out))))
+        if err:
+            parts.append(("shell_stream_result", pb.ShellStream(stderr=pb.ShellStreamStderr(data=err))))
+        parts.append(("shell_stream_result", pb.ShellStream(exit=pb.ShellStreamExit(code=code, cwd=cwd))))
+        return parts
+
+    # files ----------------------------------------------------------------------------------
+
+    async def _read(self, args: Any) -> ResultParts:
+        try:
+            p = self.resolve(args.path)
+        except OutsideWorkspace as exc:
+            return [("read_result", pb.ReadResult(rejected=pb.ReadRejected(path=args.path, reason=str(exc))))]
+        if not p.exists():
+            return [("read_result", pb.ReadResult(file_not_found=pb.ReadFileNotFound(path=args.path)))]
+        if not p.is_file():
+            return [("read_result", pb.ReadResult(invalid_file=pb.ReadInvalidFile(path=args.path,
+                                                                                  reason="not a regular file")))]
+        data = p.read_bytes()
+        truncated = len(data) > _MAX_READ
+        text = data[:_MAX_READ].decode("utf-8", "replace")
+        return [("read_result", pb.ReadResult(success=pb.ReadSuccess(
+            path=args.path, content=text, total_lines=text.count("\n") + (0 if text.endswith("\n") else 1),
+            file_size=len(data), truncated=truncated)))]
+
+    async def _write(self, args: Any) -> ResultParts:
+        try:
+            p = self.resolve(args.path)
+        except OutsideWorkspace as exc:
+            return [("write_result", pb.WriteResult(rejected=pb.WriteRejected(path=args.path, reason=str(exc))))]
+        data = bytes(args.file_bytes) if args.file_bytes else args.file_text.encode("utf-8")
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+        except PermissionError as exc:
+            return [("write_result", pb.WriteResult(permission_denied=pb.WritePermissionDenied(
+                path=args.path, error=str(exc))))]
+        except OSError as exc:
+            return [("write_result", pb.WriteResult(error=pb.WriteError(path=args.path, error=str(exc))))]
+        text = data.decode("utf-8", "replace")
+        success = pb.WriteSuccess(path=args.path, lines_created=text.count("\n") + (1 if text and not
+                                  text.endswith("\n") else 0), file_size=len(data))
+        if args.return_file_content_after_write:
+            success.file_content_after_write = text
+        return [("write_result", pb.WriteResult(success=success))]
+
+    async def _delete(self, args: Any) -> ResultParts:
+        try:
+            p = self.resolve(args.path)
+        except OutsideWorkspace as exc:
+            return [("delete_result", pb.DeleteResult(rejected=pb.DeleteRejected(path=args.path, reason=str(exc))))]
+        if not p.exists():
+            return [("delete_result", pb.DeleteResult(file_not_found=pb.DeleteFileNotFound(path=args.path)))]
+        if not p.is_file():
+            return [("delete_result", pb.DeleteResult(not_file=pb.DeleteNotFile(
+                path=args.path, actual_type="directory" if p.is_dir() else "other")))]
+        data = p.read_bytes()
+        p.unlink()
+        return [("delete_result", pb.DeleteResult(success=pb.DeleteSuccess(
+            path=args.path, deleted_file=str(p), file_size=len(data),
+            prev_content=data.decode("utf-8", "replace"))))]
+
+    # listing / search -----------------------------------------------------------------------
+
+    async def _ls(self, args: Any) -> ResultParts:
+        try:
+            p = self.resolve(args.path)
+        except OutsideWorkspace as exc:
+            return [("ls_result", pb.LsResult(rejected=pb.LsRejected(path=args.path, reason=str(exc))))]
+        if not p.is_dir():
+            return [("ls_result", pb.LsResult(error=pb.LsError(path=args.path, error="not a directory")))]
+        budget = [_MAX_LS_ENTRIES]
+        return [("ls_result", pb.LsResult(success=pb.LsSuccess(
+            directory_tree_root=self._tree(p, list(args.ignore), budget, depth=0))))]
+
+    def _tree(self, d: Path, ignore: list[str], budget: list[int], depth: int) -> Any:
+        node = pb.LsDirectoryTreeNode(abs_path=str(d))
+        try:
+            entries = sorted(d.iterdir(), key=lambda e: e.name)
+        except OSError:
+            return node
+        node.children_were_processed = depth < 3
+        for e in entries:
+            if any(fnmatch.fnmatch(e.name, pat) for pat in ignore) or e.name in (".git", "__pycache__"):
+                continue
+            if budget[0] <= 0:
+                break
+            budget[0] -= 1
+            if e.is_dir():
+                if depth < 3:
+                    node.children_dirs.append(self._tree(e, ignore, budget, depth + 1))
+            else:
+                node.children_files.append(pb.LsDirectoryTreeNodeFile(name=e.name))
+                node.num_files += 1
+        return node
+
+    def _walk(self, base: Path) -> list[Path]:
+        if base.is_file():
+            return [base]
+        out: list[Path] = []
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = sorted(n for n in dirnames if n not in (".git", "__pycache__", "node_modules"))
+            out.extend(Path(dirpath) / f for f in sorted(filenames))
+        return out
+
+    async def _grep(self, args: Any) -> ResultParts:
+        try:
+            base = self.resolve(args.path)
+        except OutsideWorkspace as exc:
+            return [("grep_result", pb.GrepResult(error=pb.GrepError(error=str(exc))))]
+        files = self._walk(base)
+        if args.glob:
+            files = [f for f in files if fnmatch.fnmatch(f.name, args.glob)
+                     or fnmatch.fnmatch(str(f.relative_to(self.root)), args.glob)]
+        mode = args.output_mode or "files_with_matches"
+        union = pb.GrepUnionResult()
+        if not args.pattern:  # glob-only search: just the file list
+            names = [str(f.relative_to(self.root)) for f in files]
+            union.files.CopyFrom(pb.GrepFilesResult(files=names, total_files=len(names)))
+            mode = "files_with_matches"
+        else:
+            try:
+                rx = re.compile(args.pattern, re.IGNORECASE if args.case_insensitive else 0)
+            except re.error as exc:
+                return [("grep_result", pb.GrepResult(error=pb.GrepError(error=f"bad pattern: {exc}")))]
+            matches: list[tuple[str, list[tuple[int, str]]]] = []
+            for f in files:
+                try:
+                    lines = f.read_text("utf-8", "replace").splitlines()
+                except OSError:
+                    continue
+                hits = [(i + 1, line) for i, line in enumerate(lines) if rx.search(line)]
+                if hits:
+                    matches.append((str(f.relative_to(self.root)), hits))
+            if mode == "content":
+                content = pb.GrepContentResult(
+                    total_matched_lines=sum(len(h) for _, h in matches))
+                for name, hits in matches:
+                    content.matches.append(pb.GrepFileMatch(file=name, matches=[
+                        pb.GrepContentMatch(line_number=n, content=line) for n, line in hits]))
+                union.content.CopyFrom(content)
+            elif mode == "count":
+                union.count.CopyFrom(pb.GrepCountResult(
+                    counts=[pb.GrepFileCount(file=n, count=len(h)) for n, h in matches],
+                    total_files=len(matches), total_matches=sum(len(h) for _, h in matches)))
+            else:
+                union.files.CopyFrom(pb.GrepFilesResult(files=[n for n, _ in matches], total_files=len(matches)))
+        success = pb.GrepSuccess(pattern=args.pattern, path=args.path, output_mode=mode)
+        success.workspace_results[str(self.root)].CopyFrom(union)
+        return [("grep_result", pb.GrepResult(success=success))]
+
+
+# Caller answers ------------------------------------------------------------------------------
+
+_TEXT_RESULT_FIELD = {
+    "shell": "shell_result", "shell_stream": "shell_stream_result", "read": "read_result",
+    "write": "write_result", "delete": "delete_result", "ls": "ls_result", "grep": "grep_result",
+    "mcp": "mcp_result", "fetch": "fetch_result",
+}
+
+
+def result_field(kind: str) -> str | None:
+    """ExecClientMessage member answering ``<kind>_args`` (same number), None when unmodelled."""
+    name = f"{kind}_result"
+    desc = pb.ExecClientMessage.DESCRIPTOR.fields_by_name.get(name)
+    if desc is None or desc.message_type is None:
+        return None
+    return name
+
+
+def caller_result(kind: str, args: Any, value: Any) -> ResultParts:
+    """Turn what a caller answered (message, dict, list of parts, or text) into result parts."""
+    field_name = result_field(kind)
+    if field_name is None:
+        raise ValueError(f"exec kind {kind!r} has no result message the client can build")
+    cls = type(getattr(pb.ExecClientMessage(), field_name))
+    if isinstance(value, Message):
+        return [(field_name, value)]
+    if isinstance(value, list):
+        return [(field_name, v if isinstance(v, Message) else json_format.ParseDict(v, cls())) for v in value]
+    if isinstance(value, dict):
+        return [(field_name, json_format.ParseDict(value, cls()))]
+    text = value if isinstance(value, str) else str(value)
+    path = getattr(args, "path", "")
+    if kind == "shell":
+        return [(field_name, pb.ShellResult(success=pb.ShellSuccess(command=args.command, stdout=text)))]
+    if kind == "shell_stream":
+        return [(field_name, pb.ShellStream(stdout=pb.ShellStreamStdout(data=text))),
+                (field_name, pb.ShellStream(exit=pb.ShellStreamExit(code=0)))]
+    if kind == "read":
+        return [(field_name, pb.ReadResult(success=pb.ReadSuccess(
+            path=path, content=text, total_lines=len(text.splitlines()), file_size=len(text.encode()))))]
+    if kind == "write":
+        return [(field_name, pb.WriteResult(success=pb.WriteSuccess(path=path, file_size=len(args.file_text))))]
+    if kind == "delete":
+        return [(field_name, pb.DeleteResult(success=pb.DeleteSuccess(path=path, deleted_file=path)))]
+    if kind == "ls":
+        node = pb.LsDirectoryTreeNode(abs_path=path, children_were_processed=True)
+        for line in text.splitlines():
+            if line.strip():
+                node.children_files.append(pb.LsDirectoryTreeNodeFile(name=line.strip()))
+        return [(field_name, pb.LsResult(success=pb.LsSuccess(directory_tree_root=node)))]
+    if kind == "grep":
+        files = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        success = pb.GrepSuccess(pattern=args.pattern, path=path, output_mode="files_with_matches")
+        success.workspace_results[path or "."].files.CopyFrom(pb.GrepFilesResult(files=files, total_files=len(files)))
+        return [(field_name, pb.GrepResult(success=success))]
+    if kind == "mcp":
+        return [(field_name, pb.McpResult(success=pb.McpSuccess(content=[
+            pb.McpToolResultContentItem(text=pb.McpTextContent(text=text))])))]
+    if kind == "fetch":
+        return [(field_name, pb.FetchResult(success=pb.FetchSuccess(url=args.url, content=text, status_code=200)))]
+    raise ValueError(f"cannot build a {field_name} from text; pass a message or dict")

@@ -1,0 +1,396 @@
+"""The three ways a client talks to the agent backend (PROTOCOL.md §1.3, §3).
+
+- ``run``: one full-duplex HTTP/2 POST ``/agent.v1.AgentService/Run`` (enveloped both ways);
+- ``runsse``: POST ``…/RunSSE`` carrying one enveloped BidiRequestId, read AgentServerMessages from
+  its response; every client message goes out as a unary ``BidiAppend`` (hex payload, the run's
+  request_id, append_seqno 0, 1, 2, … with up to 16 appends in flight);
+- ``runpoll``: as runsse, but the read side is ``…/RunPoll`` returning BidiPollResponse records.
+
+Each channel turns its wire into one queue of :class:`Incoming` items (agent-message bytes, the
+end of the stream, or a failure) so the turn logic above does not care which transport it runs on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from workbench import __version__
+from workbench.client._pb import pb
+from workbench.client.net import H2Connection, H2Stream, NetError, Verify, ssl_context
+from workbench.wire.endstream import EndStream, parse_end_stream
+from workbench.wire.envelope import EnvelopeParser, encode, split_unary
+
+RUN_PATH = "/agent.v1.AgentService/Run"
+RUNSSE_PATH = "/agent.v1.AgentService/RunSSE"
+RUNPOLL_PATH = "/agent.v1.AgentService/RunPoll"
+APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
+MODELS_PATH = "/agent.v1.AgentService/GetUsableModels"
+TRANSPORTS = ("run", "runsse", "runpoll")
+MAX_APPENDS_IN_FLIGHT = 16
+CLIENT_VERSION = f"workbench-{__version__}"
+
+FrameLogger = Callable[[str, str, bytes], None]
+
+
+class TransportError(Exception):
+    """The upstream refused or broke the exchange; ``code`` follows Connect (lower_snake)."""
+
+    def __init__(self, code: str, message: str, details: list[dict[str, Any]] | None = None,
+                 http_status: int | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.details = details or []
+        self.http_status = http_status
+
+
+@dataclass(slots=True)
+class Incoming:
+    """``kind``: "message" (payload = AgentServerMessage bytes), "end" (end-stream or EOF), "error"."""
+
+    kind: str
+    payload: bytes = b""
+    end: EndStream | None = None
+    error: BaseException | None = None
+
+
+def connect_headers(token: str, request_id: str, content_type: str, *, http1: bool = False
+                    ) -> list[tuple[str, str]]:
+    """Headers the real CLI sends (PROTOCOL.md §1.5); the token is only ever put here."""
+    hdrs = [
+        ("authorization", f"Bearer {token}"),
+        ("connect-protocol-version", "1"),
+        ("content-type", content_type),
+        ("x-request-id", request_id),
+        ("x-cursor-client-version", CLIENT_VERSION),
+        ("x-cursor-client-type", "cli"),
+        ("te", "trailers"),
+    ]
+    if http1:
+        hdrs.append(("x-cursor-streaming", "true"))
+    return hdrs
+
+
+_HTTP_CODES = {400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied", 404: "not_found",
+               408: "deadline_exceeded", 409: "aborted", 415: "internal", 429: "resource_exhausted",
+               464: "unimplemented", 500: "internal", 501: "unimplemented", 502: "unavailable",
+               503: "unavailable", 504: "deadline_exceeded"}
+
+
+def error_from_http(status: int, body: bytes, what: str) -> TransportError:
+    """A non-200 answer: Connect puts a JSON error in the body (PROTOCOL.md §2.3)."""
+    code = _HTTP_CODES.get(status, "unknown")
+    message = f"HTTP {status} from {what}"
+    details: list[dict[str, Any]] = []
+    try:
+        doc = json.loads(body.decode("utf-8")) if body.strip() else None
+    except (UnicodeDecodeError, ValueError):
+        doc = None
+    if isinstance(doc, dict):
+        code = str(doc.get("code") or code)
+        if doc.get("message"):
+            message = f"{doc['message']} (HTTP {status} from {what})"
+        details = [d for d in doc.get("details") or [] if isinstance(d, dict)]
+    elif body:
+        message += ": " + body[:200].decode("utf-8", "replace")
+    return TransportError(code, message, details, status)
+
+
+class Channel:
+    """Base: a queue of incoming items plus a send method."""
+
+    transport = "run"
+    append_transport = "run"
+
+    def __init__(self, base_url: str, token: str, log: FrameLogger, request_id: str | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.request_id = request_id or str(uuid.uuid4())
+        self.queue: asyncio.Queue[Incoming] = asyncio.Queue()
+        self._log = log
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.closed = False
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _fail(self, exc: BaseException) -> None:
+        self.queue.put_nowait(Incoming("error", error=exc))
+
+    async def open(self, first: bytes) -> None:
+        raise NotImplementedError
+
+    async def send(self, msg: bytes) -> None:
+        raise NotImplementedError
+
+    async def incoming(self) -> AsyncIterator[Incoming]:
+        while True:
+            item = await self.queue.get()
+            yield item
+            if item.kind != "message":
+                return
+
+    async def close(self) -> None:
+        self.closed = True
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+
+    def _unwrap(self, payload: bytes) -> list[Incoming]:
+        """What one response envelope delivers (RunPoll overrides: records wrap the messages)."""
+        return [Incoming("message", payload)]
+
+    def _feed_envelopes(self, parser: EnvelopeParser, chunk: bytes) -> bool:
+        """Queue the complete envelopes in ``chunk``; True once the stream has ended."""
+        for env in parser.feed(chunk):
+            if env.error:
+                self._fail(TransportError("internal", f"bad envelope from {self.transport}: {env.error}"))
+                return True
+            if env.is_end_stream:
+                try:
+                    end = parse_end_stream(env.payload)
+                except ValueError as exc:
+                    end = EndStream(code="internal", message=str(exc))
+                self.queue.put_nowait(Incoming("end", end=end))
+                return True
+            try:
+                items = self._unwrap(env.payload)
+            except Exception as exc:  # a record we cannot parse ends the stream with a clear error
+                items = [Incoming("error", error=TransportError(
+                    "internal", f"{self.transport} record does not parse: {exc}"))]
+            for item in items:
+                if item.kind == "message":
+                    self._log("server", self.transport, item.payload)
+                self.queue.put_nowait(item)
+                if item.kind != "message":
+                    return True
+        return False
+
+
+class RunChannel(Channel):
+    """Bidi ``Run`` over our own HTTP/2 client (shares one connection between turns)."""
+
+    transport = "run"
+    append_transport = "run"
+
+    def __init__(self, base_url: str, token: str, log: FrameLogger, conn: H2Connection,
+                 request_id: str | None = None) -> None:
+        super().__init__(base_url, token, log, request_id)
+        self.conn = conn
+        self.stream: H2Stream | None = None
+
+    async def open(self, first: bytes) -> None:
+        self.stream = await self.conn.request(
+            RUN_PATH, connect_headers(self.token, self.request_id, "application/connect+proto"))
+        self._spawn(self._read())
+        await self.send(first)
+
+    async def send(self, msg: bytes) -> None:
+        assert self.stream is not None
+        self._log("client", "run", msg)
+        try:
+            await self.stream.send(encode(msg))
+        except NetError as exc:
+            self._fail(exc)
+
+    async def _read(self) -> None:
+        assert self.stream is not None
+        try:
+            hdrs = await self.stream.response()
+            status = int(hdrs.get(":status", "0"))
+            if status != 200:
+                body = b"".join([c async for c in self.stream.chunks()])
+                self._fail(error_from_http(status, body, RUN_PATH))
+                return
+            parser = EnvelopeParser()
+            async for chunk in self.stream.chunks():
+                if self._feed_envelopes(parser, chunk):
+                    return
+            for env in parser.close():
+                self._fail(TransportError("internal", f"Run response: {env.error}"))
+                return
+            self.queue.put_nowait(Incoming("end", end=_eof_end(self.stream.trailers)))
+        except NetError as exc:
+            self._fail(exc)
+
+    async def close(self) -> None:
+        if self.stream is not None:
+            with contextlib.suppress(NetError):
+                if not self.stream.ended_local and not self.conn.closed:
+                    await asyncio.wait_for(self.stream.end(), 2.0)
+            self.stream.cancel()
+        await super().close()
+
+
+def _eof_end(trailers: dict[str, str]) -> EndStream:
+    """No end-stream envelope: gRPC-style trailers may still say how it ended."""
+    status = trailers.get("grpc-status")
+    if status and status != "0":
+        return EndStream(code=f"grpc_{status}", message=trailers.get("grpc-message"))
+    return EndStream(metadata={"eof": True})
+
+
+class _AppendingChannel(Channel):
+    """Shared write side of RunSSE/RunPoll: one BidiAppend per client message."""
+
+    append_transport = "bidi_append"
+    read_path = RUNSSE_PATH
+
+    def __init__(self, base_url: str, token: str, log: FrameLogger, http: httpx.AsyncClient,
+                 request_id: str | None = None, reset_seqno: bool = False) -> None:
+        super().__init__(base_url, token, log, request_id)
+        self.http = http
+        self.seqno = 0
+        self._reset_seqno = reset_seqno
+        self._sem = asyncio.Semaphore(MAX_APPENDS_IN_FLIGHT)
+        self._response: httpx.Response | None = None
+        self.appends_sent = 0
+
+    def _read_body(self) -> bytes:
+        raise NotImplementedError
+
+    async def open(self, first: bytes) -> None:
+        req = self.http.build_request(
+            "POST", self.base_url + self.read_path, content=encode(self._read_body()),
+            headers=connect_headers(self.token, self.request_id, "application/connect+proto", http1=True),
+            timeout=httpx.Timeout(30.0, read=None))
+        try:
+            self._response = await self.http.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            raise NetError(f"{self.read_path} to {self.base_url}: {exc!r}") from exc
+        if self._response.status_code != 200:
+            body = await self._response.aread()
+            await self._response.aclose()
+            raise error_from_http(self._response.status_code, body, self.read_path)
+        self._spawn(self._read())
+        await self.send(first)
+
+    async def send(self, msg: bytes) -> None:
+        seq = self.seqno
+        self.seqno += 1
+        if self._reset_seqno and seq == 0 and self.appends_sent == 0:
+            # Fault: behave like a client that restarts its counter (retry/reconnect) after the
+            # run request, so the next message repeats seqno 0 (PROTOCOL.md §13 #7).
+            self.seqno = 0
+            self._reset_seqno = False
+        self.appends_sent += 1
+        self._log("client", "bidi_append", msg)
+        body = pb.BidiAppendRequest(data=msg.hex(), request_id=pb.BidiRequestId(request_id=self.request_id),
+                                    append_seqno=seq).SerializeToString()
+        await self._sem.acquire()
+        self._spawn(self._append(seq, body))
+
+    async def _append(self, seq: int, body: bytes) -> None:
+        try:
+            resp = await self.http.post(
+                self.base_url + APPEND_PATH, content=body,
+                headers=connect_headers(self.token, self.request_id, "application/proto", http1=True))
+            if resp.status_code != 200:
+                self._fail(error_from_http(resp.status_code, resp.content, f"BidiAppend seqno {seq}"))
+        except httpx.HTTPError as exc:
+            self._fail(NetError(f"BidiAppend seqno {seq} failed: {exc!r}"))
+        finally:
+            self._sem.release()
+
+    async def _read(self) -> None:
+        assert self._response is not None
+        parser = EnvelopeParser()
+        try:
+            async for chunk in self._response.aiter_raw():
+                if self._feed_envelopes(parser, chunk):
+                    return
+            for env in parser.close():
+                self._fail(TransportError("internal", f"{self.read_path} response: {env.error}"))
+                return
+            self.queue.put_nowait(Incoming("end", end=EndStream(metadata={"eof": True})))
+        except httpx.HTTPError as exc:
+            self._fail(NetError(f"{self.read_path} read failed: {exc!r}"))
+
+    async def drain_appends(self, timeout: float = 5.0) -> None:
+        """Wait for appends still in flight (best effort, used when a turn ends)."""
+        pending = [t for t in self._tasks if t.get_coro().__qualname__.endswith("_append")]  # type: ignore[union-attr]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+
+    async def close(self) -> None:
+        if self._response is not None:
+            with contextlib.suppress(Exception):
+                await self._response.aclose()
+        await super().close()
+
+
+class RunSSEChannel(_AppendingChannel):
+    transport = "runsse"
+    read_path = RUNSSE_PATH
+
+    def _read_body(self) -> bytes:
+        return bytes(pb.BidiRequestId(request_id=self.request_id).SerializeToString())
+
+
+class RunPollChannel(_AppendingChannel):
+    transport = "runpoll"
+    read_path = RUNPOLL_PATH
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._expect = 0
+
+    def _read_body(self) -> bytes:
+        return bytes(pb.BidiPollRequest(request_id=pb.BidiRequestId(request_id=self.request_id),
+                                        start_request=True).SerializeToString())
+
+    def _unwrap(self, payload: bytes) -> list[Incoming]:
+        rec = pb.BidiPollResponse.FromString(payload)
+        if rec.seqno != self._expect:
+            return [Incoming("error", error=TransportError(
+                "internal", f"RunPoll seqno {rec.seqno} where {self._expect} was expected"))]
+        self._expect += 1
+        out: list[Incoming] = []
+        if rec.data:
+            try:
+                inner = base64.b64decode(rec.data + "=" * (-len(rec.data) % 4), validate=True)
+            except (binascii.Error, ValueError) as exc:
+                return [Incoming("error", error=TransportError(
+                    "internal", f"RunPoll seqno {rec.seqno}: data is not base64: {exc}"))]
+            out.append(Incoming("message", inner))
+        if rec.HasField("eof") and rec.eof:
+            out.append(Incoming("end", end=EndStream(metadata={"eof": True})))
+        return out  # empty: a keep-alive record
+
+
+def make_http_client(verify: Verify, http2: bool = False) -> httpx.AsyncClient:
+    """httpx for RunSSE/RunPoll/BidiAppend/unary; ``trust_env`` keeps HTTPS_PROXY working."""
+    ctx = ssl_context(verify, alpn=("h2", "http/1.1") if http2 else ("http/1.1",))
+    return httpx.AsyncClient(verify=ctx, http2=http2, trust_env=True,
+                             limits=httpx.Limits(max_connections=MAX_APPENDS_IN_FLIGHT + 8,
+                                                 max_keepalive_connections=MAX_APPENDS_IN_FLIGHT + 4),
+                             timeout=httpx.Timeout(30.0))
+
+
+async def unary(http: httpx.AsyncClient, base_url: str, token: str, path: str, body: bytes = b"") -> bytes:
+    """One Connect unary call (bare protobuf both ways; tolerate an enveloped answer)."""
+    rid = str(uuid.uuid4())
+    try:
+        resp = await http.post(base_url.rstrip("/") + path, content=body,
+                               headers=connect_headers(token, rid, "application/proto"))
+    except httpx.HTTPError as exc:
+        raise NetError(f"{path} to {base_url}: {exc!r}") from exc
+    if resp.status_code != 200:
+        raise error_from_http(resp.status_code, resp.content, path)
+    envs = split_unary(resp.content)
+    return b"".join(e.payload for e in envs if not e.is_end_stream)

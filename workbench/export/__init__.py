@@ -1,0 +1,1 @@
+"""Bulk exports of a capture database (Parquet) for engines beyond one DuckDB file."""

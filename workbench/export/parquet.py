@@ -1,0 +1,226 @@
+"""Parquet export and import: a Hive-partitioned directory any Parquet engine can query.
+
+Layout (docs/notebooks.md "Parquet export")::
+
+    DIR/_workbench.json                                      manifest (format, versions, row counts)
+    DIR/<table>/date=YYYY-MM-DD/session_id=<id>/part-0.parquet
+
+for ``sessions``, ``frames``, ``blobs``, ``tool_calls`` and ``findings``. ``date`` is the day the
+session started (UTC), so one session's rows stay together under one date even when it runs past
+midnight. The partition columns live in the directory names only (as Hive/Spark expect), and
+every other column keeps the database's type. Re-exporting a session replaces its files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from workbench.store.db import Store
+from workbench.store.schema import SCHEMA_VERSION
+
+TABLES = ("sessions", "frames", "blobs", "tool_calls", "findings")
+MANIFEST = "_workbench.json"
+FORMAT = "workbench-parquet"
+VERSION = 1
+
+
+class ParquetError(Exception):
+    """Export or import failed; the message names the directory/file."""
+
+
+@dataclass
+class ParquetResult:
+    directory: str
+    rows: dict[str, int] = field(default_factory=dict)
+    sessions: list[str] = field(default_factory=list)
+    skipped_sessions: list[str] = field(default_factory=list)
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _session_dates(sessions: Sequence[str] | None) -> str:
+    where = "WHERE s.session_id IN (SELECT unnest($sids))" if sessions is not None else ""
+    return f"""SELECT s.session_id,
+                      CAST(coalesce(s.started_at,
+                                    (SELECT min(ts) FROM frames f WHERE f.session_id = s.session_id),
+                                    current_timestamp) AS DATE) AS date
+               FROM sessions s {where}"""
+
+
+def export_parquet(db: str | Path | Any, out_dir: str | Path, sessions: Sequence[str] | None = None) -> ParquetResult:
+    """Write the tables (all sessions, or ``sessions``) under ``out_dir``.
+
+    ``db`` is a database path (opened read-only, or through the live read service when a capture
+    holds it) or an open ``Store``.
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ParquetError(f"{out}: exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ParquetError(f"{out}: cannot create directory: {exc.strerror or exc}") from exc
+    if isinstance(db, Store):
+        return _export_with(db.con, db.lock, out, sessions, db.path)
+    import threading
+
+    from workbench.store.reader import LocalReader, open_reader
+
+    reader = open_reader(db)
+    try:
+        if isinstance(reader, LocalReader):
+            return _export_with(reader.con, threading.RLock(), out, sessions, str(db))
+        return _export_live(reader, out, sessions)
+    finally:
+        reader.close()
+
+
+def _export_with(con: duckdb.DuckDBPyConnection, lock: Any, out: Path, sessions: Sequence[str] | None,
+                 db_name: str) -> ParquetResult:
+    res = ParquetResult(str(out))
+    params: dict[str, Any] = {"sids": list(sessions)} if sessions is not None else {}
+    with lock:
+        cur = con.cursor()
+        try:
+            dates = _session_dates(sessions)
+            res.sessions = [str(r[0]) for r in cur.execute(f"SELECT session_id FROM ({dates}) ORDER BY 1",
+                                                           params or None).fetchall()]
+            for table in TABLES:
+                src = f"""SELECT t.*, d.date FROM {table} t JOIN ({dates}) d USING (session_id)"""
+                n = cur.execute(f"SELECT count(*) FROM ({src})", params or None).fetchone()
+                count = int(n[0]) if n else 0
+                res.rows[table] = count
+                if not count:
+                    continue
+                target = out / table
+                cur.execute(f"COPY ({src}) TO {_sql_str(str(target))} (FORMAT PARQUET, "
+                            f"PARTITION_BY (date, session_id), OVERWRITE_OR_IGNORE, "
+                            f"FILENAME_PATTERN 'part-{{i}}')", params or None)
+        except duckdb.Error as exc:
+            raise ParquetError(f"{db_name} → {out}: {exc}") from exc
+        finally:
+            cur.close()
+    _write_manifest(out, res)
+    return res
+
+
+def _export_live(reader: Any, out: Path, sessions: Sequence[str] | None) -> ParquetResult:
+    """A capture in progress: fetch through the read service, write from an in-memory DuckDB."""
+    sids = list(sessions) if sessions is not None else [
+        str(s) for s in reader.query("SELECT session_id FROM sessions").column(0).to_pylist()]
+    con = duckdb.connect(":memory:")
+    try:
+        for table in TABLES:
+            arrow = reader.query(f"SELECT * FROM {table} WHERE session_id IN (SELECT unnest(?))", [sids])
+            con.register(f"_in_{table}", arrow)
+            con.execute(f"CREATE TABLE {table} AS SELECT * FROM _in_{table}")
+            con.unregister(f"_in_{table}")
+        import threading
+
+        return _export_with(con, threading.RLock(), out, sids, reader.path + " (live)")
+    finally:
+        con.close()
+
+
+def _write_manifest(out: Path, res: ParquetResult) -> None:
+    path = out / MANIFEST
+    previous: dict[str, Any] = {}
+    if path.exists():
+        try:
+            previous = json.loads(path.read_text())
+        except (OSError, ValueError):
+            previous = {}
+    exports = list(previous.get("exports") or [])
+    exports.append({"at": datetime.now(UTC).isoformat(timespec="seconds"), "sessions": len(res.sessions),
+                    "rows": res.rows})
+    doc = {"format": FORMAT, "version": VERSION, "schema_version": SCHEMA_VERSION,
+           "layout": "<table>/date=YYYY-MM-DD/session_id=<id>/part-0.parquet", "tables": list(TABLES),
+           "exports": exports[-50:]}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+# import ------------------------------------------------------------------------------------------
+
+def is_parquet_export(path: Path, head: bytes = b"") -> bool:
+    if not path.is_dir():
+        return False
+    if (path / MANIFEST).exists():
+        return True
+    return (path / "frames").is_dir() and any((path / "frames").glob("**/*.parquet"))
+
+
+def _source(table_dir: Path) -> str:
+    glob = _sql_str(str(table_dir / "**" / "*.parquet"))
+    return (f"read_parquet({glob}, hive_partitioning = true, union_by_name = true, "
+            f"hive_types = {{'date': DATE, 'session_id': VARCHAR}})")
+
+
+def import_parquet(src_dir: str | Path, store: Store) -> ParquetResult:
+    """Load an export directory into ``store``; sessions already in it are skipped, not duplicated."""
+    src = Path(src_dir)
+    if not src.is_dir():
+        raise ParquetError(f"{src}: not a directory")
+    manifest = src / MANIFEST
+    if manifest.exists():
+        try:
+            doc = json.loads(manifest.read_text())
+        except (OSError, ValueError) as exc:
+            raise ParquetError(f"{manifest}: unreadable manifest ({exc})") from exc
+        if doc.get("format") != FORMAT:
+            raise ParquetError(f"{manifest}: not a workbench Parquet export")
+        if int(doc.get("schema_version") or 0) > SCHEMA_VERSION:
+            raise ParquetError(f"{manifest}: written by a newer workbench (schema {doc.get('schema_version')} "
+                               f"> {SCHEMA_VERSION})")
+    if not (src / "sessions").is_dir() and not (src / "frames").is_dir():
+        raise ParquetError(f"{src}: no sessions/ or frames/ directory (expected a 'workbench export --parquet' layout)")
+    res = ParquetResult(str(src))
+    present = {t for t in TABLES if (src / t).is_dir() and any((src / t).glob("**/*.parquet"))}
+    with store.lock:
+        con = store.con
+        try:
+            table_sessions = "sessions" if "sessions" in present else "frames"
+            found = [str(r[0]) for r in con.execute(
+                f"SELECT DISTINCT session_id FROM {_source(src / table_sessions)} ORDER BY 1").fetchall()]
+            existing = {str(r[0]) for r in con.execute(
+                "SELECT session_id FROM sessions WHERE session_id IN (SELECT unnest(?))", [found]).fetchall()}
+            res.skipped_sessions = sorted(existing)
+            res.sessions = [s for s in found if s not in existing]
+            if not res.sessions:
+                return res
+            # One transaction: an export is imported wholly or not at all.
+            con.execute("BEGIN")
+            for table in TABLES:
+                if table not in present:
+                    res.rows[table] = 0
+                    continue
+                cols = [str(r[0]) for r in con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+                    "AND table_schema = 'main' ORDER BY ordinal_position", [table]).fetchall()]
+                collist = ", ".join(cols)
+                row = con.execute(
+                    f"INSERT INTO {table} ({collist}) SELECT {collist} FROM {_source(src / table)} "
+                    f"WHERE session_id IN (SELECT unnest(?))", [res.sessions]).fetchone()
+                res.rows[table] = int(row[0]) if row else 0
+            if "sessions" not in present:
+                # Frames written by another engine without a sessions table: derive the rows.
+                con.execute(
+                    f"INSERT INTO sessions (session_id, source, transport, started_at, ended_at, frame_count, "
+                    f"status) SELECT session_id, 'parquet', any_value(transport), min(ts), max(ts), count(*), "
+                    f"'complete' FROM {_source(src / 'frames')} WHERE session_id IN (SELECT unnest(?)) "
+                    f"GROUP BY session_id", [res.sessions])
+            con.execute("COMMIT")
+        except duckdb.Error as exc:
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            raise ParquetError(f"{src}: {exc}") from exc
+    return res

@@ -1,0 +1,75 @@
+"""``workbench import`` and ``workbench run``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from workbench.cli import CliError
+from workbench.commands.common import add_db_arg, add_proto_arg, decoder_from
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from workbench.ingest import IMPORTERS
+
+    p = sub.add_parser(
+        "import", help="import mitmproxy flow files, HAR files or cursor-agent stream-json NDJSON",
+        description="Import recorded traffic into the capture database. The format is detected from "
+        "the content: mitmproxy flow files (mitmdump -w), HAR (log.entries), cursor-agent "
+        "--output-format stream-json NDJSON. A file already imported (same content) is skipped.")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    add_db_arg(p)
+    p.add_argument("--format", default="auto",
+                   help=f"auto (default) or one of: {', '.join(IMPORTERS)}")
+    add_proto_arg(p)
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser(
+        "run", help="run a CLI (cursor-agent … --output-format stream-json) and record its NDJSON live",
+        description="Runs CMD with its output passed through unchanged, recording each stdout line "
+        "as a cli_ndjson frame as it arrives. Exits with CMD's exit code. "
+        "Example: workbench run -- cursor-agent -p --output-format stream-json 'fix the test'")
+    add_db_arg(p)
+    p.add_argument("--flush-ms", type=int, default=250, help="commit recorded frames at most this far apart")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from workbench.ingest import IngestError, Progress, import_file, open_store
+
+    store = open_store(args.db)
+    failed = 0
+    try:
+        for name in args.files:
+            progress = Progress(name, stream=sys.stderr)
+            try:
+                result = import_file(name, store, args.format, decoder_factory=lambda: decoder_from(args),
+                                     progress=progress,
+                                     warn=lambda msg: print(f"workbench import: {msg}", file=sys.stderr))
+            except IngestError as exc:
+                failed += 1
+                print(f"workbench import: {exc}", file=sys.stderr)
+                continue
+            print(result.summary_line(), flush=True)
+    finally:
+        store.close()
+    if failed and len(args.files) == 1:
+        return 2
+    if failed:
+        print(f"workbench import: {failed} of {len(args.files)} files not imported", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from workbench.ingest.run import run_and_record
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise CliError("no command given (usage: workbench run [--db PATH] -- CMD ARGS…)")
+    if args.flush_ms <= 0:
+        raise CliError(f"--flush-ms must be positive (got {args.flush_ms})")
+    return run_and_record(cmd, args.db, flush_ms=args.flush_ms)

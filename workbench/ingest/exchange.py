@@ -1,0 +1,367 @@
+"""Recorded HTTP exchanges (from flow files or HAR) → agent sessions and frames.
+
+Both file formats keep whole bodies and four times per exchange (request start/end, response
+start/end), nothing per frame. So a frame's ``ts`` is the time of the HTTP message that carried
+it, ``seq`` follows body order, and sessions say ``"timing": "per-message"`` in their meta.
+Within one h2 ``Run`` the interleaving of client and server frames is unknown: client frames come
+first. BidiAppend exchanges join the RunSSE/RunPoll session with the same request id, ordered
+by ``append_seqno`` (they are captured out of order, PROTOCOL.md §3).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.capture.match import DEFAULT_PATHS, Matcher, Route
+from workbench.decode.classify import CLIENT_MSG, Decoder, Frame
+from workbench.redact import bearer_hash, marker, redact_frame, redact_headers, secret_method
+from workbench.store.db import SessionInfo, Store
+from workbench.store.recorder import Recorder
+
+STREAM_TRANSPORTS = ("run", "runsse", "runpoll")
+# Classify by path, never by host (PROTOCOL.md §1.1): every aiserver RPC counts as agent traffic.
+_MATCHER = Matcher(hosts=(), paths=DEFAULT_PATHS + ("/aiserver.v1.*/*", "/agent.v1.*/*"))
+TIMING_NOTE = ("frame times are the HTTP request/response times of the exchange that carried them "
+               "(the file has no per-frame timing); client frames of one Run precede its server frames")
+
+
+@dataclass
+class Exchange:
+    """One HTTP request/response as a file recorded it."""
+
+    ident: str                       # "flow <id>" / "entry 12": names it in messages
+    stream_key: str                  # the frames' ``stream`` column
+    session_key: str                 # stable id for the session this exchange may start
+    method: str
+    host: str
+    path: str
+    http_version: str = ""
+    req_headers: list[tuple[str, str]] = field(default_factory=list)
+    req_body: bytes | None = b""
+    req_missing: str | None = None   # why req_body is None / unusable ("streamed", "mangled …")
+    status: int | None = None
+    resp_headers: list[tuple[str, str]] = field(default_factory=list)
+    resp_body: bytes | None = b""
+    resp_missing: str | None = None
+    trailers: list[tuple[str, str]] = field(default_factory=list)
+    t_req_start: float | None = None
+    t_req_end: float | None = None
+    t_resp_start: float | None = None
+    t_resp_end: float | None = None
+    error: str | None = None         # connection error the recorder saw (flow.error, HAR _error)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def header(self, name: str, response: bool = False) -> str | None:
+        for k, v in self.resp_headers if response else self.req_headers:
+            if k.lower() == name:
+                return v
+        return None
+
+    @property
+    def route(self) -> Route | None:
+        return _MATCHER.route("", self.path)
+
+    def where(self) -> str:
+        return f"{self.ident} ({self.method} {self.path})"
+
+
+def _us(t: float | None) -> int | None:
+    return int(t * 1_000_000) if t else None
+
+
+def _first(*values: int | None) -> int:
+    for v in values:
+        if v:
+            return v
+    return 0
+
+
+@dataclass
+class _Part:
+    """Frames of one exchange, decoded, with the times they get."""
+
+    ex: Exchange
+    route: Route
+    client: list[Frame] = field(default_factory=list)
+    server: list[Frame] = field(default_factory=list)
+    request_id: str | None = None
+    seqno: int | None = None
+
+
+@dataclass
+class ExchangeImport:
+    """The outcome, for the summary line and the per-flow messages."""
+
+    session_ids: list[str] = field(default_factory=list)
+    frames: int = 0
+    agent: int = 0
+    skipped: int = 0
+    streamed: int = 0
+    mangled: int = 0
+    orphans: int = 0
+
+    def notes(self, other: int, unit: str, units: str) -> list[str]:
+        """Parenthesised notes of the summary line ("2 flows without bodies: streamed")."""
+        def n(k: int, one: str, many: str) -> str:
+            return f"{k} {one if k == 1 else many}"
+
+        out = []
+        if self.streamed:
+            out.append(f"{n(self.streamed, unit, units)} without bodies: streamed")
+        if self.mangled:
+            out.append(f"{n(self.mangled, 'body', 'bodies')} unusable")
+        if self.orphans:
+            out.append(f"{n(self.orphans, 'BidiAppend group', 'BidiAppend groups')} without a stream")
+        if self.skipped or other:
+            out.append(f"{n(self.skipped + other, unit, units)} not agent traffic, skipped")
+        return out
+
+
+def _http_error_frame(status: int, body: bytes) -> Frame:
+    code = message = None
+    try:
+        doc = json.loads(body) if body.strip() else {}
+        if isinstance(doc, dict):
+            code, message = doc.get("code"), doc.get("message")
+    except (UnicodeDecodeError, ValueError):
+        pass
+    text = f"HTTP {status}" + (f" {code}" if code else "") + (f": {message}" if message else "")
+    return Frame("http_error", text, body, error=text)
+
+
+def _decode(dec: Decoder, ex: Exchange, route: Route) -> _Part:
+    part = _Part(ex, route)
+    transport = route.transport
+    if ex.req_body is not None and ex.req_missing is None:
+        if route.transport == "unary" and secret_method(ex.path):
+            if ex.req_body:
+                part.client = [Frame("unary", "credential RPC body (redacted)", marker(ex.req_body).encode())]
+        elif ex.req_body or transport != "bidi_append":
+            part.client = dec.decode_body(ex.req_body, transport, "client", msg_type=route.request_type)
+            if transport == "unary" and not ex.req_body:
+                part.client = []  # an empty unary request is no frame worth storing
+    elif ex.req_body is not None:  # present but unusable (mangled text in a HAR)
+        part.client = [Frame("malformed", f"request body unusable: {ex.req_missing}", ex.req_body,
+                             error=f"{ex.ident}: request body {ex.req_missing}")]
+    ok = ex.status is not None and 200 <= ex.status < 300
+    if ex.resp_body is not None and ex.resp_missing is None:
+        if ex.status is not None and not ok:
+            if ex.resp_body or transport != "bidi_append":
+                part.server = [_http_error_frame(ex.status, ex.resp_body)]
+        elif transport == "unary" and secret_method(ex.path):
+            if ex.resp_body:
+                part.server = [Frame("unary", "credential RPC body (redacted)", marker(ex.resp_body).encode())]
+        elif transport == "bidi_append":
+            if ex.resp_body:
+                part.server = dec.decode_body(ex.resp_body, "bidi_append", "server")
+        elif ex.resp_body or transport in STREAM_TRANSPORTS:
+            part.server = dec.decode_body(ex.resp_body, transport, "server", msg_type=route.response_type)
+    elif ex.resp_body is not None:
+        part.server = [Frame("malformed", f"response body unusable: {ex.resp_missing}", ex.resp_body,
+                             error=f"{ex.ident}: response body {ex.resp_missing}")]
+    part.client = [redact_frame(f, decoder=dec) for f in part.client]
+    part.server = [redact_frame(f, decoder=dec) for f in part.server]
+    for f in part.client:
+        if f.request_id:
+            part.request_id = f.request_id
+            break
+    if transport == "bidi_append" and part.client:
+        part.seqno = part.client[0].append_seqno
+        for f in part.server:
+            f.request_id, f.append_seqno = part.client[0].request_id, part.seqno
+    part.request_id = part.request_id or ex.header("x-request-id")
+    return part
+
+
+def _status(part: _Part) -> tuple[str, str | None]:
+    ex = part.ex
+    if ex.error:
+        return "aborted", ex.error
+    if ex.resp_missing == "streamed":
+        return "incomplete", "body not recorded (streamed)"
+    if ex.req_missing == "streamed":
+        return "incomplete", "request body not recorded (streamed)"
+    if ex.resp_missing:
+        return "error", f"response body {ex.resp_missing}"
+    if ex.status is None:
+        return "incomplete", "no response recorded"
+    if ex.status >= 400 or ex.status < 200:
+        err = next((f.error for f in part.server if f.kind == "http_error"), None)
+        return "error", err or f"HTTP {ex.status}"
+    for f in part.server:
+        if f.kind == "end_stream.error":
+            return "error", f.summary
+    grpc = dict((k.lower(), v) for k, v in ex.trailers).get("grpc-status")
+    if grpc not in (None, "0"):
+        return "error", f"grpc-status {grpc}"
+    if part.route.transport in STREAM_TRANSPORTS and not any(f.kind.startswith("end_stream") for f in part.server):
+        if not part.server and ex.resp_body == b"":
+            return "incomplete", "response body empty in the file (streamed or not recorded)"
+        return "incomplete", "stream ended without an end-stream frame"
+    return "complete", None
+
+
+def _learn_run(dec: Decoder, info: SessionInfo, frames: Sequence[Frame]) -> None:
+    for f in frames:
+        if f.kind not in ("run_request", "prewarm_request"):
+            continue
+        try:
+            msg: Any = dec.info(CLIENT_MSG).cls.FromString(f.payload)
+            run = getattr(msg, f.kind)
+        except Exception:
+            return
+        if run.HasField("requested_model") and run.requested_model.model_id:
+            info.model = run.requested_model.model_id
+        elif run.HasField("model_details") and run.model_details.model_id:
+            info.model = run.model_details.model_id
+        if getattr(run, "conversation_id", ""):
+            info.conversation_id = run.conversation_id
+        return
+
+
+def _exchange_meta(ex: Exchange) -> dict[str, Any]:
+    m: dict[str, Any] = {"method": ex.method, "http_version": ex.http_version,
+                         "request_headers": [list(p) for p in redact_headers(ex.req_headers)]}
+    if ex.status is not None:
+        m["response_headers"] = [list(p) for p in redact_headers(ex.resp_headers)]
+    if ex.trailers:
+        m["trailers"] = dict(redact_headers(ex.trailers))
+    for k, v in ex.meta.items():
+        m[k] = v
+    return m
+
+
+def write_exchanges(store: Store, dec: Decoder, exchanges: Sequence[Exchange], *, source: str,
+                    file_meta: dict[str, Any], warn: Callable[[str], None],
+                    progress: Callable[[int], None] = lambda _n: None) -> ExchangeImport:
+    """Decode every agent exchange and write its session(s); non-agent exchanges are counted only."""
+    out = ExchangeImport()
+    streams: list[_Part] = []
+    appends: list[_Part] = []
+    singles: list[_Part] = []
+    for i, ex in enumerate(exchanges):
+        route = ex.route
+        progress(i + 1)
+        if route is None:
+            out.skipped += 1
+            continue
+        out.agent += 1
+        part = _decode(dec, ex, route)
+        for side, why in (("request", ex.req_missing), ("response", ex.resp_missing)):
+            if why == "streamed":
+                out.streamed += 1
+                warn(f"{file_meta['file']}: {ex.where()}: {side} body not recorded (streamed); "
+                     f"session recorded as incomplete")
+            elif why:
+                out.mangled += 1
+                warn(f"{file_meta['file']}: {ex.where()}: {side} body {why}")
+        if route.transport in STREAM_TRANSPORTS:
+            streams.append(part)
+        elif route.transport == "bidi_append":
+            appends.append(part)
+        else:
+            singles.append(part)
+
+    by_rid: dict[str, _Part] = {}
+    for p in streams:
+        # Appends are the write side of RunSSE/RunPoll only (an h2 Run carries its own requests).
+        if p.route.transport != "run" and p.request_id and p.request_id not in by_rid:
+            by_rid[p.request_id] = p
+    joined: dict[int, list[_Part]] = {id(p): [] for p in streams}
+    orphan: dict[str, list[_Part]] = {}
+    for a in appends:
+        owner = by_rid.get(a.request_id or "")
+        if owner is not None:
+            joined[id(owner)].append(a)
+        else:
+            orphan.setdefault(a.request_id or "?", []).append(a)
+
+    rec = Recorder(store)
+    created: list[str] = []
+
+    def open_session(part: _Part, transport: str) -> SessionInfo:
+        ex = part.ex
+        sid = ex.session_key
+        status, error = _status(part)
+        info = SessionInfo(sid, source=source, transport=transport, request_id=part.request_id,
+                           client_version=ex.header("x-cursor-client-version"), host=ex.host,
+                           path=ex.path.split("?", 1)[0], http_status=ex.status,
+                           auth_hash=bearer_hash(ex.header("authorization")), status=status, error=error,
+                           meta={**file_meta, "exchange": ex.ident, "timing": "per-message",
+                                 "timing_note": TIMING_NOTE, **_exchange_meta(ex)})
+        rid_header = ex.header("x-request-id")
+        if part.request_id and rid_header and rid_header != part.request_id:
+            info.meta["request_id_mismatch"] = {"header": rid_header, "body": part.request_id}
+        fresh = info
+        info = rec.open_session(info)
+        if info is fresh:
+            created.append(sid)
+        out.session_ids.append(sid)
+        return info
+
+    def emit(sid: str, part: _Part, transport: str, client: bool = True, server: bool = True) -> None:
+        ex = part.ex
+        t_client = _first(_us(ex.t_req_end), _us(ex.t_req_start))
+        t_server = _first(_us(ex.t_resp_end), _us(ex.t_resp_start), t_client)
+        for f in part.client if client else ():
+            rec.add(sid, t_client, "client", transport, ex.stream_key, f)
+            out.frames += 1
+        for f in part.server if server else ():
+            rec.add(sid, t_server, "server", transport, ex.stream_key, f)
+            out.frames += 1
+
+    def emit_appends(sid: str, parts: list[_Part], info: SessionInfo) -> None:
+        parts.sort(key=lambda a: (a.seqno if a.seqno is not None else -1, a.ex.t_req_start or 0.0))
+        seqnos = [a.seqno for a in parts if a.seqno is not None]
+        info.meta["appends"] = [{"exchange": a.ex.ident, "append_seqno": a.seqno,
+                                 "http_status": a.ex.status} for a in parts]
+        if seqnos:
+            dup = sorted({s for s in seqnos if seqnos.count(s) > 1})
+            gaps = sorted(set(range(min(seqnos), max(seqnos) + 1)) - set(seqnos))
+            if dup:
+                info.meta["append_duplicates"] = dup
+            if gaps:
+                info.meta["append_gaps"] = gaps
+        for a in parts:
+            emit(sid, a, "bidi_append")
+            st, err = _status(a)
+            if st != "complete" and info.status == "complete":
+                info.status, info.error = "error", f"{a.ex.ident} (append_seqno {a.seqno}): {err}"
+
+    try:
+        for p in streams:
+            info = open_session(p, p.route.transport)
+            _learn_run(dec, info, p.client)
+            emit(info.session_id, p, p.route.transport, server=False)
+            extra = joined[id(p)]
+            for a in extra:
+                _learn_run(dec, info, a.client)
+            emit_appends(info.session_id, extra, info)
+            emit(info.session_id, p, p.route.transport, client=False)
+        for rid, parts in orphan.items():
+            parts.sort(key=lambda a: (a.seqno if a.seqno is not None else -1))
+            first = parts[0]
+            if first.ex.session_key in rec.sessions:
+                first.ex.session_key = str(uuid.uuid4())
+            info = open_session(first, "bidi_append")
+            info.status = "incomplete"
+            info.error = f"BidiAppend request_id {rid} has no RunSSE/RunPoll stream in this file"
+            for a in parts:
+                _learn_run(dec, info, a.client)
+            emit_appends(info.session_id, parts, info)
+            out.orphans += 1
+        for p in singles:
+            info = open_session(p, p.route.transport)
+            emit(info.session_id, p, p.route.transport)
+        rec.flush()
+    except BaseException:
+        from workbench.ingest import discard_sessions
+
+        rec.batch.clear()
+        discard_sessions(store, created)
+        raise
+    return out

@@ -1,0 +1,99 @@
+"""mitmproxy flow files (``mitmdump -w``): tnetstring-serialized flows read with ``FlowReader``.
+
+A flow whose body mitmproxy streamed has no body in the file (``raw_content`` is ``None``): its
+session is recorded as ``incomplete`` with ``body not recorded (streamed)`` and reported.
+The whole file is read before anything is written, so a truncated or corrupt file imports
+nothing and the error names the flow where reading stopped.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from workbench.ingest.exchange import Exchange, write_exchanges
+
+_TNETSTRING = re.compile(rb"^\d{1,12}:")
+
+
+def detect(path: Path, head: bytes) -> bool:
+    return bool(_TNETSTRING.match(head))
+
+
+def _body(msg: Any) -> tuple[bytes | None, str | None]:
+    if msg is None:
+        return None, None
+    if msg.raw_content is None:
+        return None, "streamed"
+    # Undo HTTP content-encoding (gzip/br); Connect's own per-envelope gzip stays for the decoder.
+    return msg.get_content(strict=False) or b"", None
+
+
+def to_exchange(flow: Any, n: int) -> Exchange:
+    req, resp = flow.request, flow.response
+    req_body, req_missing = _body(req)
+    resp_body, resp_missing = _body(resp)
+    ex = Exchange(
+        ident=f"flow {n} (id {flow.id})", stream_key=flow.id, session_key=flow.id,
+        method=req.method, host=req.pretty_host, path=req.path, http_version=req.http_version,
+        req_headers=[(str(k), str(v)) for k, v in req.headers.items(multi=True)],
+        req_body=req_body, req_missing=req_missing,
+        status=resp.status_code if resp is not None else None,
+        resp_headers=[(str(k), str(v)) for k, v in resp.headers.items(multi=True)] if resp is not None else [],
+        resp_body=resp_body if resp is not None else None, resp_missing=resp_missing,
+        trailers=[(str(k), str(v)) for k, v in resp.trailers.items(multi=True)]
+        if resp is not None and resp.trailers else [],
+        t_req_start=req.timestamp_start, t_req_end=req.timestamp_end,
+        t_resp_start=resp.timestamp_start if resp is not None else None,
+        t_resp_end=resp.timestamp_end if resp is not None else None,
+        error=flow.error.msg if flow.error is not None else None,
+        meta={"flow_id": flow.id},
+    )
+    return ex
+
+
+def read_exchanges(path: Path, progress: Any = None) -> tuple[list[Exchange], int]:
+    """Every HTTP flow of the file as an Exchange, plus the number of non-HTTP flows."""
+    from mitmproxy import exceptions, http, io
+
+    from workbench.ingest import IngestError
+
+    out: list[Exchange] = []
+    other = 0
+    n = 0
+    with path.open("rb") as fh:
+        reader = io.FlowReader(fh)
+        try:
+            for flow in reader.stream():
+                n += 1
+                if isinstance(flow, http.HTTPFlow):
+                    out.append(to_exchange(flow, n))
+                else:
+                    other += 1
+                if progress is not None:
+                    progress.update(fh.tell(), n)
+        except exceptions.FlowReadException as exc:
+            raise IngestError(f"{path}: flow {n + 1} (after byte {fh.tell()}) cannot be read: {exc} "
+                              f"— truncated or not a mitmproxy flow file; nothing imported from it") from exc
+    return out, other
+
+
+def run_import(ctx: Any) -> Any:
+    from workbench.ingest import ImportResult
+
+    path: Path = ctx.path
+    ctx.progress.total = path.stat().st_size
+    ctx.progress.unit = "flows"
+    try:
+        exchanges, other = read_exchanges(path, ctx.progress)
+    finally:
+        ctx.progress.finish()
+    file_meta = {"file": str(path), "file_sha256": ctx.file_sha256, "format": "mitmproxy-flows"}
+    res = write_exchanges(ctx.store, ctx.decoder, exchanges, source="import:flow", file_meta=file_meta,
+                          warn=ctx.warn)
+    result = ImportResult(str(path), "flow", sessions=len(res.session_ids), frames=res.frames,
+                          session_ids=res.session_ids)
+    result.notes.extend(res.notes(other, "flow", "flows"))
+    return result
+

@@ -1,0 +1,457 @@
+"""``cursor-agent --output-format stream-json`` (PROTOCOL.md §9): events → ``cli_ndjson`` frames.
+
+Each line is one frame: kind ``type.subtype`` (or ``type``), payload = the line's bytes exactly,
+``decoded`` = the event plus derived keys: ``$line``, ``$tool`` (``{name, args, result, error}``
+from the nested ``<camelName>ToolCall`` or ``{"function": …}`` shape) and ``$assistant_form``
+(``delta`` | ``snapshot`` | ``full``). Lines that are not JSON objects become ``malformed``
+frames naming their line number; nothing is dropped.
+
+The assistant text helpers are pure: ``reconstruct_assistant_text`` is what a correct consumer
+shows, ``naive_assistant_text`` what concatenating every assistant event gives (duplicated text
+when partial output is on).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.decode.classify import Frame
+from workbench.decode.summary import quote
+from workbench.store.db import SessionInfo, now_us
+from workbench.store.recorder import Recorder
+
+TRANSPORT = "cli_ndjson"
+DIRECTION = "server"  # events come out of the CLI, i.e. towards whoever consumes them
+STREAM = "stdout"
+_SUMMARY_MAX = 200
+
+
+# event fields --------------------------------------------------------------------------------
+
+def event_kind(ev: dict[str, Any]) -> str:
+    t = ev.get("type")
+    kind = t if isinstance(t, str) and t else "untyped"
+    sub = ev.get("subtype")
+    if isinstance(sub, str) and sub:
+        kind += "." + sub
+    return kind
+
+
+def message_text(ev: dict[str, Any]) -> str:
+    """The text of a user/assistant event (``message.content[].text`` joined)."""
+    msg = ev.get("message")
+    if isinstance(msg, str):
+        return msg
+    if not isinstance(msg, dict):
+        return str(ev.get("text") or "")
+    content = msg.get("content")
+    if isinstance(content, str):
+        return content
+    parts = []
+    if isinstance(content, list):
+        for c in content:
+            if isinstance(c, dict) and isinstance(c.get("text"), str):
+                parts.append(c["text"])
+            elif isinstance(c, str):
+                parts.append(c)
+    return "".join(parts)
+
+
+def assistant_form(ev: dict[str, Any]) -> str:
+    """PROTOCOL §9: timestamp_ms without model_call_id = delta, with it = snapshot of the segment,
+    no timestamp_ms = the full cumulative message."""
+    if ev.get("timestamp_ms") is None:
+        return "full"
+    return "snapshot" if ev.get("model_call_id") else "delta"
+
+
+def _result_parts(result: Any) -> tuple[Any, Any]:
+    """``{"success": X}`` → (X, None); any other member (error, failure, rejected…) → (None, {k: v})."""
+    if not isinstance(result, dict):
+        return None, (None if result is None else {"result": result})
+    if "success" in result:
+        return result["success"], None
+    if not result:
+        return None, None
+    return None, result
+
+
+def _maybe_json(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def tool_info(tool_call: Any) -> dict[str, Any] | None:
+    """Name, args, result and error of a ``tool_call`` object (camelCase proto3-JSON of ToolCall)."""
+    if not isinstance(tool_call, dict):
+        return None
+    for key, value in tool_call.items():
+        if key.endswith("ToolCall") and len(key) > len("ToolCall") and isinstance(value, dict):
+            result, error = _result_parts(value.get("result"))
+            return {"name": key[: -len("ToolCall")], "args": value.get("args"), "result": result,
+                    "error": error}
+    fn = tool_call.get("function")
+    if isinstance(fn, dict):
+        result, error = _result_parts(tool_call.get("result"))
+        return {"name": fn.get("name"), "args": _maybe_json(fn.get("arguments", fn.get("args"))),
+                "result": result, "error": error}
+    if isinstance(tool_call.get("name"), str):
+        result, error = _result_parts(tool_call.get("result"))
+        return {"name": tool_call["name"], "args": _maybe_json(tool_call.get("arguments", tool_call.get("args"))),
+                "result": result, "error": error}
+    return None
+
+
+def _ts_us(value: Any) -> int | None:
+    try:
+        ms = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(ms * 1000) if ms > 0 else None
+
+
+def _compact(value: Any, limit: int = 120) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def summarize(kind: str, ev: dict[str, Any], tool: dict[str, Any] | None) -> str:
+    if kind == "assistant":
+        return f"{quote(message_text(ev), 120)} [{assistant_form(ev)}]"
+    if kind == "user":
+        return quote(message_text(ev), 120)
+    if kind == "system.init":
+        bits = [f"{k}={ev[k]}" for k in ("model", "cwd", "permissionMode", "apiKeySource") if ev.get(k)]
+        return "system.init " + " ".join(bits)
+    if kind.startswith("thinking."):
+        return quote(str(ev.get("text") or ""), 120) if ev.get("text") else kind
+    if kind.startswith("tool_call."):
+        cid = repr(ev.get("call_id"))
+        name = (tool or {}).get("name") or "?"
+        out = f"{kind} {cid} {name}"
+        if kind == "tool_call.started":
+            return f"{out} {_compact((tool or {}).get('args'))}"
+        if tool and tool.get("error") is not None:
+            return f"{out} error {_compact(tool['error'], 100)}"
+        res = (tool or {}).get("result")
+        if isinstance(res, dict) and "exitCode" in res:
+            return f"{out} success exit {res['exitCode']}"
+        return f"{out} success" if res is not None else out
+    if kind == "connection.reconnecting":
+        return f"reconnecting attempt {ev.get('attempt')} {ev.get('endpoint_url') or ''}".rstrip()
+    if kind == "retry.starting":
+        return f"retry attempt {ev.get('attempt')} resume={ev.get('is_resume')}"
+    if kind.startswith("result."):
+        usage = ev.get("usage") if isinstance(ev.get("usage"), dict) else {}
+        bits = [kind]
+        if ev.get("duration_ms") is not None:
+            bits.append(f"{ev['duration_ms']} ms")
+        if usage:
+            bits.append(f"in={usage.get('inputTokens')} out={usage.get('outputTokens')}")
+        err = ev.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            bits.append(quote(str(err["message"]), 80))
+        elif isinstance(ev.get("result"), str):
+            bits.append(quote(ev["result"], 80))
+        return " ".join(bits)
+    return kind
+
+
+# one line --------------------------------------------------------------------------------------
+
+@dataclass
+class ParsedLine:
+    frame: Frame
+    decoded: str | None
+    session_id: str | None
+    ts_us: int | None  # from timestamp_ms
+    event: dict[str, Any] | None
+
+
+def parse_line(raw: bytes, lineno: int) -> ParsedLine:
+    """One NDJSON line (without its newline) → a frame; never raises."""
+    try:
+        ev = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        preview = raw[:60].decode("utf-8", "replace")
+        return ParsedLine(Frame("malformed", f"line {lineno}: not JSON {quote(preview, 60)}", raw,
+                                error=f"line {lineno}: not JSON ({exc})"), None, None, None, None)
+    if not isinstance(ev, dict):
+        return ParsedLine(Frame("malformed", f"line {lineno}: JSON {type(ev).__name__}, not an object", raw,
+                                error=f"line {lineno}: expected a JSON object with 'type'"),
+                          None, None, None, None)
+    kind = event_kind(ev)
+    tool = tool_info(ev.get("tool_call")) if kind.startswith("tool_call") else None
+    extra: dict[str, Any] = {"$line": lineno}
+    if tool is not None:
+        extra["$tool"] = tool
+    if kind == "assistant":
+        extra["$assistant_form"] = assistant_form(ev)
+    call_id = ev.get("call_id")
+    if not isinstance(call_id, str):
+        call_id = None
+    error = None
+    if "type" not in ev:
+        error = f"line {lineno}: event has no 'type'"
+    summary = summarize(kind, ev, tool)
+    if len(summary) > _SUMMARY_MAX:
+        summary = summary[: _SUMMARY_MAX - 1] + "…"
+    request_id = ev.get("request_id") if isinstance(ev.get("request_id"), str) else None
+    frame = Frame(kind, summary, raw, call_id=call_id, error=error, request_id=request_id)
+    decoded = json.dumps({**ev, **extra}, ensure_ascii=False)
+    sid = ev.get("session_id")
+    return ParsedLine(frame, decoded, sid if isinstance(sid, str) and sid else None,
+                      _ts_us(ev.get("timestamp_ms")), ev)
+
+
+# assistant text --------------------------------------------------------------------------------
+
+def _events(events: Iterable[Any]) -> Iterable[dict[str, Any]]:
+    for e in events:
+        if isinstance(e, bytes | str):
+            try:
+                e = json.loads(e)
+            except ValueError:
+                continue
+        if isinstance(e, dict) and e.get("type") == "assistant":
+            yield e
+
+
+def _squash(text: str) -> str:
+    return "".join(text.split())
+
+
+def naive_assistant_text(events: Iterable[Any]) -> str:
+    """Every assistant event's text concatenated: what a consumer unaware of the forms shows."""
+    return "".join(message_text(e) for e in _events(events))
+
+
+def reconstruct_assistant_text(events: Iterable[Any]) -> str:
+    """The assistant text as the CLI meant it: accumulate deltas, let snapshots and full messages replace.
+
+    A snapshot (timestamp_ms + model_call_id) repeats the segment streamed since the previous
+    snapshot and replaces it. A full message (no timestamp_ms) is cumulative and replaces all
+    text so far; when it is not cumulative (CLIs without partial output send one full message per
+    segment) it is appended, and a repeat of text already shown is ignored.
+    """
+    base = ""      # settled text: full messages and closed segments
+    segment = ""   # deltas since the last snapshot
+    closed_last = ""  # the most recent snapshot, to drop a repeated one
+    for ev in _events(events):
+        text = message_text(ev)
+        form = assistant_form(ev)
+        if form == "delta":
+            segment += text
+        elif form == "snapshot":
+            if not segment and text == closed_last:
+                continue
+            base += text
+            segment = ""
+            closed_last = text
+        else:
+            shown = base + segment
+            if not shown or _squash(text).startswith(_squash(shown)):
+                base = text  # cumulative (segments may be joined with blank lines)
+            elif _squash(shown).endswith(_squash(text)):
+                base = shown
+            else:
+                base = shown + text
+            segment = ""
+            closed_last = ""
+    return base + segment
+
+
+# sessions ---------------------------------------------------------------------------------------
+
+@dataclass
+class _Pending:
+    parsed: ParsedLine
+    session_id: str | None
+    ts_us: int | None
+
+
+class NdjsonRecorder:
+    """Feeds stream-json lines into a ``Recorder``, one session per ``session_id``.
+
+    Lines before the first ``session_id`` (or the first timestamp, when timestamps come from
+    ``timestamp_ms``) are held back and then given the first one seen, so every frame lands in
+    the right session in order.
+    """
+
+    def __init__(self, recorder: Recorder, source: str, meta: dict[str, Any], *,
+                 fallback_session: Callable[[], str], fallback_ts: Callable[[], int],
+                 live_clock: bool = False) -> None:
+        self.rec = recorder
+        self.source = source
+        self.meta = meta
+        self.fallback_session = fallback_session
+        self.fallback_ts = fallback_ts
+        self.live_clock = live_clock
+        self.session_ids: list[str] = []
+        self.created: list[str] = []  # sessions this recorder created (what a failed import removes)
+        self.frames = 0
+        self.malformed = 0
+        self._pending: list[_Pending] = []
+        self._sid: str | None = None
+        self._last_ts: int | None = None
+        self._results: set[str] = set()
+
+    def feed(self, raw: bytes, lineno: int, arrival_us: int | None = None) -> ParsedLine | None:
+        if raw.endswith(b"\r"):
+            stripped = raw[:-1]
+        else:
+            stripped = raw
+        if not stripped.strip():
+            return None  # blank separator lines carry nothing
+        parsed = parse_line(raw, lineno)
+        if parsed.frame.kind == "malformed":
+            self.malformed += 1
+        if parsed.session_id:
+            self._sid = parsed.session_id
+        ts: int | None
+        if self.live_clock:
+            ts = arrival_us if arrival_us is not None else now_us()
+        else:
+            ts = parsed.ts_us if parsed.ts_us is not None else self._last_ts
+            if parsed.ts_us is not None:
+                for p in self._pending:
+                    if p.ts_us is None:
+                        p.ts_us = parsed.ts_us
+        if ts is not None:
+            self._last_ts = ts
+        self._pending.append(_Pending(parsed, parsed.session_id or self._sid, ts))
+        self._release()
+        return parsed
+
+    def _release(self, final: bool = False) -> None:
+        while self._pending:
+            p = self._pending[0]
+            sid = p.session_id or self._sid
+            if sid is None or p.ts_us is None:
+                if not final:
+                    return
+                sid = sid or self._sid or self.fallback_session()
+                self._sid = sid
+                p.ts_us = p.ts_us if p.ts_us is not None else self._last_ts or self.fallback_ts()
+            self._pending.pop(0)
+            self._write(sid, p.ts_us, p.parsed)
+
+    def _session(self, sid: str) -> SessionInfo:
+        info = self.rec.sessions.get(sid)
+        if info is not None:
+            return info
+        fresh = SessionInfo(sid, source=self.source, transport=TRANSPORT, status="open", meta=dict(self.meta))
+        info = self.rec.open_session(fresh)
+        if info is fresh:  # otherwise the database already had it (a resumed chat)
+            self.created.append(sid)
+        if sid not in self.session_ids:
+            self.session_ids.append(sid)
+        if info.source != self.source or info.meta.get("file") != self.meta.get("file"):
+            # an existing session (a resumed chat): keep its identity, note the extra source
+            extra = info.meta.setdefault("also_from", [])
+            extra.append({k: self.meta[k] for k in ("file", "file_sha256", "command") if k in self.meta})
+        info.status = "open"
+        return info
+
+    def _write(self, sid: str, ts: int, parsed: ParsedLine) -> None:
+        info = self._session(sid)
+        self.rec.add(sid, ts, DIRECTION, TRANSPORT, STREAM, parsed.frame)
+        # Recorder.add has no ``decoded`` parameter; the row it just appended is the last one.
+        self.rec.batch.decoded[-1] = parsed.decoded
+        self.frames += 1
+        ev = parsed.event or {}
+        kind = parsed.frame.kind
+        if kind == "system.init":
+            if isinstance(ev.get("model"), str):
+                info.model = ev["model"]
+            for k in ("cwd", "apiKeySource", "permissionMode"):
+                if k in ev:
+                    info.meta[k] = ev[k]
+            if isinstance(ev.get("tools"), list):
+                info.meta["tools"] = len(ev["tools"])
+        elif kind.startswith("result."):
+            self._results.add(sid)
+            ok = kind == "result.success" and not ev.get("is_error")
+            info.status = "complete" if ok else "error"
+            err = ev.get("error")
+            if not ok:
+                msg = err.get("message") if isinstance(err, dict) else err
+                info.error = str(msg or ev.get("result") or kind)
+            if isinstance(ev.get("request_id"), str):
+                info.request_id = ev["request_id"]
+            for k in ("usage", "duration_ms", "duration_api_ms"):
+                if k in ev:
+                    info.meta[k] = ev[k]
+        self.rec.touch(sid)
+
+    def finish(self, ended: str | None = None) -> None:
+        """Write held-back lines and settle the status of sessions that never got a result."""
+        self._release(final=True)
+        for sid in self.session_ids:
+            if sid in self._results:
+                continue
+            info = self.rec.sessions[sid]
+            info.status = "incomplete"
+            info.error = ended or "stream ended without a result event"
+            self.rec.touch(sid)
+
+
+# file import -------------------------------------------------------------------------------------
+
+def detect(path: Path, head: bytes) -> bool:
+    for line in head.splitlines():
+        if not line.strip():
+            continue
+        try:
+            ev = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            return False
+        return isinstance(ev, dict) and "type" in ev and "log" not in ev
+    return False
+
+
+def run_import(ctx: Any) -> Any:
+    from workbench.ingest import ImportResult, discard_sessions
+
+    path: Path = ctx.path
+    size = path.stat().st_size
+    ctx.progress.total = size
+    ctx.progress.unit = "lines"
+    rec = Recorder(ctx.store)
+    mtime_us = int(os.path.getmtime(path) * 1_000_000)
+    meta = {"file": str(path), "file_sha256": ctx.file_sha256, "format": "stream-json",
+            "timing": "timestamp_ms where the CLI sent it, else the previous event's"}
+    sink = NdjsonRecorder(rec, "import:ndjson", meta,
+                          fallback_session=lambda: "ndjson-" + ctx.file_sha256[:16],
+                          fallback_ts=lambda: mtime_us)
+    done = 0
+    try:
+        with path.open("rb") as fh:
+            for lineno, line in enumerate(fh, 1):
+                done += len(line)
+                sink.feed(line[:-1] if line.endswith(b"\n") else line, lineno)
+                if len(rec.batch) >= 5000:
+                    rec.flush()
+                ctx.progress.update(done, lineno)
+        sink.finish()
+        rec.flush()
+    except BaseException:
+        discard_sessions(ctx.store, sink.created)
+        raise
+    finally:
+        ctx.progress.finish()
+    result = ImportResult(str(path), "ndjson", sessions=len(sink.session_ids), frames=sink.frames,
+                          session_ids=list(sink.session_ids))
+    if sink.malformed:
+        result.notes.append(f"{sink.malformed} malformed line{'s' if sink.malformed != 1 else ''}")
+        ctx.warn(f"{path}: {sink.malformed} line(s) are not JSON events; stored as 'malformed' frames")
+    return result

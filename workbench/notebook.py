@@ -1,0 +1,187 @@
+"""Notebook helper: ``connect(db)`` → a DuckDB connection with the capture's tables and handy views.
+
+::
+
+    from workbench.notebook import connect
+    con = connect("captures/demo.duckdb")       # or None: $WORKBENCH_DB, else captures/demo.duckdb
+    con.sql("SELECT * FROM v_heartbeat_gaps").df()   # pandas DataFrame
+
+The connection is a private in-memory DuckDB, so notebooks can create their own temp tables and
+views freely without touching the capture:
+
+- a database file nobody is writing is ATTACHed read-only (queries run on the file directly);
+- a capture in progress (its writer holds the file; see ``workbench.store.reader``) is read through
+  the capture's live read service and *snapshotted* into memory — call ``connect`` again to refresh;
+- a directory written by ``workbench export --parquet`` is queried in place with ``read_parquet``.
+
+Either way the same names exist: the tables ``sessions``, ``frames``, ``blobs``, ``tool_calls``,
+``findings`` and the views below (docs/notebooks.md describes every column).
+
+``v_frames``         frames + ``t_offset`` (seconds since the session's first frame), ``family``
+                     (heartbeat, text, tool, exec, kv, checkpoint, query, lifecycle, error, transport,
+                     other) and ``short_kind`` (``text_delta`` for ``interaction_update.text_delta``).
+``v_heartbeat_gaps`` per session, every stretch of server heartbeats between two other server frames:
+                     the frame before it, how many heartbeats, how long, what came next, and whether
+                     the stream ended inside it (``ended_in_loop``).
+``v_stalls``         the gaps that look like a stall: ended in the loop, or ≥ 5 heartbeats.
+``v_tool_calls``     tool_calls + ``naive_valid`` / ``streamed_valid`` (is that args text JSON?) and
+                     ``args_lost_keys`` (keys the completion dropped compared to the streamed args).
+``v_blobs``          blobs without the data bytes (``data_size`` instead).
+``v_findings``       findings + the session's source and transport.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+
+DEFAULT_NOTEBOOK_DB = "captures/demo.duckdb"
+TABLES = ("sessions", "frames", "blobs", "tool_calls", "findings")
+
+FAMILY_SQL = """
+CASE
+  WHEN kind IN ('interaction_update.heartbeat', 'client_heartbeat', 'exec_client_control_message.heartbeat')
+    THEN 'heartbeat'
+  WHEN kind IN ('end_stream.error', 'malformed') OR kind LIKE 'exec_client_control_message.throw' THEN 'error'
+  WHEN kind IN ('interaction_update.text_delta', 'interaction_update.thinking_delta',
+                'interaction_update.thinking_completed', 'interaction_update.token_delta')
+       OR kind LIKE 'interaction_update.summary%' THEN 'text'
+  WHEN kind LIKE 'interaction_update.%tool_call%' OR kind = 'interaction_update.shell_output_delta' THEN 'tool'
+  WHEN kind LIKE 'exec\\_%' ESCAPE '\\' THEN 'exec'
+  WHEN kind LIKE 'kv\\_%' ESCAPE '\\' THEN 'kv'
+  WHEN kind = 'conversation_checkpoint_update' THEN 'checkpoint'
+  WHEN kind LIKE 'interaction\\_query%' ESCAPE '\\' OR kind LIKE 'interaction\\_response%' ESCAPE '\\' THEN 'query'
+  WHEN kind IN ('run_request', 'end_stream', 'interaction_update.turn_ended', 'interaction_update.step_started',
+                'interaction_update.step_completed', 'interaction_update.user_message_appended',
+                'prewarm_request') OR kind LIKE 'conversation_action%' THEN 'lifecycle'
+  WHEN kind IN ('bidi_request_id', 'bidi_poll_request', 'empty', 'unary') THEN 'transport'
+  ELSE 'other'
+END"""
+
+VIEWS = {
+    "v_frames": f"""
+SELECT session_id, seq, ts,
+       (epoch_us(ts) - min(epoch_us(ts)) OVER (PARTITION BY session_id)) / 1e6 AS t_offset,
+       direction, transport, stream, kind,
+       CASE WHEN kind LIKE 'interaction_update.%' THEN substr(kind, 20) ELSE kind END AS short_kind,
+       {FAMILY_SQL} AS family,
+       summary, size, flags, msg_type, ref_id, call_id, append_seqno, request_id, error
+FROM frames""",
+    "v_heartbeat_gaps": """
+WITH s AS (
+  SELECT session_id, seq, ts, kind, kind = 'interaction_update.heartbeat' AS hb
+  FROM frames WHERE direction = 'server'),
+g AS (
+  SELECT *, sum(CASE WHEN hb THEN 0 ELSE 1 END) OVER (PARTITION BY session_id ORDER BY seq
+                                                        ROWS UNBOUNDED PRECEDING) AS grp
+  FROM s),
+runs AS (
+  SELECT session_id, grp,
+         min(seq) FILTER (WHERE NOT hb) AS after_seq,
+         any_value(kind) FILTER (WHERE NOT hb) AS after_kind,
+         min(ts) FILTER (WHERE NOT hb) AS after_ts,
+         count(*) FILTER (WHERE hb) AS heartbeats,
+         min(seq) FILTER (WHERE hb) AS first_seq, max(seq) FILTER (WHERE hb) AS last_seq,
+         min(ts) FILTER (WHERE hb) AS first_ts, max(ts) FILTER (WHERE hb) AS last_ts
+  FROM g GROUP BY session_id, grp),
+nxt AS (
+  SELECT *, lead(after_seq) OVER w AS next_seq, lead(after_kind) OVER w AS next_kind,
+         lead(after_ts) OVER w AS next_ts
+  FROM runs WINDOW w AS (PARTITION BY session_id ORDER BY grp))
+SELECT session_id, after_seq, after_kind, heartbeats, first_seq, last_seq, first_ts, last_ts,
+       (epoch_us(coalesce(next_ts, last_ts)) - epoch_us(coalesce(after_ts, first_ts))) / 1e6 AS gap_s,
+       next_seq, next_kind,
+       (next_kind IS NULL OR next_kind LIKE 'end_stream%') AS ended_in_loop
+FROM nxt WHERE heartbeats > 0""",
+    "v_stalls": """
+SELECT * FROM v_heartbeat_gaps WHERE ended_in_loop OR heartbeats >= 5""",
+    "v_tool_calls": """
+SELECT *,
+       json_valid(args_naive) AS naive_valid,
+       json_valid(CAST(args_streamed AS VARCHAR)) AS streamed_valid,
+       CASE WHEN args_streamed IS NOT NULL AND args_completion IS NOT NULL
+                 AND json_type(CAST(args_streamed AS JSON)) = 'OBJECT'
+                 AND json_type(CAST(args_completion AS JSON)) = 'OBJECT'
+            THEN list_filter(json_keys(CAST(args_streamed AS JSON)),
+                             lambda k: NOT list_contains(json_keys(CAST(args_completion AS JSON)), k))
+       END AS args_lost_keys
+FROM tool_calls""",
+    "v_blobs": """
+SELECT * EXCLUDE (data), octet_length(data) AS data_size FROM blobs""",
+    "v_findings": """
+SELECT f.*, s.source, s.transport, s.status AS session_status
+FROM findings f LEFT JOIN sessions s USING (session_id)""",
+}
+
+
+class NotebookError(Exception):
+    """The capture could not be opened; the message names the path."""
+
+
+def default_db() -> str:
+    return os.environ.get("WORKBENCH_DB") or DEFAULT_NOTEBOOK_DB
+
+
+def connect(db: str | Path | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the capture's tables and the convenience views (see module doc)."""
+    path = Path(db) if db is not None else Path(default_db())
+    con = duckdb.connect(":memory:")
+    try:
+        if path.is_dir():
+            _parquet_tables(con, path)
+        elif not path.exists():
+            raise NotebookError(f"{path}: no such capture database (set WORKBENCH_DB or pass a path; "
+                                f"'workbench demo' writes {DEFAULT_NOTEBOOK_DB})")
+        else:
+            _database_tables(con, path)
+        for name, sql in VIEWS.items():
+            con.execute(f"CREATE VIEW {name} AS {sql}")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _database_tables(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    from workbench.store.reader import RemoteReader, open_reader
+
+    reader = open_reader(path)
+    if isinstance(reader, RemoteReader):
+        # The writer holds the file: snapshot through its read service.
+        for table in TABLES:
+            arrow = reader.query(f"SELECT * FROM {table}")
+            con.register(f"_snap_{table}", arrow)
+            con.execute(f"CREATE TABLE {table} AS SELECT * FROM _snap_{table}")
+            con.unregister(f"_snap_{table}")
+        return
+    reader.close()
+    literal = "'" + str(path).replace("'", "''") + "'"
+    try:
+        con.execute(f"ATTACH {literal} AS capture (READ_ONLY)")
+    except duckdb.Error as exc:
+        raise NotebookError(f"{path}: cannot open the capture database: {exc}") from exc
+    for table in TABLES:
+        con.execute(f"CREATE VIEW {table} AS SELECT * FROM capture.main.{table}")
+
+
+def _parquet_tables(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    from workbench.store.schema import MIGRATIONS
+
+    found = False
+    for table in TABLES:
+        tdir = path / table
+        if tdir.is_dir() and any(tdir.glob("**/*.parquet")):
+            glob = "'" + str(tdir / "**" / "*.parquet").replace("'", "''") + "'"
+            con.execute(f"CREATE VIEW {table} AS SELECT * EXCLUDE (date) FROM read_parquet({glob}, "
+                        "hive_partitioning = true, union_by_name = true, "
+                        "hive_types = {'date': DATE, 'session_id': VARCHAR})")
+            found = found or table == "frames"
+        else:
+            # An empty table of the right shape keeps every view valid.
+            for stmt in MIGRATIONS[0]:
+                if f"EXISTS {table} (" in stmt:
+                    con.execute(stmt.replace(f"EXISTS {table} (", f"EXISTS {table} (", 1))
+    if not found:
+        raise NotebookError(f"{path}: not a 'workbench export --parquet' directory (no frames/*.parquet)")

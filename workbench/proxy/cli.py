@@ -1,0 +1,161 @@
+"""``workbench proxy`` and ``workbench client`` subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from workbench.client.agent import FAULTS
+from workbench.client.transport import TRANSPORTS
+from workbench.proxy.server import DEFAULT_PORT, DEFAULT_UPSTREAM, ProxyConfig, ProxyServer
+
+TOKEN_ENV = "CURSOR_ACCESS_TOKEN"
+
+
+def _cli_error(msg: str) -> Exception:
+    from workbench.cli import CliError
+
+    return CliError(msg)
+
+
+def read_token(token_file: str | None) -> str:
+    """The upstream bearer token: ``--token-file`` wins over ``$CURSOR_ACCESS_TOKEN``; never printed."""
+    if token_file:
+        try:
+            token = Path(token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise _cli_error(f"--token-file {token_file}: {exc.strerror}") from exc
+        if not token:
+            raise _cli_error(f"--token-file {token_file} is empty")
+        return token
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise _cli_error(f"no upstream token: set {TOKEN_ENV} or pass --token-file FILE")
+    return token
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--upstream", default=DEFAULT_UPSTREAM,
+                   help=f"agent backend URL (default {DEFAULT_UPSTREAM}; the simulator prints its own)")
+    p.add_argument("--transport", choices=TRANSPORTS, default="run",
+                   help="run = HTTP/2 bidi (default), runsse = RunSSE + BidiAppend, runpoll = RunPoll + BidiAppend")
+    p.add_argument("--token-file", help=f"file holding the bearer token (default: ${TOKEN_ENV})")
+    p.add_argument("--ca-file", help="extra CA/certificate to trust for the upstream, e.g. the simulator's "
+                                     "cert.pem (SSL_CERT_FILE is honoured too)")
+    p.add_argument("--fault", action="append", default=[], choices=sorted(FAULTS),
+                   help="reproduce a known client bug on purpose (repeatable)")
+    p.add_argument("--heartbeat-budget", type=int, default=None, metavar="N",
+                   help="give up after N consecutive server heartbeats with no progress")
+    p.add_argument("--heartbeat-interval", type=float, default=5.0, metavar="S",
+                   help="seconds between client heartbeats (default 5)")
+    p.add_argument("--workspace", help="folder local execution is confined to")
+    p.add_argument("--execute-locally", action="store_true",
+                   help="run shell/read/ls/grep/write/delete execs in --workspace instead of handing them out")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("proxy", help="OpenAI-compatible server in front of the agent backend",
+                       description="Serve /v1/models and /v1/chat/completions, translating to Cursor's agent "
+                                   "protocol. Prints the URL it listens on as the first line.")
+    _common(p)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0 = a free port")
+    p.add_argument("--model", action="append", default=[], dest="models",
+                   help="model id to list on /v1/models instead of asking GetUsableModels (repeatable)")
+    p.set_defaults(func=run_proxy)
+
+    c = sub.add_parser("client", help="run one agent turn with the built-in client and print the answer",
+                       description="Send PROMPT to the agent backend and stream the answer to stdout.")
+    _common(c)
+    c.add_argument("prompt")
+    c.add_argument("--model", default="default")
+    c.add_argument("--events", action="store_true", help="print every event, not just the text")
+    c.add_argument("--record", metavar="DB", help="record the client's own frames into this DuckDB file")
+    c.set_defaults(func=run_client)
+
+
+def _check_common(args: argparse.Namespace) -> None:
+    if args.execute_locally and not args.workspace:
+        raise _cli_error("--execute-locally needs --workspace DIR")
+    if args.workspace and not Path(args.workspace).is_dir():
+        raise _cli_error(f"--workspace {args.workspace}: not a directory")
+    if args.ca_file and not Path(args.ca_file).is_file():
+        raise _cli_error(f"--ca-file {args.ca_file}: no such file")
+    if not args.upstream.startswith(("https://", "http://")):
+        raise _cli_error(f"--upstream {args.upstream!r}: must be an https:// (or http://) URL")
+
+
+def run_proxy(args: argparse.Namespace) -> int:
+    _check_common(args)
+    if not 0 <= args.port <= 65535:
+        raise _cli_error(f"--port {args.port}: must be 0-65535")
+    config = ProxyConfig(token=read_token(args.token_file), upstream=args.upstream, transport=args.transport,
+                         host=args.host, port=args.port, verify=args.ca_file, faults=frozenset(args.fault),
+                         heartbeat_budget=args.heartbeat_budget, heartbeat_interval=args.heartbeat_interval,
+                         execute_locally=args.execute_locally, workspace=args.workspace, models=args.models)
+    return asyncio.run(_serve(config))
+
+
+async def _serve(config: ProxyConfig) -> int:
+    server = ProxyServer(config)
+    try:
+        await server.start()
+    except OSError as exc:
+        raise _cli_error(f"cannot listen on {config.host}:{config.port}: {exc.strerror}") from exc
+    print(server.url, flush=True)
+    print(f"upstream: {config.upstream} ({config.transport})", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.close()
+    return 0
+
+
+def run_client(args: argparse.Namespace) -> int:
+    _check_common(args)
+    return asyncio.run(_client(args))
+
+
+async def _client(args: argparse.Namespace) -> int:
+    from workbench.client.agent import AgentClient
+    from workbench.client.events import Error, ExecRequest, TextDelta, ToolCall, TurnEnded
+
+    client = AgentClient(args.upstream, read_token(args.token_file), transport=args.transport,
+                         workspace=args.workspace, execute_locally=args.execute_locally, faults=args.fault,
+                         heartbeat_budget=args.heartbeat_budget, heartbeat_interval=args.heartbeat_interval,
+                         verify=args.ca_file, record_to=args.record)
+    rc = 0
+    try:
+        async for ev in client.stream_turn(args.prompt, args.model):
+            if args.events and not isinstance(ev, TextDelta):
+                print(f"\n[{type(ev).__name__}] {_short(ev)}", file=sys.stderr, flush=True)
+            if isinstance(ev, TextDelta):
+                print(ev.text, end="", flush=True)
+            elif isinstance(ev, ExecRequest):
+                await ev.fail(f"exec {ev.kind} not handled (start with --execute-locally --workspace DIR)")
+            elif isinstance(ev, ToolCall) and not args.events:
+                print(f"\n[tool {ev.name}]", file=sys.stderr, flush=True)
+            elif isinstance(ev, TurnEnded):
+                print()
+            elif isinstance(ev, Error):
+                print(f"\nworkbench client: {ev.code}: {ev.message}", file=sys.stderr, flush=True)
+                rc = 1
+    finally:
+        await client.aclose()
+    return rc
+
+
+def _short(ev: Any) -> str:
+    text = repr(ev)
+    return text if len(text) < 300 else text[:297] + "..."

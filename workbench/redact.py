@@ -1,0 +1,304 @@
+"""Redaction of secrets (always) and content (on request) in what the workbench stores.
+
+Nothing here touches the wire: capture forwards bytes unchanged and only the stored copy passes
+through these functions. A redacted value becomes ``[redacted sha256:<12 hex>]`` so equal values
+still correlate (the same token in two sessions gets the same marker) without being readable.
+
+Two levels:
+
+- ``secrets`` (always on): credential headers (``SECRET_HEADERS``), model credentials inside
+  ``run_request`` / ``prewarm_request`` (``ModelDetails`` / ``RequestedModel`` credentials oneof),
+  and whole payloads of RPCs that carry tokens or plaintext environments.
+- ``content``: additionally prompts, rules, file contents, command lines and output, tool
+  arguments and results, KV blobs (JSON prompt blobs keep their structure, their text becomes
+  markers), and the model's text.
+"""
+
+from __future__ import annotations
+
+import binascii
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError, Message
+
+from workbench.decode.classify import Decoder, Frame
+
+LEVELS = ("secrets", "content")
+
+SECRET_HEADERS = frozenset({
+    "authorization", "proxy-authorization", "cookie", "set-cookie", "x-client-key", "x-cursor-checksum",
+    "x-api-key", "api-key", "x-auth-token", "x-access-token", "x-session-token", "x-refresh-token",
+    "x-cursor-custom-system-prompt", "x-amz-security-token",
+})
+
+# Payload types whose whole body is a credential or a plaintext environment (PROTOCOL.md §1.5).
+SECRET_MESSAGE_TYPES = frozenset({
+    "aiserver.v1.McpOAuthStoredData", "aiserver.v1.GetMcpRefreshTokensResponse",
+    "aiserver.v1.RefreshGithubAccessTokenRequest", "aiserver.v1.RefreshGithubAccessTokenResponse",
+    "aiserver.v1.UpdateEnvironmentVariablesRequest", "aiserver.v1.ArtifactUploadInstruction",
+})
+# RPC method names that suggest credentials in either body: their payloads are stored as a marker.
+SECRET_METHOD_WORDS = ("token", "auth", "credential", "secret", "environmentvariable", "login", "apikey")
+
+_CREDENTIAL_ONEOF = "credentials"
+_NOT_SECRET = frozenset({"region", "base_url", "deployment"})
+_CLIENT_MSG = "agent.v1.AgentClientMessage"
+_SERVER_MSG = "agent.v1.AgentServerMessage"
+_BIDI_APPEND = "aiserver.v1.BidiAppendRequest"
+_BIDI_POLL_RESP = "aiserver.v1.BidiPollResponse"
+
+# Fields (string or bytes, or map values) holding user content, by field name across agent.v1.
+CONTENT_FIELDS = frozenset({
+    "text", "rich_text", "content", "contents", "stream_content", "stream_content_delta", "custom_system_prompt",
+    "plan", "plan_file_content", "file_contents", "diff_string", "before_full_file_content",
+    "after_full_file_content", "prompt", "command", "stdout", "stderr", "interleaved_output", "output_head",
+    "output_tail", "data", "blob_data", "args_text_delta", "cloud_rule", "rules", "conversation_notes_listing",
+    "shared_notes_listing", "user_intent_summary", "hooks_additional_context", "args", "result",
+    "original_args", "selected_context", "summary", "message", "reason", "hook_message", "description",
+    "query", "url", "pattern", "error_message", "model_visible_error",
+})
+# JSON keys whose string values are content inside prompt/message JSON blobs.
+_JSON_CONTENT_KEYS = frozenset({"content", "text", "arguments", "args", "result", "output", "input", "reasoning"})
+
+
+def short_hash(data: str | bytes) -> str:
+    """First 12 hex digits of SHA-256: enough to correlate, useless to recover the value."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
+def marker(data: str | bytes) -> str:
+    return f"[redacted sha256:{short_hash(data)}]"
+
+
+def bearer_hash(authorization: str | None) -> str | None:
+    """``auth_hash`` for a session: the short hash of the token without its ``Bearer`` prefix."""
+    if not authorization:
+        return None
+    token = authorization.split(None, 1)[1] if authorization.lower().startswith("bearer ") else authorization
+    return short_hash(token.strip())
+
+
+def is_secret_header(name: str) -> bool:
+    n = name.lower()
+    return n in SECRET_HEADERS or n.endswith(("-token", "-secret", "-api-key", "-password"))
+
+
+def redact_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Header pairs with every secret value replaced by its marker (names and order kept)."""
+    out: list[tuple[str, str]] = []
+    for name, value in items:
+        if is_secret_header(name):
+            if name.lower() == "authorization" and value.lower().startswith("bearer "):
+                value = "Bearer " + marker(value[7:].strip())
+            else:
+                value = marker(value)
+        out.append((name, value))
+    return out
+
+
+def secret_method(path: str | None) -> bool:
+    """True for RPCs whose bodies are credentials (``/aiserver.v1.X/RefreshGithubAccessToken``)."""
+    if not path:
+        return False
+    method = path.rsplit("/", 1)[-1].lower()
+    return any(w in method for w in SECRET_METHOD_WORDS)
+
+
+# payloads --------------------------------------------------------------------------------------
+
+def _class(msg_type: str) -> type[Message] | None:
+    from workbench.decode.classify import default_decoder
+
+    schema = default_decoder().schema
+    if not schema.has(msg_type):
+        return None
+    return schema.message_class(msg_type)
+
+
+def _scrub_credentials(msg: Message) -> bool:
+    """Replace every string in a credentials oneof (ModelDetails / RequestedModel) by a marker."""
+    changed = False
+    for holder_name in ("model_details", "requested_model"):
+        if not msg.HasField(holder_name):
+            continue
+        holder = getattr(msg, holder_name)
+        which = holder.WhichOneof(_CREDENTIAL_ONEOF)
+        if which is None:
+            continue
+        cred = getattr(holder, which)
+        for fd, value in cred.ListFields():
+            if fd.type == FieldDescriptor.TYPE_STRING and value and fd.name not in _NOT_SECRET:
+                setattr(cred, fd.name, marker(value))
+                changed = True
+    return changed
+
+
+def _redact_json_text(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: (marker(v) if isinstance(v, str) and k in _JSON_CONTENT_KEYS else _redact_json_text(v))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_json_text(v) for v in value]
+    return value
+
+
+def redact_blob(data: bytes) -> bytes:
+    """A KV blob with its content hidden: JSON prompt blobs keep their shape, others become a marker."""
+    if not data:
+        return data
+    head = data[:1].lstrip()
+    if head in (b"{", b"["):
+        try:
+            doc = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            pass
+        else:
+            return json.dumps(_redact_json_text(doc), ensure_ascii=False).encode()
+    return marker(data).encode()
+
+
+def _scrub_content(msg: Message) -> bool:
+    changed = False
+    for fd, value in msg.ListFields():
+        if fd.type == FieldDescriptor.TYPE_MESSAGE:
+            if fd.message_type.GetOptions().map_entry:
+                vfd = fd.message_type.fields_by_name["value"]
+                if vfd.type == FieldDescriptor.TYPE_MESSAGE:
+                    for v in value.values():
+                        changed |= _scrub_content(v)
+                elif fd.name in CONTENT_FIELDS:
+                    for k in list(value.keys()):
+                        v = value[k]
+                        if v:
+                            value[k] = marker(v).encode() if isinstance(v, bytes) else marker(v)
+                            changed = True
+            elif fd.is_repeated:
+                for v in value:
+                    changed |= _scrub_content(v)
+            else:
+                changed |= _scrub_content(value)
+            continue
+        if fd.name not in CONTENT_FIELDS or fd.type not in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES):
+            continue
+        if fd.is_repeated:
+            new = [_content_value(fd, v) for v in value]
+            del value[:]
+            value.extend(new)
+        else:
+            setattr(msg, fd.name, _content_value(fd, value))
+        changed = True
+    return changed
+
+
+def _content_value(fd: FieldDescriptor, value: str | bytes) -> str | bytes:
+    if fd.type == FieldDescriptor.TYPE_BYTES:
+        assert isinstance(value, bytes)
+        return redact_blob(value) if fd.name == "blob_data" else marker(value).encode()
+    return marker(value)
+
+
+def redact_payload(payload: bytes, msg_type: str | None, *, content: bool = False) -> bytes:
+    """The stored form of one message: credentials always hidden; content too when asked.
+
+    Returns ``payload`` itself (same object) when nothing needed hiding, so frames without secrets
+    stay byte-identical to the wire.
+    """
+    if not payload:
+        return payload
+    if msg_type in SECRET_MESSAGE_TYPES:
+        return marker(payload).encode()
+    if msg_type is None:
+        return marker(payload).encode() if content else payload
+    if not content and msg_type != _CLIENT_MSG:
+        return payload
+    if not content and payload[:1] not in (b"\x0a", b"\x42"):
+        return payload  # not run_request (field 1) or prewarm_request (field 8): no credentials
+    cls = _class(msg_type)
+    if cls is None:
+        return marker(payload).encode() if content else payload
+    try:
+        msg = cls.FromString(payload)
+    except DecodeError:
+        return marker(payload).encode() if content else payload
+    changed = False
+    if msg_type == _CLIENT_MSG:
+        which = msg.WhichOneof("message")
+        if which in ("run_request", "prewarm_request"):
+            changed = _scrub_credentials(getattr(msg, which))
+    if content:
+        changed |= _scrub_content(msg)
+    return msg.SerializeToString() if changed else payload
+
+
+def rewrap_append(raw: bytes, new_inner: bytes) -> bytes:
+    """A BidiAppendRequest carrying ``new_inner`` in place of its data (hex field 1 or raw field 4)."""
+    cls = _class(_BIDI_APPEND)
+    if cls is None:
+        return marker(raw).encode()
+    try:
+        req: Any = cls.FromString(raw)
+    except DecodeError:
+        return marker(raw).encode()
+    if req.data_bytes:
+        req.data_bytes = new_inner
+    else:
+        req.data = binascii.hexlify(new_inner).decode()
+    return bytes(req.SerializeToString())
+
+
+def rewrap_poll(raw: bytes, new_inner: bytes) -> bytes:
+    import base64
+
+    cls = _class(_BIDI_POLL_RESP)
+    if cls is None:
+        return marker(raw).encode()
+    try:
+        resp: Any = cls.FromString(raw)
+    except DecodeError:
+        return marker(raw).encode()
+    resp.data = base64.b64encode(new_inner).decode()
+    return bytes(resp.SerializeToString())
+
+
+def redact_frame(frame: Frame, *, content: bool = False, decoder: Decoder | None = None) -> Frame:
+    """The frame as it may be stored: payload (and the wrapper kept in ``raw``) redacted in place.
+
+    With ``content`` the summary is recomputed from the redacted payload, since summaries quote
+    prompts and commands.
+    """
+    if frame.kind == "malformed":
+        if content:
+            frame.payload = marker(frame.payload).encode() if frame.payload else frame.payload
+            frame.raw = marker(frame.raw).encode() if frame.raw else frame.raw
+            frame.summary = "malformed (content redacted)"
+        return frame
+    if frame.kind.startswith("end_stream"):
+        return frame
+    new = redact_payload(frame.payload, frame.msg_type, content=content)
+    if new is frame.payload:
+        return frame
+    frame.payload = new
+    if frame.raw:
+        if frame.append_seqno is not None and frame.msg_type == _CLIENT_MSG:
+            frame.raw = rewrap_append(frame.raw, new)
+        elif frame.msg_type == _SERVER_MSG:
+            frame.raw = rewrap_poll(frame.raw, new)
+        else:
+            frame.raw = marker(frame.raw).encode()
+    if content:
+        dec = decoder
+        if dec is None:
+            from workbench.decode.classify import default_decoder
+
+            dec = default_decoder()
+        if frame.msg_type in (_CLIENT_MSG, _SERVER_MSG):
+            frame.summary = dec.classify_agent(new, frame.msg_type).summary
+        else:
+            frame.summary = f"{frame.kind} (content redacted)"
+    return frame

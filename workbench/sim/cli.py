@@ -1,0 +1,97 @@
+"""``workbench sim``: run the simulated agent backend until Ctrl-C / SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from typing import Any
+
+from workbench.cli import CliError
+from workbench.sim.engine import DEFAULT_MODELS, RunRecord, SimConfig
+from workbench.sim.scenario import DEFAULT_SCENARIO, ScenarioError, load_scenarios, unknown_scenario_message
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "sim", help="run a simulated Cursor agent backend on loopback (h2 + HTTP/1.1, TLS)",
+        description="Serve /agent.v1.AgentService/Run (h2 bidi), RunSSE + BidiAppend, RunPoll and "
+                    "GetUsableModels. Prints the URL first, then the certificate path. A request picks a "
+                    "scenario with [scenario:NAME] in the user prompt; others get --scenario.")
+    p.add_argument("--port", type=int, default=0, help="listen port (0 = a free port; default 0)")
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    p.add_argument("--token", default=None,
+                   help="accept only this bearer token (default: any non-empty token)")
+    p.add_argument("--scenario", default=DEFAULT_SCENARIO,
+                   help=f"scenario for requests without a marker (default {DEFAULT_SCENARIO})")
+    p.add_argument("--scenario-dir", action="append", default=[], metavar="DIR",
+                   help="extra folder of scenario *.json files (repeatable; later folders win)")
+    p.add_argument("--list-scenarios", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--heartbeat-interval", type=float, default=2.0,
+                   help="seconds between heartbeats while waiting for the client (default 2.0)")
+    p.add_argument("--park-timeout", type=float, default=None,
+                   help="end a parked run with deadline_exceeded after this many seconds (default: never)")
+    p.add_argument("--pace", type=float, default=0.0, help="seconds between streamed deltas (default 0)")
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                   help="comma-separated model ids GetUsableModels lists and runs accept")
+    p.add_argument("--no-tls", action="store_true", help="plain TCP (h2c prior knowledge and HTTP/1.1)")
+    p.add_argument("--cert-dir", default=None,
+                   help="where the self-signed certificate is made/reused (default ~/.cache/workbench/sim)")
+    p.add_argument("--quiet", action="store_true", help="do not log each finished run on stderr")
+    p.set_defaults(func=cmd_sim)
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    if args.heartbeat_interval <= 0:
+        raise CliError(f"--heartbeat-interval must be > 0, not {args.heartbeat_interval}")
+    if not 0 <= args.port <= 65535:
+        raise CliError(f"--port {args.port} is not a port number")
+    try:
+        scenarios = load_scenarios(args.scenario_dir)
+    except ScenarioError as exc:
+        raise CliError(str(exc)) from exc
+    if args.list_scenarios:
+        for name, sc in sorted(scenarios.items()):
+            print(f"{name:20} {sc.description}")
+        return 0
+    if args.scenario not in scenarios:
+        raise CliError(f"--scenario: {unknown_scenario_message(args.scenario, scenarios)}")
+    models = tuple(m.strip() for m in args.models.split(",") if m.strip())
+    if not models:
+        raise CliError("--models is empty")
+    config = SimConfig(scenario=args.scenario, scenario_dirs=list(args.scenario_dir), token=args.token,
+                       heartbeat_interval=args.heartbeat_interval, park_timeout=args.park_timeout,
+                       models=models, pace=args.pace)
+    try:
+        return asyncio.run(_serve(args, config))
+    except OSError as exc:
+        raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
+
+
+async def _serve(args: argparse.Namespace, config: SimConfig) -> int:
+    from workbench.sim.runner import start_sim
+
+    sim = await start_sim(config, host=args.host, port=args.port, tls=not args.no_tls, cert_dir=args.cert_dir)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if not args.quiet:
+        sim.backend.on_run_finished.append(_log_run)
+    print(sim.url, flush=True)
+    if sim.cert_path is not None:
+        print(f"cert: {sim.cert_path}")
+        print(f"trust it with: SSL_CERT_FILE={sim.cert_path}  (or httpx verify=…)")
+    print(f"default scenario: {config.scenario}; pick per request with [scenario:NAME] in the prompt; "
+          f"scenarios: {', '.join(sorted(sim.backend.scenarios))}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await sim.close()
+        print("stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def _log_run(rec: RunRecord) -> None:
+    print(rec.summary(), file=sys.stderr, flush=True)

@@ -1,0 +1,137 @@
+"""Running the simulator in-process: ``async with running_sim(...)`` or the threaded ``SimThread``.
+
+``running_sim`` is for asyncio tests; ``SimThread`` runs the server on its own event loop in a
+background thread, for synchronous callers (the ``openai`` SDK, a notebook, a sync test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from workbench.sim.engine import SimBackend, SimConfig, SimState
+from workbench.sim.transport import APPEND_GRACE, AgentServer, serve
+
+
+class SimServer:
+    """A listening simulated backend: ``url``, ``port``, ``cert_path``, ``state`` (runs, blobs)."""
+
+    def __init__(self, backend: SimBackend, server: AgentServer) -> None:
+        self.backend = backend
+        self.server = server
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def cert_path(self) -> Path | None:
+        return self.server.cert_path
+
+    @property
+    def state(self) -> SimState:
+        return self.backend.state
+
+    async def close(self) -> None:
+        await self.server.close()
+
+
+def make_config(config: SimConfig | None = None, **overrides: Any) -> SimConfig:
+    cfg = config or SimConfig()
+    if "scenario_dirs" in overrides:
+        overrides["scenario_dirs"] = [str(d) for d in overrides["scenario_dirs"]]
+    if "models" in overrides:
+        overrides["models"] = tuple(overrides["models"])
+    return replace(cfg, **overrides)
+
+
+async def start_sim(config: SimConfig | None = None, *, host: str = "127.0.0.1", port: int = 0,
+                    tls: bool = True, cert_dir: str | Path | None = None, certfile: str | Path | None = None,
+                    keyfile: str | Path | None = None, append_grace: float = APPEND_GRACE,
+                    **overrides: Any) -> SimServer:
+    """Start a simulator; ``overrides`` are SimConfig fields (scenario, heartbeat_interval, token, …)."""
+    backend = SimBackend(make_config(config, **overrides))
+    server = await serve(backend.handle, host=host, port=port, tls=tls, certfile=certfile, keyfile=keyfile,
+                         unary=backend.unary, auth=backend.auth, cert_dir=cert_dir,
+                         append_grace=append_grace)
+    return SimServer(backend, server)
+
+
+@contextlib.asynccontextmanager
+async def running_sim(config: SimConfig | None = None, **kwargs: Any) -> AsyncIterator[SimServer]:
+    """``async with running_sim(scenario="tool_flow", heartbeat_interval=0.05) as sim: …``"""
+    sim = await start_sim(config, **kwargs)
+    try:
+        yield sim
+    finally:
+        await sim.close()
+
+
+class SimThread:
+    """The simulator on a background thread: ``with SimThread(scenario="text") as sim: sim.url``."""
+
+    def __init__(self, config: SimConfig | None = None, **kwargs: Any) -> None:
+        self._config = config
+        self._kwargs = kwargs
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="workbench-sim", daemon=True)
+        self.sim: SimServer | None = None
+
+    def start(self) -> SimThread:
+        self._thread.start()
+        fut = asyncio.run_coroutine_threadsafe(start_sim(self._config, **self._kwargs), self._loop)
+        try:
+            self.sim = fut.result(timeout=60)
+        except BaseException:
+            self._stop_loop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.sim is not None:
+            asyncio.run_coroutine_threadsafe(self.sim.close(), self._loop).result(timeout=30)
+            self.sim = None
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        if not self._loop.is_running():
+            self._loop.close()
+
+    def _need(self) -> SimServer:
+        if self.sim is None:
+            raise RuntimeError("SimThread is not running (call start() or use it as a context manager)")
+        return self.sim
+
+    @property
+    def url(self) -> str:
+        return self._need().url
+
+    @property
+    def port(self) -> int:
+        return self._need().port
+
+    @property
+    def cert_path(self) -> Path | None:
+        return self._need().cert_path
+
+    @property
+    def state(self) -> SimState:
+        return self._need().state
+
+    def __enter__(self) -> SimThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

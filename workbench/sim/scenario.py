@@ -1,0 +1,172 @@
+"""Scenarios: what the simulated backend does in a turn, as data (one JSON file per scenario).
+
+A scenario is ``{"description": …, "steps": [...], "continuation": [...], "on_reuse": [...]}``;
+each step is an object whose first key is its verb (see ``VERBS`` and docs/sim.md). The built-in
+files live in ``workbench/sim/scenarios/``; ``--scenario-dir`` folders add to (or override) them.
+Files are validated when loaded, so a typo fails at start-up with the file and step named, not
+in the middle of somebody's turn.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BUILTIN_DIR = Path(__file__).resolve().parent / "scenarios"
+DEFAULT_SCENARIO = "text"
+MARKER = re.compile(r"\[scenario:([A-Za-z0-9_.\-]+)\]")
+
+EXEC_KINDS = ("shell", "shell_stream", "read", "ls", "grep", "write", "delete", "mcp")
+KV_BLOBS = ("system", "user", "assistant_text", "assistant_tool_call", "tool_result")
+
+# verb → allowed option keys (besides the verb itself)
+VERBS: dict[str, frozenset[str]] = {
+    "kv_set": frozenset({"text"}),
+    "kv_get": frozenset({"max"}),
+    "request_context": frozenset(),
+    "thinking": frozenset({"chunks", "duration_ms"}),
+    "text": frozenset({"chunks"}),
+    "tool": frozenset(),
+    "web_search": frozenset(),
+    "heartbeats": frozenset(),
+    "checkpoint": frozenset(),
+    "step_completed": frozenset(),
+    "turn_ended": frozenset(),
+    "await_followup": frozenset(),
+    "park": frozenset(),
+    "pause": frozenset(),
+    "end_stream_error": frozenset(),
+    "end": frozenset(),
+}
+TOOL_KEYS = frozenset({"exec", "args", "partial_snapshots", "client_tools", "mcp_tool", "completion",
+                       "require_stream_close", "then", "output_deltas",
+                       "checkpoint_before_exec"})
+ERROR_KEYS = frozenset({"code", "message", "error", "title", "detail", "is_retryable", "is_expected"})
+
+
+class ScenarioError(Exception):
+    """A scenario file or name is wrong; the message names the file/step or the name."""
+
+
+@dataclass(slots=True)
+class Scenario:
+    name: str
+    description: str
+    steps: list[dict[str, Any]]
+    continuation: list[dict[str, Any]] | None = None
+    on_reuse: list[dict[str, Any]] | None = None
+    path: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def verb_of(step: Mapping[str, Any]) -> str:
+    return next(iter(step))
+
+
+def _check_steps(steps: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(steps, list):
+        raise ScenarioError(f"{where}: must be a list of steps")
+    out = []
+    for i, step in enumerate(steps):
+        at = f"{where}[{i}]"
+        if not isinstance(step, dict) or not step:
+            raise ScenarioError(f"{at}: a step is a non-empty object like {{\"text\": \"…\"}}")
+        verb = verb_of(step)
+        if verb not in VERBS:
+            raise ScenarioError(f"{at}: unknown verb {verb!r} (known: {', '.join(VERBS)})")
+        extra = set(step) - {verb} - VERBS[verb]
+        if extra:
+            raise ScenarioError(f"{at}: {verb} does not take {', '.join(sorted(extra))}")
+        value = step[verb]
+        if verb == "kv_set" and value not in KV_BLOBS:
+            raise ScenarioError(f"{at}: kv_set must be one of {', '.join(KV_BLOBS)}, not {value!r}")
+        if verb == "kv_get" and value not in ("state", "missing"):
+            raise ScenarioError(f"{at}: kv_get must be \"state\" or \"missing\", not {value!r}")
+        if verb in ("thinking", "text", "web_search") and not isinstance(value, str):
+            raise ScenarioError(f"{at}: {verb} takes a string")
+        if verb in ("heartbeats",) and not (isinstance(value, int) and value >= 0):
+            raise ScenarioError(f"{at}: heartbeats takes a count >= 0")
+        if verb == "pause" and not (isinstance(value, int | float) and value >= 0):
+            raise ScenarioError(f"{at}: pause takes seconds >= 0")
+        if verb == "end" and value not in ("ok", "eof"):
+            raise ScenarioError(f"{at}: end must be \"ok\" (end-stream {{}}) or \"eof\" (no end-stream)")
+        if verb == "end_stream_error":
+            if not isinstance(value, dict) or "code" not in value:
+                raise ScenarioError(f"{at}: end_stream_error needs at least {{\"code\": …}}")
+            bad = set(value) - ERROR_KEYS
+            if bad:
+                raise ScenarioError(f"{at}: end_stream_error does not take {', '.join(sorted(bad))}")
+        if verb == "tool":
+            _check_tool(value, at)
+        out.append(step)
+    return out
+
+
+def _check_tool(spec: Any, at: str) -> None:
+    if not isinstance(spec, dict):
+        raise ScenarioError(f"{at}: tool takes an object with at least \"exec\"")
+    bad = set(spec) - TOOL_KEYS
+    if bad:
+        raise ScenarioError(f"{at}: tool does not take {', '.join(sorted(bad))}")
+    if spec.get("exec") not in EXEC_KINDS:
+        raise ScenarioError(f"{at}: tool.exec must be one of {', '.join(EXEC_KINDS)}, not {spec.get('exec')!r}")
+    if not isinstance(spec.get("args", {}), dict):
+        raise ScenarioError(f"{at}: tool.args must be an object (the model's arguments)")
+    if spec.get("client_tools", "auto") not in ("auto", "keep_args", "never"):
+        raise ScenarioError(f"{at}: tool.client_tools must be auto, keep_args or never")
+    if spec.get("then", "continue") not in ("continue", "reuse"):
+        raise ScenarioError(f"{at}: tool.then must be continue or reuse")
+
+
+def parse_scenario(doc: Any, name: str, path: Path | None = None) -> Scenario:
+    where = str(path) if path else name
+    if not isinstance(doc, dict):
+        raise ScenarioError(f"{where}: a scenario is a JSON object with \"steps\"")
+    if "name" in doc and doc["name"] != name:
+        raise ScenarioError(f"{where}: \"name\" is {doc['name']!r} but the file name says {name!r}")
+    if "steps" not in doc:
+        raise ScenarioError(f"{where}: missing \"steps\"")
+    known = {"name", "description", "steps", "continuation", "on_reuse"}
+    return Scenario(
+        name=name,
+        description=str(doc.get("description", "")),
+        steps=_check_steps(doc["steps"], f"{where}: steps"),
+        continuation=_check_steps(doc["continuation"], f"{where}: continuation") if "continuation" in doc else None,
+        on_reuse=_check_steps(doc["on_reuse"], f"{where}: on_reuse") if "on_reuse" in doc else None,
+        path=path,
+        extra={k: v for k, v in doc.items() if k not in known},
+    )
+
+
+def load_file(path: Path) -> Scenario:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ScenarioError(f"{path}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(f"{path}: not valid JSON: {exc}") from exc
+    return parse_scenario(doc, path.stem, path)
+
+
+def load_scenarios(extra_dirs: Iterable[str | Path] = ()) -> dict[str, Scenario]:
+    """The built-in scenarios plus every ``*.json`` in ``extra_dirs`` (later dirs win)."""
+    out: dict[str, Scenario] = {}
+    for d in [BUILTIN_DIR, *map(Path, extra_dirs)]:
+        if not d.is_dir():
+            raise ScenarioError(f"scenario dir {d} does not exist or is not a directory")
+        for path in sorted(d.glob("*.json")):
+            out[path.stem] = load_file(path)
+    return out
+
+
+def unknown_scenario_message(name: str, available: Iterable[str]) -> str:
+    return f"unknown scenario {name!r} (available: {', '.join(sorted(available))})"
+
+
+def marker_in(text: str) -> str | None:
+    m = MARKER.search(text or "")
+    return m.group(1) if m else None

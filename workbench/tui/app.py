@@ -1,0 +1,78 @@
+"""``workbench tui``: the Textual application (sessions → session → detail)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from functools import partial
+from pathlib import Path
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from workbench.decode.classify import Decoder
+from workbench.tui.data import TuiData
+from workbench.tui.loading import LoadFailed
+from workbench.tui.modals import HelpScreen
+from workbench.tui.session_screen import SessionScreen
+from workbench.tui.sessions_screen import SessionsScreen
+
+log = logging.getLogger("workbench.tui")
+
+
+class WorkbenchApp(App[None]):
+    CSS_PATH = "workbench.tcss"
+    TITLE = "workbench"
+    BINDINGS = [
+        Binding("question_mark", "help", "Help", show=True),
+    ]
+
+    def __init__(self, db_path: str | Path, session: str | None = None, *, follow: bool = False,
+                 decoder: Decoder | None = None, poll_interval: float = 0.5, data: TuiData | None = None) -> None:
+        super().__init__()
+        self.follow = follow
+        self.poll_interval = poll_interval
+        self.data = data or TuiData(db_path, decoder, transient=follow)
+        self.initial_session = session
+        self.errors: list[str] = []
+
+    def on_mount(self) -> None:
+        self.push_screen(SessionsScreen())
+        if self.initial_session:
+            self.open_session(self.initial_session)
+
+    def open_session(self, session_id: str) -> None:
+        self.push_screen(SessionScreen(session_id))
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        keys = [(b.key_display or b.key, b.description) for b in _bindings(self.screen) if b.description]
+        self.push_screen(HelpScreen(keys))
+
+    def on_load_failed(self, message: LoadFailed) -> None:
+        """The one place database and decoding errors end up: tell the user, keep the details."""
+        text = f"{message.what}: {message.error}"
+        self.errors.append(text)
+        log.error("%s", text, exc_info=message.error)
+        self.log.error(text)
+        self.notify(text, title="error", severity="error", timeout=8)
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Help", "Keys and filter syntax", self.action_help)
+        helps: dict[str, str] = getattr(screen, "COMMANDS_HELP", {})
+        for action, text in helps.items():
+            yield SystemCommand(text, f"action {action}", partial(screen.run_action, action))
+
+    def on_unmount(self) -> None:
+        self.data.close()
+
+
+def _bindings(screen: Screen[object]) -> list[Binding]:
+    out: list[Binding] = []
+    for b in [*getattr(screen, "BINDINGS", []), *WorkbenchApp.BINDINGS]:
+        if isinstance(b, Binding):
+            out.append(b)
+    return out

@@ -1,0 +1,52 @@
+"""``workbench tui [--db PATH] [SESSION] [--follow] [--proto PATH]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from workbench.cli import CliError
+from workbench.commands.common import add_db_arg, add_proto_arg, decoder_from
+from workbench.store.reader import sidecar_path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "tui", help="browse captures in a terminal UI",
+        description="Open a Textual app over a capture database: sessions, a frame timeline with "
+        "decoded detail, findings with their evidence frames, tool calls, KV blobs, replay at the "
+        "recorded pace. Press ? inside for keys.")
+    p.add_argument("session", nargs="?", help="open this session directly (a unique prefix is enough)")
+    add_db_arg(p)
+    p.add_argument("--follow", action="store_true",
+                   help="show new sessions, frames and findings of a capture in progress as they arrive")
+    p.add_argument("--poll", type=float, default=0.5, metavar="SECONDS",
+                   help="how often --follow looks for new data (default 0.5)")
+    add_proto_arg(p)
+    p.set_defaults(func=cmd_tui)
+
+
+def cmd_tui(args: argparse.Namespace) -> int:
+    db = Path(args.db)
+    if not db.exists() and not sidecar_path(db).exists():
+        raise CliError(f"{db}: no such capture database (give one with --db)")
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise CliError("needs an interactive terminal (stdin and stdout must be a TTY); "
+                       "for scripts use 'workbench sessions' / 'workbench frames' / 'workbench sql'")
+    if args.poll <= 0:
+        raise CliError(f"--poll must be positive, not {args.poll}")
+    # Imported here so that other subcommands do not pay for loading Textual.
+    from workbench.tui.app import WorkbenchApp
+    from workbench.tui.data import TuiData
+
+    data = TuiData(db, decoder_from(args), transient=args.follow)
+    session = None
+    if args.session:
+        session = data.resolve(args.session)
+        if session is None:
+            raise CliError(f"no single session matches {args.session!r} in {db} "
+                           f"(see 'workbench sessions --db {db}')")
+    app = WorkbenchApp(db, session, follow=args.follow, poll_interval=args.poll, data=data)
+    app.run()
+    return 0

@@ -1,0 +1,587 @@
+"""What the TUI shows, as plain Python over a capture reader (no Textual here).
+
+Everything in this module may block (SQL, decoding), so the app calls it from worker threads
+only. A session's timeline is addressed through a ``FrameIndex``: the filtered frames' seq
+numbers and heartbeat flags as numpy arrays (8 bytes a frame, one query), from which display rows
+are computed (heartbeat runs folded, replay cut-off applied). Row contents are then fetched by
+seq for the handful of rows on screen, so a million-frame session never loads a million rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from workbench.decode import fields_of
+from workbench.decode.classify import ENVELOPED, Decoder
+from workbench.store.db import StoreError
+from workbench.store.reader import LocalReader, RemoteReader, open_reader, sidecar_path
+
+# Both directions' keep-alives fold together: a heartbeat loop is server and client heartbeats
+# interleaved, and folding only one kind would leave a row per 5 s of silence.
+HEARTBEAT_KINDS = ("interaction_update.heartbeat", "client_heartbeat", "exec_client_control_message.heartbeat")
+_HB_SQL = "kind IN (" + ", ".join(f"'{k}'" for k in HEARTBEAT_KINDS) + ")"
+# Runs shorter than this stay unfolded: folding two heartbeats saves one row and hides detail.
+MIN_FOLD = 2
+SEVERITIES = ("error", "warning", "info")
+
+Reader = LocalReader | RemoteReader
+
+
+# filters -----------------------------------------------------------------------------------------
+
+_TOKEN = re.compile(r'(\w+):("[^"]*"|\S+)|"([^"]*)"|(\S+)')
+
+
+@dataclass(frozen=True)
+class FrameFilter:
+    """Which frames the timeline shows: kind prefixes, one direction, text in summary or payload."""
+
+    kinds: tuple[str, ...] = ()
+    direction: str | None = None
+    text: str = ""
+
+    @classmethod
+    def parse(cls, query: str) -> FrameFilter:
+        """``kind:exec_server dir:server "some text"``; ``>``/``<`` are shorthands for directions."""
+        kinds: list[str] = []
+        direction: str | None = None
+        words: list[str] = []
+        for m in _TOKEN.finditer(query):
+            key, val, quoted, bare = m.groups()
+            if key is not None:
+                val = val.strip('"')
+                k = key.lower()
+                if k in ("kind", "k"):
+                    kinds.extend(v for v in val.split(",") if v)
+                    continue
+                if k in ("dir", "direction", "d"):
+                    direction = _direction(val)
+                    continue
+                words.append(m.group(0))
+            elif quoted is not None:
+                words.append(quoted)
+            elif bare in (">", "→", "c2s"):
+                direction = "client"
+            elif bare in ("<", "←", "s2c"):
+                direction = "server"
+            else:
+                words.append(bare)
+        return cls(tuple(kinds), direction, " ".join(words))
+
+    @property
+    def active(self) -> bool:
+        return bool(self.kinds or self.direction or self.text)
+
+    def describe(self) -> str:
+        parts = [f"kind:{','.join(self.kinds)}"] if self.kinds else []
+        if self.direction:
+            parts.append(f"dir:{self.direction}")
+        if self.text:
+            parts.append(f'"{self.text}"')
+        return " ".join(parts)
+
+    def sql(self) -> tuple[str, list[Any]]:
+        """An ``AND …`` clause (possibly empty) and its parameters."""
+        clause = ""
+        params: list[Any] = []
+        if self.kinds:
+            clause += " AND (" + " OR ".join("starts_with(kind, ?)" for _ in self.kinds) + ")"
+            params.extend(self.kinds)
+        if self.direction:
+            clause += " AND direction = ?"
+            params.append(self.direction)
+        if self.text:
+            needle = self.text.lower()
+            clause += (" AND (contains(lower(coalesce(summary, '')), ?) OR contains(kind, ?)"
+                       " OR contains(lower(CAST(payload AS VARCHAR)), ?))")
+            params.extend([needle, needle, blob_needle(self.text).lower()])
+        return clause, params
+
+
+def _direction(val: str) -> str:
+    v = val.lower()
+    if v in ("client", "c", ">", "c2s", "up", "out"):
+        return "client"
+    if v in ("server", "s", "<", "s2c", "down", "in"):
+        return "server"
+    raise ValueError(f"direction must be client or server, not {val!r}")
+
+
+def blob_needle(text: str) -> str:
+    """``text`` as DuckDB prints the same UTF-8 bytes inside a BLOB cast to VARCHAR."""
+    out = []
+    for b in text.encode("utf-8"):
+        out.append(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else f"\\x{b:02X}")
+    return "".join(out)
+
+
+# the timeline index ------------------------------------------------------------------------------
+
+@dataclass
+class RowRef:
+    """One display row: a frame, or the header of a heartbeat run."""
+
+    row: int
+    seq: int                   # the frame, or the run's first frame
+    fold: bool = False
+    last_seq: int = -1         # run only
+    count: int = 1             # run only
+    client_count: int = 0      # run only: how many of them came from the client
+    expanded: bool = False     # run only
+    member: bool = False       # a frame inside an expanded run
+
+
+class FrameIndex:
+    """Display rows over the filtered frames of one session (folds, expansions, replay cut-off)."""
+
+    def __init__(self, seqs: np.ndarray, heartbeat: np.ndarray, client: np.ndarray | None = None) -> None:
+        self.seqs = np.asarray(seqs, dtype=np.int64)
+        self.heartbeat = np.asarray(heartbeat, dtype=bool)
+        self.client = np.asarray(client if client is not None else np.zeros(len(self.seqs)), dtype=bool)
+        self.expanded: set[int] = set()     # first seq of each expanded run
+        self.fold = True
+        self.limit_seq: int | None = None   # replay: only frames with seq <= this are visible
+        self._build()
+
+    # building --------------------------------------------------------------------------------
+
+    def extend(self, seqs: Sequence[int] | np.ndarray, heartbeat: Sequence[bool] | np.ndarray,
+               client: Sequence[bool] | np.ndarray | None = None) -> None:
+        if len(seqs):
+            self.seqs = np.concatenate([self.seqs, np.asarray(seqs, dtype=np.int64)])
+            self.heartbeat = np.concatenate([self.heartbeat, np.asarray(heartbeat, dtype=bool)])
+            up = np.asarray(client if client is not None else np.zeros(len(seqs)), dtype=bool)
+            self.client = np.concatenate([self.client, up])
+        self._build()
+
+    def set_limit(self, limit_seq: int | None) -> None:
+        self.limit_seq = limit_seq
+        self._build()
+
+    def toggle(self, run_first_seq: int) -> None:
+        self.expanded.symmetric_difference_update({run_first_seq})
+        self._build()
+
+    def expand_around(self, seq: int) -> None:
+        """Expand the folded run holding ``seq`` (so a jump can land on the frame itself)."""
+        j = self._run_of_index(self.index_of(seq))
+        if j is not None:
+            first = int(self.seqs[self.run_start[j]])
+            if first not in self.expanded:
+                self.expanded.add(first)
+                self._build()
+
+    def set_fold(self, fold: bool) -> None:
+        self.fold = fold
+        self._build()
+
+    def _build(self) -> None:
+        n = len(self.seqs) if self.limit_seq is None else int(
+            np.searchsorted(self.seqs, self.limit_seq, side="right"))
+        self.visible = n
+        if self.fold and n:
+            edges = np.diff(np.concatenate(([0], self.heartbeat[:n].astype(np.int8), [0])))
+            starts = np.flatnonzero(edges == 1)
+            ends = np.flatnonzero(edges == -1)
+            keep = (ends - starts) >= MIN_FOLD
+            self.run_start, self.run_end = starts[keep], ends[keep]
+        else:
+            self.run_start = self.run_end = np.zeros(0, dtype=np.int64)
+        marks = np.zeros(n + 1, dtype=np.int64)
+        runs_first = self.seqs[self.run_start] if len(self.run_start) else np.zeros(0, dtype=np.int64)
+        is_open = np.array([int(s) in self.expanded for s in runs_first], dtype=bool)
+        closed = ~is_open
+        np.add.at(marks, self.run_start[closed] + 1, 1)
+        np.add.at(marks, self.run_end[closed], -1)
+        hidden = np.cumsum(marks)[:n] > 0
+        frames = np.flatnonzero(~hidden).astype(np.int64)
+        # refs: >= 0 a frame index into seqs, < 0 the header of run -(ref + 1)
+        refs = frames.copy()
+        codes = -(np.arange(len(self.run_start), dtype=np.int64) + 1)
+        pos = np.searchsorted(frames, self.run_start)
+        refs[pos[closed]] = codes[closed]
+        self.refs = np.insert(refs, pos[is_open], codes[is_open])
+        keys = frames.copy()
+        self.keys = np.insert(keys, pos[is_open], self.run_start[is_open])
+        self.is_open = is_open
+
+    # reading ---------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    @property
+    def total(self) -> int:
+        return len(self.seqs)
+
+    def index_of(self, seq: int) -> int:
+        """Index of ``seq`` among the filtered frames, or -1 when the filter hides it."""
+        i = int(np.searchsorted(self.seqs, seq))
+        return i if i < len(self.seqs) and int(self.seqs[i]) == seq else -1
+
+    def _run_of_index(self, i: int) -> int | None:
+        if i < 0 or not len(self.run_start):
+            return None
+        j = int(np.searchsorted(self.run_start, i, side="right")) - 1
+        if j >= 0 and self.run_start[j] <= i < self.run_end[j]:
+            return j
+        return None
+
+    def row(self, r: int) -> RowRef:
+        ref = int(self.refs[r])
+        if ref >= 0:
+            j = self._run_of_index(ref)
+            return RowRef(r, int(self.seqs[ref]), member=j is not None and bool(self.is_open[j]))
+        j = -ref - 1
+        s, e = int(self.run_start[j]), int(self.run_end[j])
+        return RowRef(r, int(self.seqs[s]), fold=True, last_seq=int(self.seqs[e - 1]), count=e - s,
+                      client_count=int(self.client[s:e].sum()), expanded=bool(self.is_open[j]))
+
+    def rows(self, start: int, stop: int) -> list[RowRef]:
+        return [self.row(r) for r in range(max(0, start), min(stop, len(self.refs)))]
+
+    def row_of_seq(self, seq: int) -> int:
+        """The row showing ``seq`` (its run's header when folded); -1 when not visible."""
+        i = self.index_of(seq)
+        if i < 0 or i >= self.visible:
+            return -1
+        return int(np.searchsorted(self.keys, i, side="right")) - 1
+
+    def seqs_for(self, refs: Iterable[RowRef]) -> list[int]:
+        out: list[int] = []
+        for rr in refs:
+            out.append(rr.seq)
+            if rr.fold:
+                out.append(rr.last_seq)
+        return out
+
+
+# detail records ----------------------------------------------------------------------------------
+
+@dataclass
+class FrameDetail:
+    seq: int
+    ts_us: int
+    direction: str
+    transport: str
+    kind: str
+    summary: str
+    msg_type: str | None
+    flags: int
+    size: int
+    payload: bytes
+    raw: bytes | None
+    error: str | None
+    ids: dict[str, Any]
+    tree: Any
+    enveloped: bool
+
+    @property
+    def header(self) -> bytes:
+        """The 5-byte Connect envelope header this frame travelled under (flags | length)."""
+        if not self.enveloped:
+            return b""
+        return bytes([self.flags & 0xFF]) + len(self.payload).to_bytes(4, "big")
+
+    def as_json(self) -> str:
+        out: dict[str, Any] = {"seq": self.seq, "kind": self.kind, "summary": self.summary,
+                               "direction": self.direction, "transport": self.transport,
+                               "msg_type": self.msg_type, "flags": self.flags, "size": self.size}
+        out.update({k: v for k, v in self.ids.items() if v is not None})
+        if self.error:
+            out["error"] = self.error
+        out["fields"] = self.tree
+        return json.dumps(out, indent=2, ensure_ascii=False, default=str)
+
+
+@dataclass
+class SessionSummary:
+    session_id: str
+    source: str
+    transport: str
+    model: str
+    started_us: int | None
+    duration_s: float | None
+    frame_count: int
+    status: str
+    findings: dict[str, int] = field(default_factory=dict)
+
+    def findings_text(self) -> str:
+        parts = [f"{self.findings[s]}{s[0].upper()}" for s in SEVERITIES if self.findings.get(s)]
+        return " ".join(parts) or "-"
+
+
+# the data source ---------------------------------------------------------------------------------
+
+class TuiData:
+    """Queries for the TUI over ``open_reader(path)``.
+
+    With ``transient=True`` (follow mode on a file nobody writes yet) the file is opened per
+    query and closed again, so a capture can start writing it meanwhile; once a capture runs,
+    ``open_reader`` finds its live service and reads go through it.
+    """
+
+    def __init__(self, path: str | Path, decoder: Decoder | None = None, *, transient: bool = False) -> None:
+        self.path = str(path)
+        self.transient = transient
+        self._decoder = decoder
+        self._lock = threading.Lock()
+        self._open_lock = threading.Lock()
+        self._reader: Reader | None = None
+        if not transient:
+            self._reader = open_reader(self.path)
+
+    # plumbing --------------------------------------------------------------------------------
+
+    @property
+    def decoder(self) -> Decoder:
+        with self._lock:
+            if self._decoder is None:
+                from workbench.decode.classify import default_decoder
+
+                self._decoder = default_decoder()
+            return self._decoder
+
+    @property
+    def live(self) -> bool:
+        return sidecar_path(self.path).exists()
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        if self.transient:
+            reader = open_reader(self.path)
+            try:
+                return reader.query(sql, params)
+            finally:
+                reader.close()
+        with self._open_lock:
+            if self._reader is None:
+                self._reader = open_reader(self.path)
+        try:
+            return self._reader.query(sql, params)
+        except StoreError:
+            if not self._reader.live:
+                raise
+            # the capture we were reading through has stopped: the file is now readable directly
+            self._reader = open_reader(self.path)
+            return self._reader.query(sql, params)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    # sessions --------------------------------------------------------------------------------
+
+    def sessions(self) -> list[SessionSummary]:
+        t = self.query(
+            "SELECT session_id, coalesce(source, '') AS source, coalesce(transport, '') AS transport, "
+            "coalesce(model, '') AS model, epoch_us(started_at) AS started_us, "
+            "epoch_us(ended_at) - epoch_us(started_at) AS dur_us, coalesce(frame_count, 0) AS frame_count, "
+            "coalesce(status, '') AS status FROM sessions ORDER BY started_at, session_id")
+        counts: dict[str, dict[str, int]] = {}
+        for r in self.query("SELECT session_id, severity, count(*) AS n FROM findings GROUP BY ALL").to_pylist():
+            counts.setdefault(r["session_id"], {})[r["severity"]] = int(r["n"])
+        out = []
+        for r in t.to_pylist():
+            dur = r["dur_us"]
+            out.append(SessionSummary(r["session_id"], r["source"], r["transport"], r["model"],
+                                      r["started_us"], None if dur is None else dur / 1e6,
+                                      int(r["frame_count"]), r["status"], counts.get(r["session_id"], {})))
+        return out
+
+    def session(self, session_id: str) -> SessionSummary | None:
+        for s in self.sessions():
+            if s.session_id == session_id:
+                return s
+        return None
+
+    def resolve(self, wanted: str) -> str | None:
+        rows = self.query("SELECT session_id FROM sessions WHERE starts_with(session_id, ?) "
+                          "ORDER BY session_id LIMIT 2", [wanted]).column(0).to_pylist()
+        if wanted in rows or len(rows) == 1:
+            return wanted if wanted in rows else str(rows[0])
+        return None
+
+    # frames ----------------------------------------------------------------------------------
+
+    def frame_count(self, session_id: str, flt: FrameFilter | None = None) -> int:
+        clause, params = (flt or FrameFilter()).sql()
+        t = self.query(f"SELECT count(*) FROM frames WHERE session_id = ?{clause}", [session_id, *params])
+        return int(t.column(0)[0].as_py())
+
+    def start_us(self, session_id: str) -> int:
+        t = self.query("SELECT epoch_us(min(ts)) FROM frames WHERE session_id = ?", [session_id])
+        v = t.column(0)[0].as_py()
+        return int(v) if v is not None else 0
+
+    def frame_index(self, session_id: str, flt: FrameFilter | None = None, after_seq: int = -1) -> FrameIndex:
+        return FrameIndex(*self._index_arrays(session_id, flt, after_seq))
+
+    def _index_arrays(self, session_id: str, flt: FrameFilter | None, after_seq: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        clause, params = (flt or FrameFilter()).sql()
+        t = self.query(f"SELECT seq, CAST({_HB_SQL} AS TINYINT) AS hb, "
+                       f"CAST(direction = 'client' AS TINYINT) AS up FROM frames "
+                       f"WHERE session_id = ? AND seq > ?{clause} ORDER BY seq",
+                       [session_id, after_seq, *params])
+        return (column_array(t, "seq", np.int64), column_array(t, "hb", np.int8).astype(bool),
+                column_array(t, "up", np.int8).astype(bool))
+
+    def new_frames_since(self, session_id: str, seq: int, flt: FrameFilter | None = None
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Seqs (and heartbeat flags) of matching frames after ``seq``: what follow mode appends."""
+        return self._index_arrays(session_id, flt, seq)
+
+    def max_seq(self, session_id: str) -> int:
+        t = self.query("SELECT coalesce(max(seq), -1) FROM frames WHERE session_id = ?", [session_id])
+        return int(t.column(0)[0].as_py())
+
+    def frame_rows(self, session_id: str, seqs: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """Timeline columns for the given seqs (the rows on screen)."""
+        if not seqs:
+            return {}
+        t = self.query(
+            "SELECT seq, epoch_us(ts) AS ts_us, direction, kind, coalesce(summary, '') AS summary, size, error "
+            "FROM frames WHERE session_id = ? AND seq IN (SELECT unnest(?))", [session_id, list(seqs)])
+        return {int(r["seq"]): r for r in t.to_pylist()}
+
+    def frame_page(self, session_id: str, offset: int, limit: int, flt: FrameFilter | None = None,
+                   index: FrameIndex | None = None) -> list[dict[str, Any]]:
+        """Display rows ``offset … offset+limit`` (heartbeat runs folded) with their columns."""
+        index = index or self.frame_index(session_id, flt)
+        refs = index.rows(offset, offset + limit)
+        cols = self.frame_rows(session_id, index.seqs_for(refs))
+        out = []
+        for rr in refs:
+            row = dict(cols.get(rr.seq, {}))
+            row.update(row=rr.row, fold=rr.fold, count=rr.count, client_count=rr.client_count)
+            if rr.fold:
+                last = cols.get(rr.last_seq, {})
+                row.update(last_seq=rr.last_seq, last_ts_us=last.get("ts_us"), expanded=rr.expanded)
+            out.append(row)
+        return out
+
+    def timestamps(self, session_id: str) -> tuple[np.ndarray, np.ndarray]:
+        """All seqs and their wire times (µs) in order: the replay clock."""
+        t = self.query("SELECT seq, epoch_us(ts) AS ts FROM frames WHERE session_id = ? ORDER BY seq",
+                       [session_id])
+        return column_array(t, "seq", np.int64), column_array(t, "ts", np.int64)
+
+    def frame_detail(self, session_id: str, seq: int) -> FrameDetail | None:
+        t = self.query(
+            "SELECT seq, epoch_us(ts) AS ts_us, direction, transport, kind, coalesce(summary, '') AS summary, "
+            "msg_type, coalesce(flags, 0) AS flags, coalesce(size, 0) AS size, payload, raw, error, "
+            "ref_id, call_id, append_seqno, request_id, stream FROM frames WHERE session_id = ? AND seq = ?",
+            [session_id, seq])
+        if not t.num_rows:
+            return None
+        r = t.to_pylist()[0]
+        payload = r["payload"] or b""
+        try:
+            tree = fields_of(self.decoder, r["kind"], payload, r["msg_type"], int(r["flags"]))
+        except Exception as exc:  # a frame that cannot be decoded is shown, not fatal
+            tree = {"$error": f"cannot decode frame {seq}: {exc}", "$hex": payload.hex()}
+        return FrameDetail(
+            seq=int(r["seq"]), ts_us=int(r["ts_us"]), direction=r["direction"], transport=r["transport"],
+            kind=r["kind"], summary=r["summary"], msg_type=r["msg_type"], flags=int(r["flags"]),
+            size=int(r["size"]), payload=payload, raw=r["raw"], error=r["error"],
+            ids={k: r[k] for k in ("ref_id", "call_id", "append_seqno", "request_id", "stream")},
+            tree=tree, enveloped=(r["transport"], r["direction"]) in ENVELOPED)
+
+    # derived tables --------------------------------------------------------------------------
+
+    def findings(self, session_id: str) -> list[dict[str, Any]]:
+        t = self.query(
+            "SELECT code, severity, coalesce(message, '') AS message, first_seq, last_seq, evidence, "
+            "coalesce(suggested_fix, '') AS suggested_fix FROM findings WHERE session_id = ? "
+            "ORDER BY CASE severity WHEN 'error' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, first_seq, code",
+            [session_id])
+        out = t.to_pylist()
+        for f in out:
+            ev = [int(s) for s in (f["evidence"] or []) if s is not None]
+            if not ev and f["first_seq"] is not None:
+                ev = sorted({int(f["first_seq"]), int(f["last_seq"] if f["last_seq"] is not None else f["first_seq"])})
+            f["evidence"] = ev
+        return out
+
+    def tool_calls(self, session_id: str) -> list[dict[str, Any]]:
+        t = self.query(
+            "SELECT call_id, coalesce(tool_name, '') AS tool_name, exec_id, first_seq, last_seq, exec_seq, "
+            "result_seq, args_streamed, args_completion, args_merged, args_naive, result, "
+            "coalesce(status, '') AS status FROM tool_calls WHERE session_id = ? "
+            "ORDER BY first_seq NULLS LAST, call_id", [session_id])
+        return t.to_pylist()
+
+    def blobs(self, session_id: str) -> list[dict[str, Any]]:
+        t = self.query(
+            "SELECT blob_id, op, seq, result_seq, size, coalesce(content_type, '') AS content_type, "
+            "coalesce(role, '') AS role, proto_type, sha256_ok, coalesce(status, '') AS status, "
+            "coalesce(preview, '') AS preview FROM blobs WHERE session_id = ? ORDER BY seq NULLS LAST, blob_id",
+            [session_id])
+        return t.to_pylist()
+
+    def blob_data(self, session_id: str, blob_id: str) -> bytes | None:
+        t = self.query("SELECT data FROM blobs WHERE session_id = ? AND blob_id = ? AND data IS NOT NULL "
+                       "LIMIT 1", [session_id, blob_id])
+        return t.column(0)[0].as_py() if t.num_rows else None
+
+
+def column_array(table: pa.Table, name: str, dtype: type[np.generic]) -> np.ndarray:
+    """A non-null fixed-width Arrow column as numpy without pyarrow's to_numpy.
+
+    ``to_numpy`` imports pandas on first use (1.5 s here), more than the whole first-paint budget.
+    """
+    col = table.column(name)
+    arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if not len(arr):
+        return np.zeros(0, dtype=dtype)
+    if arr.null_count:
+        raise ValueError(f"column {name} has NULLs")
+    size = np.dtype(dtype).itemsize
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * size)
+
+
+# helpers used by the views -----------------------------------------------------------------------
+
+def sha256_check(blob_id: str, data: bytes | None) -> tuple[bool | None, str]:
+    """Does the blob id equal SHA-256 of its bytes? (None when the bytes were never seen.)"""
+    if data is None:
+        return None, ""
+    digest = hashlib.sha256(data).hexdigest()
+    return digest == blob_id.lower(), digest
+
+
+def pretty_blob(data: bytes | None) -> str:
+    """Blob bytes for reading: indented JSON when they parse, else text, else hex."""
+    if data is None:
+        return "(no data captured)"
+    try:
+        return json.dumps(json.loads(data), indent=2, ensure_ascii=False)
+    except (ValueError, UnicodeDecodeError):
+        pass
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.hex(" ", 1)
+
+
+def pretty_json(value: Any) -> str:
+    """A JSON column (stored as text) indented; plain text when it does not parse."""
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        try:
+            return json.dumps(json.loads(value), indent=2, ensure_ascii=False)
+        except ValueError:
+            return value
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)

@@ -1,0 +1,149 @@
+"""The frame detail pane: named tree, JSON and hex dump tabs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.syntax import Syntax
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import Static, TabbedContent, TabPane, Tree
+from textual.widgets.tree import TreeNode
+
+from workbench.tui.data import FrameDetail
+from workbench.tui.timeline import arrow, kind_style
+
+HEX_LIMIT = 64 * 1024
+TREE_CHILD_LIMIT = 500
+_HEADER_STYLE = "bold black on yellow"
+_FLAG_NAMES = {0x01: "gzip", 0x02: "end-stream", 0x80: "trailer"}
+
+
+def hex_dump(header: bytes, body: bytes, limit: int = HEX_LIMIT, per_line: int = 16) -> Text:
+    """Offset, 16 bytes in hex, ASCII; the envelope header bytes are highlighted."""
+    data = header + body[:limit]
+    n_head = len(header)
+    out = Text()
+    if header:
+        flags = header[0]
+        names = [name for bit, name in _FLAG_NAMES.items() if flags & bit] or ["data"]
+        out.append("envelope header ", _HEADER_STYLE)
+        out.append(f"  flags 0x{flags:02x} ({', '.join(names)}) | length {int.from_bytes(header[1:5], 'big')}\n\n")
+    else:
+        out.append("not enveloped on this transport (payload bytes only)\n\n", "dim")
+    for off in range(0, len(data), per_line):
+        chunk = data[off:off + per_line]
+        out.append(f"{off:08x}  ", "dim")
+        for i in range(per_line):
+            pos = off + i
+            if i < len(chunk):
+                out.append(f"{chunk[i]:02x}", _HEADER_STYLE if pos < n_head else "")
+            else:
+                out.append("  ")
+            out.append(" " if i != 7 or per_line <= 8 else "  ")
+        out.append(" │", "dim")
+        for i, b in enumerate(chunk):
+            ch = chr(b) if 0x20 <= b < 0x7F else "."
+            out.append(ch, _HEADER_STYLE if off + i < n_head else "cyan")
+        out.append("│\n", "dim")
+    if len(body) > limit:
+        out.append(f"… {len(body) - limit} more bytes\n", "dim")
+    return out
+
+
+def _label(key: str, value: Any) -> Text:
+    t = Text(str(key), "bold")
+    if isinstance(value, dict):
+        t.append(f"  {{{len(value)}}}", "dim")
+    elif isinstance(value, list):
+        t.append(f"  [{len(value)}]", "dim")
+    else:
+        s = repr(value) if not isinstance(value, str) else f'"{value}"'
+        if len(s) > 200:
+            s = s[:200] + "…"
+        t.append(": ")
+        t.append(s.replace("\n", "⏎"), "green" if isinstance(value, str) else "cyan")
+    return t
+
+
+def fill_tree(node: TreeNode[Any], value: Any) -> None:
+    items: list[tuple[str, Any]]
+    if isinstance(value, dict):
+        items = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, list):
+        items = [(f"[{i}]", v) for i, v in enumerate(value)]
+    else:
+        node.add_leaf(_label("value", value))
+        return
+    for key, v in items[:TREE_CHILD_LIMIT]:
+        if isinstance(v, dict | list) and v:
+            child = node.add(_label(key, v), expand=True)
+            fill_tree(child, v)
+        else:
+            node.add_leaf(_label(key, v))
+    if len(items) > TREE_CHILD_LIMIT:
+        node.add_leaf(Text(f"… {len(items) - TREE_CHILD_LIMIT} more", "dim"))
+
+
+class FrameDetailView(Vertical):
+    """Tabs for the frame under the timeline cursor."""
+
+    DEFAULT_CSS = """
+    FrameDetailView #detail-head { height: auto; padding: 0 1; background: $boost; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.detail: FrameDetail | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="detail-head")
+        with TabbedContent(id="detail-tabs", initial="tab-tree"):
+            with TabPane("Tree", id="tab-tree"):
+                tree: Tree[Any] = Tree("frame", id="detail-tree")
+                tree.show_root = False
+                yield tree
+            with TabPane("JSON", id="tab-json"), VerticalScroll(id="json-scroll"):
+                yield Static("", id="detail-json")
+            with TabPane("Hex", id="tab-hex"), VerticalScroll(id="hex-scroll"):
+                yield Static("", id="detail-hex")
+
+    @property
+    def active(self) -> str:
+        return self.query_one("#detail-tabs", TabbedContent).active
+
+    @active.setter
+    def active(self, tab: str) -> None:
+        self.query_one("#detail-tabs", TabbedContent).active = tab
+
+    def show(self, detail: FrameDetail | None) -> None:
+        self.detail = detail
+        head = self.query_one("#detail-head", Static)
+        tree = self.query_one("#detail-tree", Tree)
+        tree.clear()
+        if detail is None:
+            head.update("no frame")
+            self.query_one("#detail-json", Static).update("")
+            self.query_one("#detail-hex", Static).update("")
+            return
+        h = Text()
+        h.append(f"#{detail.seq} ", "bold")
+        h.append(arrow(detail.direction) + " ")
+        h.append(detail.kind, kind_style(detail.kind))
+        h.append(f"  {detail.size} B  {detail.msg_type or ''}\n", "dim")
+        h.append(detail.summary)
+        if detail.error:
+            h.append(f"\n⚠ {detail.error}", "bold red")
+        head.update(h)
+        fill_tree(tree.root, detail.tree)
+        tree.root.expand()
+        self.query_one("#detail-json", Static).update(
+            Syntax(detail.as_json(), "json", theme="ansi_dark", word_wrap=True, background_color="default"))
+        # 16 bytes a line need 78 columns; narrower panes get 8
+        per_line = 16 if self.size.width >= 80 or not self.size.width else 8
+        hx = hex_dump(detail.header, detail.payload, per_line=per_line)
+        if detail.raw is not None and detail.raw != detail.payload:
+            hx.append("\nwrapper bytes as sent (BidiAppend / BidiPoll):\n", "bold")
+            hx.append_text(hex_dump(b"", detail.raw, per_line=per_line))
+        self.query_one("#detail-hex", Static).update(hx)

@@ -1,0 +1,139 @@
+"""Pop-up screens: a tool call's arguments side by side, one KV blob, and help."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from workbench.tui.data import pretty_blob, pretty_json, sha256_check
+
+
+def _json(text: str) -> Syntax:
+    return Syntax(text, "json", theme="ansi_dark", word_wrap=True, background_color="default")
+
+
+class ToolCallScreen(ModalScreen[None]):
+    """args as streamed, as in tool_call_completed, merged, and naively concatenated."""
+
+    BINDINGS = [Binding("escape,q", "dismiss", "Close")]
+
+    def __init__(self, call: dict[str, Any]) -> None:
+        super().__init__(classes="wb-modal")
+        self.call = call
+
+    def compose(self) -> ComposeResult:
+        c = self.call
+        with Vertical(classes="wb-modal-box"):
+            head = Text()
+            head.append(f"tool call {c['call_id']}", "bold")
+            head.append(f"  {c['tool_name']}  status {c['status']}  exec {c['exec_id']}  "
+                        f"frames {c['first_seq']}…{c['last_seq']}", "dim")
+            yield Static(head, classes="wb-modal-title")
+            with Horizontal(id="args-columns"):
+                for title, key in (("streamed", "args_streamed"), ("completion", "args_completion"),
+                                   ("merged", "args_merged"), ("naive concatenation", "args_naive")):
+                    with VerticalScroll(classes="args-col", id=f"col-{key}"):
+                        yield Static(Text(title, "bold underline"))
+                        value = c.get(key)
+                        yield Static(_json(pretty_json(value)) if value is not None else Text("—", "dim"))
+            if c.get("result") is not None:
+                with VerticalScroll(id="call-result"):
+                    yield Static(Text("result", "bold underline"))
+                    yield Static(_json(pretty_json(c["result"])))
+            yield Static(Text("esc to close", "dim"))
+
+
+class BlobScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q", "dismiss", "Close")]
+
+    def __init__(self, blob: dict[str, Any], data: bytes | None) -> None:
+        super().__init__(classes="wb-modal")
+        self.blob = blob
+        self.data = data
+
+    def compose(self) -> ComposeResult:
+        b = self.blob
+        ok, digest = sha256_check(b["blob_id"], self.data)
+        facts = Table.grid(padding=(0, 2))
+        facts.add_column(style="bold")
+        facts.add_column()
+        facts.add_row("blob id", b["blob_id"])
+        facts.add_row("op / status", f"{b['op']} / {b['status']}")
+        facts.add_row("role / type", f"{b['role'] or '—'} / {b['content_type'] or '—'}"
+                      + (f" ({b['proto_type']})" if b.get("proto_type") else ""))
+        facts.add_row("size", f"{b['size']} bytes")
+        facts.add_row("frames", f"request {b['seq']}, answer {b['result_seq']}")
+        if ok is None:
+            check = Text("no bytes captured: cannot check", "dim")
+        elif ok:
+            check = Text("✓ id = SHA-256(data)", "green")
+        else:
+            check = Text(f"✗ SHA-256(data) = {digest}", "red")
+        facts.add_row("SHA-256", check)
+        with Vertical(classes="wb-modal-box"):
+            yield Static(Text("KV blob", "bold"), classes="wb-modal-title")
+            yield Static(facts)
+            with VerticalScroll(id="blob-content"):
+                text = pretty_blob(self.data)
+                yield Static(_json(text) if text.lstrip().startswith(("{", "[")) else Text(text))
+            yield Static(Text("esc to close", "dim"))
+
+
+HELP_TEXT = """\
+Sessions screen
+  enter  open session      /  filter rows      s  change sort      r  reverse sort
+
+Session screen
+  ↑↓ pgup pgdn home end  move in the timeline    enter  fold/unfold a heartbeat run
+  /  filter frames: kind:exec_server dir:server "text"  (> client→server, < server→client)
+  escape  clear the filter      z  fold/unfold all heartbeat runs
+  t / o / x  Tree / JSON / Hex tab         f / c / b  focus findings / tool calls / blobs
+  enter on a finding  jump to its evidence frames (highlighted ◆), ] / [  next / previous evidence
+  enter on a tool call or blob  open it
+
+Replay
+  p  start/stop replay     space  play/pause     . ,  step forward/back
+  + -  speed ×0.5 … ×20    i  skip idle gaps (gaps capped at 1 s)
+  Frames appear as they did on the wire; findings light up (●) when their evidence is reached.
+
+Everywhere
+  ctrl+p  command palette (every action)    ?  this help    q  back / quit
+"""
+
+
+def help_text() -> Text:
+    """HELP_TEXT with its section titles (unindented lines) in bold; plain text, so [ ] stay literal."""
+    out = Text()
+    for line in HELP_TEXT.splitlines(keepends=True):
+        out.append(line, "bold" if line.strip() and not line.startswith(" ") else "")
+    return out
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
+
+    def __init__(self, bindings: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(classes="wb-modal")
+        self.bindings_list = bindings or []
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="wb-modal-box", id="help-box"):
+            yield Static(Text("workbench tui — help", "bold"), classes="wb-modal-title")
+            with VerticalScroll():
+                yield Static(help_text())
+                if self.bindings_list:
+                    t = Table(title="Keys on this screen", show_header=False, box=None, padding=(0, 2))
+                    t.add_column(style="bold cyan")
+                    t.add_column()
+                    for key, desc in self.bindings_list:
+                        t.add_row(key, desc)
+                    yield Static(t)
+            yield Static(Text("esc to close", "dim"))

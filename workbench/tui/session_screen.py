@@ -1,0 +1,506 @@
+"""The session screen: timeline, frame detail, findings / tool calls / blobs, replay, follow."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane
+
+from workbench.tui.data import FrameDetail, FrameFilter, FrameIndex, SessionSummary
+from workbench.tui.detail import FrameDetailView
+from workbench.tui.loading import Loader
+from workbench.tui.modals import BlobScreen, ToolCallScreen
+from workbench.tui.panels import BlobsTable, FindingsTable, ToolCallsTable
+from workbench.tui.replay import ReplayClock
+from workbench.tui.sessions_screen import fmt_duration
+from workbench.tui.timeline import Timeline
+
+if TYPE_CHECKING:
+    from workbench.tui.app import WorkbenchApp
+
+REPLAY_TICK_S = 0.05
+
+
+@dataclass
+class IndexLoad:
+    t0: int
+    index: FrameIndex
+    max_seq: int
+    summary: SessionSummary | None
+
+
+@dataclass
+class PollResult:
+    seqs: np.ndarray
+    hb: np.ndarray
+    up: np.ndarray
+    max_seq: int
+    findings: list[dict[str, Any]]
+    summary: SessionSummary | None
+
+
+class SessionScreen(Loader, Screen[None]):
+    BINDINGS = [
+        Binding("slash", "filter", "Filter", show=True),
+        Binding("escape", "back_or_clear", "Back/clear", show=True),
+        Binding("q", "back", "Sessions", show=False),
+        Binding("p", "replay", "Replay", show=True),
+        Binding("space", "play_pause", "Play/pause", show=True),
+        Binding("full_stop", "step(1)", "Step ▶", show=True),
+        Binding("comma", "step(-1)", "Step ◀", show=False),
+        Binding("plus,equals_sign", "speed(1)", "Faster", show=True),
+        Binding("minus", "speed(-1)", "Slower", show=False),
+        Binding("i", "skip_idle", "Skip idle", show=False),
+        Binding("z", "toggle_fold", "Fold heartbeats", show=False),
+        Binding("t", "tab('tab-tree')", "Tree", show=False),
+        Binding("o", "tab('tab-json')", "JSON", show=False),
+        Binding("x", "tab('tab-hex')", "Hex", show=False),
+        Binding("f", "panel('findings')", "Findings", show=True),
+        Binding("c", "panel('tool-calls')", "Tool calls", show=False),
+        Binding("b", "panel('blobs')", "Blobs", show=False),
+        Binding("l", "focus_timeline", "Timeline", show=False),
+        Binding("right_square_bracket", "evidence(1)", "Next evidence", show=False),
+        Binding("left_square_bracket", "evidence(-1)", "Prev evidence", show=False),
+    ]
+    COMMANDS_HELP = {
+        "filter": "Filter frames (kind:… dir:… text)", "back_or_clear": "Clear the filter or go back",
+        "back": "Back to the sessions list", "replay": "Start or stop replay at the recorded pace",
+        "play_pause": "Replay: play or pause", "step(1)": "Replay: step one frame forward",
+        "step(-1)": "Replay: step one frame back", "speed(1)": "Replay: faster", "speed(-1)": "Replay: slower",
+        "skip_idle": "Replay: toggle skipping idle gaps", "toggle_fold": "Fold or unfold heartbeat runs",
+        "tab('tab-tree')": "Detail: named tree", "tab('tab-json')": "Detail: JSON",
+        "tab('tab-hex')": "Detail: hex dump", "panel('findings')": "Show findings",
+        "panel('tool-calls')": "Show tool calls", "panel('blobs')": "Show KV blobs",
+        "focus_timeline": "Focus the timeline", "evidence(1)": "Next evidence frame",
+        "evidence(-1)": "Previous evidence frame",
+    }
+
+    app: WorkbenchApp
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(id="session-screen")
+        self.session_id = session_id
+        self.summary: SessionSummary | None = None
+        self.flt = FrameFilter()
+        self.index: FrameIndex | None = None
+        self.max_seq = -1
+        self.replay: ReplayClock | None = None
+        self._replay_timer: Timer | None = None
+        self._last_tick = 0.0
+        self.evidence: list[int] = []
+        self.evidence_pos = 0
+        self._pending_jump: int | None = None
+        self._polling = False
+        self._poll_started = 0.0
+
+    # layout ------------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="session-main"):
+            with Vertical(id="left"):
+                yield Static("", id="session-status")
+                yield Input(placeholder='filter: kind:exec dir:server "text"  (enter to apply, esc to clear)',
+                            id="frame-filter", classes="hidden")
+                yield Timeline(id="timeline")
+                yield Static("", id="replay-bar", classes="hidden")
+            with Vertical(id="right"):
+                yield FrameDetailView(id="detail")
+                with TabbedContent(id="panels", initial="findings"):
+                    with TabPane("Findings", id="findings"):
+                        yield FindingsTable(id="findings-table")
+                    with TabPane("Tool calls", id="tool-calls"):
+                        yield ToolCallsTable(id="tools-table")
+                    with TabPane("Blobs", id="blobs"):
+                        yield BlobsTable(id="blobs-table")
+        yield Footer()
+
+    @property
+    def timeline(self) -> Timeline:
+        return self.query_one("#timeline", Timeline)
+
+    @property
+    def findings_table(self) -> FindingsTable:
+        return self.query_one("#findings-table", FindingsTable)
+
+    def on_mount(self) -> None:
+        self.title = f"session {self.session_id}"
+        self.sub_title = Path(self.app.data.path).name
+        self.timeline.focus()
+        self._load_index()
+        self._load_panels()
+        if self.app.follow:
+            self.set_interval(self.app.poll_interval, self._poll, name="session-follow")
+
+    # loading -----------------------------------------------------------------------------------
+
+    def _load_index(self, keep_seq: int | None = None) -> None:
+        data, sid, flt = self.app.data, self.session_id, self.flt
+
+        def fetch() -> IndexLoad:
+            return IndexLoad(data.start_us(sid), data.frame_index(sid, flt), data.max_seq(sid), data.session(sid))
+
+        def got(res: IndexLoad) -> None:
+            self.max_seq = res.max_seq
+            self.summary = res.summary or self.summary
+            if self.replay is not None:
+                res.index.set_limit(self.replay.seq)
+            keep = self._pending_jump if self._pending_jump is not None else keep_seq
+            first_load = self.index is None
+            self.index = res.index
+            self.timeline.set_index(res.index, res.t0, keep_cursor_seq=keep)
+            if first_load and self.app.follow and keep is None:
+                self.timeline.action_last()   # following a capture: start at the tail, like tail -f
+            self._update_status()
+            if self._pending_jump is not None:
+                target, self._pending_jump = self._pending_jump, None
+                self._jump_to_seq(target)
+
+        self.load(fetch, got, group="index", what=f"reading frames of {sid}")
+
+    def _load_panels(self) -> None:
+        data, sid = self.app.data, self.session_id
+
+        def fetch() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+            return data.findings(sid), data.tool_calls(sid), data.blobs(sid)
+
+        def got(res: tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]) -> None:
+            self.findings_table.set_findings(res[0])
+            self.query_one("#tools-table", ToolCallsTable).set_calls(res[1])
+            self.query_one("#blobs-table", BlobsTable).set_blobs(res[2])
+            self._update_panel_titles()
+            self._update_lit()
+
+        self.load(fetch, got, group="panels", what=f"reading findings of {sid}")
+
+    def _update_panel_titles(self) -> None:
+        panels = self.query_one("#panels", TabbedContent)
+        for pane_id, n in (("findings", len(self.findings_table.findings)),
+                           ("tool-calls", len(self.query_one("#tools-table", ToolCallsTable).calls)),
+                           ("blobs", len(self.query_one("#blobs-table", BlobsTable).blobs))):
+            label = {"findings": "Findings", "tool-calls": "Tool calls", "blobs": "Blobs"}[pane_id]
+            panels.get_tab(pane_id).label = f"{label} ({n})"
+
+    def on_timeline_need_rows(self, message: Timeline.NeedRows) -> None:
+        data, sid, seqs = self.app.data, self.session_id, message.seqs
+        self.load(lambda: data.frame_rows(sid, seqs), self.timeline.add_rows, group="rows",
+                  what="reading timeline rows", exclusive=False)
+
+    def on_timeline_highlighted(self, message: Timeline.Highlighted) -> None:
+        data, sid, seq = self.app.data, self.session_id, message.row.seq
+        detail = self.query_one("#detail", FrameDetailView)
+        if detail.detail is not None and detail.detail.seq == seq:
+            return
+
+        def got(d: FrameDetail | None) -> None:
+            detail.show(d)
+
+        self.load(lambda: data.frame_detail(sid, seq), got, group="detail", what=f"decoding frame {seq}")
+
+    def on_timeline_selected(self, message: Timeline.Selected) -> None:
+        row = message.row
+        if row.fold or row.member:
+            first = row.seq if row.fold else self._run_first(row.seq)
+            if self.index is not None and first is not None:
+                self.index.toggle(first)
+                self.timeline.index_changed()
+                self.timeline.cursor = self.index.row_of_seq(first)
+
+    def _run_first(self, seq: int) -> int | None:
+        if self.index is None:
+            return None
+        j = self.index._run_of_index(self.index.index_of(seq))
+        return None if j is None else int(self.index.seqs[self.index.run_start[j]])
+
+    def _update_status(self) -> None:
+        s = self.summary
+        t = Text()
+        t.append(self.session_id, "bold")
+        if s is not None:
+            t.append(f"  {s.source} · {s.transport} · {s.model or '?'} · {fmt_duration(s.duration_s)} · ", "dim")
+            t.append(s.status, "green" if s.status == "complete" else "yellow")
+        if self.index is not None:
+            shown = self.index.total
+            t.append(f"\n{shown} frames" if not self.flt.active else
+                     f"\n{shown} of {self.max_seq + 1} frames match {self.flt.describe()}")
+            t.append(f" · {len(self.index)} rows", "dim")
+        if self.app.data.live:
+            t.append("  ● live", "bold green")
+        self.query_one("#session-status", Static).update(t)
+
+    # filter ------------------------------------------------------------------------------------
+
+    def action_filter(self) -> None:
+        box = self.query_one("#frame-filter", Input)
+        box.remove_class("hidden")
+        box.value = self.flt.describe()
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "frame-filter":
+            return
+        try:
+            flt = FrameFilter.parse(event.value)
+        except ValueError as exc:
+            self.app.notify(str(exc), title="filter", severity="error")
+            return
+        self.apply_filter(flt)
+        if not flt.active:
+            event.input.add_class("hidden")
+        self.timeline.focus()
+
+    def apply_filter(self, flt: FrameFilter) -> None:
+        cur = self.timeline.current
+        self.flt = flt
+        self.timeline.clear_cache()
+        self._load_index(keep_seq=cur.seq if cur is not None else None)
+
+    def action_back_or_clear(self) -> None:
+        box = self.query_one("#frame-filter", Input)
+        if self.flt.active or not box.has_class("hidden"):
+            box.value = ""
+            box.add_class("hidden")
+            if self.flt.active:
+                self.apply_filter(FrameFilter())
+            self.timeline.focus()
+        elif self.replay is not None:
+            self.stop_replay()
+        else:
+            self.action_back()
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    # detail & panels ---------------------------------------------------------------------------
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one("#detail", FrameDetailView).active = tab
+
+    def action_panel(self, pane: str) -> None:
+        self.query_one("#panels", TabbedContent).active = pane
+        table = {"findings": "#findings-table", "tool-calls": "#tools-table", "blobs": "#blobs-table"}[pane]
+        self.query_one(table, DataTable).focus()
+
+    def action_focus_timeline(self) -> None:
+        self.timeline.focus()
+
+    def action_toggle_fold(self) -> None:
+        if self.index is None:
+            return
+        cur = self.timeline.current
+        self.index.set_fold(not self.index.fold)
+        self.timeline.index_changed()
+        if cur is not None:
+            self.timeline.jump_to_row(max(0, self.index.row_of_seq(cur.seq)))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        table = event.data_table
+        if isinstance(table, FindingsTable):
+            f = table.selected()
+            if f is not None:
+                self.jump_to_evidence(f["evidence"])
+        elif isinstance(table, ToolCallsTable):
+            call = table.selected()
+            if call is not None:
+                self.app.push_screen(ToolCallScreen(call))
+        elif isinstance(table, BlobsTable):
+            blob = table.selected()
+            if blob is not None:
+                data, sid = self.app.data, self.session_id
+                self.load(lambda: data.blob_data(sid, blob["blob_id"]),
+                          lambda raw: self.app.push_screen(BlobScreen(blob, raw)), group="blob",
+                          what=f"reading blob {blob['blob_id'][:12]}")
+
+    def jump_to_evidence(self, seqs: list[int]) -> None:
+        """Move the timeline to a finding's first evidence frame and mark all of them."""
+        if not seqs:
+            self.app.notify("this finding names no frames", severity="warning")
+            return
+        self.evidence = sorted(seqs)
+        self.evidence_pos = 0
+        self.timeline.set_evidence(set(self.evidence))
+        if self.index is not None:
+            for seq in self.evidence[1:]:
+                self.index.expand_around(seq)
+        self._jump_to_seq(self.evidence[0])
+
+    def _jump_to_seq(self, seq: int) -> None:
+        index = self.index
+        if index is None:
+            self._pending_jump = seq
+            return
+        if index.index_of(seq) < 0:
+            if self.flt.active:
+                self.app.notify("the filter hid the evidence frames: filter cleared")
+                self._pending_jump = seq
+                self.query_one("#frame-filter", Input).add_class("hidden")
+                self.flt = FrameFilter()
+                self.timeline.clear_cache()
+                self._load_index()
+            else:
+                self.app.notify(f"frame {seq} is not in this session", severity="warning")
+            return
+        if self.replay is not None and seq > self.replay.seq:
+            # replay has not reached the evidence yet: move the replay there
+            self.replay.step(int(np.searchsorted(self.replay.seqs, seq)) - self.replay.pos)
+            self._apply_replay(follow_cursor=False)
+        index.expand_around(seq)
+        self.timeline.index_changed()
+        self.timeline.jump_to_row(index.row_of_seq(seq))
+        self.timeline.focus()
+
+    def action_evidence(self, delta: int) -> None:
+        if not self.evidence:
+            self.app.notify("select a finding first (f, then enter)")
+            return
+        self.evidence_pos = (self.evidence_pos + delta) % len(self.evidence)
+        self._jump_to_seq(self.evidence[self.evidence_pos])
+
+    # replay ------------------------------------------------------------------------------------
+
+    def action_replay(self) -> None:
+        if self.replay is not None:
+            self.stop_replay()
+            return
+        data, sid = self.app.data, self.session_id
+
+        def got(arrays: tuple[np.ndarray, np.ndarray]) -> None:
+            self.replay = ReplayClock(*arrays)
+            self.replay.playing = True
+            self._last_tick = time.monotonic()
+            self.query_one("#replay-bar", Static).remove_class("hidden")
+            self._replay_timer = self.set_interval(REPLAY_TICK_S, self._tick, name="replay")
+            self._apply_replay()
+            self.timeline.focus()
+
+        self.load(lambda: data.timestamps(sid), got, group="replay", what=f"reading timestamps of {sid}")
+
+    def stop_replay(self) -> None:
+        if self._replay_timer is not None:
+            self._replay_timer.stop()
+            self._replay_timer = None
+        self.replay = None
+        self.query_one("#replay-bar", Static).add_class("hidden")
+        if self.index is not None:
+            self.index.set_limit(None)
+            self.timeline.index_changed()
+        self.findings_table.set_lit(None)
+        self._update_status()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        dt, self._last_tick = now - self._last_tick, now
+        r = self.replay
+        if r is None or not r.playing:
+            return
+        if r.advance(dt):
+            self._apply_replay()
+        elif not r.playing:
+            self._update_replay_bar()
+
+    def _apply_replay(self, follow_cursor: bool = True) -> None:
+        r = self.replay
+        if r is None or self.index is None:
+            return
+        self.index.set_limit(r.seq)
+        self.timeline.index_changed()
+        if follow_cursor:
+            self.timeline.action_last()
+        self._update_replay_bar()
+        self._update_lit()
+
+    def _update_lit(self) -> None:
+        self.findings_table.set_lit(None if self.replay is None else self.findings_table.lit_by(self.replay.seq))
+
+    def _update_replay_bar(self) -> None:
+        r = self.replay
+        if r is None:
+            return
+        bar = Text(r.describe(), "bold")
+        n = len(r)
+        width = 30
+        done = int(width * (r.pos + 1) / n) if n else 0
+        bar.append("  [" + "█" * done + "·" * (width - done) + "]", "cyan")
+        if r.at_end:
+            bar.append("  end", "green")
+        self.query_one("#replay-bar", Static).update(bar)
+
+    def _need_replay(self) -> ReplayClock | None:
+        if self.replay is None:
+            self.app.notify("press p to start a replay")
+        return self.replay
+
+    def action_play_pause(self) -> None:
+        r = self._need_replay()
+        if r is not None:
+            if r.at_end and not r.playing:
+                r.step(-len(r))   # play again from the start
+            r.playing = not r.playing
+            self._last_tick = time.monotonic()
+            self._apply_replay()
+
+    def action_step(self, delta: int) -> None:
+        r = self._need_replay()
+        if r is not None:
+            r.playing = False
+            r.step(delta)
+            self._apply_replay()
+
+    def action_speed(self, delta: int) -> None:
+        r = self._need_replay()
+        if r is not None:
+            r.faster(delta)
+            self._update_replay_bar()
+
+    def action_skip_idle(self) -> None:
+        r = self._need_replay()
+        if r is not None:
+            r.skip_idle = not r.skip_idle
+            self._update_replay_bar()
+
+    # follow ------------------------------------------------------------------------------------
+
+    def _poll(self) -> None:
+        # a poll that failed never clears the flag: retry after a while instead of never
+        if (self._polling and time.monotonic() - self._poll_started < 10) or self.index is None \
+                or self.app.screen is not self:
+            return
+        self._polling = True
+        self._poll_started = time.monotonic()
+        data, sid, flt, after = self.app.data, self.session_id, self.flt, self.max_seq
+
+        def fetch() -> PollResult:
+            seqs, hb, up = data.new_frames_since(sid, after, flt)
+            return PollResult(seqs, hb, up, max(after, data.max_seq(sid)), data.findings(sid), data.session(sid))
+
+        def got(res: PollResult) -> None:
+            self._polling = False
+            index = self.index
+            if index is None or flt != self.flt or after != self.max_seq:
+                return   # a reload happened meanwhile; the next poll starts from its state
+            at_tail = self.timeline.cursor >= len(index) - 1
+            self.max_seq = res.max_seq
+            self.summary = res.summary or self.summary
+            if len(res.seqs):
+                index.extend(res.seqs, res.hb, res.up)
+                if self.replay is not None:
+                    index.set_limit(self.replay.seq)
+                self.timeline.index_changed()
+                if at_tail and self.replay is None:
+                    self.timeline.action_last()
+            self.findings_table.set_findings(res.findings)
+            self._update_panel_titles()
+            self._update_lit()
+            self._update_status()
+
+        self.load(fetch, got, group="follow", what=f"following {sid}")
