@@ -6,7 +6,8 @@ Three ways of writing the same rows (200-byte payloads by default), each into a 
   fastest DuckDB path; building the table is not timed);
 * ``Store.insert_frames`` — ``FrameBatch.add`` per classified frame, then one insert per batch;
 * ``Recorder`` — what capture/import do: ``Recorder.add`` per frame (seq numbers, session time
-  bounds) and ``flush()`` every ``--batch`` frames.
+  bounds) and ``flush()`` every ``--batch`` frames; synchronous, and with ``background=True``
+  (inserts on a writer thread, overlapping with building the next batch).
 
     python benchmarks/ingest.py [--rows N] [--batch B] [--payload BYTES]
 """
@@ -32,13 +33,15 @@ KINDS = ["interaction_update.text_delta", "interaction_update.heartbeat", "kv_se
 
 
 def make_frames(n: int, size: int, seed: int = 3) -> list[Frame]:
+    """Frames whose payloads look like agent traffic: a protobuf header and varied text."""
     rng = random.Random(seed)
-    base = rng.randbytes(size * 4)
+    words = [rng.randbytes(rng.randint(2, 9)).hex()[:rng.randint(2, 9)].encode() for _ in range(5000)]
     out = []
     for i in range(n):
-        off = rng.randrange(0, size * 3)
         kind = KINDS[i % len(KINDS)]
-        out.append(Frame(kind, f"{kind.rsplit('.', 1)[-1]} #{i}", base[off : off + size], 0, SERVER_MSG,
+        text = b" ".join(rng.choices(words, k=size // 4))[: size - 6]
+        payload = b"\x0a" + bytes((len(text) + 4,)) + b"\x0a\x02\x0a" + bytes((len(text),)) + text
+        out.append(Frame(kind, f"{kind.rsplit('.', 1)[-1]} #{i}", payload.ljust(size, b"\x00"), 0, SERVER_MSG,
                          None, None, i if "exec" in kind or "kv" in kind else None,
                          f"toolu_{i // 50}" if "tool" in kind else None))
     return out
@@ -67,16 +70,16 @@ def run_batches(path: Path, frames: list[Frame], batch: int, ts0: int) -> float:
         return time.perf_counter() - t0
 
 
-def run_recorder(path: Path, frames: list[Frame], batch: int, ts0: int) -> float:
+def run_recorder(path: Path, frames: list[Frame], batch: int, ts0: int, background: bool = False) -> float:
     with Store(path) as s:
-        rec = Recorder(s)
+        rec = Recorder(s, background=background)
         t0 = time.perf_counter()
         add = rec.add
         for i, f in enumerate(frames):
             add("bench", ts0 + i, "server", "run", "1", f)
             if (i + 1) % batch == 0:
                 rec.flush()
-        rec.flush()
+        rec.close()  # includes waiting for the background writer
         return time.perf_counter() - t0
 
 
@@ -107,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     assert table.schema == FRAME_SCHEMA
     n = args.rows
     results: dict[str, list[float]] = {"arrow baseline (prebuilt table)": [], "Store.insert_frames(FrameBatch)": [],
-                                       "Recorder.add + flush": []}
+                                       "Recorder.add + flush": [], "Recorder(background=True)": []}
     with tempfile.TemporaryDirectory(prefix="wb-ingest-") as tmp:
         for r in range(args.repeat):
             # interleave the paths so machine load affects them alike
@@ -116,9 +119,10 @@ def main(argv: list[str] | None = None) -> int:
             results[names[0]].append(run_arrow(paths[names[0]], table))
             results[names[1]].append(run_batches(paths[names[1]], frames, args.batch, ts0))
             results[names[2]].append(run_recorder(paths[names[2]], frames, args.batch, ts0))
+            results[names[3]].append(run_recorder(paths[names[3]], frames, args.batch, ts0, background=True))
             for p in paths.values():
                 assert count(p) == n
-        size_mb = sum(p.stat().st_size for p in Path(tmp).glob("*-0.duckdb")) / 3 / 1e6
+        size_mb = sum(p.stat().st_size for p in Path(tmp).glob("*-0.duckdb")) / len(results) / 1e6
 
     med = {k: sorted(v)[len(v) // 2] for k, v in results.items()}
     base = med["arrow baseline (prebuilt table)"]
@@ -128,12 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'path':36} {'frames/s':>12} {'vs arrow':>9}")
     for name, t in med.items():
         print(f"{name:36} {n / t:12,.0f} {base / t:8.2f}x")
-    rec = med["Recorder.add + flush"]
     print()
-    ok_abs = n / rec >= 200_000
-    ok_rel = base / rec >= 0.6
-    print(f"goal: Recorder >= 200,000 frames/s -> {n / rec:,.0f} {'OK' if ok_abs else 'MISSED'}; "
-          f">= 0.6x arrow -> {base / rec:.2f}x {'OK' if ok_rel else 'MISSED'}")
+    for name in ("Recorder(background=True)", "Recorder.add + flush"):
+        t = med[name]
+        ok_abs = n / t >= 200_000
+        ok_rel = base / t >= 0.6
+        print(f"goal ({name}): >= 200,000 frames/s -> {n / t:,.0f} {'OK' if ok_abs else 'MISSED'}; "
+              f">= 0.6x arrow -> {base / t:.2f}x {'OK' if ok_rel else 'MISSED'}")
     return 0
 
 

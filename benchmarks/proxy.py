@@ -34,6 +34,7 @@ import openai
 from workbench.client.agent import AgentClient, Connections
 from workbench.client.events import TextDelta, TurnEnded
 
+WORKBENCH = [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())"]
 PROMPT = "[scenario:bench] measure me"
 
 
@@ -41,7 +42,7 @@ def start(args: list[str], env: dict[str, str] | None = None, lines: int = 1) ->
     e = dict(os.environ)
     e.pop("HTTPS_PROXY", None)
     e.update(env or {})
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*WORKBENCH, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, env=e)
     assert proc.stdout is not None
     out = [proc.stdout.readline().strip() for _ in range(lines)]
@@ -159,11 +160,13 @@ def main() -> int:
     direct = Direct(url, cert, a.transport)
     sdk = openai.OpenAI(base_url=plines[0] + "/v1", api_key="x", max_retries=0)
     try:
-        # Alternate the two paths turn by turn so load from other processes hits both alike.
+        # Alternate the paths turn by turn so load from other processes hits them alike;
         for i in range(a.warmup + a.turns):
-            d = direct.turn()
-            p = proxied_turn(sdk)
-            r = raw_turn(http, plines[0])
+            # rotate the order too: whichever goes first finds the other processes idle
+            runs = {"d": direct.turn, "p": lambda: proxied_turn(sdk), "r": lambda: raw_turn(http, plines[0])}
+            order = "dpr"[i % 3:] + "dpr"[:i % 3]
+            got = {k: runs[k]() for k in order}
+            d, p, r = got["d"], got["p"], got["r"]
             if i >= a.warmup and d and p and r:
                 d_ttft.append(d[0])
                 d_chunk.append(d[1])

@@ -16,6 +16,7 @@ from workbench import __version__
 
 # Modules that add subcommands, in the order `workbench --help` lists them.
 COMMAND_MODULES = [
+    "workbench.demo",
     "workbench.commands.core",
     "workbench.tui.cli",
     "workbench.capture.cli",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import binascii
 import signal
+import ssl
 import subprocess
 import threading
 import time
@@ -53,16 +54,18 @@ def _wire_only(rows: list[dict[str, Any]], direction: str) -> list[bytes]:
 
 def _assert_matches_client_log(rows: list[dict[str, Any]], log: list[Any], transport: str) -> None:
     dec = default_decoder()
+    last_server = max((e.ts_us for e in log if e.direction == "server"), default=0)
     for direction, msg_type in (("client", CLIENT_MSG), ("server", SERVER_MSG)):
-        sent = [redact_payload(e.data, msg_type) for e in log if e.direction == direction]
+        entries = [e for e in log if e.direction == direction]
+        sent = [redact_payload(e.data, msg_type) for e in entries]
         stored = _wire_only(rows, direction)
-        if stored != sent:
-            import sys
-            print("DB", [(r["seq"], r["kind"], r["append_seqno"], str(r["ts"])[14:]) for r in rows if r["direction"] == direction], file=sys.stderr)
-            print("LOG", [(dec.classify_agent(e.data, msg_type).kind, str(e.ts_us)[-8:]) for e in log if e.direction == direction][-5:], file=sys.stderr)
-            print("ALL", [(e.direction, dec.classify_agent(e.data, CLIENT_MSG if e.direction == "client" else SERVER_MSG).kind, str(e.ts_us)[-8:]) for e in log][-8:], file=sys.stderr)
-            print("DBALL", [(r["seq"], r["direction"], r["kind"], r["append_seqno"], str(r["ts"])[14:]) for r in rows][-8:], file=sys.stderr)
-        assert stored == sent, (f"{transport} {direction}: DB frames differ from the client log", [(r["seq"], r["kind"], r["append_seqno"], str(r["ts"])[11:]) for r in rows if r["direction"] == direction], [(dec.classify_agent(p, msg_type).kind) for p in sent])
+        if direction == "client" and transport != "run" and len(stored) < len(sent):
+            # The client logs a BidiAppend before posting it and cancels appends still in flight
+            # when the run closes, so messages it logged after the server's last frame may never
+            # have reached the wire. Only such a tail may be missing.
+            assert all(e.ts_us >= last_server for e in entries[len(stored):]), "an append went missing"
+            sent = sent[:len(stored)]
+        assert stored == sent, f"{transport} {direction}: DB frames differ from the client's log"
         kinds = [r["kind"] for r in rows if r["direction"] == direction
                  and r["kind"] not in ("bidi_request_id", "end_stream")]
         assert kinds == [dec.classify_agent(p, msg_type).kind for p in sent]
@@ -182,7 +185,7 @@ async def test_no_secret_reaches_the_database(capture_sim: Sim, capture_mitm: An
     capture_proxy_env(m)
     c, res = await _turn(capture_sim, m, "runsse", "[scenario:text] hello", client_cls=_ClientWithModelKey)
     assert res.error is None
-    async with httpx.AsyncClient(proxy=m.proxy, verify=str(m.ca)) as http:
+    async with httpx.AsyncClient(proxy=m.proxy, verify=ssl.create_default_context(cafile=str(m.ca))) as http:
         resp = await http.post(capture_sim.url + "/agent.v1.AgentService/GetUsableModels", content=b"",
                                headers={"authorization": f"Bearer {TOKEN}", "cookie": COOKIE,
                                         "x-client-key": CLIENT_KEY, "x-cursor-checksum": CHECKSUM,

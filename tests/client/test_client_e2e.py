@@ -14,6 +14,7 @@ from workbench.client.events import (
     Error,
     ExecHandled,
     ExecRequest,
+    KvSet,
     TextDelta,
     ToolCall,
     TurnEnded,
@@ -150,14 +151,39 @@ async def test_reset_append_seqno_duplicates_seqno_zero(sim) -> None:
     assert res.error is not None and res.error.code == "heartbeat_budget"
 
 
-async def test_reuse_session_writes_the_next_turn_into_the_open_run(sim) -> None:
+async def test_answer_written_into_the_parked_run_is_hidden_in_kv(sim) -> None:
+    # kv_only_on_reuse: the server wants a new run after the tool call; answering in place gets
+    # tool_call_completed, heartbeats and an assistant KV blob — no text, no turn_ended (§13 #3)
+    async with client(sim, heartbeat_budget=20, heartbeat_interval=0.02) as c:
+        res = await c.run_turn("[scenario:kv_only_on_reuse] go", on_exec=_answer, raise_on_error=False)
+    assert not res.ended and res.error is not None and res.error.code == "heartbeat_budget"
+    assert not any(isinstance(e, TextDelta) for e in res.events)
+    assert any(isinstance(e, ToolCall) for e in res.events)
+    blobs = [e.data for e in res.events if isinstance(e, KvSet)]
+    assert any(b'"tool-call"' in b and b'"role":"assistant"' in b for b in blobs)
+    run = await last_run(sim)
+    assert run.path == "on_reuse"
+    assert "client_heartbeat" in run.client_kinds  # the client kept beating while the server stalled
+
+
+async def test_reuse_session_fault_writes_the_next_turn_into_the_open_run(sim) -> None:
     async with client(sim, faults={"reuse_session"}, heartbeat_budget=20) as c:
-        first = await c.run_turn("[scenario:kv_only_on_reuse] go", on_exec=_answer, raise_on_error=False)
-    # the result went into the still-open run: tool_call_completed, then only heartbeats + a KV blob
-    assert not first.ended and first.error is not None and first.error.code == "heartbeat_budget"
-    assert not any(isinstance(e, TextDelta) for e in first.events)
-    assert any(isinstance(e, ToolCall) for e in first.events)
-    assert (await last_run(sim)).path == "on_reuse"
+        first = await c.run_turn("[scenario:kv_only_on_followup] one")
+        second = await c.run_turn("[scenario:kv_only_on_followup] two", raise_on_error=False)
+    assert first.text == "First answer, streamed normally." and first.ended
+    assert second.request_id == first.request_id  # no new run: same stream, same request id
+    assert second.error is not None and second.error.code == "heartbeat_budget" and second.text == ""
+    hidden = [e.data for e in second.events if isinstance(e, KvSet)]
+    assert any(b"Second answer, hidden in a KV blob" in b for b in hidden)
+    assert len(sim.state.runs) == 1
+
+
+async def test_without_reuse_session_the_next_turn_is_a_new_run(sim) -> None:
+    async with client(sim, heartbeat_budget=20) as c:
+        await c.run_turn("[scenario:kv_only_on_followup] one")
+        second = await c.run_turn("[scenario:kv_only_on_followup] two")
+    assert second.ended and second.text == "First answer, streamed normally."
+    assert len(sim.state.runs) == 2
 
 
 async def _answer(req: ExecRequest) -> str:

@@ -42,7 +42,7 @@ def tree(f: Frame) -> Any:
 
 def _cases(top_type: str, direction: str) -> list[tuple[str, str, str, str | None]]:
     desc = pb.message(top_type).DESCRIPTOR
-    out = []
+    out: list[tuple[str, str, str, str | None]] = []
     for top_fd in real_oneof(desc).fields:
         sub = real_oneof(top_fd.message_type)
         if sub is None:

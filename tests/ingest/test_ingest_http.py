@@ -36,7 +36,7 @@ def test_detects_recorded_formats(tmp_path: Path, ingest_recorded: tuple[Path, P
     zhar.write_bytes(zlib.compress(har.read_bytes(), 9))
     assert detect_format(zhar) == "har"
     assert _import(tmp_path / "z.duckdb", zhar) == 0
-    assert capsys.readouterr().out.startswith(f"imported {zhar}: 5 sessions, 19 frames")
+    assert capsys.readouterr().out.startswith(f"imported {zhar}: 6 sessions, 24 frames")
 
 
 def test_flow_import_sessions(tmp_path: Path, ingest_recorded: tuple[Path, Path], ingest_traffic_mod: ModuleType,
@@ -45,7 +45,7 @@ def test_flow_import_sessions(tmp_path: Path, ingest_recorded: tuple[Path, Path]
     db = tmp_path / "f.duckdb"
     assert _import(db, flows) == 0
     cap = capsys.readouterr()
-    assert cap.out.strip() == (f"imported {flows}: 5 sessions, 19 frames "
+    assert cap.out.strip() == (f"imported {flows}: 6 sessions, 24 frames "
                                "(1 flow without bodies: streamed; 1 flow not agent traffic, skipped)")
     # the streamed flow is reported on its own line, naming it
     streamed_lines = [line for line in cap.err.splitlines() if "not recorded (streamed)" in line]
@@ -97,6 +97,13 @@ def test_bidi_append_join_and_reorder(tmp_path: Path, ingest_recorded: tuple[Pat
     assert all(f["raw"] for f in frames if f["transport"] == "bidi_append")
     assert len({f["stream"] for f in frames if f["transport"] == "bidi_append"}) == 3
 
+    poll = _q(db, "SELECT f.* FROM frames f JOIN sessions s USING (session_id) "
+                  "WHERE s.request_id = ? AND s.transport = 'runpoll' ORDER BY seq", [m.RID_POLL])
+    # the append was captured after the poll's response; the poll records keep their seqno
+    assert [(f["transport"], f["kind"], f["append_seqno"]) for f in poll] == [
+        ("runpoll", "bidi_poll_request", None), ("bidi_append", "run_request", 0),
+        ("runpoll", "interaction_update.text_delta", 0), ("runpoll", "empty", 1), ("runpoll", "end_stream", None)]
+
 
 def test_secrets_never_stored(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                               ingest_traffic_mod: ModuleType) -> None:
@@ -133,7 +140,7 @@ def test_har_matches_flow_import(tmp_path: Path, ingest_recorded: tuple[Path, Pa
     db = tmp_path / "h.duckdb"
     assert _import(db, flows, har) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[1] == (f"imported {har}: 5 sessions, 19 frames "
+    assert out[1] == (f"imported {har}: 6 sessions, 24 frames "
                       "(1 entry without bodies: streamed; 1 entry not agent traffic, skipped)")
     per_source = {}
     for src in ("import:flow", "import:har"):
@@ -232,3 +239,38 @@ def test_format_override_on_wrong_file(tmp_path: Path, ingest_sample: Path,
     assert _import(db, ingest_sample, extra=("--format", "flow")) == 2
     err = capsys.readouterr().err
     assert str(ingest_sample) in err and "flow 1" in err
+
+
+def test_appends_without_their_stream(tmp_path: Path, ingest_recorded: tuple[Path, Path],
+                                      ingest_traffic_mod: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    _, har = ingest_recorded
+    doc = _har_doc(har)
+    rid = ingest_traffic_mod.RID_LIMIT
+    doc["log"]["entries"] = [e for e in doc["log"]["entries"] if not (
+        e["request"]["url"].endswith("/RunSSE") and rid in e["request"]["postData"]["text"])]
+    edited = tmp_path / "orphan.har"
+    edited.write_text(json.dumps(doc))
+    db = tmp_path / "o.duckdb"
+    assert _import(db, edited) == 0
+    assert "1 BidiAppend group without a stream" in capsys.readouterr().out
+    (s,) = _q(db, "SELECT * FROM sessions WHERE request_id = ?", [rid])
+    assert (s["transport"], s["status"]) == ("bidi_append", "incomplete")
+    assert "no RunSSE/RunPoll stream" in s["error"]
+    frames = _q(db, "SELECT kind, append_seqno FROM frames WHERE session_id = ?", [s["session_id"]])
+    assert frames == [{"kind": "run_request", "append_seqno": 0}]
+
+
+def test_har_request_body_left_out(tmp_path: Path, ingest_recorded: tuple[Path, Path],
+                                   ingest_traffic_mod: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    _, har = ingest_recorded
+    doc = _har_doc(har)
+    e = _runsse_ok_entry(doc, ingest_traffic_mod.RID_OK)
+    del e["request"]["postData"]  # some exporters drop binary request bodies
+    edited = tmp_path / "nopost.har"
+    edited.write_text(json.dumps(doc))
+    db = tmp_path / "n.duckdb"
+    assert _import(db, edited) == 0
+    assert "entry 7 (POST /agent.v1.AgentService/RunSSE): request body not recorded in the HAR" in \
+        capsys.readouterr().err
+    (s,) = _q(db, "SELECT status, error FROM sessions WHERE session_id LIKE 'har-%-7'")
+    assert s["status"] == "incomplete" and "request body not recorded" in s["error"]

@@ -220,3 +220,21 @@ def test_second_import_into_existing_db(tmp_path: Path, ingest_sample: Path) -> 
     assert main(["import", str(ingest_sample), "--db", str(db)]) == 0
     assert main(["import", str(other), "--db", str(db)]) == 0  # reopens the file and writes again
     assert {s["session_id"] for s in _sessions(db)} == {SID, "s-other"}
+
+
+def test_resumed_chat_continues_its_session(tmp_path: Path) -> None:
+    first = tmp_path / "turn1.ndjson"
+    second = tmp_path / "turn2.ndjson"
+    first.write_text('{"type":"system","subtype":"init","session_id":"chat-1","model":"auto"}\n'
+                     '{"type":"result","subtype":"success","is_error":false,"result":"a","session_id":"chat-1"}\n')
+    second.write_text('{"type":"system","subtype":"init","session_id":"chat-1","model":"auto"}\n'
+                      '{"type":"user","message":{"content":[{"type":"text","text":"and now?"}]},"session_id":"chat-1"}\n')
+    db = tmp_path / "t.duckdb"
+    assert main(["import", str(first), "--db", str(db)]) == 0
+    assert main(["import", str(second), "--db", str(db)]) == 0
+    frames = _frames(db)
+    assert [f["seq"] for f in frames] == [0, 1, 2, 3]
+    (s,) = _sessions(db)
+    assert s["frame_count"] == 4 and s["status"] == "incomplete"  # the second turn has no result yet
+    meta = json.loads(s["meta"])
+    assert meta["file"] == str(first) and meta["also_from"][0]["file"] == str(second)

@@ -75,5 +75,5 @@ def test_committed_samples_import(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["import", *map(str, files), "--db", str(db)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"imported {SAMPLE}: 1 session, 20 frames"
-    assert out[1].startswith(f"imported {DATA / 'agent.flows'}: 5 sessions, 19 frames (1 flow without bodies")
-    assert out[2].startswith(f"imported {DATA / 'agent.har'}: 5 sessions, 19 frames (1 entry without bodies")
+    assert out[1].startswith(f"imported {DATA / 'agent.flows'}: 6 sessions, 24 frames (1 flow without bodies")
+    assert out[2].startswith(f"imported {DATA / 'agent.har'}: 6 sessions, 24 frames (1 entry without bodies")

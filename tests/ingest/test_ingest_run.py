@@ -11,7 +11,7 @@ from datetime import UTC
 from pathlib import Path
 
 from workbench.ingest.run import redact_argv
-from workbench.store import open_reader
+from workbench.store import StoreError, open_reader
 from workbench.store.reader import sidecar_path
 
 DATA = Path(__file__).parent / "data"
@@ -25,14 +25,6 @@ def _run_cmd(db: Path) -> list[str]:
             "--api-key", "sk-live-0123456789abcdef", "why does the test fail?"]
 
 
-def _frame_count(db: Path) -> int:
-    r = open_reader(db)
-    try:
-        return int(r.query("SELECT count(*) FROM frames").column(0)[0].as_py())
-    finally:
-        r.close()
-
-
 def test_run_passthrough_and_live_recording(tmp_path: Path, ingest_sample: Path) -> None:
     db = tmp_path / "run.duckdb"
     gate = tmp_path / "gate"
@@ -44,25 +36,26 @@ def test_run_passthrough_and_live_recording(tmp_path: Path, ingest_sample: Path)
         # While the CLI is held at the gate, the first 8 lines must already be in the database,
         # read through the run's live service (the file itself is locked by the writer).
         deadline = time.monotonic() + 90
-        seen = 0
+        seen, status = 0, []
         while time.monotonic() < deadline:
             if sidecar_path(db).exists():
                 try:
-                    seen = _frame_count(db)
-                except Exception:
-                    seen = 0
-                if seen >= 8:
+                    reader = open_reader(db)
+                    assert reader.live
+                    # frames and the session row are committed one after the other: wait for both
+                    seen = int(reader.query("SELECT count(*) FROM frames").column(0)[0].as_py())
+                    status = reader.query("SELECT status FROM sessions").column(0).to_pylist()
+                    live_rows = reader.query("SELECT kind, ts FROM frames ORDER BY seq").to_pylist()
+                    reader.close()
+                except StoreError:
+                    seen = 0  # the service is starting or stopping
+                if seen >= 8 and status:
                     break
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             time.sleep(0.05)
         assert seen == 8
-        reader = open_reader(db)
-        assert reader.live
-        live_rows = reader.query("SELECT kind, ts FROM frames ORDER BY seq").to_pylist()
-        status = reader.query("SELECT status FROM sessions").column(0).to_pylist()
-        reader.close()
-        assert [r["kind"] for r in live_rows][:2] == ["system.init", "user"]
         assert status == ["open"]
+        assert [r["kind"] for r in live_rows][:2] == ["system.init", "user"]
         assert proc.poll() is None
         gate.touch()
         out, err = proc.communicate(timeout=120)
@@ -123,3 +116,12 @@ def test_redact_argv() -> None:
     for secret in ("key_abc", "key_def", "Bearer tok"):
         assert secret not in text
     assert red[-4:] == ["-H", "x-trace: 1", "-p", "hello"]
+
+
+def test_run_unknown_program_creates_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "n.duckdb"
+    done = subprocess.run([WORKBENCH, "run", "--db", str(db), "--", "no-such-cursor-agent-xyz", "-p"],
+                          capture_output=True, timeout=120)
+    assert done.returncode == 2
+    assert b"cannot run 'no-such-cursor-agent-xyz': not found on PATH" in done.stderr
+    assert not db.exists()

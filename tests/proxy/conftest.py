@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+# `python -m workbench.cli` would run the module twice (as __main__ and as workbench.cli), and
+# CliError raised by a command would then not be the class main() catches.
+WORKBENCH = [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())"]
 STARTUP_TIMEOUT = 60.0
 
 
@@ -45,7 +48,7 @@ def start_process(args: list[str], env: dict[str, str] | None = None, want_cert:
     full_env.pop("HTTPS_PROXY", None)
     full_env.pop("https_proxy", None)
     full_env.update(env or {})
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*WORKBENCH, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=full_env)
     lines: queue.Queue[str | None] = queue.Queue()
 

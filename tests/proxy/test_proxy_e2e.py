@@ -12,7 +12,6 @@ from typing import Any
 
 import openai
 import pytest
-
 from conftest import Rig, start_rig
 
 BASH = {"type": "function", "function": {"name": "bash", "description": "Run a shell command",
@@ -78,6 +77,15 @@ def test_non_streamed_text_with_usage(rig: Rig) -> None:
     assert r.choices[0].finish_reason == "stop"
     assert r.choices[0].message.content.startswith("Hello from the workbench simulator")
     assert r.usage is not None and r.usage.completion_tokens > 0 and r.usage.prompt_tokens > 0
+
+
+def test_streamed_usage_chunk(rig: Rig) -> None:
+    chunks = list(sdk(rig).chat.completions.create(
+        model="default", stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "[scenario:text] count"}]))
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens > 0
+    assert chunks[-2].choices[0].finish_reason == "stop"
 
 
 # (b) and (f) ----------------------------------------------------------------------------------
@@ -199,3 +207,33 @@ def test_proxy_never_logs_the_token(tmp_path: Path) -> None:
     out = (r.proxy.proc.stdout.read() if r.proxy.proc.stdout else "") + "\n".join(r.proxy.lines)
     assert "sk-test-proxy-token" not in out
     assert r.proxy.proc.returncode == 0
+
+
+# same-session continuation (the seeds' policy vs the bug) -------------------------------------
+
+def reuse_flow(rig: Rig) -> tuple[Any, list[dict[str, Any]]]:
+    client = sdk(rig)
+    messages = [{"role": "user", "content": "[scenario:kv_only_on_reuse] investigate"}]
+    r = client.chat.completions.create(model="default", messages=messages, tools=[BASH])
+    assert r.choices[0].finish_reason == "tool_calls"
+    call = r.choices[0].message.tool_calls[0]
+    return client, tool_round(messages, call, "Hello from KV blob investigation")
+
+
+def test_tool_result_follow_up_is_a_new_run_on_the_same_conversation(rig: Rig) -> None:
+    client, followup = reuse_flow(rig)
+    text, finish, _ = stream_text(client, followup, tools=[BASH])
+    assert finish == "stop"
+    assert text == "Picked up the tool result in a new run: the command ran fine."
+
+
+def test_reuse_session_fault_hides_the_answer_in_kv(tmp_path: Path) -> None:
+    r = start_rig(tmp_path, proxy_args=["--fault", "reuse_session", "--heartbeat-budget", "20"])
+    try:
+        client, followup = reuse_flow(r)
+        with pytest.raises(openai.APIStatusError) as info:
+            client.chat.completions.create(model="default", messages=followup, tools=[BASH])
+    finally:
+        r.proxy.stop()
+        r.sim.stop()
+    assert info.value.status_code == 504 and info.value.body["code"] == "heartbeat_budget"

@@ -184,6 +184,8 @@ class RunSession:
             self._frames.extend(self._dec.feed(chunk))
         f = self._frames.pop(0)
         self.log.append(f)
+        # Everything the simulator sends must decode cleanly with the workbench's own decoder.
+        assert f.kind != "malformed" and f.error is None and not f.kind[-1].isdigit(), f
         return f
 
     async def until(self, kind: str, timeout: float = 30, auto_kv: bool = True) -> list[Frame]:

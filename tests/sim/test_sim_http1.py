@@ -33,6 +33,17 @@ async def test_runsse_full_turn(sim_factory: Any) -> None:
     assert not rec.faults
 
 
+async def test_runsse_event_stream_label(sim_factory: Any) -> None:
+    """A client that asks for text/event-stream gets that label, but still binary envelopes."""
+    sim = await sim_factory()
+    body = encode(pb.BidiRequestId(request_id=str(uuid.uuid4())).SerializeToString())
+    async with http1(sim) as http:  # no token: the stream ends at once with the auth error
+        r = await http.post(sim.url + RUNSSE, content=body, headers={
+            "content-type": "application/connect+proto", "accept": "text/event-stream"})
+    assert r.headers["content-type"] == "text/event-stream"
+    assert [f.kind for f in default_decoder().decode_body(r.content, "runsse", "server")] == ["end_stream.error"]
+
+
 async def test_runsse_appends_out_of_order(sim_factory: Any) -> None:
     """Appends 2 and 1 arrive before 0: the server holds them and reads in seqno order."""
     sim = await sim_factory(scenario="tool_flow")
@@ -117,6 +128,12 @@ async def test_get_usable_models(sim_factory: Any) -> None:
         assert {"default", "claude-4-sonnet", "gpt-5", "composer-1"} <= set(ids)
         r = await http.post(sim.url + MODELS, content=b"{}", headers={**AUTH, "content-type": "application/json"})
         assert "gpt-5" in [m["modelId"] for m in json.loads(r.content)["models"]]
+        r = await http.post(sim.url + "/aiserver.v1.ServerConfigService/GetServerConfig", content=b"",
+                            headers={**AUTH, "content-type": "application/proto"})
+        assert r.status_code == 200 and pb.GetServerConfigResponse.FromString(r.content).http2_config == 0
+        r = await http.post(sim.url + "/agent.v1.AgentService/NoSuchRpc", content=b"",
+                            headers={**AUTH, "content-type": "application/proto"})
+        assert r.status_code == 501 and r.json()["code"] == "unimplemented"
         r = await http.post(sim.url + MODELS, content=b"", headers={"content-type": "application/proto"})
         assert r.status_code == 401
         assert r.json()["details"][0]["debug"]["error"] == "ERROR_NOT_LOGGED_IN"

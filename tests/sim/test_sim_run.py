@@ -414,3 +414,34 @@ def test_builtin_scenarios_load() -> None:
     names = set(load_scenarios())
     assert {"text", "tool_flow", "read_write", "mcp_large_args", "kv_only_on_reuse", "no_turn_end",
             "rate_limit"} <= names
+
+
+async def test_new_run_resumes_after_abandoned_tool_calls(sim_factory: Any) -> None:
+    """A client that answers tool calls with a fresh run (history in the prompt), like the OpenAI proxy."""
+    sim = await sim_factory()
+    conv = str(uuid.uuid4())
+    client, s = await open_run(sim)
+    await s.send(run_request("[scenario:read_write] notes", conversation_id=conv))
+    rc = await s.until("exec_server_message.request_context_args")
+    await answer_exec(s, rc[-1], {"request_context_result": pb.RequestContextResult(
+        success=pb.RequestContextSuccess())})
+    read = await s.until("exec_server_message.read_args")
+    call_id = server_msg(read[-1]).exec_server_message.read_args.tool_call_id
+    await client.close()  # abandon the run with the exec unanswered
+
+    history = (f"[scenario:read_write] notes\nASSISTANT TOOL_CALL (call_id: {call_id}): read {{}}\n\n"
+               f"TOOL_RESULT (call_id: {call_id}):\nthree lines of README\n\nContinue.")
+    client, s = await open_run(sim)
+    await s.send(run_request(history, conversation_id=conv))
+    rc = await s.until("exec_server_message.request_context_args")
+    await answer_exec(s, rc[-1], {"request_context_result": pb.RequestContextResult(
+        success=pb.RequestContextSuccess())})
+    frames = await s.until("exec_server_message.write_args")  # the read is not asked again
+    kinds = [f.kind for f in frames]
+    assert "exec_server_message.read_args" not in kinds
+    text = "".join(server_msg(f).interaction_update.text_delta.text for f in frames
+                   if f.kind == "interaction_update.text_delta")
+    assert "three lines of README" in text
+    await client.close()
+    runs = await sim.state.finished_runs(2)
+    assert runs[1].path == "resumed"

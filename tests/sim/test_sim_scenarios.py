@@ -215,3 +215,25 @@ async def test_pending_answers_are_not_lost(sim_factory: Any) -> None:
             await s.answer_kv(f)
     assert kinds[-1] == "end_stream" and "interaction_update.text_delta" in kinds
     await client.close()
+
+
+async def test_wrong_answers_are_recorded_as_faults(sim_factory: Any) -> None:
+    sim = await sim_factory()
+    client, s = await open_run(sim)
+    await s.send(run_request("[scenario:tool_flow] x"))
+    rc = await s.until("exec_server_message.request_context_args")
+    esm = server_msg(rc[-1]).exec_server_message
+    # Answered with the wrong result member and without echoing exec_id, plus a stray stream_close.
+    await s.send(pb.AgentClientMessage(exec_client_message=pb.ExecClientMessage(
+        id=esm.id, shell_result=pb.ShellResult())))
+    for i in (esm.id, 99):
+        await s.send(pb.AgentClientMessage(exec_client_control_message=pb.ExecClientControlMessage(
+            stream_close=pb.ExecClientStreamClose(id=i))))
+    frames = await s.until("exec_server_message.shell_args")
+    await answer_exec(s, frames[-1], {"shell_result": pb.ShellResult(success=pb.ShellSuccess(stdout="ok"))})
+    await s.until("interaction_update.turn_ended")
+    await client.close()
+    faults = (await sim.state.finished_runs(1))[0].faults
+    assert "exec 1 (request_context) answered with shell_result" in faults
+    assert any("exec 1: exec_id ''" in f for f in faults)
+    assert "client messages the run never used: exec_client_control_message.stream_close#99" in faults

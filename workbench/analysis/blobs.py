@@ -213,13 +213,20 @@ def has_unknown(msg: Message) -> bool:
     return False
 
 
+def _printable(text: str) -> bool:
+    return all(c.isprintable() or c in "\n\r\t" for c in text[:2048])
+
+
 def _ids_ok(ids: Iterable[bytes]) -> bool:
     return all(len(i) == 32 for i in ids)
 
 
 def _plausible(name: str, msg: Any) -> bool:
     if name == "UserMessage":
-        return bool(msg.text or msg.message_id or msg.rich_text)
+        strings = (msg.text, msg.message_id, msg.rich_text, msg.correlation_id, msg.best_of_n_group_id)
+        return bool(msg.text or msg.rich_text) and all(_printable(x) for x in strings)
+    if name == "ConversationStep" and msg.WhichOneof("message") == "assistant_message":
+        return _printable(msg.assistant_message.text)
     if name == "ConversationStep":
         return msg.WhichOneof("message") is not None
     if name == "ConversationTurnStructure":

@@ -15,7 +15,8 @@ from typing import Any
 
 from workbench.analysis.argsutil import parse_json
 from workbench.analysis.engine import analyze_session, write_results
-from workbench.analysis.model import AnalysisResult, Finding
+from workbench.analysis.model import AnalysisResult
+from workbench.analysis.report import print_report
 from workbench.cli import CliError
 from workbench.commands.common import add_db_arg, resolve_session
 from workbench.store.db import Store, StoreError
@@ -99,33 +100,6 @@ def result_json(r: AnalysisResult) -> dict[str, Any]:
             "findings": [f.as_dict() for f in r.findings]}
 
 
-def print_report(results: list[AnalysisResult]) -> None:
-    if not results:
-        print("no sessions")
-        return
-    for r in results:
-        counts: dict[str, int] = {}
-        for f in r.findings:
-            counts[f.severity] = counts.get(f.severity, 0) + 1
-        tally = ", ".join(f"{n} {sev}{'s' if n != 1 else ''}" for sev, n in counts.items()) or "clean"
-        print(f"session {r.session_id} ({r.frame_count} frames): {tally}")
-        for f in r.findings:
-            print_finding(f)
-    bad = sum(1 for r in results if r.failed)
-    print(f"{len(results)} session{'s' if len(results) != 1 else ''} analysed, {bad} with warnings or errors")
-
-
-def print_finding(f: Finding) -> None:
-    where = (f"seq {f.first_seq}" if f.first_seq == f.last_seq else f"seq {f.first_seq}–{f.last_seq}"
-             ) if f.first_seq is not None else "no seq"
-    print(f"  {f.severity.upper():7} {f.code}  [{where}]")
-    print(f"          {f.message}")
-    if f.evidence:
-        print(f"          evidence: {', '.join(map(str, f.evidence))}")
-    if f.suggested_fix:
-        print(f"          fix: {f.suggested_fix}")
-
-
 def _load(args: argparse.Namespace) -> AnalysisResult:
     _check_db(args.db)
     reader = open_reader(args.db)
@@ -178,7 +152,8 @@ def cmd_tools(args: argparse.Namespace) -> int:
     for t in r.tool_calls:
         exec_part = f" exec {t['exec_id']} seq {t['exec_seq']}" if t["exec_id"] is not None else ""
         result_part = f" result seq {t['result_seq']}" if t["result_seq"] is not None else ""
-        print(f"{t['call_id']}  {t['tool_name']}  {t['status']}  seq {t['first_seq']}–{t['last_seq']}"
+        cid = t["call_id"].replace("\n", "\\n")  # stream-json call ids may contain a newline
+        print(f"{cid}  {t['tool_name']}  {t['status']}  seq {t['first_seq']}–{t['last_seq']}"
               f"{exec_part}{result_part}")
         print(f"    merged:     {_short(t['args_merged'], 150)}")
         if t["args_streamed"] is not None and t["args_streamed"] != t["args_merged"]:

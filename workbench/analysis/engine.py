@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from google.protobuf.message import DecodeError
 
 from workbench.analysis.blobs import blob_rows
@@ -72,6 +73,10 @@ SELECT * FROM l WHERE n >= ? ORDER BY grp
 """
 
 
+_PROGRESS = ("direction = 'server' AND kind <> 'interaction_update.heartbeat' "
+             "AND NOT starts_with(kind, 'end_stream')")
+
+
 def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run: int) -> None:
     """What the batch walk skipped: heartbeat stretches, text seqs, tool_call_delta counts, bounds."""
     f = builder.facts
@@ -107,10 +112,10 @@ def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run:
     f.kinds = dict(zip(kt.column(0).to_pylist(), kt.column(1).to_pylist(), strict=True))
     b = src.query(
         "SELECT count(*) AS n, min(seq) AS first_seq, max(seq) AS last_seq, arg_max(epoch_us(ts), seq) AS last_ts, "
-        "max(seq) FILTER (WHERE direction = 'server') AS last_server_seq, "
-        "arg_max(kind, seq) FILTER (WHERE direction = 'server' AND kind <> 'interaction_update.heartbeat') AS lk, "
-        "max(seq) FILTER (WHERE direction = 'server' AND kind <> 'interaction_update.heartbeat') AS lp, "
-        "arg_max(epoch_us(ts), seq) FILTER (WHERE direction = 'server' AND kind <> 'interaction_update.heartbeat') AS lpt "
+        "max(seq) FILTER (WHERE direction = 'server' AND NOT starts_with(kind, 'end_stream')) AS last_server_seq, "
+        f"arg_max(kind, seq) FILTER (WHERE {_PROGRESS}) AS lk, "
+        f"max(seq) FILTER (WHERE {_PROGRESS}) AS lp, "
+        f"arg_max(epoch_us(ts), seq) FILTER (WHERE {_PROGRESS}) AS lpt "
         "FROM frames WHERE session_id = ?", [session_id]).to_pylist()[0]
     f.frame_count = int(b["n"])
     f.first_seq, f.last_seq, f.last_ts = b["first_seq"], b["last_seq"], b["last_ts"]
@@ -283,11 +288,11 @@ _JSON_COLS = {"parts", "args_streamed", "args_completion", "args_merged", "resul
 def _to_arrow(rows: list[Mapping[str, Any]], types: list[tuple[str, pa.DataType]]) -> pa.Table:
     arrays = []
     for name, typ in types:
-        values = [r.get(name) for r in rows]
+        values: list[Any] = [r.get(name) for r in rows]
         if name in _JSON_COLS:
             # Rows of one blob share their parts object: serialise each object once.
             memo: dict[int, str] = {}
-            out = []
+            out: list[str | None] = []
             for v in values:
                 if v is None:
                     out.append(None)
@@ -345,9 +350,9 @@ class IncrementalAnalyzer:
         last = self.last_seq
         if isinstance(rows, pa.Table):
             if "session_id" in rows.column_names:
-                rows = rows.filter(pa.compute.equal(rows.column("session_id"), self.session_id))
+                rows = rows.filter(pc.equal(rows.column("session_id"), self.session_id))
             if last is not None:
-                rows = rows.filter(pa.compute.greater(rows.column("seq"), last))
+                rows = rows.filter(pc.greater(rows.column("seq"), last))
             if rows.num_rows:
                 rows = rows.sort_by("seq")
                 self.builder.feed_table(rows)

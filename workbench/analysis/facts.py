@@ -43,8 +43,9 @@ PAYLOAD_PREFIXES = ("exec_server_message", "exec_client_message", "kv_server_mes
 # Client messages that may carry a tool call's args back to the server (history, answers).
 ECHO_KINDS = frozenset({RUN_REQUEST, "conversation_action"})
 # Frames the batch walk skips: SQL aggregates stand in for them (see engine.load_facts).
+# (Client heartbeats stay in the walk: as BidiAppends they carry append_seqno.)
 BULK_KINDS = (HEARTBEAT, TEXT_DELTA, TOOL_DELTA, "interaction_update.token_delta",
-              "interaction_update.thinking_delta", "client_heartbeat", "exec_client_control_message.heartbeat")
+              "interaction_update.thinking_delta")
 # Heartbeat stretches shorter than this are not worth remembering (rules use larger thresholds).
 _MIN_RUN_KEPT = 2
 _RUN_SAMPLE = 20
@@ -272,10 +273,11 @@ class FactsBuilder:
                     continue
                 if f.open_run is not None:
                     self._close_run(seq, kind)
-                f.last_server_seq = seq
-                f.last_server_kind = kind
-                f.last_progress_seq = seq
-                f.last_progress_ts = ts
+                if not kind.startswith("end_stream"):
+                    f.last_server_seq = seq
+                    f.last_server_kind = kind
+                    f.last_progress_seq = seq
+                    f.last_progress_ts = ts
                 if self._waiting:
                     self._tick()
             else:

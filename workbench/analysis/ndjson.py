@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from workbench.ingest.ndjson import assistant_form, naive_assistant_text, reconstruct_assistant_text
-
-NdjsonEvent = tuple[int, str, "bytes | None", "str | None"]
+from workbench.ingest.ndjson import (
+    assistant_form,
+    naive_assistant_text,
+    reconstruct_assistant_text,
+    tool_info,
+)
 
 
 def _event(payload: bytes | None, decoded: str | None) -> dict[str, Any] | None:
@@ -61,3 +64,34 @@ def error_results(events: list[tuple[int, str, bytes | None, str | None]]) -> li
         if ev is not None and (kind == "result.error" or ev.get("is_error")):
             out.append((seq, ev))
     return out
+
+
+def tool_rows(session_id: str, events: list[tuple[int, str, bytes | None, str | None]]) -> list[dict[str, Any]]:
+    """``tool_calls`` rows from stream-json tool_call/started|completed events (joined by call_id)."""
+    calls: dict[str, dict[str, Any]] = {}
+    for seq, kind, payload, decoded in events:
+        if not kind.startswith("tool_call"):
+            continue
+        ev = _event(payload, decoded)
+        if ev is None:
+            continue
+        call_id = ev.get("call_id")
+        if not isinstance(call_id, str):
+            call_id = f"line:{seq}"
+        info = tool_info(ev.get("tool_call")) or {}
+        row = calls.get(call_id)
+        if row is None:
+            row = calls[call_id] = {
+                "session_id": session_id, "call_id": call_id, "tool_name": info.get("name"), "exec_id": None,
+                "model_call_id": ev.get("model_call_id"), "first_seq": seq, "last_seq": seq, "exec_seq": None,
+                "result_seq": None, "args_streamed": None, "args_completion": None, "args_merged": info.get("args"),
+                "args_naive": None, "result": None, "status": "started", "started_at": None, "ended_at": None}
+        row["last_seq"] = seq
+        if kind == "tool_call.completed":
+            row["status"] = "completed" if not info.get("error") else "error"
+            row["result_seq"] = seq
+            row["result"] = info.get("result") if not info.get("error") else {"error": info.get("error")}
+            row["args_completion"] = info.get("args")
+            if row["args_merged"] is None:
+                row["args_merged"] = info.get("args")
+    return sorted(calls.values(), key=lambda r: r["first_seq"])

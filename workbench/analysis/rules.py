@@ -385,11 +385,14 @@ def args_cumulative_snapshots(ctx: Context) -> list[Finding]:
         if not hits:
             continue
         naive = row["args_naive"] or ""
+        junction = _junctions(deltas)[0]
+        at = naive.find(junction)
+        shown = naive[max(0, at - 20): at + len(junction) + 20] if at >= 0 else naive[:60]
         out.append(ctx.finding(
             "args_cumulative_snapshots",
             f"call {row['call_id']} ({row.get('tool_name')}): {len(deltas)} args_text_delta values were cumulative "
             f"snapshots and the client concatenated them; its message at seq {hits[0]} carries the garbled args "
-            f"({naive[:80]!r}…) instead of {json.dumps(row.get('args_merged'), sort_keys=True)[:80]}.",
+            f"(…{shown}…, {len(naive)} chars, not JSON) instead of the {len(_accumulated(deltas))}-char snapshot.",
             row["_delta_seqs"] + hits[:5],
             "A delta that starts with the text so far is a snapshot: replace the buffer, append only the suffix "
             "(workbench.client.args.accumulate_args_text); cross-check with the started/completed args."))
@@ -581,7 +584,7 @@ def stream_ended_without_turn_end(ctx: Context) -> list[Finding]:
         cp = f"; a checkpoint came at seq {checkpoints[-1]}" if checkpoints else ""
         out.append(ctx.finding(
             "stream_ended_without_turn_end",
-            f"the run started at seq {start} ended ({how}{idle}) without turn_ended; last server frame: "
+            f"the run started at seq {start} ended ({how}{idle}) without turn_ended; last server frame (not counting heartbeats): "
             f"{last_server[1]} at seq {last_server[0]}{cp}.",
             [start] + checkpoints[-1:] + ([last_server[0]] if last_server[0] is not None else []) + [close],
             "Treat the turn as incomplete and retryable (same conversation_id + last checkpoint); a checkpoint is "
@@ -591,7 +594,7 @@ def stream_ended_without_turn_end(ctx: Context) -> list[Finding]:
 
 def _last_server_before(ctx: Context, end: int | None) -> tuple[int | None, str]:
     if end is None:
-        return ctx.facts.last_server_seq, ctx.facts.last_server_kind or "?"
+        return ctx.facts.last_progress_seq, ctx.facts.last_server_kind or "none"
     best: tuple[int | None, str] = (None, "none")
     for s, kind in _server_markers(ctx):
         if s < end:
@@ -698,10 +701,10 @@ def server_error(ctx: Context) -> list[Finding]:
         for seq, ev in error_results(ctx.facts.ndjson):
             err = ev.get("error")
             msg = err.get("message") if isinstance(err, dict) else err
-            ecode = err.get("code") if isinstance(err, dict) else None
+            ndcode = err.get("code") if isinstance(err, dict) else None
             out.append(ctx.finding(
                 "server_error",
-                f"stream-json result at seq {seq} reports an error" + (f" {ecode}" if ecode else "")
+                f"stream-json result at seq {seq} reports an error" + (f" {ndcode}" if ndcode else "")
                 + f": {str(msg or ev.get('result') or 'is_error')[:200]!r}",
                 [seq], "Read the error (usage limit, model name, login); the CLI exits non-zero."))
     return out

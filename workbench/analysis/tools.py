@@ -53,6 +53,12 @@ def tool_rows(facts: SessionFacts) -> list[dict[str, Any]]:
             still.append(req)
     rows = [_call_row(facts.session_id, c, exec_of.get(c.call_id)) for c in calls]
     rows += [_exec_only_row(facts.session_id, req) for req in still if req.member not in _NOT_TOOLS]
+    if facts.ndjson:
+        from workbench.analysis.ndjson import tool_rows as ndjson_tool_rows
+
+        rows += [{**r, "_delta_seqs": [], "_deltas": [], "_started_seq": None, "_completed_seq": r["result_seq"],
+                  "_close_seq": None, "_exec_args": None, "_case": None, "_echo": []}
+                 for r in ndjson_tool_rows(facts.session_id, facts.ndjson)]
     rows.sort(key=lambda r: r["first_seq"])
     return rows
 

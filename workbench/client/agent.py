@@ -125,12 +125,17 @@ class Connections:
         self._h2: H2Connection | None = None
         self._http: httpx.AsyncClient | None = None
         self._lock = asyncio.Lock()
+        self._retired: list[H2Connection] = []
 
     async def h2(self) -> H2Connection:
         async with self._lock:
             if self._h2 is None or not self._h2.usable:
                 if self._h2 is not None:
-                    await self._h2.close()
+                    # After a GOAWAY, streams already running may finish: retire, don't cut.
+                    if self._h2.active_streams and not self._h2.closed:
+                        self._retired.append(self._h2)
+                    else:
+                        await self._h2.close()
                 self._h2 = H2Connection(self.base_url, self.verify)
                 try:
                     await self._h2.connect()
@@ -145,6 +150,9 @@ class Connections:
         return self._http
 
     async def aclose(self) -> None:
+        for old in self._retired:
+            await old.close()
+        self._retired.clear()
         if self._h2 is not None:
             await self._h2.close()
             self._h2 = None
@@ -320,6 +328,15 @@ class AgentClient:
 
     async def _heartbeats(self, run: _Run) -> None:
         beat = bytes(pb.AgentClientMessage(client_heartbeat=pb.ClientHeartbeat()).SerializeToString())
+        while not run.channel.closed:
+            await asyncio.sleep(self.heartbeat_interval)
+            with contextlib.suppress(Exception):
+                await run.channel.send(beat)
+
+    async def _exec_heartbeats(self, run: _Run, eid: int) -> None:
+        # Newer CLIs keep a long local exec alive with ExecClientHeartbeat{id} (PROTOCOL.md §7).
+        beat = bytes(pb.AgentClientMessage(exec_client_control_message=pb.ExecClientControlMessage(
+            heartbeat=pb.ExecClientHeartbeat(id=eid))).SerializeToString())
         while not run.channel.closed:
             await asyncio.sleep(self.heartbeat_interval)
             with contextlib.suppress(Exception):
@@ -624,11 +641,14 @@ class AgentClient:
             return ExecHandled(eid, exec_id, kind, True, "request_context answered by the client")
         if self.executor is not None and kind in LOCAL_KINDS:
             self._link_exec(run, args_msg, kind, exec_id)
+            beats = asyncio.create_task(self._exec_heartbeats(run, eid))
             try:
                 parts = await self.executor.run(kind, args_msg)
             except Exception as exc:
                 await self._throw(run, eid, f"{type(exc).__name__}: {exc}")
                 return ExecHandled(eid, exec_id, kind, False, f"thrown: {exc}")
+            finally:
+                beats.cancel()
             await self._send_result(run, eid, exec_id, parts)
             return ExecHandled(eid, exec_id, kind, True, "executed locally")
         if result_field(kind) is None or not isinstance(args_msg, Message):

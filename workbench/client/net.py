@@ -194,6 +194,10 @@ class H2Connection:
         self._lock = asyncio.Lock()
 
     @property
+    def active_streams(self) -> int:
+        return len(self._streams)
+
+    @property
     def usable(self) -> bool:
         return not self.closed and not self.goaway and self._writer is not None
 

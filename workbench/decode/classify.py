@@ -130,6 +130,22 @@ class Decoder:
                 fd = upd.fields_by_name.get(name)
                 if fd is not None and fd.message_type is not None:
                     self._text_members[fd.number] = (f"interaction_update.{name}", label + " ")
+        self._partial_ok = self._bytes_fast and self._layout_is(
+            "agent.v1.PartialToolCall", {1: "call_id", 2: "tool_call", 3: "args_text_delta", 4: "model_call_id"})
+        if not self._layout_is("agent.v1.TextDelta", {1: "text"}):
+            self._text_members = {}
+        if not (self._layout_is("agent.v1.SetBlobArgs", {1: "blob_id", 2: "blob_data"})
+                and self._layout_is("agent.v1.KvServerMessage",
+                                    {1: "id", 2: "get_blob_args", 3: "set_blob_args", 4: "span_context"})):
+            self._bytes_fast = False
+
+    def _layout_is(self, full_name: str, numbers: dict[int, str]) -> bool:
+        """The byte-level fast paths hard-code these layouts; check the schema still has them."""
+        try:
+            desc = self.schema.descriptor(full_name)
+        except KeyError:
+            return False
+        return {f.number: f.name for f in desc.fields} == numbers
 
     def info(self, full_name: str) -> _TypeInfo:
         ti = self._info.get(full_name)
@@ -156,66 +172,123 @@ class Decoder:
                         cache[bytes(payload)] = (f.kind, f.summary, f.error, f.ref_id, f.call_id)
                         return f
                     return Frame(hit[0], hit[1], payload, 0, msg_type, hit[2], None, hit[3], hit[4])
-            elif self._bytes_fast and payload[0] == 0x0A and msg_type == SERVER_MSG:
-                f2 = self._fast_text(payload, n)
-                if f2 is not None:
-                    return f2
+            elif self._bytes_fast and msg_type == SERVER_MSG:
+                first = payload[0]
+                if first == 0x0A:
+                    f2 = self._fast_update(payload, n)
+                    if f2 is not None:
+                        return f2
+                elif first == 0x22:
+                    f2 = self._fast_set_blob(payload, n)
+                    if f2 is not None:
+                        return f2
         return self._classify(payload, msg_type)
 
-    def _fast_text(self, p: bytes, n: int) -> Frame | None:
-        """``interaction_update.text_delta``/``thinking_delta`` straight from the bytes.
+    # Byte-level fast paths. Each accepts only the canonical shape of one frequent server frame,
+    # with every length accounted for and every string valid UTF-8, i.e. exactly the inputs on which
+    # the protobuf runtime would succeed with the same values; anything else returns None and takes
+    # the protobuf path (``_classify``). Tests compare both paths on valid, mutated and random input.
 
-        Only the canonical shape ``0a L1 <tag> L2 0a L3 <utf-8>`` with every length reaching the end
-        is accepted (lengths up to two varint bytes); anything else returns None and takes the
-        protobuf path, so the answer is always the one ``_classify`` would give.
-        """
-        ln = p[1]
-        i = 2
-        if ln & 0x80:
-            b = p[2]
-            if b & 0x80:
-                return None
-            ln = (ln & 0x7F) | (b << 7)
-            i = 3
-        if i + ln != n or i >= n:
+    def _fast_update(self, p: bytes, n: int) -> Frame | None:
+        """``0a L1 <member tag> L2 <member>`` → text_delta / thinking_delta / partial_tool_call."""
+        ln = p[1]  # single-byte lengths inline: most frames are short
+        if ln < 0x80:
+            i = 2
+        else:
+            ln, i = _uvarint(p, 1)
+        if i + ln != n or i + 1 >= n:
             return None
-        member = self._text_members.get(p[i] >> 3) if p[i] & 0x87 == 0x02 else None
-        if member is None or i + 1 >= n:
-            return None
+        tag = p[i]
         ln = p[i + 1]
-        j = i + 2
-        if ln & 0x80:
-            if j >= n:
-                return None
-            b = p[j]
-            if b & 0x80:
-                return None
-            ln = (ln & 0x7F) | (b << 7)
-            j += 1
+        if ln < 0x80:
+            j = i + 2
+        else:
+            ln, j = _uvarint(p, i + 1)
         if j + ln != n:
             return None
-        if ln == 0:
-            text = ""
-        else:
-            if p[j] != 0x0A or j + 1 >= n:
-                return None
-            ln = p[j + 1]
-            k = j + 2
-            if ln & 0x80:
-                if k >= n:
+        text_member = self._text_members.get(tag >> 3) if tag & 0x87 == 0x02 else None
+        if text_member is not None:
+            if ln == 0:
+                text = ""
+            else:
+                if p[j] != 0x0A or j + 1 >= n:
                     return None
-                b = p[k]
-                if b & 0x80:
+                ln = p[j + 1]
+                if ln < 0x80:
+                    k = j + 2
+                else:
+                    ln, k = _uvarint(p, j + 1)
+                if k + ln != n:
                     return None
-                ln = (ln & 0x7F) | (b << 7)
-                k += 1
-            if k + ln != n:
+                try:
+                    text = p[k:].decode("utf-8")
+                except UnicodeDecodeError:
+                    return None
+            return Frame(text_member[0], text_member[1] + _quote(text), p, 0, SERVER_MSG)
+        if tag == 0x3A and self._partial_ok:
+            # PartialToolCall: 1 call_id, 3 args_text_delta, 4 model_call_id (2 tool_call → slow path)
+            call_id = delta = ""
+            last = 0
+            while j < n:
+                t = p[j]
+                if t not in _PARTIAL_TAGS or t <= last:
+                    return None
+                last = t
+                ln, k = _uvarint(p, j + 1)
+                j = k + ln
+                if j > n:
+                    return None
+                try:
+                    value = p[k:j].decode("utf-8")
+                except UnicodeDecodeError:
+                    return None
+                if t == 0x0A:
+                    call_id = value
+                elif t == 0x1A:
+                    delta = value
+            if j != n:
                 return None
-            try:
-                text = p[k:].decode("utf-8")
-            except UnicodeDecodeError:
+            return Frame("interaction_update.partial_tool_call",
+                         f"partial {_quote(call_id, 24)} args {len(delta)} chars {_quote(delta[-40:], 40)}",
+                         p, 0, SERVER_MSG, None, None, None, call_id or None)
+        return None
+
+    def _fast_set_blob(self, p: bytes, n: int) -> Frame | None:
+        """``22 L1 [08 id] 1a L2 [0a L blob_id] [12 L blob_data]`` → kv_server_message.set_blob_args."""
+        ln, i = _uvarint(p, 1)
+        if i + ln != n or i >= n:
+            return None
+        kv_id = 0
+        if p[i] == 0x08:
+            kv_id, i = _uvarint(p, i + 1)
+            if kv_id < 0 or kv_id > 0xFFFFFFFF or i >= n:
                 return None
-        return Frame(member[0], member[1] + S.quote(text), p, 0, SERVER_MSG)
+        if p[i] != 0x1A:
+            return None
+        ln, i = _uvarint(p, i + 1)
+        if i + ln != n:
+            return None
+        blob_id = b""
+        if i < n and p[i] == 0x0A:
+            ln, k = _uvarint(p, i + 1)
+            i = k + ln
+            if i > n:
+                return None
+            blob_id = p[k:i]
+        start = n
+        if i < n and p[i] == 0x12:
+            ln, start = _uvarint(p, i + 1)
+            if start + ln != n:
+                return None
+            i = n
+        if i != n:
+            return None
+        # sniff_blob only ever looks at the first 4 KiB: no copy of the whole blob
+        ctype, role = S.sniff_blob(p[start : start + 4096])
+        return Frame("kv_server_message.set_blob_args",
+                     f"set_blob#{kv_id} {S.short_id(blob_id)} {S.human_size(n - start)} "
+                     f"{ctype + '/' + role if role else ctype}",
+                     p, 0, SERVER_MSG, None, None, kv_id)
 
     def _classify(self, payload: bytes, msg_type: str) -> Frame:
         """The protobuf-runtime classification every fast path must agree with."""
@@ -232,8 +305,8 @@ class Decoder:
         top = msg.WhichOneof(ti.oneof) if ti.oneof else None
         if top is None:
             nums = _unknown_numbers(msg)
-            kind = str(nums[0]) if nums else "empty"
-            return Frame(kind, f"unknown member {kind}" if nums else "no member set", payload,
+            label = str(nums[0]) if nums else "empty"
+            return Frame(label, f"unknown member {label}" if nums else "no member set", payload,
                          msg_type=msg_type)
         sub = getattr(msg, top)
         sub_oneof = ti.member_oneof.get(top)
@@ -457,6 +530,31 @@ class StreamDecoder:
     def close(self) -> list[Frame]:
         return [self._dec.frames_from_envelope(e, self.transport, self.direction) for e in self._parser.close()]
 
+
+def _uvarint(p: bytes, i: int) -> tuple[int, int]:
+    """(value, next position) of the varint at ``p[i]``; (-1, len + 2) when truncated or > 5 bytes.
+
+    The error position lies past the end even after adding the -1, so callers' ``pos + len == n``
+    and ``pos + len > n`` checks reject it without a separate test.
+    """
+    n = len(p)
+    if i < n:
+        b = p[i]
+        if b < 0x80:
+            return b, i + 1
+        value = b & 0x7F
+        shift = 7
+        for j in range(i + 1, min(i + 5, n)):
+            b = p[j]
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                return value, j + 1
+            shift += 7
+    return -1, n + 2
+
+
+_PARTIAL_TAGS = frozenset((0x0A, 0x1A, 0x22))
+_quote = S.quote
 
 # Payloads up to this size are memoised per message type (bounded by _SMALL_CACHE entries).
 _SMALL = 16

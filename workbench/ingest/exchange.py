@@ -11,7 +11,6 @@ by ``append_seqno`` (they are captured out of order, PROTOCOL.md §3).
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,17 +135,17 @@ def _http_error_frame(status: int, body: bytes) -> Frame:
 def _decode(dec: Decoder, ex: Exchange, route: Route) -> _Part:
     part = _Part(ex, route)
     transport = route.transport
-    if ex.req_body is not None and ex.req_missing is None:
+    if ex.req_body and ex.req_missing is None:
         if route.transport == "unary" and secret_method(ex.path):
-            if ex.req_body:
-                part.client = [Frame("unary", "credential RPC body (redacted)", marker(ex.req_body).encode())]
-        elif ex.req_body or transport != "bidi_append":
+            part.client = [Frame("unary", "credential RPC body (redacted)", marker(ex.req_body).encode())]
+        else:
             part.client = dec.decode_body(ex.req_body, transport, "client", msg_type=route.request_type)
-            if transport == "unary" and not ex.req_body:
-                part.client = []  # an empty unary request is no frame worth storing
-    elif ex.req_body is not None:  # present but unusable (mangled text in a HAR)
-        part.client = [Frame("malformed", f"request body unusable: {ex.req_missing}", ex.req_body,
-                             error=f"{ex.ident}: request body {ex.req_missing}")]
+    elif ex.req_body is not None and ex.req_missing is not None:  # present but unusable (mangled text in a HAR)
+        # A client body can hold model credentials, and one we cannot parse cannot be redacted:
+        # keep its hash only (the bytes are corrupt anyway).
+        part.client = [Frame("malformed", f"request body unusable: {ex.req_missing}", marker(ex.req_body).encode(),
+                             error=f"{ex.ident}: request body {ex.req_missing}; stored as a hash "
+                             f"({len(ex.req_body)} bytes) since it could not be parsed to redact credentials")]
     ok = ex.status is not None and 200 <= ex.status < 300
     if ex.resp_body is not None and ex.resp_missing is None:
         if ex.status is not None and not ok:
@@ -185,8 +184,9 @@ def _status(part: _Part) -> tuple[str, str | None]:
         return "incomplete", "body not recorded (streamed)"
     if ex.req_missing == "streamed":
         return "incomplete", "request body not recorded (streamed)"
-    if ex.resp_missing:
-        return "error", f"response body {ex.resp_missing}"
+    for side, why in (("response", ex.resp_missing), ("request", ex.req_missing)):
+        if why:
+            return ("incomplete" if why.startswith("not recorded") else "error"), f"{side} body {why}"
     if ex.status is None:
         return "incomplete", "no response recorded"
     if ex.status >= 400 or ex.status < 200:
@@ -344,10 +344,7 @@ def write_exchanges(store: Store, dec: Decoder, exchanges: Sequence[Exchange], *
             emit(info.session_id, p, p.route.transport, client=False)
         for rid, parts in orphan.items():
             parts.sort(key=lambda a: (a.seqno if a.seqno is not None else -1))
-            first = parts[0]
-            if first.ex.session_key in rec.sessions:
-                first.ex.session_key = str(uuid.uuid4())
-            info = open_session(first, "bidi_append")
+            info = open_session(parts[0], "bidi_append")
             info.status = "incomplete"
             info.error = f"BidiAppend request_id {rid} has no RunSSE/RunPoll stream in this file"
             for a in parts:

@@ -143,6 +143,8 @@ def to_exchange(dec: Decoder, entry: Any, n: int, sha: str) -> Exchange:
         size = req.get("bodySize") if isinstance(req.get("bodySize"), int) else None
         ex.req_body, problem = text_body(dec, post["text"], post.get("encoding"), size, transport, "client")
         ex.req_missing = problem
+    elif isinstance(req.get("bodySize"), int) and req["bodySize"] > 0:
+        ex.req_body, ex.req_missing = None, f"not recorded in the HAR (bodySize {req['bodySize']})"
     else:
         ex.req_body = b""
     status = resp.get("status")

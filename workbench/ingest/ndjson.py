@@ -351,14 +351,13 @@ class NdjsonRecorder:
             return info
         fresh = SessionInfo(sid, source=self.source, transport=TRANSPORT, status="open", meta=dict(self.meta))
         info = self.rec.open_session(fresh)
-        if info is fresh:  # otherwise the database already had it (a resumed chat)
+        if info is fresh:
             self.created.append(sid)
-        if sid not in self.session_ids:
-            self.session_ids.append(sid)
-        if info.source != self.source or info.meta.get("file") != self.meta.get("file"):
-            # an existing session (a resumed chat): keep its identity, note the extra source
-            extra = info.meta.setdefault("also_from", [])
-            extra.append({k: self.meta[k] for k in ("file", "file_sha256", "command") if k in self.meta})
+        else:
+            # the database already has this session (a resumed chat): keep its identity, note the source
+            info.meta.setdefault("also_from", []).append(
+                {k: self.meta[k] for k in ("file", "file_sha256", "command") if k in self.meta})
+        self.session_ids.append(sid)
         info.status = "open"
         return info
 

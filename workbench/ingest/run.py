@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,6 +73,8 @@ def run_and_record(cmd: Sequence[str], db: str, *, out: BinaryIO | None = None,
     if not cmd:
         raise CliError("no command given (usage: workbench run [--db PATH] -- CMD ARGS…)")
     out = out if out is not None else sys.stdout.buffer
+    if os.sep not in cmd[0] and shutil.which(cmd[0]) is None:
+        raise CliError(f"cannot run {cmd[0]!r}: not found on PATH")
     store = open_store(db)
     try:
         proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, bufsize=0)

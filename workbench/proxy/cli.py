@@ -108,13 +108,13 @@ async def _serve(config: ProxyConfig) -> int:
         await server.start()
     except OSError as exc:
         raise _cli_error(f"cannot listen on {config.host}:{config.port}: {exc.strerror}") from exc
-    print(server.url, flush=True)
-    print(f"upstream: {config.upstream} ({config.transport})", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before the URL line: a caller may stop us right after it
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    print(server.url, flush=True)
+    print(f"upstream: {config.upstream} ({config.transport})", flush=True)
     try:
         await stop.wait()
     finally:

@@ -3,7 +3,8 @@
 A small asyncio HTTP/1.1 server rather than an ASGI stack: the proxy's job is to add as little as
 possible to time-to-first-token, so each upstream text delta is written to the socket as one SSE
 chunk the moment it arrives. Every OpenAI request is a fresh run (full history flattened into the
-user text, tools offered every time); all runs share one warm upstream connection.
+user text, tools offered every time) — on the conversation the tool call came from, with its last
+checkpoint echoed when one arrived; all runs share one warm upstream connection.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +30,7 @@ log = logging.getLogger("workbench.proxy")
 DEFAULT_PORT = 18741
 DEFAULT_UPSTREAM = "https://api2.cursor.sh"
 _MAX_BODY = 64 * 1024 * 1024
+_MAX_REMEMBERED = 4096
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
             405: "Method Not Allowed", 413: "Payload Too Large", 429: "Too Many Requests",
             500: "Internal Server Error", 502: "Bad Gateway", 504: "Gateway Timeout"}
@@ -182,6 +185,8 @@ class ProxyServer:
         self._clients: set[asyncio.Task[None]] = set()
         self._models: tuple[float, list[str]] | None = None
         self._parked: dict[str, _Parked] = {}
+        # tool_call id handed out → (conversation_id, last checkpoint) of the run it came from
+        self._issued: OrderedDict[str, tuple[str, bytes | None]] = OrderedDict()
         self.port = config.port
 
     @property
@@ -366,6 +371,11 @@ class ProxyServer:
             await parked.request.respond(result)
         else:
             client = self._client()
+            prior = self._prior(messages)
+            if prior is not None:
+                # A fresh run, but on the same conversation with its last checkpoint echoed
+                # (PROTOCOL.md §13 #3); the whole history is in the prompt either way.
+                client.conversation_id, client.checkpoint = prior
             events = client.stream_turn(prompt, model, defs)
         keep_open = False
         try:
@@ -382,6 +392,7 @@ class ProxyServer:
                     call_id = M.openai_call_id(ev)
                     name, arguments = M.exec_to_tool_call(ev, offered)
                     await out.add_tool_call(call_id, name, arguments)
+                    self._remember(call_id, client)
                     finish = "tool_calls"
                     if "reuse_session" in self.config.faults:
                         self._parked[call_id] = _Parked(client, events, ev, prompt)
@@ -400,6 +411,20 @@ class ProxyServer:
             if not keep_open:
                 await _aclose(events)
                 await client.aclose()
+
+    def _remember(self, call_id: str, client: AgentClient) -> None:
+        if client.conversation_id:
+            self._issued[call_id] = (client.conversation_id, client.checkpoint)
+            while len(self._issued) > _MAX_REMEMBERED:
+                self._issued.popitem(last=False)
+
+    def _prior(self, messages: list[Any]) -> tuple[str, bytes | None] | None:
+        for m in reversed(messages):
+            if isinstance(m, Mapping) and m.get("role") == "tool":
+                prior = self._issued.get(str(m.get("tool_call_id")))
+                if prior is not None:
+                    return prior
+        return None
 
     def _resume(self, messages: list[Any]) -> _Parked | None:
         for m in messages:

@@ -46,6 +46,7 @@ from workbench.sim.transport import (
 log = logging.getLogger("workbench.sim")
 
 GET_USABLE_MODELS = "/agent.v1.AgentService/GetUsableModels"
+GET_SERVER_CONFIG = "/aiserver.v1.ServerConfigService/GetServerConfig"
 DEFAULT_MODELS = ("default", "auto", "claude-4-sonnet", "claude-4-sonnet-thinking", "claude-4.5-sonnet",
                   "gpt-5", "gpt-5-codex", "composer-1", "grok-code-fast-1")
 ERROR_NUMBERS = {"ERROR_NOT_LOGGED_IN": 2, "ERROR_BAD_MODEL_NAME": 5, "ERROR_OPENAI": 13,
@@ -84,7 +85,9 @@ class RunRecord:
     scenario: str | None = None
     model: str | None = None
     conversation_id: str | None = None
-    path: str = "steps"  # "steps", "continuation" (new run on a known conversation) or "on_reuse"
+    # "steps"; "continuation" (new run on a known conversation); "resumed" (new run after tool calls
+    # handed out by an unfinished turn); "on_reuse" (the client continued inside the same run)
+    path: str = "steps"
     client_kinds: list[str] = field(default_factory=list)
     sent_kinds: list[str] = field(default_factory=list)
     execs: list[ExecRecord] = field(default_factory=list)
@@ -109,11 +112,18 @@ class RunRecord:
 
 
 class SimState:
-    """Per-server memory: blobs (hex id → data), conversations (id → last checkpoint), runs."""
+    """Per-server memory: blobs (hex id → data), conversations (id → last checkpoint), runs.
+
+    ``open_tools`` holds, per conversation whose last turn did not end, the tool calls already
+    handed out to the client (call_id, name, args): a new run on that conversation resumes after
+    them instead of asking again (what a client that answers tool calls with a fresh run needs).
+    """
 
     def __init__(self) -> None:
         self.blobs: dict[str, bytes] = {}
         self.conversations: dict[str, bytes] = {}
+        self.seen_conversations: set[str] = set()
+        self.open_tools: dict[str, list[dict[str, Any]]] = {}
         self.runs: list[RunRecord] = []
         self._lock = threading.Lock()
 
@@ -204,7 +214,11 @@ class SimBackend:
 
     @property
     def unary(self) -> dict[str, Callable[[UnaryRequest], Any]]:
-        return {GET_USABLE_MODELS: self.get_usable_models}
+        return {GET_USABLE_MODELS: self.get_usable_models, GET_SERVER_CONFIG: self.get_server_config}
+
+    async def get_server_config(self, req: UnaryRequest) -> UnaryResponse:
+        # http2_config 0 (unspecified): the client keeps its own transport choice.
+        return UnaryResponse(body=bytes(pb.GetServerConfigResponse().SerializeToString()))
 
     async def get_usable_models(self, req: UnaryRequest) -> UnaryResponse:
         models = [m for m in self.config.models]
@@ -299,6 +313,8 @@ class _Run:
         self.text_out = ""
         self.tokens_out = 0
         self.last_tool: dict[str, Any] = {}
+        self.handed_out: list[dict[str, Any]] = []  # tool calls of this (possibly resumed) turn
+        self.resume: list[dict[str, Any]] = []  # of those, the ones a previous run already handed out
 
     # lifecycle --------------------------------------------------------------------------------
 
@@ -338,6 +354,9 @@ class _Run:
                     await asyncio.gather(task, return_exceptions=True)
             if self.rec.outcome is None:
                 self.rec.outcome = "ended"
+            if self.pending:
+                unused = ", ".join(_describe(m) for m in self.pending)
+                self.rec.faults.append(f"client messages the run never used: {unused}")
             self.rec.faults.extend(getattr(self.conn, "append_faults", []))
             self.rec.finished.set()
             for cb in self.b.on_run_finished:
@@ -395,10 +414,17 @@ class _Run:
             await self._fail(connect_error("invalid_argument", unknown_scenario_message(name, self.b.scenarios)))
             return None
         self.scenario = scenario
-        known = req.conversation_id in self.b.state.conversations if req.conversation_id else False
+        conv = req.conversation_id
+        known = bool(conv) and conv in self.b.state.seen_conversations
+        if conv:
+            self.b.state.seen_conversations.add(conv)
         if scenario.continuation is not None and (known or len(req.conversation_state.turns) > 0):
             self.rec.path = "continuation"
             return scenario.continuation
+        self.handed_out = list(self.b.state.open_tools.get(conv, [])) if conv else []
+        self.resume = list(self.handed_out)
+        if self.resume:
+            self.rec.path = "resumed"
         return scenario.steps
 
     async def _reader(self) -> None:
@@ -595,6 +621,9 @@ class _Run:
             m = await self._wait(pred, what)
             if m.WhichOneof("message") == "exec_client_message":
                 ecm = m.exec_client_message
+                got = ecm.WhichOneof("result")
+                if got != f"{er.kind}_result":
+                    self.rec.faults.append(f"exec {eid} ({er.kind}) answered with {got or 'no result member'}")
                 if ecm.exec_id != er.exec_id:
                     self.rec.faults.append(f"exec {eid}: exec_id {ecm.exec_id!r} not echoed (sent {er.exec_id!r})")
                 results.append(ecm)
@@ -706,6 +735,8 @@ class _Run:
     async def _do_turn_ended(self, _value: Any, step: dict[str, Any]) -> None:
         await self._update("turn_ended")
         self.rec.outcome = "turn_ended"
+        if self.request.conversation_id:
+            self.b.state.open_tools.pop(self.request.conversation_id, None)
 
     async def _do_await_followup(self, _value: Any, step: dict[str, Any]) -> None:
         def followup(m: Any) -> bool:
@@ -753,6 +784,11 @@ class _Run:
     # tools ---------------------------------------------------------------------------------------------
 
     async def _do_tool(self, spec: dict[str, Any], step: dict[str, Any]) -> None:
+        if self.resume:
+            # Handed out by an earlier run of this turn: the "model" reads the result from the prompt.
+            done = self.resume.pop(0)
+            self.last_tool = {**done, "result": _result_in_prompt(self.user_text, done["call_id"])}
+            return
         kind = spec["exec"]
         args = {k: self._fmt(v) if isinstance(v, str) else v for k, v in spec.get("args", {}).items()}
         policy = spec.get("client_tools", "auto")
@@ -788,6 +824,9 @@ class _Run:
         exec_msg.id = er.id
         exec_msg.exec_id = er.exec_id
         await self._send(pb.AgentServerMessage(exec_server_message=exec_msg), exec_msg.WhichOneof("args"))
+        self.handed_out.append({"call_id": call_id, "name": display, "args": args})
+        if self.request.conversation_id:
+            self.b.state.open_tools[self.request.conversation_id] = list(self.handed_out)
         results, thrown = await self._await_exec(er, bool(spec.get("require_stream_close", True)))
 
         summary, output = _result_summary(kind, results, thrown)
@@ -820,6 +859,29 @@ _UPDATE_TYPES = {"text_delta": "TextDelta", "thinking_delta": "ThinkingDelta",
                  "tool_call_completed": "ToolCallCompleted", "tool_call_delta": "ToolCallDeltaUpdate",
                  "heartbeat": "Heartbeat", "turn_ended": "TurnEnded", "step_completed": "StepCompleted",
                  "step_started": "StepStarted"}
+
+
+def _result_in_prompt(prompt: str, call_id: str) -> str:
+    """The text after the last mention of ``call_id`` in a flattened history, up to a blank line."""
+    at = prompt.rfind(call_id)
+    if at < 0:
+        return "(the result is not in the prompt)"
+    nl = prompt.find("\n", at)
+    if nl < 0:
+        return "(the result is not in the prompt)"
+    block = prompt[nl + 1:].split("\n\n", 1)[0].strip()
+    return block or "(the result is not in the prompt)"
+
+
+def _describe(m: Any) -> str:
+    kind = m.WhichOneof("message") or "empty"
+    sub = getattr(m, kind) if kind != "empty" else None
+    member = sub.WhichOneof(_ONEOF[kind]) if sub is not None and kind in _ONEOF else None
+    ident = getattr(sub, "id", None) if kind in ("exec_client_message", "kv_client_message",
+                                                  "interaction_response") else None
+    if kind == "exec_client_control_message" and member:
+        ident = getattr(sub, member).id
+    return f"{kind}.{member}" + (f"#{ident}" if ident is not None else "") if member else kind
 
 
 def _kv_answer(m: Any, kid: int) -> bool:

@@ -6,7 +6,7 @@ import json
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +51,12 @@ def now_us() -> int:
     return int(datetime.now(UTC).timestamp() * 1_000_000)
 
 
+_EPOCH = datetime(1970, 1, 1)
+
+
 def us_to_datetime(us: int) -> datetime:
-    return datetime.fromtimestamp(us / 1_000_000, UTC).replace(tzinfo=None)
+    """Naive UTC datetime of a µs timestamp (exact integer arithmetic; called once per frame)."""
+    return _EPOCH + timedelta(microseconds=us)
 
 
 class FrameBatch:

@@ -48,7 +48,8 @@ class WorkbenchApp(App[None]):
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             return
-        keys = [(b.key_display or b.key, b.description) for b in _bindings(self.screen) if b.description]
+        keys = [(" ".join(self.get_key_display(Binding(k, b.action)) for k in b.key.split(",")), b.description)
+                for b in _bindings(self.screen) if b.description]
         self.push_screen(HelpScreen(keys))
 
     def on_load_failed(self, message: LoadFailed) -> None:
@@ -76,3 +77,8 @@ def _bindings(screen: Screen[object]) -> list[Binding]:
         if isinstance(b, Binding):
             out.append(b)
     return out
+
+
+def run_app(db_path: str | Path, session: str | None = None, *, follow: bool = False) -> None:
+    """Open the TUI on a database (for callers other than the CLI, e.g. ``workbench demo``)."""
+    WorkbenchApp(db_path, session, follow=follow).run()

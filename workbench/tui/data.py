@@ -199,7 +199,7 @@ class FrameIndex:
             self.run_start = self.run_end = np.zeros(0, dtype=np.int64)
         marks = np.zeros(n + 1, dtype=np.int64)
         runs_first = self.seqs[self.run_start] if len(self.run_start) else np.zeros(0, dtype=np.int64)
-        is_open = np.array([int(s) in self.expanded for s in runs_first], dtype=bool)
+        is_open = np.isin(runs_first, np.fromiter(self.expanded, dtype=np.int64, count=len(self.expanded)))
         closed = ~is_open
         np.add.at(marks, self.run_start[closed] + 1, 1)
         np.add.at(marks, self.run_end[closed], -1)
@@ -382,14 +382,16 @@ class TuiData:
 
     # sessions --------------------------------------------------------------------------------
 
-    def sessions(self) -> list[SessionSummary]:
+    def sessions(self, only: str | None = None) -> list[SessionSummary]:
+        where, params = ("WHERE session_id = ?", [only]) if only is not None else ("", [])
         t = self.query(
             "SELECT session_id, coalesce(source, '') AS source, coalesce(transport, '') AS transport, "
             "coalesce(model, '') AS model, epoch_us(started_at) AS started_us, "
             "epoch_us(ended_at) - epoch_us(started_at) AS dur_us, coalesce(frame_count, 0) AS frame_count, "
-            "coalesce(status, '') AS status FROM sessions ORDER BY started_at, session_id")
+            f"coalesce(status, '') AS status FROM sessions {where} ORDER BY started_at, session_id", params)
         counts: dict[str, dict[str, int]] = {}
-        for r in self.query("SELECT session_id, severity, count(*) AS n FROM findings GROUP BY ALL").to_pylist():
+        for r in self.query(f"SELECT session_id, severity, count(*) AS n FROM findings {where} GROUP BY ALL",
+                            params).to_pylist():
             counts.setdefault(r["session_id"], {})[r["severity"]] = int(r["n"])
         out = []
         for r in t.to_pylist():
@@ -400,10 +402,8 @@ class TuiData:
         return out
 
     def session(self, session_id: str) -> SessionSummary | None:
-        for s in self.sessions():
-            if s.session_id == session_id:
-                return s
-        return None
+        found = self.sessions(session_id)
+        return found[0] if found else None
 
     def resolve(self, wanted: str) -> str | None:
         rows = self.query("SELECT session_id FROM sessions WHERE starts_with(session_id, ?) "
@@ -452,7 +452,8 @@ class TuiData:
             return {}
         t = self.query(
             "SELECT seq, epoch_us(ts) AS ts_us, direction, kind, coalesce(summary, '') AS summary, size, error "
-            "FROM frames WHERE session_id = ? AND seq IN (SELECT unnest(?))", [session_id, list(seqs)])
+            "FROM frames WHERE session_id = ? AND seq BETWEEN ? AND ? AND seq IN (SELECT unnest(?))",
+            [session_id, min(seqs), max(seqs), list(seqs)])
         return {int(r["seq"]): r for r in t.to_pylist()}
 
     def frame_page(self, session_id: str, offset: int, limit: int, flt: FrameFilter | None = None,
@@ -530,6 +531,11 @@ class TuiData:
             [session_id])
         return t.to_pylist()
 
+    def frames_after(self, session_id: str, seq: int, limit: int = 50_000) -> pa.Table:
+        """Full frame rows after ``seq`` (what a live analyzer is fed), in seq order."""
+        return self.query("SELECT * FROM frames WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                          [session_id, seq, limit])
+
     def blob_data(self, session_id: str, blob_id: str) -> bytes | None:
         t = self.query("SELECT data FROM blobs WHERE session_id = ? AND blob_id = ? AND data IS NOT NULL "
                        "LIMIT 1", [session_id, blob_id])
@@ -549,6 +555,39 @@ def column_array(table: pa.Table, name: str, dtype: type[np.generic]) -> np.ndar
         raise ValueError(f"column {name} has NULLs")
     size = np.dtype(dtype).itemsize
     return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * size)
+
+
+class LiveFindings:
+    """Findings of a capture in progress, from ``workbench.analysis.IncrementalAnalyzer``.
+
+    Used in follow mode while a capture is live and nothing has written ``findings`` rows for the
+    session yet. Not thread-safe: one poll at a time feeds it.
+    """
+
+    def __init__(self, session_id: str) -> None:
+        from workbench.analysis import IncrementalAnalyzer
+
+        self.analyzer = IncrementalAnalyzer(session_id)
+        self.session_id = session_id
+
+    def update(self, data: TuiData) -> list[dict[str, Any]]:
+        while True:
+            last = self.analyzer.last_seq
+            rows = data.frames_after(self.session_id, -1 if last is None else int(last))
+            if not rows.num_rows or not self.analyzer.feed(rows) or rows.num_rows < 50_000:
+                break
+        out = []
+        for f in self.analyzer.findings():
+            d = f.as_dict()
+            ev = [int(x) for x in d.get("evidence") or []]
+            if not ev and d.get("first_seq") is not None:
+                ev = [int(d["first_seq"])]
+            out.append({"code": d["code"], "severity": d["severity"], "message": d.get("message") or "",
+                        "first_seq": d.get("first_seq"), "last_seq": d.get("last_seq"), "evidence": ev,
+                        "suggested_fix": d.get("suggested_fix") or ""})
+        rank = {"error": 0, "warning": 1, "info": 2}
+        out.sort(key=lambda f: (rank.get(f["severity"], 3), f["first_seq"] or 0, f["code"]))
+        return out
 
 
 # helpers used by the views -----------------------------------------------------------------------

@@ -167,7 +167,6 @@ def build_demo_db(path: str | Path, decoder: Decoder | None = None) -> Path:
         results = [s for s, k in kinds.items() if k.startswith("exec_client_message")]
         hbs = [s for s, k in kinds.items() if k == "interaction_update.heartbeat"]
         partials = [s for s, k in kinds.items() if k == "interaction_update.partial_tool_call"]
-        started = next(s for s, k in kinds.items() if k == "interaction_update.tool_call_started")
         get_seq = next(s for s, k in kinds.items() if k == "kv_server_message.get_blob_args")
         created = us_to_datetime(BASE_US + 3_600_000_000)
         findings = [

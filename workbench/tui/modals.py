@@ -96,7 +96,7 @@ Session screen
   /  filter frames: kind:exec_server dir:server "text"  (> client→server, < server→client)
   escape  clear the filter      z  fold/unfold all heartbeat runs
   t / o / x  Tree / JSON / Hex tab         f / c / b  focus findings / tool calls / blobs
-  enter on a finding  jump to its evidence frames (highlighted ◆), ] / [  next / previous evidence
+  enter on a finding  jump to its evidence frames (marked ◆)    ] / [  next / previous evidence
   enter on a tool call or blob  open it
 
 Replay

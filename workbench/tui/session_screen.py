@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,7 +16,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane
 
-from workbench.tui.data import FrameDetail, FrameFilter, FrameIndex, SessionSummary
+from workbench.tui.data import FrameDetail, FrameFilter, FrameIndex, LiveFindings, SessionSummary
 from workbench.tui.detail import FrameDetailView
 from workbench.tui.loading import Loader
 from workbench.tui.modals import BlobScreen, ToolCallScreen
@@ -31,12 +31,17 @@ if TYPE_CHECKING:
 REPLAY_TICK_S = 0.05
 
 
+FIRST_PAGE = 120   # rows fetched with the index, so the first paint needs no second round trip
+DETAIL_DELAY_S = 0.05
+
+
 @dataclass
 class IndexLoad:
     t0: int
     index: FrameIndex
     max_seq: int
     summary: SessionSummary | None
+    rows: dict[int, dict[str, Any]]
 
 
 @dataclass
@@ -96,6 +101,8 @@ class SessionScreen(Loader, Screen[None]):
         self.max_seq = -1
         self.replay: ReplayClock | None = None
         self._replay_timer: Timer | None = None
+        self._detail_timer: Timer | None = None
+        self._live: LiveFindings | None = None
         self._last_tick = 0.0
         self.evidence: list[int] = []
         self.evidence_pos = 0
@@ -148,7 +155,13 @@ class SessionScreen(Loader, Screen[None]):
         data, sid, flt = self.app.data, self.session_id, self.flt
 
         def fetch() -> IndexLoad:
-            return IndexLoad(data.start_us(sid), data.frame_index(sid, flt), data.max_seq(sid), data.session(sid))
+            index = data.frame_index(sid, flt)
+            row = index.row_of_seq(keep_seq) if keep_seq is not None else 0
+            refs = index.rows(max(0, row - FIRST_PAGE // 2), max(0, row - FIRST_PAGE // 2) + FIRST_PAGE)
+            if self.app.follow and keep_seq is None:
+                refs += index.rows(len(index) - FIRST_PAGE // 2, len(index))
+            rows = data.frame_rows(sid, index.seqs_for(refs))
+            return IndexLoad(data.start_us(sid), index, data.max_seq(sid), data.session(sid), rows)
 
         def got(res: IndexLoad) -> None:
             self.max_seq = res.max_seq
@@ -158,6 +171,7 @@ class SessionScreen(Loader, Screen[None]):
             keep = self._pending_jump if self._pending_jump is not None else keep_seq
             first_load = self.index is None
             self.index = res.index
+            self.timeline.add_rows(res.rows)
             self.timeline.set_index(res.index, res.t0, keep_cursor_seq=keep)
             if first_load and self.app.follow and keep is None:
                 self.timeline.action_last()   # following a capture: start at the tail, like tail -f
@@ -197,7 +211,14 @@ class SessionScreen(Loader, Screen[None]):
                   what="reading timeline rows", exclusive=False)
 
     def on_timeline_highlighted(self, message: Timeline.Highlighted) -> None:
-        data, sid, seq = self.app.data, self.session_id, message.row.seq
+        # decode after the cursor rests a moment: holding an arrow key should not decode every row
+        if self._detail_timer is not None:
+            self._detail_timer.stop()
+        seq = message.row.seq
+        self._detail_timer = self.set_timer(DETAIL_DELAY_S, lambda: self._load_detail(seq))
+
+    def _load_detail(self, seq: int) -> None:
+        data, sid = self.app.data, self.session_id
         detail = self.query_one("#detail", FrameDetailView)
         if detail.detail is not None and detail.detail.seq == seq:
             return
@@ -317,8 +338,11 @@ class SessionScreen(Loader, Screen[None]):
             blob = table.selected()
             if blob is not None:
                 data, sid = self.app.data, self.session_id
-                self.load(lambda: data.blob_data(sid, blob["blob_id"]),
-                          lambda raw: self.app.push_screen(BlobScreen(blob, raw)), group="blob",
+
+                def show(raw: bytes | None) -> None:
+                    self.app.push_screen(BlobScreen(blob, raw))
+
+                self.load(lambda: data.blob_data(sid, blob["blob_id"]), show, group="blob",
                           what=f"reading blob {blob['blob_id'][:12]}")
 
     def jump_to_evidence(self, seqs: list[int]) -> None:
@@ -468,7 +492,16 @@ class SessionScreen(Loader, Screen[None]):
             r.skip_idle = not r.skip_idle
             self._update_replay_bar()
 
-    # follow ------------------------------------------------------------------------------------
+    # follow ----
+
+    def _live_findings_source(self) -> LiveFindings | None:
+        """The incremental analyzer, while the capture is live (else stored findings suffice)."""
+        if self._live is None and self.app.data.live:
+            try:
+                self._live = LiveFindings(self.session_id)
+            except ImportError:   # analysis not installed: stored findings only
+                return None
+        return self._live--------------------------------------------------------------------------------
 
     def _poll(self) -> None:
         # a poll that failed never clears the flag: retry after a while instead of never
@@ -479,9 +512,14 @@ class SessionScreen(Loader, Screen[None]):
         self._poll_started = time.monotonic()
         data, sid, flt, after = self.app.data, self.session_id, self.flt, self.max_seq
 
+        live = self._live_findings_source()
+
         def fetch() -> PollResult:
             seqs, hb, up = data.new_frames_since(sid, after, flt)
-            return PollResult(seqs, hb, up, max(after, data.max_seq(sid)), data.findings(sid), data.session(sid))
+            findings = data.findings(sid)
+            if not findings and live is not None:
+                findings = live.update(data)
+            return PollResult(seqs, hb, up, max(after, data.max_seq(sid)), findings, data.session(sid))
 
         def got(res: PollResult) -> None:
             self._polling = False

@@ -87,9 +87,14 @@ class SessionsScreen(Loader, Screen[None]):
         for key, label in COLUMNS:
             table.add_column(label, key=key)
         table.focus()
-        self.action_reload()
         if self.app.follow:
             self.set_interval(self.app.poll_interval, self._poll, name="sessions-follow")
+
+    def on_screen_resume(self) -> None:
+        # loaded when first shown, not at mount: `workbench tui DB SESSION` opens the session
+        # screen on top right away, and its first paint should not wait behind this query
+        if not self.sessions and self.app.screen is self:
+            self.action_reload()
 
     # data ------------------------------------------------------------------------------------
 
@@ -106,7 +111,7 @@ class SessionsScreen(Loader, Screen[None]):
         self.sessions = sessions
         self._fill()
 
-    def visible(self) -> list[SessionSummary]:
+    def visible_sessions(self) -> list[SessionSummary]:
         rows = self.sessions
         if self.text_filter:
             needle = self.text_filter.lower()
@@ -119,7 +124,7 @@ class SessionsScreen(Loader, Screen[None]):
         table = self.query_one("#sessions", DataTable)
         current = self.selected_id()
         table.clear()
-        rows = self.visible()
+        rows = self.visible_sessions()
         for s in rows:
             fcell = Text()
             for sev, style in (("error", "bold red"), ("warning", "yellow"), ("info", "cyan")):

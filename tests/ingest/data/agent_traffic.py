@@ -27,16 +27,18 @@ from workbench.schema import pb
 from workbench.wire.envelope import FLAG_END_STREAM, encode
 
 # Secrets that must never reach a database in clear (the tests grep the DB file for them).
-TOKEN = "eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXRva2VuLWZvci10ZXN0cw.S3cr3tS1gnatur3"
+# Fake values shaped like the real ones, but matching no secret scanner's pattern.
+TOKEN = "test-jwt-header.dGVzdC1wYXlsb2FkLW5vdC1yZWFs.test-signature-0123456789"
 COOKIE = "CursorCookie=Cookie-eyJhbGciOiJIUzI1"
 CLIENT_KEY = "9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0"
 CHECKSUM = "zQ1xYWJjZGVm/4c2b8a0f9e1d3c5b7a9e8f7d6c5b4a3928170615243342516070"
-MODEL_KEY = "sk-ant-api03-TestModelKey0123456789abcdefABCDEF"  # user's own model key (BYOK)
+MODEL_KEY = "test-model-api-key-not-real-0123456789abcdefABCDEF"  # user's own model key (BYOK)
 SECRETS = (TOKEN, COOKIE, CLIENT_KEY, CHECKSUM, MODEL_KEY)
 
 RID_OK = "3f2b6c1e-8d4a-4f7b-9c2e-1a5d7e9b0c11"       # RunSSE + 3 appends, clean end-stream
 RID_BIG = "7a1c9e2d-4b6f-4e8a-b3d5-c7f9a1e3b5d2"      # streamed by mitmdump: no body kept
 RID_LIMIT = "c0ffee00-1111-4222-8333-944455556666"    # end-stream error resource_exhausted
+RID_POLL = "5e1d7c3b-2a49-4f86-8d0e-b1c2d3e4f5a6"     # transport C: RunPoll + BidiAppend
 CALL_ID = "toolu_01Shell\nfc_9a8b"                    # call ids can contain a newline
 CLIENT_VERSION = "cli-2026.05.01-eea359f"
 STREAM_THRESHOLD = 32 * 1024
@@ -88,6 +90,16 @@ def server_frames(kind: str) -> bytes:
     return b"".join(encode(x.SerializeToString()) for x in msgs) + encode(b"{}", flags=FLAG_END_STREAM)
 
 
+def poll_frames() -> bytes:
+    """RunPoll response: enveloped BidiPollResponse records with base64 AgentServerMessages."""
+    import base64
+
+    msg = pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(text_delta=pb.TextDelta(text="Polled.")))
+    recs = [pb.BidiPollResponse(seqno=0, data=base64.b64encode(msg.SerializeToString()).decode()),
+            pb.BidiPollResponse(seqno=1, eof=True)]
+    return b"".join(encode(r.SerializeToString()) for r in recs) + encode(b"{}", flags=FLAG_END_STREAM)
+
+
 def client_messages() -> list[bytes]:
     """AgentClientMessages of the OK run, by append_seqno."""
     c = pb.AgentClientMessage
@@ -121,6 +133,8 @@ class AgentHandler(BaseHTTPRequestHandler):
             rid = pb.BidiRequestId.FromString(body[5:]).request_id
             kind = {RID_BIG: "big", RID_LIMIT: "limit"}.get(rid, "ok")
             self._send(200, server_frames(kind), "application/connect+proto")
+        elif path.endswith("/agent.v1.AgentService/RunPoll"):
+            self._send(200, poll_frames(), "application/connect+proto")
         elif path.endswith("/aiserver.v1.BidiService/BidiAppend"):
             self._send(200, b"", "application/proto")
         elif path.endswith("/agent.v1.AgentService/Run"):
@@ -192,6 +206,10 @@ def drive(proxy_port: int, server_port: int) -> None:
         post("/aiserver.v1.BidiService/BidiAppend", append_body(rid, 0, msgs[0]), rid, "application/proto")
         post("/agent.v1.AgentService/RunSSE", encode(pb.BidiRequestId(request_id=rid).SerializeToString()),
              rid, "application/connect+proto")
+    poll_req = pb.BidiPollRequest(request_id=pb.BidiRequestId(request_id=RID_POLL), start_request=True)
+    post("/agent.v1.AgentService/RunPoll", encode(poll_req.SerializeToString()), RID_POLL,
+         "application/connect+proto")
+    post("/aiserver.v1.BidiService/BidiAppend", append_body(RID_POLL, 0, msgs[0]), RID_POLL, "application/proto")
 
 
 def generate(outdir: Path) -> tuple[Path, Path]:

@@ -1,0 +1,85 @@
+"""Sessions made by the real rig: the simulated backend (in-process, HTTP/2 over TLS on loopback)
+and the workbench client (with fault switches) recording its own session into a DuckDB file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.analysis import AnalysisResult, analyze
+from workbench.client.agent import AgentClient
+from workbench.client.events import Error, ExecRequest, TurnEnded
+from workbench.sim.runner import running_sim
+from workbench.store.db import Store
+
+# Short waits so parked runs show their heartbeat loop quickly; the client gives up after 8.
+SIM_HEARTBEAT_S = 0.05
+HEARTBEAT_BUDGET = 8
+
+
+@dataclass
+class RigRun:
+    db: Path
+    results: dict[str, AnalysisResult]
+    session_ids: list[str]  # in the order the turns ran
+    turn_errors: list[str | None] = field(default_factory=list)
+
+    def only(self, index: int = 0) -> AnalysisResult:
+        return self.results[self.session_ids[index]]
+
+    def codes(self, index: int = 0) -> list[str]:
+        return sorted({f.code for f in self.only(index).findings})
+
+    def finding(self, code: str, index: int = 0) -> Any:
+        found = [f for f in self.only(index).findings if f.code == code]
+        assert found, f"no {code} in {self.codes(index)}"
+        return found[0]
+
+
+async def rig_session(tmp_path: Path, prompts: Sequence[str], *, faults: Sequence[str] = (), transport: str = "run",
+                      execute_locally: bool = True, on_exec: Callable[[ExecRequest], Awaitable[Any]] | None = None,
+                      ignore_execs: bool = False, scenario_dirs: Sequence[Path] = ()) -> RigRun:
+    """Run ``prompts`` as consecutive turns of one client against a fresh simulator; analyse."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    (workspace / "README.md").write_text("# demo\nhello\n")
+    db = tmp_path / "rig.duckdb"
+    store = Store(db)
+    errors: list[str | None] = []
+    ids: list[str] = []
+    kw: dict[str, Any] = {"heartbeat_interval": SIM_HEARTBEAT_S}
+    if scenario_dirs:
+        kw["scenario_dirs"] = [str(d) for d in scenario_dirs]
+    try:
+        async with running_sim(**kw) as sim:
+            async with AgentClient(sim.url, "test-token", transport=transport, faults=faults,
+                                   heartbeat_budget=HEARTBEAT_BUDGET, verify=str(sim.cert_path), record_to=store,
+                                   execute_locally=execute_locally, workspace=workspace) as client:
+                for prompt in prompts:
+                    error: str | None = None
+                    if ignore_execs:
+                        # A caller whose exec handler never answers (PROTOCOL §13 #2): keep reading.
+                        async for ev in client.stream_turn(prompt):
+                            if isinstance(ev, Error):
+                                error = ev.code
+                            if isinstance(ev, TurnEnded):
+                                break
+                    else:
+                        res = await client.run_turn(prompt, on_exec=on_exec, raise_on_error=False)
+                        error = res.error.code if res.error else None
+                    errors.append(error)
+                    if client.last_request_id and client.last_request_id not in ids:
+                        ids.append(client.last_request_id)
+        results = analyze(store)
+    finally:
+        store.close()
+    return RigRun(db, results, ids, errors)
+
+
+async def echo_args_text(ev: ExecRequest) -> str:
+    """An MCP tool that reports the args the client handed it (the streamed args it rebuilt)."""
+    text = ev.call.args_text if ev.call is not None else json.dumps(ev.args)
+    return f"task tool received: {text}"

@@ -1,0 +1,65 @@
+"""append_seqno_anomaly on a real capture: client (reset_append_seqno) → `workbench capture`
+(mitmdump + addon, a real process) → simulator. The client's own recording keeps only the
+AgentClientMessage of each BidiAppend, so the seqno is visible only to a capture of the wire."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench.analysis import analyze
+from workbench.client.agent import AgentClient
+from workbench.sim.runner import running_sim
+from workbench.store.db import Store
+
+BIN = Path(sys.executable).parent
+
+
+async def test_reset_append_seqno_seen_in_a_capture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "cap.duckdb"
+    conf = tmp_path / "mitm"
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("https_proxy", "http_proxy", "all_proxy")}
+    proc = subprocess.Popen([str(BIN / "workbench"), "capture", "--port", "0", "--db", str(db), "--confdir",
+                             str(conf), "--flush-ms", "50", "--", "--set", "ssl_insecure=true"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), url
+        ca = conf / "mitmproxy-ca-cert.pem"
+        monkeypatch.setenv("HTTPS_PROXY", url)
+        monkeypatch.setenv("https_proxy", url)
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+        for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        async with running_sim(heartbeat_interval=0.05) as sim:
+            async with AgentClient(sim.url, "test-token", transport="runsse", faults=["reset_append_seqno"],
+                                   heartbeat_budget=8, verify=str(ca)) as client:
+                res = await client.run_turn("[scenario:text] hello", raise_on_error=False)
+                sid = client.last_request_id
+        assert res.error is not None  # the server never saw the message whose seqno was reused
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    store = Store(db)
+    try:
+        results = analyze(store)
+        appends = store.query("SELECT seq, append_seqno FROM frames WHERE session_id = ? AND transport = "
+                              "'bidi_append' ORDER BY seq", [sid]).to_pylist()
+    finally:
+        store.close()
+    seqnos = [a["append_seqno"] for a in appends]
+    assert seqnos[:2] == [0, 0]
+    found = [f for f in results[sid].findings if f.code == "append_seqno_anomaly"]
+    assert found, [f.code for f in results[sid].findings]
+    assert "duplicate 0" in found[0].message or "restart at 0" in found[0].message
+    assert appends[1]["seq"] in found[0].evidence

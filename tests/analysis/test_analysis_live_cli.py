@@ -1,0 +1,113 @@
+"""The incremental analyzer, a capture in progress read live, and the CLI commands."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from analysis_helpers import SessionBuilder, analysis_codes
+
+from workbench.analysis import IncrementalAnalyzer, analyze_session
+from workbench.cli import main
+from workbench.store.db import Store
+from workbench.store.reader import LiveService, open_reader
+
+
+def _stalled(store: Store, sid: str = "live", status: str = "open") -> tuple[int, int]:
+    b = SessionBuilder(store, sid, status=status)
+    b.run_request()
+    e = b.exec_shell(2, "sleep 9", "c1")
+    r = b.shell_result(2)
+    for _ in range(8):
+        b.heartbeat()
+    b.done()
+    return e, r
+
+
+def test_incremental_matches_batch_and_waits_for_answers(analysis_store: Store) -> None:
+    e, r = _stalled(analysis_store)
+    rows = analysis_store.query("SELECT * FROM frames WHERE session_id = 'live' ORDER BY seq")
+    inc = IncrementalAnalyzer("live")
+    assert inc.feed(rows.slice(0, r + 1)) == r + 1
+    assert inc.findings() == []  # the stream_close may still be on its way
+    inc.feed(rows.slice(0, r + 4))  # overlapping page: old rows are ignored
+    assert inc.last_seq == r + 3
+    inc.feed(rows.to_pylist()[r + 4:])  # dicts work as well
+    live = analysis_codes(inc.findings())
+    assert live == ["heartbeat_loop", "missing_stream_close"]  # not "ended": the capture goes on
+    final = analysis_codes(inc.findings(final=True))
+    assert final == ["heartbeat_loop", "missing_stream_close", "stream_ended_without_turn_end"]
+    batch = analyze_session(analysis_store, "live")
+    assert analysis_codes(batch.findings) == final
+    assert [f.evidence for f in inc.findings(final=True)] == [f.evidence for f in batch.findings]
+
+
+def test_analysis_through_a_live_capture_reader(tmp_path: Path, capsys) -> None:
+    db = tmp_path / "live.duckdb"
+    store = Store(db)
+    _stalled(store)
+    svc = LiveService(store.con, db)
+    svc.start()
+    try:
+        reader = open_reader(db)
+        assert reader.live
+        res = analyze_session(reader, "live")
+        assert analysis_codes(res.findings) == ["heartbeat_loop", "missing_stream_close"]
+        rc = main(["diagnose", "live", "--db", str(db)])
+        out = capsys.readouterr().out
+        assert rc == 1 and "findings not written" in out and "heartbeat_loop" in out
+    finally:
+        svc.stop()
+        store.close()
+
+
+def test_cli_diagnose_exit_codes_json_and_written_findings(tmp_path: Path, capsys) -> None:
+    db = tmp_path / "c.duckdb"
+    store = Store(db)
+    ok = SessionBuilder(store, "ok-1")
+    ok.run_request()
+    ok.healthy_shell_turn()
+    ok.text("fine")
+    ok.turn_ended()
+    ok.done()
+    _stalled(store, "bad-1", status="incomplete")
+    store.close()
+
+    assert main(["diagnose", "ok", "--db", str(db)]) == 0
+    assert "clean" in capsys.readouterr().out
+    assert main(["diagnose", "--all", "--db", str(db)]) == 1
+    out = capsys.readouterr().out
+    assert "ERROR   heartbeat_loop" in out and "evidence:" in out and "fix:" in out
+    assert main(["diagnose", "bad", "--json", "--db", str(db)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["session_id"] == "bad-1" and doc["failed"]
+    assert {f["code"] for f in doc["findings"]} == {"heartbeat_loop", "missing_stream_close",
+                                                     "stream_ended_without_turn_end"}
+    assert main(["diagnose", "--db", str(db)]) == 2
+    assert main(["diagnose", "nope", "--db", str(db)]) == 2
+    assert main(["diagnose", "--all", "--db", str(tmp_path / "missing.duckdb")]) == 2
+    capsys.readouterr()
+
+    reader = open_reader(db)
+    codes = reader.query("SELECT code FROM findings WHERE session_id = 'bad-1' ORDER BY code").column(0).to_pylist()
+    reader.close()
+    assert codes == ["heartbeat_loop", "missing_stream_close", "stream_ended_without_turn_end"]
+
+    assert main(["tools", "ok", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "call-1  shell  completed" in out and "naive:" in out
+    assert main(["blobs", "bad", "--json", "--db", str(db)]) == 0
+    assert capsys.readouterr().out == ""  # no KV traffic in that session
+
+
+def test_cli_as_a_process(tmp_path: Path) -> None:
+    db = tmp_path / "p.duckdb"
+    store = Store(db)
+    _stalled(store, "bad-2", status="incomplete")
+    store.close()
+    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "diagnose", "--all", "--db", str(db)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "missing_stream_close" in proc.stdout

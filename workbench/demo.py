@@ -1,0 +1,221 @@
+"""``workbench demo``: the whole workbench on a fresh machine, with nothing to configure.
+
+It starts the simulated backend, a live capture (mitmdump with our addon) in front of it, drives a
+suite of healthy and deliberately broken sessions through the built-in client, then diagnoses the
+capture and opens the TUI on it. Everything runs on loopback with throwaway credentials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.cli import CliError
+
+DEMO_DB = "captures/demo.duckdb"
+DEMO_TOKEN = "demo-token-not-a-secret"
+HEARTBEAT_INTERVAL = 0.1
+
+
+@dataclass
+class Scenario:
+    name: str
+    title: str
+    prompt: str
+    transport: str = "run"
+    faults: tuple[str, ...] = ()
+    turns: int = 1
+    tools: bool = False
+    expect_error: bool = False
+
+
+SUITE = [
+    Scenario("text", "healthy text turn", "[scenario:text] Say hello to the workbench."),
+    Scenario("tool_flow", "tool flow (shell exec, then text)", "[scenario:tool_flow] List the files here."),
+    Scenario("tool_flow_sse", "tool flow over RunSSE + BidiAppend", "[scenario:tool_flow] List the files.",
+             transport="runsse"),
+    Scenario("heartbeat_loop", "heartbeat loop (client forgets stream_close)",
+             "[scenario:tool_flow] List the files here.", faults=("no_stream_close",), expect_error=True),
+    Scenario("args_corruption", "args corruption (cumulative args concatenated)",
+             "[scenario:mcp_large_args] Plan the tasks.", faults=("naive_args_concat",), tools=True),
+    Scenario("kv_only", "answer only in KV (same-session continuation)",
+             "[scenario:kv_only_on_reuse] Run the tests.", faults=("reuse_session",), turns=2),
+    Scenario("rate_limit", "rate-limit error mid-turn", "[scenario:rate_limit] Write a long essay.",
+             expect_error=True),
+]
+
+DEMO_TOOLS = [
+    {"name": "todo_write", "description": "Write the task list",
+     "parameters": {"type": "object", "properties": {"tasks": {"type": "array"}, "merge": {"type": "boolean"}}}},
+]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="run the demo: simulator, live capture, broken sessions, diagnosis, TUI")
+    p.add_argument("--db", default=DEMO_DB, help=f"capture database to (re)create (default {DEMO_DB})")
+    p.add_argument("--no-tui", action="store_true", help="do not open the TUI at the end")
+    p.add_argument("--keep", action="store_true", help="append to an existing demo database")
+    p.set_defaults(func=cmd_demo)
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    db = Path(args.db)
+    if not args.keep:
+        for suffix in ("", ".wal", ".spool", ".live.json"):
+            Path(str(db) + suffix).unlink(missing_ok=True)
+    db.parent.mkdir(parents=True, exist_ok=True)
+
+    from workbench.sim.runner import SimThread
+
+    say("[1/5] starting the simulated agent backend")
+    with SimThread(heartbeat_interval=HEARTBEAT_INTERVAL, token=DEMO_TOKEN) as sim:
+        say(f"      {sim.url} (self-signed certificate {sim.cert_path})")
+        say("[2/5] starting the live capture (mitmdump + workbench addon)")
+        capture = CaptureProcess(db, confdir=db.parent / ".mitmproxy-demo")
+        try:
+            capture.start()
+            say(f"      proxy {capture.url}, CA {capture.ca_path}")
+            say("[3/5] running the scenario suite through the capture")
+            results = asyncio.run(run_suite(sim.url, capture))
+        finally:
+            capture.stop()
+    say(f"      capture stopped; {db} written")
+    say("[4/5] diagnosing")
+    rc = diagnose(db)
+    for name, outcome in results:
+        say(f"      {name:<16} {outcome}")
+    say(f"[5/5] done in {time.monotonic() - started:.1f} s — browse it with: workbench tui --db {db}")
+    if not args.no_tui and sys.stdin.isatty() and sys.stdout.isatty():
+        from workbench.tui.app import run_app
+
+        run_app(str(db))
+    del rc  # the demo's sessions are broken on purpose: findings are the expected outcome
+    return 0
+
+
+class CaptureProcess:
+    """``workbench capture`` as a child process, stopped with SIGTERM (which flushes)."""
+
+    def __init__(self, db: Path, confdir: Path) -> None:
+        self.db = db
+        self.confdir = confdir
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.ca_path = str(confdir / "mitmproxy-ca-cert.pem")
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "workbench.cli", "capture", "--port", "0", "--db", str(self.db),
+               "--confdir", str(self.confdir), "--", "--set", "ssl_insecure=true"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        first = self.proc.stdout.readline().strip()
+        if not first.startswith("http"):
+            self.stop()
+            raise CliError(f"workbench capture did not start (first line: {first!r})")
+        self.url = first
+        _wait_for_port(self.url, self.proc)
+        deadline = time.monotonic() + 30
+        while not Path(self.ca_path).exists():
+            if time.monotonic() > deadline:
+                raise CliError(f"mitmproxy CA {self.ca_path} was not created")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+def _wait_for_port(url: str, proc: subprocess.Popen[str]) -> None:
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise CliError(f"workbench capture exited with {proc.returncode} before listening")
+        try:
+            with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 0), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise CliError(f"capture proxy {url} is not accepting connections")
+
+
+async def run_suite(sim_url: str, capture: CaptureProcess) -> list[tuple[str, str]]:
+    from workbench.client.agent import AgentClient
+
+    # The built-in client honours HTTPS_PROXY like any other client: that is how it is captured.
+    os.environ["HTTPS_PROXY"] = capture.url
+    os.environ.pop("NO_PROXY", None)
+    os.environ.pop("no_proxy", None)
+    results: list[tuple[str, str]] = []
+    for sc in SUITE:
+        client = AgentClient(sim_url, DEMO_TOKEN, transport=sc.transport, faults=sc.faults,
+                             heartbeat_budget=15, heartbeat_interval=1.0, verify=capture.ca_path)
+        try:
+            outcome = await _drive(client, sc)
+        finally:
+            await client.aclose()
+        say(f"      {sc.title}: {outcome}")
+        results.append((sc.name, outcome))
+    return results
+
+
+async def _drive(client: Any, sc: Scenario) -> str:
+    from workbench.client.agent import AgentError
+
+    on_exec: Callable[[Any], Awaitable[Any]] = _answer_exec
+    outcome = ""
+    for turn in range(sc.turns):
+        prompt = sc.prompt if turn == 0 else "[scenario:kv_only_on_reuse] And now?"
+        try:
+            res = await asyncio.wait_for(
+                client.run_turn(prompt, tools=DEMO_TOOLS if sc.tools else None, on_exec=on_exec), timeout=30)
+        except AgentError as exc:
+            return f"error as expected: {exc}" if sc.expect_error else f"error: {exc}"
+        except TimeoutError:
+            return "stalled (gave up after 30 s)"
+        outcome = f"{len(res.text)} chars of text, {len(res.tool_calls)} tool call(s)"
+        if not res.ended:
+            outcome += ", no turn_ended"
+    return outcome
+
+
+async def _answer_exec(ev: Any) -> Any:
+    """Stand-in results for the scenario's tools: the demo never runs commands on your machine."""
+    if ev.kind in ("shell_args", "shell_stream_args"):
+        return "README.md\nworkbench\ncaptures\n"
+    return '{"ok": true}'
+
+
+def diagnose(db: Path) -> int:
+    from workbench.analysis import analyze
+    from workbench.analysis.report import print_report
+    from workbench.store.db import Store
+
+    with Store(db) as store:
+        results = analyze(store)
+    return print_report(results)
