@@ -48,7 +48,7 @@ SUITE = [
     Scenario("args_corruption", "args corruption (cumulative args concatenated)",
              "[scenario:mcp_large_args] Plan the tasks.", faults=("naive_args_concat",), tools=True),
     Scenario("kv_only", "answer only in KV (same-session continuation)",
-             "[scenario:kv_only_on_reuse] Run the tests.", faults=("reuse_session",), turns=2),
+             "[scenario:kv_only_on_reuse] Run the tests.", faults=("reuse_session",), turns=2, expect_error=True),
     Scenario("rate_limit", "rate-limit error mid-turn", "[scenario:rate_limit] Write a long essay.",
              expect_error=True),
 ]

@@ -41,7 +41,8 @@ class RigRun:
 
 async def rig_session(tmp_path: Path, prompts: Sequence[str], *, faults: Sequence[str] = (), transport: str = "run",
                       execute_locally: bool = True, on_exec: Callable[[ExecRequest], Awaitable[Any]] | None = None,
-                      ignore_execs: bool = False, scenario_dirs: Sequence[Path] = ()) -> RigRun:
+                      ignore_execs: bool = False, abandon_on_exec: bool = False,
+                      scenario_dirs: Sequence[Path] = ()) -> RigRun:
     """Run ``prompts`` as consecutive turns of one client against a fresh simulator; analyse."""
     workspace = tmp_path / "ws"
     workspace.mkdir(exist_ok=True)
@@ -60,12 +61,13 @@ async def rig_session(tmp_path: Path, prompts: Sequence[str], *, faults: Sequenc
                                    execute_locally=execute_locally, workspace=workspace) as client:
                 for prompt in prompts:
                     error: str | None = None
-                    if ignore_execs:
-                        # A caller whose exec handler never answers (PROTOCOL §13 #2): keep reading.
+                    if ignore_execs or abandon_on_exec:
+                        # ignore: a caller whose exec handler never answers (PROTOCOL §13 #2), still
+                        # reading; abandon: a proxy handing the exec to its own caller, leaving the run.
                         async for ev in client.stream_turn(prompt):
                             if isinstance(ev, Error):
                                 error = ev.code
-                            if isinstance(ev, TurnEnded):
+                            if isinstance(ev, TurnEnded) or (abandon_on_exec and isinstance(ev, ExecRequest)):
                                 break
                     else:
                         res = await client.run_turn(prompt, on_exec=on_exec, raise_on_error=False)

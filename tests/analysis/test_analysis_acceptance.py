@@ -41,6 +41,14 @@ async def test_healthy_multi_turn_conversation(tmp_path: Path) -> None:
         assert run.results[sid].findings == []
 
 
+async def test_exec_handed_over_by_leaving_the_run_is_not_a_stall(tmp_path: Path) -> None:
+    """The fresh-run flow (seed dec10): a proxy leaves the run at the exec, then starts a new run."""
+    run = await rig_session(tmp_path, ["[scenario:tool_flow] run it"], execute_locally=False, abandon_on_exec=True)
+    res = run.only()
+    assert res.findings == [], [f.message for f in res.findings]
+    assert [t["status"] for t in res.tool_calls] == ["awaiting_result"]
+
+
 async def test_no_stream_close_gives_missing_stream_close_and_heartbeat_loop(tmp_path: Path) -> None:
     run = await rig_session(tmp_path, ["[scenario:tool_flow] run it"], faults=["no_stream_close"])
     assert run.turn_errors == ["heartbeat_budget"]

@@ -43,6 +43,7 @@ async def test_reset_append_seqno_seen_in_a_capture(tmp_path: Path, monkeypatch:
                 res = await client.run_turn("[scenario:text] hello", raise_on_error=False)
                 sid = client.last_request_id
         assert res.error is not None  # the server never saw the message whose seqno was reused
+        assert sid is not None
         proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err

@@ -285,3 +285,53 @@ async def test_workbench_capture_command(capture_sim: Sim, capture_confdir: Path
     rows = _session_frames(db, c.last_request_id)
     _assert_matches_client_log(rows, list(c.frame_log), "run")
     assert _session(db, c.last_request_id)["status"] == "complete"
+
+
+async def test_stream_error_and_client_abort(capture_sim: Sim, capture_mitm: Any, capture_proxy_env: Any) -> None:
+    m = capture_mitm()
+    capture_proxy_env(m)
+    c1, res = await _turn(capture_sim, m, "run", "[scenario:rate_limit] again")
+    assert res.error is not None
+    async with AgentClient(capture_sim.url, TOKEN, transport="run", verify=str(m.ca)) as c2:
+        async for ev in c2.stream_turn("[scenario:long] abandon me"):
+            if type(ev).__name__ == "TextDelta":
+                break  # abandon the run mid-stream: the client resets its h2 stream
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        r = open_reader(m.db)
+        rows = r.query("SELECT status FROM sessions WHERE session_id = ?", [c2.last_request_id]).to_pylist()
+        if rows and rows[0]["status"] != "open":
+            break
+        await asyncio.sleep(0.1)
+    assert m.stop() == 0
+    s1 = _session(m.db, c1.last_request_id)
+    assert s1["status"] == "error" and "resource_exhausted" in s1["error"]
+    assert _session_frames(m.db, c1.last_request_id)[-1]["kind"] == "end_stream.error"
+    s2 = _session(m.db, c2.last_request_id)
+    assert s2["status"] == "aborted" and s2["error"]
+
+
+async def test_capture_command_reverse_mode(capture_sim: Sim, capture_confdir: Path, tmp_path: Path) -> None:
+    db = tmp_path / "rev.duckdb"
+    proc = subprocess.Popen(
+        [str(BIN / "workbench"), "capture", "--port", "0", "--db", str(db), "--confdir", str(capture_confdir),
+         "--mode", f"reverse:{capture_sim.url}", "--", "--set", "ssl_insecure=true"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_without_proxy())
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("https://127.0.0.1:")
+        ca = capture_confdir / "mitmproxy-ca-cert.pem"
+        async with AgentClient(url, TOKEN, transport="runsse", verify=str(ca)) as c:
+            res = await asyncio.wait_for(c.run_turn("[scenario:text] reverse", raise_on_error=False), 120)
+        assert res.error is None and res.text
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    s = _session(db, c.last_request_id)
+    assert s["status"] == "complete" and s["transport"] == "runsse"
+    assert '"proxy_mode": "reverse"' in s["meta"]

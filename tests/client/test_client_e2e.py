@@ -246,3 +246,31 @@ def test_bad_options_name_themselves() -> None:
 
 
 _ = (Error, TurnEnded)
+
+
+@pytest.mark.parametrize("transport", ["run", "runsse"])
+async def test_large_prompt_crosses_flow_control_windows(sim, transport: str) -> None:
+    big = "[scenario:text] " + "x" * (3 * 1024 * 1024)
+    async with client(sim, transport=transport) as c:
+        res = await c.run_turn(big)
+    assert res.ended and "You said: xxxx" in res.text
+    sent = pb.AgentClientMessage.FromString(c.frame_log[0].data)
+    assert len(sent.run_request.action.user_message_action.user_message.text) == len(big)
+
+
+async def test_concurrent_turns_share_one_http2_connection(sim) -> None:
+    from workbench.client.agent import Connections
+
+    conns = Connections(sim.url, str(sim.cert_path))
+    clients = [AgentClient(sim.url, "t", verify=str(sim.cert_path), connections=conns) for _ in range(4)]
+    try:
+        before = await conns.h2()
+        results = await asyncio.gather(*(c.run_turn(f"[scenario:text] n{i}") for i, c in enumerate(clients)))
+        h2 = await conns.h2()
+    finally:
+        for c in clients:
+            await c.aclose()
+        await conns.aclose()
+    assert [r.text.rsplit(": ", 1)[1] for r in results] == ["n0", "n1", "n2", "n3"]
+    assert len({r.request_id for r in results}) == 4
+    assert h2 is before and h2.alpn == "h2"  # all four runs were streams of one connection

@@ -129,7 +129,8 @@ def _check(data: bytes, key: tuple[str, str], cuts: list[int]) -> None:
         assert isinstance(f.kind, str) and f.kind and isinstance(f.summary, str)
         if f.kind == "malformed":
             assert f.error
-        json.dumps(frame_to_json(DEC, f))
+        if len(f.payload) <= 8192:  # the named tree (bbpb on unknown parts) must not raise either
+            json.dumps(frame_to_json(DEC, f))
 
 
 def _random_bytes(data: st.DataObject) -> bytes:

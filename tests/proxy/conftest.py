@@ -30,6 +30,7 @@ class Proc:
     url: str
     lines: list[str] = field(default_factory=list)
     cert: str | None = None
+    stderr: list[str] = field(default_factory=list)
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -58,8 +59,14 @@ def start_process(args: list[str], env: dict[str, str] | None = None, want_cert:
             lines.put(line.rstrip("\n"))
         lines.put(None)
 
+    errors: list[str] = []
+
+    def pump_err() -> None:
+        assert proc.stderr is not None
+        errors.extend(proc.stderr)
+
     threading.Thread(target=pump, daemon=True).start()
-    threading.Thread(target=lambda: proc.stderr and proc.stderr.read(), daemon=True).start()
+    threading.Thread(target=pump_err, daemon=True).start()
     seen: list[str] = []
     try:
         first = lines.get(timeout=STARTUP_TIMEOUT)
@@ -76,7 +83,7 @@ def start_process(args: list[str], env: dict[str, str] | None = None, want_cert:
     except BaseException:
         proc.kill()
         raise
-    return Proc(proc, first.strip(), seen, cert)
+    return Proc(proc, first.strip(), seen, cert, errors)
 
 
 @dataclass

@@ -201,10 +201,14 @@ def test_proxy_never_logs_the_token(tmp_path: Path) -> None:
     r = start_rig(tmp_path)
     try:
         stream_text(sdk(r), [{"role": "user", "content": "[scenario:text] hi"}])
+        with pytest.raises(openai.RateLimitError):
+            sdk(r).chat.completions.create(model="default", messages=[
+                {"role": "user", "content": "[scenario:rate_limit] x"}])
     finally:
         r.proxy.stop()
         r.sim.stop()
-    out = (r.proxy.proc.stdout.read() if r.proxy.proc.stdout else "") + "\n".join(r.proxy.lines)
+    out = "\n".join(r.proxy.lines + r.proxy.stderr)
+    assert "chat default stream -> stop" in out and "error resource_exhausted" in out  # it does log requests
     assert "sk-test-proxy-token" not in out
     assert r.proxy.proc.returncode == 0
 
@@ -237,3 +241,13 @@ def test_reuse_session_fault_hides_the_answer_in_kv(tmp_path: Path) -> None:
         r.proxy.stop()
         r.sim.stop()
     assert info.value.status_code == 504 and info.value.body["code"] == "heartbeat_budget"
+
+
+def test_concurrent_requests(rig: Rig) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = sdk(rig)
+    with ThreadPoolExecutor(4) as pool:
+        texts = list(pool.map(lambda i: stream_text(client, [
+            {"role": "user", "content": f"[scenario:text] request {i}"}])[0], range(6)))
+    assert [t.rsplit(": ", 1)[1] for t in texts] == [f"request {i}" for i in range(6)]

@@ -38,11 +38,13 @@ def test_cli_prints_url_first_serves_and_stops_on_sigterm(tmp_path: Path) -> Non
         assert out.returncode == 0, out.stderr
         assert '"modelId": "claude-4-sonnet"' in out.stdout
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        assert "stopped" in err and "Traceback" not in err
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+        proc.communicate()
 
 
 def test_cli_unknown_scenario_exits_2(tmp_path: Path) -> None:

@@ -445,3 +445,20 @@ async def test_new_run_resumes_after_abandoned_tool_calls(sim_factory: Any) -> N
     await client.close()
     runs = await sim.state.finished_runs(2)
     assert runs[1].path == "resumed"
+
+
+async def test_gzip_envelopes_for_clients_that_accept_them(sim_factory: Any) -> None:
+    sim = await sim_factory(gzip_min=1000)
+    client, s = await open_run(sim, **{"connect-accept-encoding": "gzip"})
+    await s.send(run_request("zip it"))
+    frames = await s.until("interaction_update.turn_ended")
+    assert s.stream.headers.get("connect-content-encoding") == "gzip"
+    system = frames[0]  # the ~5 KB system prompt blob: compressed on the wire, decoded intact
+    assert system.flags & 0x01
+    assert json.loads(server_msg(system).kv_server_message.set_blob_args.blob_data)["role"] == "system"
+    assert not any(f.flags & 0x01 for f in frames if f.kind == "interaction_update.text_delta")
+    await client.close()
+    plain_client, plain = await open_run(sim)  # no connect-accept-encoding: never compressed
+    await plain.send(run_request("plain"))
+    assert not any(f.flags & 0x01 for f in await plain.until("interaction_update.turn_ended"))
+    await plain_client.close()

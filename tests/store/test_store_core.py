@@ -318,3 +318,45 @@ def test_live_service_reader_in_another_process(tmp_path: Path) -> None:
     finally:
         svc.stop()
         store.close()
+
+
+# ---- background writer ---------------------------------------------------------------------
+
+def test_recorder_background_mode_round_trip(tmp_path: Path) -> None:
+    db = tmp_path / "bg.duckdb"
+    t0 = now_us()
+    with Store(db) as s:
+        rec = Recorder(s, background=True)
+        rec.open_session(SessionInfo("bg", model="m", meta={"k": [1]}))
+        for i in range(2500):
+            rec.add("bg", t0 + i, "server", "run", "1", frame(i))
+            if (i + 1) % 400 == 0:
+                assert rec.flush() == 400
+        rec.sessions["bg"].meta["k"].append(2)  # the flushed snapshot is not affected
+        rec.close()
+        rows = s.query("SELECT seq, summary FROM frames ORDER BY seq").to_pylist()
+        assert [r["seq"] for r in rows] == list(range(2500))
+        assert rows[2499]["summary"] == 'text "t2499"'
+        got = s.session("bg")
+        assert got is not None and got.frame_count == 2500 and got.model == "m"
+        assert got.meta == {"k": [1, 2]}  # close() flushed the last change
+        assert rec.frames_written == 2500 and rec.unwritten == []
+
+
+def test_recorder_background_write_error_is_raised_and_frames_kept(tmp_path: Path) -> None:
+    with Store(tmp_path / "err.duckdb") as s:
+        rec = Recorder(s, background=True)
+        rec.add("e", now_us(), "server", "run", "1", frame(0))
+        rec.flush()
+        rec.wait()
+        s.con.execute("ALTER TABLE frames RENAME TO frames_gone")
+        rec.add("e", now_us(), "server", "run", "1", frame(1))
+        rec.flush()
+        with pytest.raises(duckdb.Error):
+            rec.wait()
+        assert [t.num_rows for t in rec.unwritten] == [1]
+        assert rec.unwritten[0].column("seq").to_pylist() == [1]
+        s.con.execute("ALTER TABLE frames_gone RENAME TO frames")
+        rec.add("e", now_us(), "server", "run", "1", frame(2))
+        rec.close()  # a fresh writer thread carries on
+        assert s.query("SELECT seq FROM frames ORDER BY seq").column("seq").to_pylist() == [0, 2]

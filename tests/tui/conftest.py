@@ -32,3 +32,33 @@ async def tui_wait(pilot: Pilot[object], cond: Callable[[], object], timeout: fl
 @pytest.fixture
 def wait_for() -> Callable[..., object]:
     return tui_wait
+
+
+@pytest.fixture(scope="session")
+def tui_rig_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """Sessions recorded by the built-in client against the simulated backend, then analysed.
+
+    Returns the database and {scenario: session_id}.
+    """
+    from workbench.analysis import analyze
+    from workbench.client.agent import AgentClient
+    from workbench.sim.runner import SimThread
+    from workbench.store import Store
+
+    db = tmp_path_factory.mktemp("tui-rig") / "rig.duckdb"
+    ids: dict[str, str] = {}
+    with SimThread(heartbeat_interval=0.2, token="tui-test-token") as sim:
+        async def record() -> None:
+            store = Store(db)
+            try:
+                async with AgentClient(sim.url, token="tui-test-token", verify=str(sim.cert_path),
+                                       record_to=store) as client:
+                    for scenario in ("blob_miss", "text"):
+                        result = await client.run_turn(f"[scenario:{scenario}] hello", raise_on_error=False)
+                        ids[scenario] = str(result.request_id)
+                analyze(store)
+            finally:
+                store.close()
+
+        asyncio.run(record())
+    return db, ids

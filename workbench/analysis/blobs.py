@@ -28,12 +28,15 @@ _TEXT_LIMIT = 2000
 _PREVIEW = 120
 
 
-def blob_rows(facts: SessionFacts, *, final: bool, grace: int, known_ids: Iterable[bytes] = ()) -> list[dict[str, Any]]:
-    """The ``blobs`` rows of one session (Python values; ``parts`` is a list, ``data`` bytes)."""
+def blob_rows(facts: SessionFacts, *, final: bool, grace: int, known_ids: Iterable[bytes] = (),
+              cache: dict[bytes, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The ``blobs`` rows of one session (Python values; ``parts`` is a list, ``data`` bytes).
+    ``cache`` (SHA-256 of the data → description) may be kept across calls by a live analyzer."""
     refs = checkpoint_refs(facts)
     rows: list[dict[str, Any]] = []
     seen: set[bytes] = set(known_ids)
-    cache: dict[bytes, dict[str, Any]] = {}
+    if cache is None:
+        cache = {}
     for op in facts.kv:
         answered = op.result_seq is not None
         pending = not answered and (final or op.later_server >= grace)

@@ -57,7 +57,7 @@ def frames_sql(bulk: bool = True) -> str:
 _RUNS_SQL = """
 WITH s AS (
     SELECT seq, epoch_us(ts) AS ts_us, kind, kind = 'interaction_update.heartbeat' AS hb
-    FROM frames WHERE session_id = ? AND direction = 'server'),
+    FROM frames WHERE session_id = ? AND direction = 'server' AND kind <> 'empty'),
 g AS (
     SELECT *, sum(CASE WHEN hb THEN 0 ELSE 1 END) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS grp FROM s),
 a AS (
@@ -73,7 +73,7 @@ SELECT * FROM l WHERE n >= ? ORDER BY grp
 """
 
 
-_PROGRESS = ("direction = 'server' AND kind <> 'interaction_update.heartbeat' "
+_PROGRESS = ("direction = 'server' AND kind NOT IN ('interaction_update.heartbeat', 'empty') "
              "AND NOT starts_with(kind, 'end_stream')")
 
 
@@ -93,6 +93,8 @@ def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run:
         seg = sum(1 for rr in f.run_requests if rr.seq < r["first_seq"])
         f.runs.append(HeartbeatRun(r["first_seq"], r["last_seq"], r["n"], r["first_ts"], r["last_ts"], seg, sample,
                                    r["prev_seq"], r["prev_kind"], pc, r["next_seq"], r["next_kind"]))
+    f.heartbeat_seqs = src.query("SELECT seq FROM frames WHERE session_id = ? AND kind = ? AND direction = 'server' "
+                                 "ORDER BY seq", [session_id, HEARTBEAT]).column(0).to_pylist()
     f.text_seqs = src.query("SELECT seq FROM frames WHERE session_id = ? AND kind = ? ORDER BY seq",
                             [session_id, TEXT_DELTA]).column(0).to_pylist()
     for r in src.query("SELECT call_id, count(*) AS n, max(seq) AS last_seq, min(seq) AS first_seq, "
@@ -177,11 +179,13 @@ def analyze_session(store_or_reader: Queryable, session_id: str, config: Config 
 
 def evaluate(builder: FactsBuilder, cfg: Config, *, final: bool, known_ids: Iterable[bytes] = (),
              prior_checkpoint: tuple[str, int] | None = None,
-             session: Mapping[str, Any] | None = None) -> AnalysisResult:
+             session: Mapping[str, Any] | None = None,
+             blob_cache: dict[bytes, dict[str, Any]] | None = None) -> AnalysisResult:
     facts = builder.facts
-    blobs = blob_rows(facts, final=final, grace=cfg.live_grace_frames, known_ids=known_ids)
+    blobs = blob_rows(facts, final=final, grace=cfg.live_grace_frames, known_ids=known_ids, cache=blob_cache)
     calls = tool_rows(facts)
-    ctx = Context(facts, blobs, calls, cfg, final, builder.all_runs(), prior_checkpoint,
+    runs = [r for r in builder.all_runs() if r.count >= cfg.heartbeat_min_count]
+    ctx = Context(facts, blobs, calls, cfg, final, runs, prior_checkpoint,
                   {"session": dict(session or {})})
     findings = sort_findings(run_rules(ctx))
     return AnalysisResult(facts.session_id, blobs, [public_row(r) for r in calls], findings, facts.frame_count)
@@ -340,6 +344,7 @@ class IncrementalAnalyzer:
         self.config = config or Config()
         self.builder = FactsBuilder(session_id)
         self.final = False
+        self._blob_cache: dict[bytes, dict[str, Any]] = {}  # blob contents described once per capture
 
     @property
     def last_seq(self) -> int | None:
@@ -364,7 +369,8 @@ class IncrementalAnalyzer:
         return len(fresh)
 
     def result(self, final: bool | None = None) -> AnalysisResult:
-        return evaluate(self.builder, self.config, final=self.final if final is None else final)
+        return evaluate(self.builder, self.config, final=self.final if final is None else final,
+                        blob_cache=self._blob_cache)
 
     def findings(self, final: bool | None = None) -> list[Finding]:
         return self.result(final).findings

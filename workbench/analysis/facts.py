@@ -189,6 +189,7 @@ class SessionFacts:
     end_streams: list[tuple[int, str, bytes, int]] = field(default_factory=list)  # seq, kind, payload, flags
     turn_ended: list[tuple[int, int]] = field(default_factory=list)  # (seq, seg)
     text_seqs: list[int] = field(default_factory=list)
+    heartbeat_seqs: list[int] = field(default_factory=list)
     appends: list[Append] = field(default_factory=list)
     ndjson: list[tuple[int, str, bytes | None, str | None]] = field(default_factory=list)
     # client messages that may echo tool-call args back (history, results): (seq, payload)
@@ -215,7 +216,9 @@ class FactsBuilder:
     # input ------------------------------------------------------------------------------------
 
     def feed_table(self, table: pa.Table) -> None:
-        cols = {name: table.column(name).to_pylist() for name in table.column_names}
+        # Only the columns the walk reads: a live page of full rows also carries summary/raw/decoded.
+        cols = {name: table.column(name).to_pylist() for name in table.column_names
+                if name in FRAME_FIELDS or name == "ts"}
         if "ts_us" not in cols and "ts" in cols:
             cols["ts_us"] = [_to_us(v) for v in cols["ts"]]
         self.feed_columns(cols, table.num_rows)
@@ -256,7 +259,10 @@ class FactsBuilder:
             ts = tss[i]
             kind_counts[kind] = kind_counts.get(kind, 0) + 1
             if dirs[i] == "server":
+                if kind == "empty":
+                    continue  # an empty RunPoll answer: neither progress nor a heartbeat
                 if kind == HEARTBEAT:
+                    f.heartbeat_seqs.append(seq)
                     run = f.open_run
                     if run is None:
                         f.open_run = HeartbeatRun(seq, seq, 1, ts, ts, f.seg, [seq], f.last_progress_seq,

@@ -60,6 +60,23 @@ class Context:
         j = len(seqs) if hi is None else bisect_left(seqs, hi)
         return seqs[i:j]
 
+    def heartbeats_between(self, lo: int, hi: int | None) -> int:
+        seqs = self.facts.heartbeat_seqs
+        i = bisect_right(seqs, lo)
+        j = len(seqs) if hi is None else bisect_left(seqs, hi)
+        return max(0, j - i)
+
+    def handed_off(self, req: ExecReq) -> bool:
+        """The client closed the run right after an exec it did not answer, before the server
+        parked (no heartbeat since): the fresh-run flow of a proxy that hands the exec to its own
+        caller and continues in a new run with the history (seed dec10). Not a stall."""
+        if not self.final or (self.extra.get("session") or {}).get("status") == "error":
+            return False
+        end = self.seg_end(req.seg)
+        if self.heartbeats_between(req.seq, end):
+            return False
+        return not self.turn_ended_between(req.seq, end) and not self.text_between(req.seq, end)
+
     def run_after(self, seq: int) -> HeartbeatRun | None:
         """The first heartbeat stretch starting after ``seq``."""
         for run in self.runs:
@@ -216,7 +233,7 @@ def unanswered_exec(ctx: Context) -> list[Finding]:
     for req in ctx.facts.execs:
         if req.result_seqs or req.throw_seq is not None or req.abort_seq is not None or req.close_seq is not None:
             continue
-        if not ctx.settled(req.seq):
+        if not ctx.settled(req.seq) or ctx.handed_off(req):
             continue
         run = ctx.run_after(req.seq)
         tail = f" {run.count} heartbeat-only frames follow." if run else ""
@@ -564,6 +581,9 @@ def stream_ended_without_turn_end(ctx: Context) -> list[Finding]:
         ends = [(s, k) for s, k, _p, _f in facts.end_streams if s > start and (end is None or s < end)]
         if any(k == "end_stream.error" for _s, k in ends) or (end is None and session_server_error(ctx)):
             continue  # server_error explains it
+        if any(r.seg == seg and not r.result_seqs and r.throw_seq is None and r.close_seq is None
+               and ctx.handed_off(r) for r in facts.execs):
+            continue  # the client left the run on purpose to hand an exec over
         if not (ended_by_next or ends or ctx.final):
             continue
         if ctx.turn_ended_between(start, end):

@@ -140,12 +140,15 @@ def cmd_capture(args: argparse.Namespace) -> int:
     cmd += args.mitmdump_args
     # mitmdump's own output goes to stderr: stdout carries the URL and the setup lines only.
     proc = subprocess.Popen(cmd, stdout=sys.stderr.fileno(), start_new_session=True)
-    stopping = {"signal": 0}
+    stopping = {"signal": 0, "count": 0}
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        if proc.poll() is None and not stopping["signal"]:
-            proc.send_signal(signal.SIGINT)  # mitmdump's clean shutdown: the addon flushes in `done`
         stopping["signal"] = signum
+        stopping["count"] += 1
+        if proc.poll() is None:
+            # First: mitmdump's clean shutdown (the addon commits in `done`); asking again escalates.
+            escalate = {1: signal.SIGINT, 2: signal.SIGTERM}
+            proc.send_signal(escalate.get(stopping["count"], signal.SIGKILL))
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -33,6 +34,12 @@ def fields_of(decoder: Decoder, kind: str, payload: bytes, msg_type: str | None,
             pass
     if kind == "malformed":
         return {"$hex": payload.hex()}
+    if not msg_type and payload[:1] in (b"{", b"["):
+        # stream-json (cli_ndjson) frames carry the JSON line itself
+        try:
+            return json.loads(payload)
+        except ValueError:
+            pass
     return decode_unknown(payload)
 
 

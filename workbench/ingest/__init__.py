@@ -111,8 +111,9 @@ register_importer("ndjson", _lazy("workbench.ingest.ndjson", "detect"),
 def open_store(db: str | Path) -> Store:
     """The writer for an import or a run.
 
-    Reopening an existing database leaves the migration's version query unfinished on the
-    connection, and DuckDB then refuses the first Arrow insert; a checkpoint settles it.
+    The checkpoint settles the connection before the first Arrow insert: stores of the first
+    skeleton left the migration's version query half-fetched when reopening a database, and
+    DuckDB then refused the insert.
     """
     from workbench.store.db import Store
 

@@ -363,9 +363,7 @@ class NdjsonRecorder:
 
     def _write(self, sid: str, ts: int, parsed: ParsedLine) -> None:
         info = self._session(sid)
-        self.rec.add(sid, ts, DIRECTION, TRANSPORT, STREAM, parsed.frame)
-        # Recorder.add has no ``decoded`` parameter; the row it just appended is the last one.
-        self.rec.batch.decoded[-1] = parsed.decoded
+        self.rec.add(sid, ts, DIRECTION, TRANSPORT, STREAM, parsed.frame, parsed.decoded)
         self.frames += 1
         ev = parsed.event or {}
         kind = parsed.frame.kind

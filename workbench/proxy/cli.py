@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -66,6 +67,7 @@ def register(sub: Any) -> None:
     _common(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0 = a free port")
+    p.add_argument("--quiet", action="store_true", help="do not log each request on stderr")
     p.add_argument("--model", action="append", default=[], dest="models",
                    help="model id to list on /v1/models instead of asking GetUsableModels (repeatable)")
     p.set_defaults(func=run_proxy)
@@ -99,6 +101,10 @@ def run_proxy(args: argparse.Namespace) -> int:
                          host=args.host, port=args.port, verify=args.ca_file, faults=frozenset(args.fault),
                          heartbeat_budget=args.heartbeat_budget, heartbeat_interval=args.heartbeat_interval,
                          execute_locally=args.execute_locally, workspace=args.workspace, models=args.models)
+    if not args.quiet:
+        # One line per request on stderr (never the token: it is not in any log call).
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     return asyncio.run(_serve(config))
 
 

@@ -378,6 +378,8 @@ class ProxyServer:
                 client.conversation_id, client.checkpoint = prior
             events = client.stream_turn(prompt, model, defs)
         keep_open = False
+        started = time.perf_counter()
+        outcome = "stop"
         try:
             finish, usage = "stop", None
             async for ev in events:
@@ -402,12 +404,22 @@ class ProxyServer:
                     usage = ev.usage
                     break
                 elif isinstance(ev, Error):
+                    outcome = f"error {ev.code}"
                     await out.fail(M.error_status(ev.code), M.error_body(ev.code, ev.message, ev.details))
                     return
+            outcome = finish
             await out.finish(finish, _usage(usage, prompt))
         except (ConnectionError, asyncio.IncompleteReadError):
-            return  # the OpenAI client went away: abandon the run
+            outcome = "client went away"
+            return  # abandon the run
+        except Exception as exc:  # a proxy bug must still answer the request, not drop it
+            log.exception("chat completion failed")
+            outcome = f"internal error {type(exc).__name__}"
+            with contextlib.suppress(Exception):
+                await out.fail(502, M.error_body("internal", f"workbench proxy error: {type(exc).__name__}: {exc}"))
         finally:
+            log.info("chat %s %s -> %s in %.0f ms (request %s)", model, "stream" if stream else "whole", outcome,
+                     (time.perf_counter() - started) * 1000, client.last_request_id or "-")
             if not keep_open:
                 await _aclose(events)
                 await client.aclose()

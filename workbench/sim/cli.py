@@ -38,6 +38,9 @@ def register(sub: Any) -> None:
     p.add_argument("--no-tls", action="store_true", help="plain TCP (h2c prior knowledge and HTTP/1.1)")
     p.add_argument("--cert-dir", default=None,
                    help="where the self-signed certificate is made/reused (default ~/.cache/workbench/sim)")
+    p.add_argument("--gzip-over", type=int, default=None, metavar="BYTES",
+                   help="gzip (envelope flag 0x01) frames of at least BYTES for clients that send "
+                        "connect-accept-encoding: gzip (default: never)")
     p.add_argument("--quiet", action="store_true", help="do not log each finished run on stderr")
     p.set_defaults(func=cmd_sim)
 
@@ -45,6 +48,8 @@ def register(sub: Any) -> None:
 def cmd_sim(args: argparse.Namespace) -> int:
     if args.heartbeat_interval <= 0:
         raise CliError(f"--heartbeat-interval must be > 0, not {args.heartbeat_interval}")
+    if args.gzip_over is not None and args.gzip_over < 0:
+        raise CliError(f"--gzip-over must be >= 0, not {args.gzip_over}")
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port {args.port} is not a port number")
     try:
@@ -72,7 +77,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace, config: SimConfig) -> int:
     from workbench.sim.runner import start_sim
 
-    sim = await start_sim(config, host=args.host, port=args.port, tls=not args.no_tls, cert_dir=args.cert_dir)
+    sim = await start_sim(config, host=args.host, port=args.port, tls=not args.no_tls, cert_dir=args.cert_dir,
+                          gzip_min=args.gzip_over)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

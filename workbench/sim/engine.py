@@ -849,10 +849,9 @@ class _Run:
             await self._reuse()
 
 
-_ONEOF = {"run_request": "", "exec_client_message": "result", "kv_client_message": "result",
-          "conversation_action": "action", "exec_client_control_message": "message",
-          "interaction_response": "response"}
-_ONEOF = {k: v for k, v in _ONEOF.items() if v}
+# AgentClientMessage member → the name of its own oneof (for "kind.member" labels).
+_ONEOF = {"exec_client_message": "result", "kv_client_message": "result", "conversation_action": "action",
+          "exec_client_control_message": "message", "interaction_response": "response"}
 _UPDATE_TYPES = {"text_delta": "TextDelta", "thinking_delta": "ThinkingDelta",
                  "thinking_completed": "ThinkingCompleted", "token_delta": "TokenDelta",
                  "partial_tool_call": "PartialToolCall", "tool_call_started": "ToolCallStarted",

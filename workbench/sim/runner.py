@@ -57,12 +57,12 @@ def make_config(config: SimConfig | None = None, **overrides: Any) -> SimConfig:
 async def start_sim(config: SimConfig | None = None, *, host: str = "127.0.0.1", port: int = 0,
                     tls: bool = True, cert_dir: str | Path | None = None, certfile: str | Path | None = None,
                     keyfile: str | Path | None = None, append_grace: float = APPEND_GRACE,
-                    **overrides: Any) -> SimServer:
+                    gzip_min: int | None = None, **overrides: Any) -> SimServer:
     """Start a simulator; ``overrides`` are SimConfig fields (scenario, heartbeat_interval, token, …)."""
     backend = SimBackend(make_config(config, **overrides))
     server = await serve(backend.handle, host=host, port=port, tls=tls, certfile=certfile, keyfile=keyfile,
                          unary=backend.unary, auth=backend.auth, cert_dir=cert_dir,
-                         append_grace=append_grace)
+                         append_grace=append_grace, gzip_min=gzip_min)
     return SimServer(backend, server)
 
 

@@ -591,8 +591,9 @@ class _Conn:
     """AgentConnection over one exchange; ``channel`` is the BidiAppend side for runsse/runpoll."""
 
     def __init__(self, transport: str, request_id: str | None, ex: _Exchange,
-                 channel: _BidiChannel | None = None) -> None:
+                 channel: _BidiChannel | None = None, gzip_min: int | None = None) -> None:
         self.transport = transport
+        self._gzip_min = gzip_min
         self.request_id = request_id
         self.headers: Mapping[str, str] = ex.headers
         self._ex = ex
@@ -648,7 +649,8 @@ class _Conn:
         if self.transport == "runpoll":
             message = _poll_record(self._poll_seq, message, False)
             self._poll_seq += 1
-        await self._ex.write(encode(message))
+        big = self._gzip_min is not None and len(message) >= self._gzip_min
+        await self._ex.write(encode(message, compress=big))
         self.sent += 1
 
     async def end(self, error: dict[str, Any] | None = None) -> None:
@@ -701,12 +703,20 @@ def _poll_record(seqno: int, message: bytes | None, eof: bool) -> bytes:
 
 class _Router:
     def __init__(self, handler: Handler, unary: Mapping[str, UnaryHandler], auth: AuthCheck | None,
-                 append_grace: float = APPEND_GRACE) -> None:
+                 append_grace: float = APPEND_GRACE, gzip_min: int | None = None) -> None:
         self.handler = handler
         self.append_grace = append_grace
+        self.gzip_min = gzip_min
         self.unary = dict(unary)
         self.auth = auth
         self.channels: dict[str, _BidiChannel] = {}
+
+    def _gzip_for(self, headers: Mapping[str, str]) -> tuple[int | None, list[tuple[str, str]]]:
+        """Envelope compression only for clients that accept it (connect-accept-encoding: gzip)."""
+        accepted = "gzip" in headers.get("connect-accept-encoding", "").lower()
+        if self.gzip_min is None or not accepted:
+            return None, []
+        return self.gzip_min, [("connect-content-encoding", "gzip")]
 
     async def handle(self, ex: _Exchange) -> None:
         path = ex.path.split("?", 1)[0]
@@ -740,18 +750,20 @@ class _Router:
         if ctype and ctype != STREAM_CT:
             await ex.respond(415, b"", "text/plain")
             return
-        await ex.start(200, [("content-type", STREAM_CT)])
-        conn = _Conn("run", ex.headers.get("x-request-id"), ex)
+        gzip_min, extra = self._gzip_for(ex.headers)
+        await ex.start(200, [("content-type", STREAM_CT), *extra])
+        conn = _Conn("run", ex.headers.get("x-request-id"), ex, gzip_min=gzip_min)
         await self._drive(conn)
 
     async def _bidi(self, ex: _Exchange, transport: str) -> None:
         body = await ex.read_body()
         ctype = "text/event-stream" if "text/event-stream" in ex.headers.get("accept", "") \
             and transport == "runsse" else STREAM_CT
+        gzip_min, extra = self._gzip_for(ex.headers)
         await ex.start(200, [("content-type", ctype), ("cache-control", "no-cache"),
-                             ("x-accel-buffering", "no")])
+                             ("x-accel-buffering", "no"), *extra])
         request_id, problem = _bidi_request_id(body, transport)
-        conn = _Conn(transport, request_id, ex, _BidiChannel(request_id or ""))
+        conn = _Conn(transport, request_id, ex, _BidiChannel(request_id or ""), gzip_min=gzip_min)
         if problem is not None:
             await conn.end(connect_error("invalid_argument", problem))
             return
@@ -983,12 +995,15 @@ def tls_context(certfile: str | Path, keyfile: str | Path | None = None) -> ssl.
 async def serve(handler: Handler, *, host: str = "127.0.0.1", port: int = 0, tls: bool = True,
                 certfile: str | Path | None = None, keyfile: str | Path | None = None,
                 unary: Mapping[str, UnaryHandler] | None = None, auth: AuthCheck | None = None,
-                cert_dir: str | Path | None = None, append_grace: float = APPEND_GRACE) -> AgentServer:
+                cert_dir: str | Path | None = None, append_grace: float = APPEND_GRACE,
+                gzip_min: int | None = None) -> AgentServer:
     """Listen on ``host:port`` (0 = a free port) and run ``handler`` for every agent run.
 
     With ``tls`` and no ``certfile``, the self-signed loopback certificate from
     ``workbench.sim.certs`` is used (made on first use in ``cert_dir``). ``append_grace`` is how
     long a BidiAppend waits for its RunSSE/RunPoll stream to appear before it gets a 404.
+    ``gzip_min``: gzip (flag 0x01) every envelope of at least that many bytes, for clients that
+    send ``connect-accept-encoding: gzip``.
     """
     ctx: ssl.SSLContext | None = None
     cert_path: Path | None = None
@@ -1000,7 +1015,7 @@ async def serve(handler: Handler, *, host: str = "127.0.0.1", port: int = 0, tls
             certfile, keyfile = pair.cert_path, pair.key_path
         cert_path = Path(certfile)
         ctx = tls_context(certfile, keyfile)
-    server = AgentServer(_Router(handler, unary or {}, auth, append_grace), host, tls, cert_path)
+    server = AgentServer(_Router(handler, unary or {}, auth, append_grace, gzip_min), host, tls, cert_path)
     server._server = await asyncio.start_server(server._on_client, host, port, ssl=ctx,
                                                 limit=1 << 20, backlog=256)
     server.port = server._server.sockets[0].getsockname()[1]

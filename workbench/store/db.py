@@ -149,6 +149,9 @@ class SessionInfo:
 
 
 SESSION_FIELDS = list(SessionInfo.__dataclass_fields__)
+SESSION_TYPES = [pa.string(), pa.string(), pa.string(), pa.string(), pa.string(), pa.string(), pa.string(),
+                 pa.timestamp("us"), pa.timestamp("us"), pa.int64(), pa.string(), pa.string(), pa.string(),
+                 pa.int32(), pa.string(), pa.string(), pa.string()]
 
 
 class Store:
@@ -197,14 +200,16 @@ class Store:
         rows = [s.row() for s in sessions]
         if not rows:
             return
+        table = pa.Table.from_arrays(
+            [pa.array(col, type=typ) for col, typ in zip(zip(*rows, strict=True), SESSION_TYPES, strict=True)],
+            names=SESSION_FIELDS)
         cols = ", ".join(SESSION_FIELDS)
-        marks = ", ".join("?" for _ in SESSION_FIELDS)
         with self.lock:
-            # Few rows per flush (one per live session), so a row loop is fine here.
-            self.con.execute("BEGIN")
-            for row in rows:
-                self.con.execute(f"INSERT OR REPLACE INTO sessions ({cols}) VALUES ({marks})", row)
-            self.con.execute("COMMIT")
+            self.con.register("_wb_sessions_in", table)
+            try:
+                self.con.execute(f"INSERT OR REPLACE INTO sessions ({cols}) SELECT {cols} FROM _wb_sessions_in")
+            finally:
+                self.con.unregister("_wb_sessions_in")
 
     def insert_rows(self, table: str, rows: pa.Table, replace_sessions: Sequence[str] = ()) -> None:
         """Replace a derived table's rows for some sessions (blobs, tool_calls, findings)."""

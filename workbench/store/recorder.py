@@ -95,11 +95,11 @@ class Recorder:
         self._dirty.add(session_id)
 
     def add(self, session_id: str, ts_us: int, direction: str, transport: str, stream: str | None,
-            frame: Frame) -> int:
+            frame: Frame, decoded: str | None = None) -> int:
         info = self.sessions.get(session_id) or self.open_session(SessionInfo(session_id))
         seq = self._next[session_id]
         self._next[session_id] = seq + 1
-        self.batch.add(session_id, seq, ts_us, direction, transport, stream, frame)
+        self.batch.add(session_id, seq, ts_us, direction, transport, stream, frame, decoded)
         info.frame_count = seq + 1
         when = us_to_datetime(ts_us)
         if info.started_at is None or when < info.started_at:

@@ -173,6 +173,8 @@ class SessionScreen(Loader, Screen[None]):
             self.index = res.index
             self.timeline.add_rows(res.rows)
             self.timeline.set_index(res.index, res.t0, keep_cursor_seq=keep)
+            if not len(res.index):
+                self.query_one("#detail", FrameDetailView).show(None)
             if first_load and self.app.follow and keep is None:
                 self.timeline.action_last()   # following a capture: start at the tail, like tail -f
             self._update_status()
@@ -492,7 +494,7 @@ class SessionScreen(Loader, Screen[None]):
             r.skip_idle = not r.skip_idle
             self._update_replay_bar()
 
-    # follow ----
+    # follow ------------------------------------------------------------------------------------
 
     def _live_findings_source(self) -> LiveFindings | None:
         """The incremental analyzer, while the capture is live (else stored findings suffice)."""
@@ -501,7 +503,7 @@ class SessionScreen(Loader, Screen[None]):
                 self._live = LiveFindings(self.session_id)
             except ImportError:   # analysis not installed: stored findings only
                 return None
-        return self._live--------------------------------------------------------------------------------
+        return self._live
 
     def _poll(self) -> None:
         # a poll that failed never clears the flag: retry after a while instead of never

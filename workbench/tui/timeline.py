@@ -157,6 +157,9 @@ class Timeline(ScrollView, can_focus=True):
         self.evidence = set(seqs)
         self.refresh()
 
+    def on_resize(self, event: events.Resize) -> None:
+        self._update_size()
+
     # cursor ------------------------------------------------------------------------------------
 
     @property

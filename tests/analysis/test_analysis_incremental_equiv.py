@@ -1,0 +1,108 @@
+"""The batch analysis (SQL aggregates + a walk over the interesting frames) and the incremental one
+(every row through the walk, fed in pages) must agree, whatever the page boundaries."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from analysis_helpers import SessionBuilder
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from workbench.analysis import IncrementalAnalyzer, analyze_session
+from workbench.schema import pb
+from workbench.store.db import Store
+
+SESSIONS = ["healthy", "stall", "kv-only", "appends", "loop"]
+
+
+@pytest.fixture(scope="module")
+def equiv_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    store = Store(Path(tmp_path_factory.mktemp("equiv")) / "e.duckdb")
+    b = SessionBuilder(store, "healthy")
+    b.run_request()
+    b.set_blob(1, json.dumps({"role": "system", "content": "x"}).encode())
+    b.set_blob_result(1)
+    b.healthy_shell_turn()
+    b.heartbeat()
+    b.text("ok")
+    b.checkpoint()
+    b.turn_ended()
+    b.end_stream()
+    b.done()
+
+    b = SessionBuilder(store, "stall", status="incomplete")
+    b.run_request()
+    b.text("let me look")
+    b.exec_shell(1, "ls", "c1")
+    b.shell_result(1)
+    for _ in range(12):
+        b.heartbeat()
+    b.done()
+
+    b = SessionBuilder(store, "kv-only", status="incomplete")
+    b.run_request()
+    b.healthy_shell_turn()
+    b.heartbeat()
+    b.set_blob(4, json.dumps({"role": "assistant", "content": [
+        {"type": "tool-call", "toolName": "Shell", "toolCallId": "x", "args": {"command": "ls"}}]}).encode())
+    b.set_blob_result(4)
+    for _ in range(6):
+        b.heartbeat()
+    b.done()
+
+    b = SessionBuilder(store, "appends", transport="runsse")
+    b.append(0, run_request=pb.AgentRunRequest(conversation_state=pb.ConversationStateStructure()))
+    b.append(0, client_heartbeat=pb.ClientHeartbeat())
+    b.text("hi")
+    b.end_stream()
+    b.done()
+
+    b = SessionBuilder(store, "loop")
+    b.run_request()
+    for i in range(4):
+        b.healthy_shell_turn(call_id=f"c{i}", exec_id=i + 1, command="cat a")
+        b.heartbeat()
+    b.get_blob(9, b"\x02" * 32)
+    b.get_blob_result(9, None)
+    b.text("done")
+    b.turn_ended()
+    b.done()
+    yield store
+    store.close()
+
+
+def _key(res):
+    return ([(f.code, f.severity, f.first_seq, f.last_seq, f.evidence) for f in res.findings],
+            [dict(r) for r in res.tool_calls],
+            [dict(r) for r in res.blobs])
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(SESSIONS), cuts=st.lists(st.integers(min_value=1, max_value=60), max_size=6))
+def test_incremental_equals_batch(equiv_store: Store, name: str, cuts: list[int]) -> None:
+    rows = equiv_store.query("SELECT * FROM frames WHERE session_id = ? ORDER BY seq", [name])
+    inc = IncrementalAnalyzer(name)
+    start = 0
+    for cut in sorted(set(cuts)):
+        if cut > start:
+            inc.feed(rows.slice(start, cut - start))
+            start = cut
+    inc.feed(rows.slice(start))
+    batch = analyze_session(equiv_store, name)
+    assert _key(inc.result(final=True)) == _key(batch)
+    assert batch.findings or name == "healthy"
+
+
+def test_equivalence_sessions_cover_the_rules(equiv_store: Store) -> None:
+    codes = {name: sorted({f.code for f in analyze_session(equiv_store, name).findings}) for name in SESSIONS}
+    assert codes == {
+        "healthy": [],
+        "stall": ["heartbeat_loop", "missing_stream_close", "stream_ended_without_turn_end"],
+        "kv-only": ["heartbeat_loop", "kv_only_response", "stream_ended_without_turn_end"],
+        "appends": ["append_seqno_anomaly", "stream_ended_without_turn_end"],
+        "loop": ["blob_miss", "tool_loop"],
+    }
