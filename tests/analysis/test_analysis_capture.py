@@ -20,7 +20,9 @@ from workbench.store.db import Store
 BIN = Path(sys.executable).parent
 
 
-async def test_reset_append_seqno_seen_in_a_capture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("transport", "faults"), [("runsse", ["reset_append_seqno"]), ("runsse", []), ("run", [])])
+async def test_capture_append_seqno_reset_and_healthy_captures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                transport: str, faults: list[str]) -> None:
     db = tmp_path / "cap.duckdb"
     conf = tmp_path / "mitm"
     env = {k: v for k, v in os.environ.items() if k.lower() not in ("https_proxy", "http_proxy", "all_proxy")}
@@ -38,11 +40,13 @@ async def test_reset_append_seqno_seen_in_a_capture(tmp_path: Path, monkeypatch:
         for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
             monkeypatch.delenv(name, raising=False)
         async with running_sim(heartbeat_interval=0.05) as sim:
-            async with AgentClient(sim.url, "test-token", transport="runsse", faults=["reset_append_seqno"],
-                                   heartbeat_budget=8, verify=str(ca)) as client:
-                res = await client.run_turn("[scenario:text] hello", raise_on_error=False)
+            async with AgentClient(sim.url, "test-token", transport=transport, faults=faults,
+                                   heartbeat_budget=8, verify=str(ca), workspace=tmp_path,
+                                   execute_locally=True) as client:
+                res = await client.run_turn("[scenario:tool_flow] hello", raise_on_error=False)
                 sid = client.last_request_id
-        assert res.error is not None  # the server never saw the message whose seqno was reused
+        # with the fault, the server never saw the message whose seqno was reused
+        assert (res.error is not None) == bool(faults)
         assert sid is not None
         proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=60)
@@ -59,6 +63,11 @@ async def test_reset_append_seqno_seen_in_a_capture(tmp_path: Path, monkeypatch:
     finally:
         store.close()
     seqnos = [a["append_seqno"] for a in appends]
+    if not faults:
+        assert all(r.findings == [] for r in results.values()), {k: [f.message for f in r.findings]
+                                                                 for k, r in results.items()}
+        assert seqnos == list(range(len(seqnos)))
+        return
     assert seqnos[:2] == [0, 0]
     found = [f for f in results[sid].findings if f.code == "append_seqno_anomaly"]
     assert found, [f.code for f in results[sid].findings]

@@ -85,6 +85,10 @@ def test_cli_diagnose_exit_codes_json_and_written_findings(tmp_path: Path, capsy
     assert doc["session_id"] == "bad-1" and doc["failed"]
     assert {f["code"] for f in doc["findings"]} == {"heartbeat_loop", "missing_stream_close",
                                                      "stream_ended_without_turn_end"}
+    assert main(["diagnose", "bad", "--heartbeats", "50", "--no-write", "--db", str(db)]) == 1
+    out = capsys.readouterr().out
+    assert "missing_stream_close" in out and "heartbeat_loop" not in out
+    assert main(["diagnose", "bad", "--heartbeats", "0", "--db", str(db)]) == 2
     assert main(["diagnose", "--db", str(db)]) == 2
     assert main(["diagnose", "nope", "--db", str(db)]) == 2
     assert main(["diagnose", "--all", "--db", str(tmp_path / "missing.duckdb")]) == 2
@@ -111,3 +115,21 @@ def test_cli_as_a_process(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert "missing_stream_close" in proc.stdout
+
+
+def test_live_exec_heartbeats_mean_still_running(analysis_store: Store) -> None:
+    from workbench.schema import pb
+
+    b = SessionBuilder(analysis_store, "busy", status="open")
+    b.run_request()
+    b.exec_shell(3, "make", "c3")
+    for _ in range(8):
+        b.heartbeat()
+        b.client(exec_client_control_message=pb.ExecClientControlMessage(heartbeat=pb.ExecClientHeartbeat(id=3)))
+    b.done()
+    rows = analysis_store.query("SELECT * FROM frames WHERE session_id = 'busy' ORDER BY seq")
+    inc = IncrementalAnalyzer("busy")
+    inc.feed(rows)
+    assert inc.findings() == []
+    final = {f.code: f for f in inc.findings(final=True)}
+    assert "unanswered_exec" in final and "still running" in final["unanswered_exec"].message

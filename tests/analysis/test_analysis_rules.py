@@ -389,3 +389,30 @@ def test_unanswered_kv_request_is_an_error(analysis_store: Store) -> None:
     [f] = [f for f in res.findings if f.code == "blob_miss"]
     assert f.severity == "error" and f.evidence == [s] and "never answered" in f.message
     assert res.blobs[0]["status"] == "unanswered"
+
+
+def test_mcp_exec_without_stream_close_is_tolerated_when_the_turn_went_on(analysis_store: Store) -> None:
+    from workbench.client.args import json_to_mcp_args
+
+    b = SessionBuilder(analysis_store)
+    b.run_request()
+    b.server(exec_server_message=pb.ExecServerMessage(id=2, exec_id="e2", mcp_args=pb.McpArgs(
+        name="echo", tool_name="echo", args=json_to_mcp_args({"x": 1}))))
+    b.client(exec_client_message=pb.ExecClientMessage(id=2, exec_id="e2", mcp_result=pb.McpResult(
+        success=pb.McpSuccess(content=[pb.McpToolResultContentItem(text=pb.McpTextContent(text="1"))]))))
+    _finish_ok(b)
+    res = analyze_session(analysis_store, "s1")
+    assert res.findings == []
+    assert res.tool_calls[0]["tool_name"] == "echo" and res.tool_calls[0]["args_merged"] == {"x": 1}
+
+
+def test_unary_session_is_not_a_run(analysis_store: Store) -> None:
+    from workbench.store.recorder import Recorder
+
+    dec = SessionBuilder(analysis_store, "unary-1").dec
+    rec = Recorder(analysis_store)
+    for direction in ("client", "server"):
+        for f in dec.decode_body(b"\x0a\x03abc", "unary", direction):
+            rec.add("unary-1", 1_700_000_000_000_000, direction, "unary", None, f)
+    rec.flush()
+    assert analyze_session(analysis_store, "unary-1").findings == []

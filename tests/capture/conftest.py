@@ -87,6 +87,10 @@ def capture_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
     d = tmp_path_factory.mktemp("capture-sim")
     (d / "scenarios").mkdir()
     (d / "scenarios" / "long.json").write_text(json.dumps(LONG_SCENARIO))
+    # ~8 s: long enough for a `workbench frames --follow` subprocess to start while it streams.
+    longer = json.loads(json.dumps(LONG_SCENARIO))
+    longer["steps"][2] = {"text": "word " * 400, "chunks": 400}
+    (d / "scenarios" / "longer.json").write_text(json.dumps(longer))
     proc = subprocess.Popen(
         [str(BIN / "workbench"), "sim", "--port", "0", "--heartbeat-interval", "30", "--pace", "0.02",
          "--cert-dir", str(d / "certs"), "--scenario-dir", str(d / "scenarios"), "--quiet"],

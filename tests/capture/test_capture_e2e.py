@@ -65,7 +65,13 @@ def _assert_matches_client_log(rows: list[dict[str, Any]], log: list[Any], trans
             # have reached the wire. Only such a tail may be missing.
             assert all(e.ts_us >= last_server for e in entries[len(stored):]), "an append went missing"
             sent = sent[:len(stored)]
-        assert stored == sent, f"{transport} {direction}: DB frames differ from the client's log"
+        if stored != sent:
+            at = next((i for i, (a, b) in enumerate(zip(stored, sent, strict=False)) if a != b), min(len(stored), len(sent)))
+            db_view = [(r["seq"], r["kind"], r["append_seqno"], str(r["ts"])[11:]) for r in rows
+                       if r["direction"] == direction][max(0, at - 3):at + 6]
+            log_view = [(dec.classify_agent(e.data, msg_type).kind, e.ts_us) for e in entries][max(0, at - 3):at + 6]
+            raise AssertionError(f"{transport} {direction}: DB frames differ from the client's log at {at} "
+                                 f"(db {len(stored)}, log {len(sent)}): db {db_view} log {log_view}")
         kinds = [r["kind"] for r in rows if r["direction"] == direction
                  and r["kind"] not in ("bidi_request_id", "end_stream")]
         assert kinds == [dec.classify_agent(p, msg_type).kind for p in sent]
@@ -213,7 +219,7 @@ async def test_follow_sees_frames_while_capturing(capture_sim: Sim, capture_mitm
     follower: subprocess.Popen[str] | None = None
     try:
         async with AgentClient(capture_sim.url, TOKEN, transport="run", verify=str(m.ca)) as c:
-            async for ev in c.stream_turn("[scenario:long] follow me"):
+            async for ev in c.stream_turn("[scenario:longer] follow me"):
                 if follower is None and type(ev).__name__ == "TextDelta":
                     sid = c.last_request_id
                     deadline = time.monotonic() + 30
@@ -234,7 +240,8 @@ async def test_follow_sees_frames_while_capturing(capture_sim: Sim, capture_mitm
             follower.terminate()
             follower.wait(30)
     seqs = [int(text.split()[0]) for _, text in lines]
-    assert seqs == list(range(total)), "follow lost or duplicated frames"
+    # Frames keep coming after the turn (the client's closing messages): compare what was printed.
+    assert len(seqs) >= total and seqs == list(range(len(seqs))), "follow lost or duplicated frames"
     assert any(t < turn_done for t, _ in lines), "follow saw nothing while the capture was in progress"
     assert m.stop() == 0
     assert not sidecar_path(m.db).exists()

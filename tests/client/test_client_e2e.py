@@ -274,3 +274,30 @@ async def test_concurrent_turns_share_one_http2_connection(sim) -> None:
     assert [r.text.rsplit(": ", 1)[1] for r in results] == ["n0", "n1", "n2", "n3"]
     assert len({r.request_id for r in results}) == 4
     assert h2 is before and h2.alpn == "h2"  # all four runs were streams of one connection
+
+
+@pytest.mark.parametrize("transport", ["run", "runsse"])
+async def test_goaway_after_turn_reconnects_and_drops_are_reported(sim, transport: str) -> None:
+    async with client(sim, transport=transport) as c:
+        first = await c.run_turn("[scenario:goaway_after_turn] one")
+        second = await c.run_turn("[scenario:goaway_after_turn] two")
+        dropped = await c.run_turn("[scenario:network_drop] three", raise_on_error=False)
+    assert first.ended and second.ended and second.text == first.text
+    assert dropped.error is not None and dropped.error.code == "transport"
+    assert dropped.text == "This answer is cut off mid"
+
+
+async def test_interaction_query_is_answered(sim) -> None:
+    async with client(sim) as c:
+        res = await c.run_turn("[scenario:web_search] news")
+    assert res.ended and "rejected" in res.text
+    run = await last_run(sim)
+    assert "interaction_response.web_search_request_response" in run.client_kinds
+
+
+async def test_server_abort_cancels_a_local_exec(sim, tmp_path: Path) -> None:
+    async with client(sim, workspace=tmp_path, execute_locally=True) as c:
+        res = await c.run_turn("[scenario:exec_abort] slow")
+    assert res.ended and res.text.startswith("The command did not finish")
+    handled = [e for e in res.events if isinstance(e, ExecHandled)]
+    assert [(h.kind, h.ok, h.detail) for h in handled] == [("shell", False, "aborted by the server")]

@@ -61,6 +61,7 @@ class H2Client:
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
         self.streams: dict[int, H2Stream] = {}
         self.alpn: str | None = None
+        self.goaway: int | None = None  # GOAWAY error code once the server sent one
         self._reader_task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -119,6 +120,8 @@ class H2Client:
                     elif isinstance(ev, h2.events.StreamReset) and st:
                         st.reset = True
                         st.chunks.put_nowait(None)
+                    elif isinstance(ev, h2.events.ConnectionTerminated):
+                        self.goaway = ev.error_code
                 await self.flush()
         except (ConnectionError, OSError):
             pass

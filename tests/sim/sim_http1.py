@@ -44,6 +44,7 @@ class BidiRun:
         self.frames: asyncio.Queue[Frame | None] = asyncio.Queue()
         self.status: int | None = None
         self.content_type: str | None = None
+        self.error: BaseException | None = None  # how the pump ended (after close())
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -84,9 +85,9 @@ class BidiRun:
 
     async def close(self) -> None:
         """Stop reading (the pump task must not outlive the test's event loop)."""
-        if self._task is not None and not self._task.done():
+        if self._task is not None:
             self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            self.error = (await asyncio.gather(self._task, return_exceptions=True))[0]
 
     async def next(self, timeout: float = 30) -> Frame | None:
         return await asyncio.wait_for(self.frames.get(), timeout)

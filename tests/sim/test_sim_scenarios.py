@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from typing import Any
 
@@ -237,3 +238,63 @@ async def test_wrong_answers_are_recorded_as_faults(sim_factory: Any) -> None:
     assert "exec 1 (request_context) answered with shell_result" in faults
     assert any("exec 1: exec_id ''" in f for f in faults)
     assert "client messages the run never used: exec_client_control_message.stream_close#99" in faults
+
+
+async def test_goaway_after_turn_and_network_drop(sim_factory: Any) -> None:
+    sim = await sim_factory()
+    client, s = await open_run(sim)
+    await s.send(run_request("[scenario:goaway_after_turn] hi"))
+    await s.until("interaction_update.turn_ended")
+    assert (await s.next()).kind == "end_stream"  # type: ignore[union-attr]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while client.goaway is None and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+    assert client.goaway == 0
+    await client.close()
+
+    client, s = await open_run(sim)
+    await s.send(run_request("[scenario:network_drop] hi"))
+    frames: list[Any] = []
+    while (f := await s.next()) is not None:
+        frames.append(f)
+        if f.kind.startswith("kv_server_message"):
+            await s.answer_kv(f)
+    assert s.stream.reset and frames[-1].kind == "interaction_update.token_delta"
+    assert (await sim.state.finished_runs(2))[1].outcome == "stream reset"
+    await client.close()
+
+
+async def test_network_drop_over_http1(sim_factory: Any) -> None:
+    sim = await sim_factory()
+    async with http1(sim) as http:
+        run = BidiRun(http, sim.url)
+        await run.start()
+        await run.append(pb.AgentClientMessage.FromString(run_request("[scenario:network_drop] hi")))
+        frames = await run.until_end()
+        await run.close()
+    assert isinstance(run.error, httpx.HTTPError)  # the dropped connection is a transport error …
+    assert "end_stream" not in [f.kind for f in frames]  # … never a clean end
+    assert (await sim.state.finished_runs(1))[0].outcome == "stream reset"
+
+
+async def test_server_aborts_a_slow_exec(sim_factory: Any) -> None:
+    sim = await sim_factory()
+    client, s = await open_run(sim)
+    await s.send(run_request("[scenario:exec_abort] wait"))
+    frames = await s.until("exec_server_message.shell_args")
+    eid = server_msg(frames[-1]).exec_server_message.id
+    waited = await s.until("exec_server_control_message.abort")
+    assert server_msg(waited[-1]).exec_server_control_message.abort.id == eid
+    assert {f.kind for f in waited[:-1]} <= {"interaction_update.heartbeat"}
+    # A late answer for the aborted exec is dropped without complaint.
+    await s.send(pb.AgentClientMessage(exec_client_control_message=pb.ExecClientControlMessage(
+        stream_close=pb.ExecClientStreamClose(id=eid))))
+    rest = await s.until("interaction_update.turn_ended")
+    assert "aborted by the server" in texts(rest)
+    await s.stream.end()
+    while await s.next() is not None:
+        pass
+    rec = (await sim.state.finished_runs(1))[0]
+    assert rec.execs[0].aborted and not rec.faults
+    await client.close()

@@ -19,12 +19,12 @@ def tui_demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_demo_db(tmp_path_factory.mktemp("tui") / "capture.duckdb")
 
 
-async def tui_wait(pilot: Pilot[object], cond: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:
+async def tui_wait(pilot: Pilot[object], cond: Callable[[], object], timeout: float = 20.0, what: object = "") -> None:
     """Let the app run until ``cond()`` holds (thread workers finish on their own time)."""
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or cond}")
+            raise AssertionError(f"timed out waiting for {(what() if callable(what) else what) or cond}")
         await pilot.pause(0.02)
         await asyncio.sleep(0)
 

@@ -252,7 +252,8 @@ async def test_follow_live_capture(tmp_path: Path, wait_for: Wait) -> None:
                 for f in streams[direction].feed(data):
                     rec.add(HANG_SESSION, BASE_US + int(offset * 1e6), direction, "run", "1", f)
             rec.flush()
-            await wait_for(pilot, lambda: tl.index is not None and tl.index.total == 61, what="new frames")
+            await wait_for(pilot, lambda: tl.index is not None and tl.index.total == 61,
+                           what=lambda: f"new frames (errors: {app.errors})")
             assert tl.current is not None and tl.current.fold          # the cursor stayed on the tail
             import pyarrow as pa
 

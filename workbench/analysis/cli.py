@@ -15,7 +15,7 @@ from typing import Any
 
 from workbench.analysis.argsutil import parse_json
 from workbench.analysis.engine import analyze_session, write_results
-from workbench.analysis.model import AnalysisResult
+from workbench.analysis.model import AnalysisResult, Config
 from workbench.analysis.report import print_report
 from workbench.cli import CliError
 from workbench.commands.common import add_db_arg, resolve_session
@@ -31,6 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--all", action="store_true", help="every session in the database")
     p.add_argument("--json", action="store_true", help="one JSON object per session")
     p.add_argument("--no-write", action="store_true", help="do not write findings back to the database")
+    p.add_argument("--heartbeats", type=int, default=Config.heartbeat_min_count, metavar="N",
+                   help=f"heartbeat_loop: at least N consecutive server heartbeats (default {Config.heartbeat_min_count})")
+    p.add_argument("--heartbeat-span", type=float, default=Config.heartbeat_min_span_s, metavar="SECONDS",
+                   help="heartbeat_loop: the stretch lasts at least this long (default 0)")
+    p.add_argument("--tool-repeats", type=int, default=Config.tool_loop_min_repeats, metavar="N",
+                   help=f"tool_loop: same call N times in a row (default {Config.tool_loop_min_repeats})")
     add_db_arg(p)
     p.set_defaults(func=cmd_diagnose)
 
@@ -67,6 +73,10 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         raise CliError("give either a SESSION or --all, not both")
     if not args.all and not args.session:
         raise CliError("give a SESSION id (or prefix) or --all")
+    if args.heartbeats < 1 or args.tool_repeats < 2 or args.heartbeat_span < 0:
+        raise CliError("--heartbeats must be >= 1, --tool-repeats >= 2 and --heartbeat-span >= 0")
+    cfg = Config(heartbeat_min_count=args.heartbeats, heartbeat_min_span_s=args.heartbeat_span,
+                 tool_loop_min_repeats=args.tool_repeats)
     _check_db(args.db)
     store = None if args.no_write else _writable_store(args.db)
     src: Any = store if store is not None else open_reader(args.db)
@@ -76,7 +86,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
                    .column(0).to_pylist()]
         else:
             ids = [resolve_session(src, args.session)]
-        results = [analyze_session(src, sid) for sid in ids]
+        results = [analyze_session(src, sid, cfg) for sid in ids]
         note = None
         if store is not None:
             write_results(store, results)
@@ -126,8 +136,8 @@ def cmd_blobs(args: argparse.Namespace) -> int:
             print(json.dumps(row, default=str))
         return 0
     print(f"session {r.session_id}: {len(r.blobs)} blob request(s)")
-    print(f"{'seq':>6} {'kv':>4} {'op':4} {'status':10} {'blob_id':14} {'size':>7} {'type':22} {'sha':4} "
-          f"{'checkpoint_ref':24} preview")
+    print(f"{'seq':>6} {'kv':>4} {'op':4} {'status':10} {'blob_id':14} {'size':>7} {'type':36} {'sha':4} "
+          f"{'checkpoint_ref':30} preview")
     for b in r.blobs:
         kind = b["content_type"] or ""
         if b.get("role"):
@@ -137,8 +147,8 @@ def cmd_blobs(args: argparse.Namespace) -> int:
         sha = "" if b["sha256_ok"] is None else ("ok" if b["sha256_ok"] else "no")
         print(f"{b['seq'] if b['seq'] is not None else '':>6} {b['kv_id'] if b['kv_id'] is not None else '':>4} "
               f"{b['op']:4} {b['status']:10} {b['blob_id'][:12] + '…':14} "
-              f"{b['size'] if b['size'] is not None else '':>7} {_short(kind, 22):22} {sha:4} "
-              f"{_short(b.get('checkpoint_ref'), 24):24} {_short(b.get('preview'), 80)}")
+              f"{b['size'] if b['size'] is not None else '':>7} {_short(kind, 36):36} {sha:4} "
+              f"{_short(b.get('checkpoint_ref'), 30):30} {_short(b.get('preview'), 80)}")
     return 0
 
 

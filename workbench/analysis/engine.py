@@ -191,9 +191,13 @@ def evaluate(builder: FactsBuilder, cfg: Config, *, final: bool, known_ids: Iter
     return AnalysisResult(facts.session_id, blobs, [public_row(r) for r in calls], findings, facts.frame_count)
 
 
+# Symptoms that usually follow from another finding: listed after the causes of equal severity.
+_CONSEQUENCES = {"heartbeat_loop": 1, "stream_ended_without_turn_end": 2}
+
+
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    return sorted(findings, key=lambda f: (SEVERITY_RANK[f.severity], f.first_seq if f.first_seq is not None else -1,
-                                           f.code))
+    return sorted(findings, key=lambda f: (SEVERITY_RANK[f.severity], _CONSEQUENCES.get(f.code, 0),
+                                           f.first_seq if f.first_seq is not None else -1, f.code))
 
 
 # cross-session context ----------------------------------------------------------------------------

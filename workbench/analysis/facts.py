@@ -99,6 +99,7 @@ class ExecReq:
     throw_seq: int | None = None
     throw_error: str | None = None
     abort_seq: int | None = None
+    client_hb_seq: int | None = None  # last ExecClientHeartbeat{id}: the client says it is still running
     later_server: int = 0            # server frames seen after it (live grace)
 
 
@@ -491,7 +492,9 @@ class FactsBuilder:
             if member in ("stream_close", "throw"):
                 self.facts.throws_unmatched.append((seq, int(ref) if ref is not None else -1))
             return
-        if member == "stream_close":
+        if member == "heartbeat":
+            req.client_hb_seq = seq
+        elif member == "stream_close":
             req.close_seq = seq
         elif member == "throw":
             req.throw_seq = seq

@@ -156,6 +156,9 @@ def heartbeat_loop(ctx: Context) -> list[Finding]:
         since = run.prev_client_seq if run.prev_client_seq is not None else -1
         if ctx.turn_ended_between(since, run.first_seq):
             continue
+        if not ctx.final and any(r.client_hb_seq is not None and r.client_hb_seq > run.first_seq
+                                 and not r.result_seqs for r in ctx.facts.execs):
+            continue  # live: a local exec is still running (the client heartbeats it)
         cause = _stall_cause(ctx, run)
         after = f" after {run.prev_kind} at seq {run.prev_seq}" if run.prev_kind else ""
         state = "and the stream ended" if run.next_kind else (
@@ -192,6 +195,17 @@ def _stall_cause(ctx: Context, run: HeartbeatRun) -> tuple[str, list[int], str]:
         if q.response_seq is None and q.seq < run.first_seq:
             return (f" Likely cause: interaction_query {q.id} at seq {q.seq} was never answered.", [q.seq],
                     f"Send interaction_response{{id: {q.id}}}.")
+    for b in ctx.blobs:
+        if b["status"] == "unanswered" and b["seq"] < run.first_seq:
+            return (f" Likely cause: KV {b['op']}_blob id {b['kv_id']} at seq {b['seq']} was never answered.",
+                    [b["seq"]], "Answer every KV request with a kv_client_message of the same id.")
+    before = [b for b in ctx.blobs if b["op"] == "set" and b.get("role") == "assistant" and b["seq"] < run.first_seq]
+    if before and ctx.text_between(before[-1]["seq"], run.first_seq) == []:
+        b = before[-1]
+        return (f" The model's answer went to KV blob {b['blob_id'][:12]}… at seq {b['seq']} "
+                "(see kv_only_response).", [b["seq"]],
+                "Start a new run with the same conversation_id and the echoed checkpoint instead of appending "
+                "tool results into the open run.")
     return "", [], ""
 
 
@@ -235,8 +249,12 @@ def unanswered_exec(ctx: Context) -> list[Finding]:
             continue
         if not ctx.settled(req.seq) or ctx.handed_off(req):
             continue
+        if req.client_hb_seq is not None and not ctx.final:
+            continue  # the client keeps saying it is still executing
         run = ctx.run_after(req.seq)
         tail = f" {run.count} heartbeat-only frames follow." if run else ""
+        if req.client_hb_seq is not None:
+            tail += f" The client sent exec heartbeats for it until seq {req.client_hb_seq}: still running."
         out.append(ctx.finding(
             "unanswered_exec",
             f"{_exec_label(req)} at seq {req.seq} was never answered: no exec_client_message, throw or "
@@ -567,13 +585,22 @@ def append_seqno_anomaly(ctx: Context) -> list[Finding]:
     return out
 
 
+_AGENT_SERVER = ("interaction_update.", "exec_server_message.", "kv_server_message.", "interaction_query.",
+                 "conversation_checkpoint_update")
+
+
 @rule("stream_ended_without_turn_end", "error", "a run's stream ended without turn_ended")
 def stream_ended_without_turn_end(ctx: Context) -> list[Finding]:
     facts = ctx.facts
     out = []
     if facts.ndjson and not facts.run_requests:
         return []  # stream-json output has no turn_ended; its end is the result event
-    segs = [rr.seg for rr in facts.run_requests] or ([0] if facts.last_server_seq is not None else [])
+    # Only agent runs have turns: not unary calls, not a capture of something else. A run whose
+    # request was not captured still shows by its agent messages.
+    agent = bool(facts.run_requests) or any(k.startswith(_AGENT_SERVER) for k in facts.kinds)
+    if not agent:
+        return []
+    segs = [rr.seg for rr in facts.run_requests] or [0]
     for seg in segs:
         start = next((rr.seq for rr in facts.run_requests if rr.seg == seg), facts.first_seq or 0)
         end = ctx.seg_end(seg)

@@ -185,6 +185,8 @@ class CursorCapture:
             self._answered.add(flow.id)  # the client may still be writing (bidi Run)
         else:
             self._routes.pop(flow.id, None)
+            if route.streaming:  # idempotent; covers a request that ended with its headers
+                put((EV_EOF, flow.id, "client", now))
         trailers = dict(flow.response.trailers.items()) if flow.response.trailers else {}
         put((EV_DONE, flow.id, now, None, trailers))
 

@@ -12,7 +12,8 @@ the spool (``spool.py``) for the rest of the run; nothing is dropped.
 BidiAppend ordering: up to 16 appends of one run are in flight at once, so they reach the proxy
 out of order. The writer holds appends that arrive ahead of the next expected ``append_seqno`` in
 a small per-run window and releases them in seqno order; a gap that does not fill within
-``REORDER_WINDOW_S`` (or more than ``REORDER_MAX`` held appends) is released as is, so a lost
+``REORDER_WINDOW_S`` (``REORDER_AFTER_END_S`` once the run's stream has ended, or more than
+``REORDER_MAX`` held appends) is released as is, so a lost
 append shows up as a gap in ``append_seqno`` instead of stalling the capture. Frames keep their
 arrival time in ``ts``; ``seq`` follows seqno order.
 """
@@ -42,6 +43,7 @@ from workbench.store.recorder import Recorder
 log = logging.getLogger("workbench.capture")
 
 REORDER_WINDOW_S = 10.0
+REORDER_AFTER_END_S = 2.0
 REORDER_MAX = 64
 
 # Event tags (tuples keep the proxy-side cost to one allocation per chunk).
@@ -93,6 +95,7 @@ class _Reorder:
     started: bool = False
     held: dict[int, tuple[float, int, str, str, str | None, Frame]] = field(default_factory=dict)
     oldest: float = 0.0
+    ended: float | None = None  # when the run's stream finished
 
 
 @dataclass
@@ -136,7 +139,7 @@ class CaptureWriter:
         self._open()
         self._thread.start()
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float | None = None) -> None:
         if self._thread.is_alive():
             self.queue.put((EV_STOP,))
             self._wake.set()
@@ -448,8 +451,13 @@ class CaptureWriter:
             ro.next = seqno + 1
 
     def _release_reorder(self, now: float, force: bool = False) -> None:
+        for rid in [r for r, ro in self._reorder.items() if not ro.held and ro.ended and now - ro.ended > 60]:
+            del self._reorder[rid]  # a finished run: forget its counter
         for rid, ro in self._reorder.items():
-            if ro.held and (force or now - ro.oldest >= REORDER_WINDOW_S):
+            if not ro.held:
+                continue
+            if (force or now - ro.oldest >= REORDER_WINDOW_S
+                    or (ro.ended is not None and now - ro.ended >= REORDER_AFTER_END_S)):
                 self._release(rid, ro)
 
     def _http_error_frame(self, fl: _Flow, ts_us: int, body: bytes) -> None:
@@ -527,8 +535,10 @@ class CaptureWriter:
             info.ended_at = end
         self._touch(sid)
         ro = self._reorder.get(sid)
-        if ro is not None and ro.held and fo.transport in ("runsse", "runpoll"):
-            self._release(sid, ro)
+        if ro is not None and fo.transport in ("runsse", "runpoll"):
+            # Appends still in flight when the stream ends (closing messages) may yet fill a gap:
+            # wait a little longer, not the whole window.
+            ro.ended = time.monotonic()
 
     def _eof_flow(self, fl: _Flow, direction: str, ts_us: int) -> None:
         """End of one direction's body (idempotent: the stream callable sees b"" more than once)."""

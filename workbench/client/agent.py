@@ -43,7 +43,7 @@ from workbench.client.events import (
     Usage,
 )
 from workbench.client.localexec import LOCAL_KINDS, LocalExecutor, ResultParts, caller_result, result_field
-from workbench.client.net import H2Connection, NetError, Verify
+from workbench.client.net import H2Connection, NetError, Verify, cancel_and_wait
 from workbench.client.transport import (
     MODELS_PATH,
     TRANSPORTS,
@@ -178,6 +178,10 @@ class _Run:
         self.unanswered: dict[int, ExecRequest] = {}
         self.ended = False
         self.hb_task: asyncio.Task[None] | None = None
+        # exec id → (task, exec_id, kind) of a local execution in progress
+        self.local: dict[int, tuple[asyncio.Task[None], str, str]] = {}
+        self.aborted: list[asyncio.Task[None]] = []
+        self.done: list[Event] = []  # ExecHandled of finished local execs, yielded at the next frame
         self.iterator: AsyncIterator[Any] | None = None
 
 
@@ -343,10 +347,9 @@ class AgentClient:
                 await run.channel.send(beat)
 
     async def _close_run(self, run: _Run) -> None:
+        await cancel_and_wait([task for task, _, _ in run.local.values()] + run.aborted)
         if run.hb_task is not None:
-            run.hb_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await run.hb_task
+            await cancel_and_wait([run.hb_task])
         await run.channel.close()
 
     # public API -----------------------------------------------------------------------------
@@ -449,6 +452,8 @@ class AgentClient:
     async def _events(self, run: _Run) -> AsyncIterator[Event]:
         assert run.iterator is not None
         async for item in run.iterator:
+            while run.done:
+                yield run.done.pop(0)
             if item.kind == "error":
                 yield _error_from(item.error)
                 return
@@ -467,6 +472,8 @@ class AgentClient:
                 return
             case = msg.WhichOneof("message")
             if case == "interaction_update" and msg.interaction_update.WhichOneof("message") == "heartbeat":
+                if run.local:
+                    continue  # the wait is on our own exec, not the server
                 if run.heartbeats == 0:
                     run.first_heartbeat_at = time.monotonic()
                 run.heartbeats += 1
@@ -478,6 +485,8 @@ class AgentClient:
             async for ev in self._dispatch(run, msg, case):
                 yield ev
             if run.ended:
+                while run.done:
+                    yield run.done.pop(0)
                 return
 
     def _stall_message(self, run: _Run) -> str:
@@ -509,7 +518,9 @@ class AgentClient:
                 yield kv_ev
         elif case == "exec_server_message":
             run.last_kind = "exec_server_message"
-            yield await self._exec(run, msg.exec_server_message)
+            exec_ev = await self._exec(run, msg.exec_server_message)
+            if exec_ev is not None:
+                yield exec_ev
         elif case == "conversation_checkpoint_update":
             run.last_kind = "conversation_checkpoint_update"
             ckpt = msg.conversation_checkpoint_update
@@ -526,6 +537,12 @@ class AgentClient:
             ctl = msg.exec_server_control_message
             if ctl.HasField("abort"):
                 run.unanswered.pop(ctl.abort.id, None)
+                local = run.local.pop(ctl.abort.id, None)
+                if local is not None:
+                    task, exec_id, kind = local
+                    task.cancel()
+                    run.aborted.append(task)  # reaped (process killed and waited for) at close
+                    run.done.append(ExecHandled(ctl.abort.id, exec_id, kind, False, "aborted by the server"))
         else:
             run.last_kind = f"AgentServerMessage.{case}"
 
@@ -624,7 +641,22 @@ class AgentClient:
                     st.name = args_msg.tool_name or args_msg.name  # type: ignore[attr-defined]
         return st
 
-    async def _exec(self, run: _Run, ex: Any) -> Event:
+    async def _run_local(self, run: _Run, eid: int, exec_id: str, kind: str, args_msg: Any) -> None:
+        assert self.executor is not None
+        beats = asyncio.create_task(self._exec_heartbeats(run, eid))
+        try:
+            parts = await self.executor.run(kind, args_msg)
+        except Exception as exc:
+            await self._throw(run, eid, f"{type(exc).__name__}: {exc}")
+            run.done.append(ExecHandled(eid, exec_id, kind, False, f"thrown: {exc}"))
+            return
+        finally:
+            beats.cancel()
+            run.local.pop(eid, None)
+        await self._send_result(run, eid, exec_id, parts)
+        run.done.append(ExecHandled(eid, exec_id, kind, True, "executed locally"))
+
+    async def _exec(self, run: _Run, ex: Any) -> Event | None:
         member = ex.WhichOneof("args")
         eid, exec_id = ex.id, ex.exec_id
         if member is None or not member.endswith("_args"):
@@ -640,17 +672,10 @@ class AgentClient:
             await self._send_result(run, eid, exec_id, parts, close=True)
             return ExecHandled(eid, exec_id, kind, True, "request_context answered by the client")
         if self.executor is not None and kind in LOCAL_KINDS:
+            # In the background: the run keeps reading (KV, heartbeats, an abort for this very exec).
             self._link_exec(run, args_msg, kind, exec_id)
-            beats = asyncio.create_task(self._exec_heartbeats(run, eid))
-            try:
-                parts = await self.executor.run(kind, args_msg)
-            except Exception as exc:
-                await self._throw(run, eid, f"{type(exc).__name__}: {exc}")
-                return ExecHandled(eid, exec_id, kind, False, f"thrown: {exc}")
-            finally:
-                beats.cancel()
-            await self._send_result(run, eid, exec_id, parts)
-            return ExecHandled(eid, exec_id, kind, True, "executed locally")
+            run.local[eid] = (asyncio.create_task(self._run_local(run, eid, exec_id, kind, args_msg)), exec_id, kind)
+            return None
         if result_field(kind) is None or not isinstance(args_msg, Message):
             await self._throw(run, eid, f"unknown exec kind {member!r}: the workbench client cannot answer it",
                               "UNIMPLEMENTED")

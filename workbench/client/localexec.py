@@ -66,9 +66,10 @@ class LocalExecutor:
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+        except BaseException:  # timeout, or the server aborted the exec (task cancelled)
+            if proc.returncode is None:
+                proc.kill()
+            await asyncio.shield(proc.wait())
             raise
         ms = int((time.monotonic() - start) * 1000)
         return proc.returncode or 0, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), str(cwd), ms

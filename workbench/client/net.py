@@ -15,8 +15,9 @@ import os
 import ssl
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import h2.config
 import h2.connection
@@ -31,6 +32,20 @@ _WINDOW = (1 << 31) - 1
 _PING_EVERY = 15.0
 
 Verify = ssl.SSLContext | str | bool | None
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Cancel helper tasks and wait for them to finish.
+
+    ``gather(return_exceptions=True)`` keeps the helpers' CancelledError out of our way while still
+    letting a cancellation of the *calling* task through — suppressing CancelledError around
+    ``await task`` would swallow that too, and a shutdown would then hang.
+    """
+    pending = [t for t in tasks if not t.done()]
+    for t in pending:
+        t.cancel()  # a task already cancelled is simply waited for
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 class NetError(Exception):
@@ -362,11 +377,7 @@ class H2Connection:
             with contextlib.suppress(h2.exceptions.H2Error):
                 self._h2.close_connection()
                 self._flush_nowait()
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(self._tasks)
         self.closed = True
         if self._writer is not None:
             self._writer.close()

@@ -26,7 +26,7 @@ import httpx
 
 from workbench import __version__
 from workbench.client._pb import pb
-from workbench.client.net import H2Connection, H2Stream, NetError, Verify, ssl_context
+from workbench.client.net import H2Connection, H2Stream, NetError, Verify, cancel_and_wait, ssl_context
 from workbench.wire.endstream import EndStream, parse_end_stream
 from workbench.wire.envelope import EnvelopeParser, encode, split_unary
 
@@ -145,11 +145,7 @@ class Channel:
 
     async def close(self) -> None:
         self.closed = True
-        for t in list(self._tasks):
-            t.cancel()
-        for t in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(list(self._tasks))
 
     def _unwrap(self, payload: bytes) -> list[Incoming]:
         """What one response envelope delivers (RunPoll overrides: records wrap the messages)."""
@@ -320,12 +316,6 @@ class _AppendingChannel(Channel):
             self.queue.put_nowait(Incoming("end", end=EndStream(metadata={"eof": True})))
         except httpx.HTTPError as exc:
             self._fail(NetError(f"{self.read_path} read failed: {exc!r}"))
-
-    async def drain_appends(self, timeout: float = 5.0) -> None:
-        """Wait for appends still in flight (best effort, used when a turn ends)."""
-        pending = [t for t in self._tasks if t.get_coro().__qualname__.endswith("_append")]  # type: ignore[union-attr]
-        if pending:
-            await asyncio.wait(pending, timeout=timeout)
 
     async def close(self) -> None:
         if self._response is not None:

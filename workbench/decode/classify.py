@@ -234,7 +234,11 @@ class Decoder:
                 if t not in _PARTIAL_TAGS or t <= last:
                     return None
                 last = t
-                ln, k = _uvarint(p, j + 1)
+                if j + 1 < n and p[j + 1] < 0x80:
+                    ln = p[j + 1]
+                    k = j + 2
+                else:
+                    ln, k = _uvarint(p, j + 1)
                 j = k + ln
                 if j > n:
                     return None

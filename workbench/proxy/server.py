@@ -22,7 +22,7 @@ from typing import Any
 
 from workbench.client.agent import AgentClient, Connections
 from workbench.client.events import Error, ExecRequest, TextDelta, ThinkingDelta, TurnEnded, Usage
-from workbench.client.net import Verify
+from workbench.client.net import Verify, cancel_and_wait
 from workbench.proxy import mapping as M
 
 log = logging.getLogger("workbench.proxy")
@@ -207,11 +207,7 @@ class ProxyServer:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for t in list(self._clients):
-            t.cancel()
-        for t in list(self._clients):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(list(self._clients))
         for parked in list(self._parked.values()):
             await self._drop(parked)
         self._parked.clear()
@@ -260,6 +256,10 @@ class ProxyServer:
                 if not keep_alive:
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        except asyncio.CancelledError:
+            # close() is shutting us down; ending quietly avoids asyncio 3.11's streams callback
+            # reporting the cancelled handler as an unhandled exception.
             return
         finally:
             if task is not None:

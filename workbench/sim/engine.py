@@ -73,6 +73,7 @@ class ExecRecord:
     results: int = 0
     closed: bool = False
     thrown: str | None = None
+    aborted: bool = False
 
 
 @dataclass
@@ -187,6 +188,7 @@ class _ParkTimeout(Exception):
 
 
 _EOF = object()
+_TIMEOUT = object()
 
 
 class SimBackend:
@@ -315,12 +317,14 @@ class _Run:
         self.last_tool: dict[str, Any] = {}
         self.handed_out: list[dict[str, Any]] = []  # tool calls of this (possibly resumed) turn
         self.resume: list[dict[str, Any]] = []  # of those, the ones a previous run already handed out
+        self.aborted: set[int] = set()  # exec ids the server aborted
 
     # lifecycle --------------------------------------------------------------------------------
 
     async def run(self) -> None:
         reader: asyncio.Task[None] | None = None
         body: asyncio.Task[None] | None = None
+        cancel: asyncio.Task[Any] | None = None
         try:
             steps = await self._open()
             if steps is None:
@@ -348,14 +352,15 @@ class _Run:
             self.rec.outcome = self.rec.outcome or "server shutdown"
             raise
         finally:
-            for task in (reader, body):
+            for task in (reader, body, cancel):
                 if task is not None and not task.done():
                     task.cancel()
                     await asyncio.gather(task, return_exceptions=True)
             if self.rec.outcome is None:
                 self.rec.outcome = "ended"
-            if self.pending:
-                unused = ", ".join(_describe(m) for m in self.pending)
+            leftovers = [m for m in self.pending if _exec_id_of(m) not in self.aborted]
+            if leftovers:
+                unused = ", ".join(_describe(m) for m in leftovers)
                 self.rec.faults.append(f"client messages the run never used: {unused}")
             self.rec.faults.extend(getattr(self.conn, "append_faults", []))
             self.rec.finished.set()
@@ -480,8 +485,12 @@ class _Run:
         if self.cfg.pace > 0:
             await asyncio.sleep(self.cfg.pace)
 
-    async def _wait(self, pred: Callable[[Any], bool], what: str, eof_returns: bool = False) -> Any:
-        """The next client message matching ``pred``, heartbeating while none comes."""
+    async def _wait(self, pred: Callable[[Any], bool], what: str, eof_returns: bool = False,
+                    until: float | None = None) -> Any:
+        """The next client message matching ``pred``, heartbeating while none comes.
+
+        Returns None at the client's end of input when ``eof_returns``, ``_TIMEOUT`` at ``until``.
+        """
         started = self.loop.time()
         self.rec.waiting_for = what
         try:
@@ -494,11 +503,15 @@ class _Run:
                 now = self.loop.time()
                 if self.cfg.park_timeout is not None and now - started > self.cfg.park_timeout:
                     raise _ParkTimeout(what)
-                timeout = max(0.0, self.last_send + self.cfg.heartbeat_interval - now)
+                if until is not None and now >= until:
+                    return _TIMEOUT
+                beat_at = self.last_send + self.cfg.heartbeat_interval
+                timeout = max(0.0, (beat_at if until is None else min(beat_at, until)) - now)
                 try:
                     m = await asyncio.wait_for(self.queue.get(), timeout)
                 except TimeoutError:
-                    await self._heartbeat()
+                    if self.loop.time() >= beat_at:
+                        await self._heartbeat()
                     continue
                 if m is _EOF:
                     self.client_done = True
@@ -602,9 +615,11 @@ class _Run:
         self.rec.execs.append(er)
         return er
 
-    async def _await_exec(self, er: ExecRecord, require_close: bool = True) -> tuple[list[Any], str | None]:
+    async def _await_exec(self, er: ExecRecord, require_close: bool = True,
+                          abort_after: float | None = None) -> tuple[list[Any], str | None]:
         results: list[Any] = []
         eid = er.id
+        until = None if abort_after is None else self.loop.time() + abort_after
 
         def pred(m: Any) -> bool:
             k = m.WhichOneof("message")
@@ -618,7 +633,15 @@ class _Run:
 
         while True:
             what = f"exec {eid} ({er.kind}) {'stream_close' if results else 'result'}"
-            m = await self._wait(pred, what)
+            m = await self._wait(pred, what, until=until)
+            if m is _TIMEOUT:
+                # The server gives up on the exec: abort{id}; whatever the client still sends for it
+                # is dropped, not reported.
+                await self._send(pb.AgentServerMessage(exec_server_control_message=pb.ExecServerControlMessage(
+                    abort=pb.ExecServerAbort(id=eid))), "abort")
+                er.aborted = True
+                self.aborted.add(eid)
+                return results, f"aborted by the server after {abort_after:g} s"
             if m.WhichOneof("message") == "exec_client_message":
                 ecm = m.exec_client_message
                 got = ecm.WhichOneof("result")
@@ -774,11 +797,16 @@ class _Run:
 
     async def _do_end(self, how: str, step: dict[str, Any]) -> None:
         if self.rec.outcome != "turn_ended":
-            self.rec.outcome = "ended without turn_ended" if how == "ok" else "eof without end-stream"
+            self.rec.outcome = {"eof": "eof without end-stream", "reset": "stream reset"}.get(
+                how, "ended without turn_ended")
         if how == "eof":
             await self.conn.close()
+        elif how == "reset":
+            await _optional(self.conn, "reset", self.conn.close)()
         else:
             await self.conn.end()
+            if how == "goaway":
+                await _optional(self.conn, "goaway", _noop)()
         raise _Stop
 
     # tools ---------------------------------------------------------------------------------------------
@@ -827,7 +855,9 @@ class _Run:
         self.handed_out.append({"call_id": call_id, "name": display, "args": args})
         if self.request.conversation_id:
             self.b.state.open_tools[self.request.conversation_id] = list(self.handed_out)
-        results, thrown = await self._await_exec(er, bool(spec.get("require_stream_close", True)))
+        abort_after = spec.get("abort_after")
+        results, thrown = await self._await_exec(er, bool(spec.get("require_stream_close", True)),
+                                                 None if abort_after is None else float(abort_after))
 
         summary, output = _result_summary(kind, results, thrown)
         self.last_tool["result"] = summary
@@ -870,6 +900,25 @@ def _result_in_prompt(prompt: str, call_id: str) -> str:
         return "(the result is not in the prompt)"
     block = prompt[nl + 1:].split("\n\n", 1)[0].strip()
     return block or "(the result is not in the prompt)"
+
+
+def _optional(conn: Any, name: str, fallback: Callable[[], Any]) -> Callable[[], Any]:
+    """A transport extra (goaway/reset) when the connection has it (other transports may not)."""
+    return getattr(conn, name, fallback)
+
+
+async def _noop() -> None:
+    return None
+
+
+def _exec_id_of(m: Any) -> int | None:
+    kind = m.WhichOneof("message")
+    if kind == "exec_client_message":
+        return int(m.exec_client_message.id)
+    if kind == "exec_client_control_message":
+        member = m.exec_client_control_message.WhichOneof("message")
+        return int(getattr(m.exec_client_control_message, member).id) if member else None
+    return None
 
 
 def _describe(m: Any) -> str:

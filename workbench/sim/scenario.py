@@ -44,7 +44,7 @@ VERBS: dict[str, frozenset[str]] = {
 }
 TOOL_KEYS = frozenset({"exec", "args", "partial_snapshots", "client_tools", "mcp_tool", "completion",
                        "require_stream_close", "then", "output_deltas",
-                       "checkpoint_before_exec"})
+                       "checkpoint_before_exec", "abort_after"})
 ERROR_KEYS = frozenset({"code", "message", "error", "title", "detail", "is_retryable", "is_expected"})
 
 
@@ -92,8 +92,9 @@ def _check_steps(steps: Any, where: str) -> list[dict[str, Any]]:
             raise ScenarioError(f"{at}: heartbeats takes a count >= 0")
         if verb == "pause" and not (isinstance(value, int | float) and value >= 0):
             raise ScenarioError(f"{at}: pause takes seconds >= 0")
-        if verb == "end" and value not in ("ok", "eof"):
-            raise ScenarioError(f"{at}: end must be \"ok\" (end-stream {{}}) or \"eof\" (no end-stream)")
+        if verb == "end" and value not in ("ok", "eof", "goaway", "reset"):
+            raise ScenarioError(f"{at}: end must be \"ok\" (end-stream {{}}), \"goaway\" (end-stream, then "
+                                f"GOAWAY), \"eof\" (no end-stream) or \"reset\" (RST_STREAM)")
         if verb == "end_stream_error":
             if not isinstance(value, dict) or "code" not in value:
                 raise ScenarioError(f"{at}: end_stream_error needs at least {{\"code\": …}}")
@@ -118,6 +119,9 @@ def _check_tool(spec: Any, at: str) -> None:
         raise ScenarioError(f"{at}: tool.args must be an object (the model's arguments)")
     if spec.get("client_tools", "auto") not in ("auto", "keep_args", "never"):
         raise ScenarioError(f"{at}: tool.client_tools must be auto, keep_args or never")
+    abort_after = spec.get("abort_after")
+    if abort_after is not None and not (isinstance(abort_after, int | float) and abort_after >= 0):
+        raise ScenarioError(f"{at}: tool.abort_after takes seconds >= 0")
     if spec.get("then", "continue") not in ("continue", "reuse"):
         raise ScenarioError(f"{at}: tool.then must be continue or reuse")
 

@@ -170,6 +170,14 @@ class _Exchange:
     async def finish(self) -> None:
         raise NotImplementedError
 
+    async def goaway(self) -> None:
+        """No more requests on this connection (h2 GOAWAY; HTTP/1.1 closes after this response)."""
+        raise NotImplementedError
+
+    async def reset(self) -> None:
+        """Abort this exchange abruptly (h2 RST_STREAM; HTTP/1.1 drops the connection)."""
+        raise NotImplementedError
+
     async def respond(self, status: int, body: bytes, content_type: str,
                       headers: Mapping[str, str] | None = None) -> None:
         hdrs = [("content-type", content_type), ("content-length", str(len(body)))]
@@ -230,6 +238,19 @@ class _H2Exchange(_Exchange):
             return
         await self.session.send_data(self, b"", end=True)
 
+    async def goaway(self) -> None:
+        await self.session.drain_and_close()
+
+    async def reset(self) -> None:
+        self.finished = True
+        if self.gone.is_set():
+            return
+        self.gone.set()
+        with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            self.session.conn.reset_stream(self.stream_id, error_code=2)  # INTERNAL_ERROR
+        with contextlib.suppress(ConnectionClosed):
+            await self.session.flush()
+
 
 class _H2Session:
     def __init__(self, server: AgentServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -243,6 +264,7 @@ class _H2Session:
         self.streams: dict[int, _H2Exchange] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.closed = False
+        self.draining = False
         self._flow_waiters: list[asyncio.Future[None]] = []
 
     def send_headers(self, stream_id: int, headers: list[tuple[str, str]]) -> None:
@@ -387,13 +409,25 @@ class _H2Session:
             pass
         finally:
             self.streams.pop(ex.stream_id, None)
+            if self.draining and not self.streams:
+                await self.shutdown(goaway_sent=True)
 
-    async def shutdown(self) -> None:
-        if self.closed:
+    async def drain_and_close(self) -> None:
+        """GOAWAY (NO_ERROR) now; close the socket once the streams still open have finished."""
+        if self.draining or self.closed:
             return
+        self.draining = True
         with contextlib.suppress(Exception):
             self.conn.close_connection()
             await self.flush()
+
+    async def shutdown(self, goaway_sent: bool = False) -> None:
+        if self.closed:
+            return
+        if not goaway_sent:
+            with contextlib.suppress(Exception):
+                self.conn.close_connection()
+                await self.flush()
         self._lost()
         with contextlib.suppress(Exception):
             self.writer.close()
@@ -462,6 +496,17 @@ class _H1Exchange(_Exchange):
             return
         self.session.write(h11.EndOfMessage())
         await self.session.drain(self)
+
+    async def goaway(self) -> None:
+        self.keep_alive = False
+
+    async def reset(self) -> None:
+        self.finished = True
+        self.gone.set()
+        if self._watcher is not None:
+            self._watcher.cancel()
+        transport = self.session.writer.transport
+        transport.abort()
 
 
 class _H1Session:
@@ -678,6 +723,19 @@ class _Conn:
         self.ended = True
         with contextlib.suppress(ConnectionClosed):
             await self._ex.finish()
+        self._release()
+
+    async def goaway(self) -> None:
+        """After ``end()``: tell the client this connection takes no more runs (GOAWAY 0)."""
+        with contextlib.suppress(ConnectionClosed):
+            await self._ex.goaway()
+
+    async def reset(self) -> None:
+        """Abort the stream without end-stream (RST_STREAM / dropped connection), like a network drop."""
+        if self.ended:
+            return
+        self.ended = True
+        await self._ex.reset()
         self._release()
 
     def _release(self) -> None:

@@ -340,6 +340,7 @@ class TuiData:
         self._decoder = decoder
         self._lock = threading.Lock()
         self._open_lock = threading.Lock()
+        self._query_lock = threading.Lock()
         self._reader: Reader | None = None
         if not transient:
             self._reader = open_reader(self.path)
@@ -360,6 +361,12 @@ class TuiData:
         return sidecar_path(self.path).exists()
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        # One query at a time: a file reader serialises anyway, and a capture's live service has
+        # been seen to hang when several of its request threads open cursors at once.
+        with self._query_lock:
+            return self._query(sql, params)
+
+    def _query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         if self.transient:
             reader = open_reader(self.path)
             try:
