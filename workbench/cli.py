@@ -72,4 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # Run as ``python -m workbench.cli``: use the importable module, so that CliError raised by
+    # subcommands (which import ``workbench.cli``) is the class caught here.
+    from workbench.cli import main as _main
+
+    sys.exit(_main())

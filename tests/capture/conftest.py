@@ -72,8 +72,7 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 90) -> None:  
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            err = proc.stderr.read() if proc.stderr else ""
-            raise RuntimeError(f"process exited with {proc.returncode} before listening: {err!r}")
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} before listening")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
@@ -124,7 +123,9 @@ def capture_mitm(capture_confdir: Path, tmp_path: Path) -> Iterator[callable]:  
         cmd = [str(BIN / "mitmdump"), "-q", "-s", str(ADDON), "--listen-host", "127.0.0.1",
                "--listen-port", str(port), "--set", f"confdir={capture_confdir}", "--set", "ssl_insecure=true",
                "--set", f"cursor_db={db}", "--set", f"cursor_flush_ms={flush_ms}", *extra]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        log = (tmp_path / f"mitmdump-{port}.log").open("w")
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+        log.close()
         wait_port(port, proc)
         m = Mitm(port, db, capture_confdir / "mitmproxy-ca-cert.pem", proc, flush_ms)  # type: ignore[arg-type]
         started.append(m)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import base64
 
-from corpus import UUID, append_body, poll_body
-from pbbytes import ld, vi
+from decode_corpus import UUID, append_body, poll_body
+from decode_pbbytes import ld, vi
 
 from workbench.decode import fields_of, frame_to_json
 from workbench.decode.classify import BIDI_APPEND, CLIENT_MSG, SERVER_MSG, default_decoder

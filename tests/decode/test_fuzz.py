@@ -10,7 +10,7 @@ import json
 import random
 import time
 
-import corpus
+import decode_corpus as corpus
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -113,7 +113,7 @@ def test_fast_paths_agree_with_protobuf_runtime(data: st.DataObject) -> None:
 @given(text=st.text(max_size=20_000), style=st.sampled_from([None, 0, 2]), extra=st.binary(max_size=6),
        thinking=st.booleans())
 def test_text_fast_path_edges(text: str, style: int | None, extra: bytes, thinking: bool) -> None:
-    from pbbytes import ld, vi
+    from decode_pbbytes import ld, vi
 
     inner = ld(1, text) + (vi(2, style) if style is not None else b"")
     payload = ld(1, ld(4 if thinking else 1, inner)) + extra
@@ -186,7 +186,7 @@ def test_fuzz_mutated_frames(key: tuple[str, str], seed: int) -> None:
                        max_size=5),
        extra=st.binary(max_size=3))
 def test_partial_tool_call_fast_path_edges(fields: list[tuple[int, str | bytes]], extra: bytes) -> None:
-    from pbbytes import ld
+    from decode_pbbytes import ld
 
     payload = ld(1, ld(7, b"".join(ld(no, value) for no, value in fields))) + extra
     assert DEC.classify_agent(payload, SERVER_MSG) == SLOW.classify_agent(payload, SERVER_MSG)
@@ -197,7 +197,7 @@ def test_partial_tool_call_fast_path_edges(fields: list[tuple[int, str | bytes]]
     st.sampled_from([1, 2, 3]), st.binary(max_size=200)), max_size=3), order=st.booleans(),
     blob=st.one_of(st.just(b""), st.binary(max_size=300), st.text(max_size=300).map(str.encode)))
 def test_set_blob_fast_path_edges(kv_id: int | None, parts: list[tuple[int, bytes]], order: bool, blob: bytes) -> None:
-    from pbbytes import ld, vi
+    from decode_pbbytes import ld, vi
 
     args = b"".join(ld(no, value) for no, value in parts) + ld(2, b'{"role": "tool"}' + blob)
     head = vi(1, kv_id) if kv_id is not None else b""

@@ -8,8 +8,8 @@ import json
 from typing import Any
 
 import pytest
+from decode_pbbytes import ld, vi
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from pbbytes import ld, vi
 
 from workbench.decode import fields_of, frame_to_json
 from workbench.decode.classify import CLIENT_MSG, SERVER_MSG, Frame, default_decoder

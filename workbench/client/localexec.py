@@ -9,6 +9,7 @@ failing the exec.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
 import os
 import re
@@ -69,7 +70,9 @@ class LocalExecutor:
         except BaseException:  # timeout, or the server aborted the exec (task cancelled)
             if proc.returncode is None:
                 proc.kill()
-            await asyncio.shield(proc.wait())
+            # Drain the pipes too, so the subprocess transport closes now and not at GC time.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(proc.communicate())
             raise
         ms = int((time.monotonic() - start) * 1000)
         return proc.returncode or 0, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), str(cwd), ms

@@ -43,7 +43,8 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]]) -> None:
     """
     pending = [t for t in tasks if not t.done()]
     for t in pending:
-        t.cancel()  # a task already cancelled is simply waited for
+        if not t.cancelling():  # one already being cancelled may be cleaning up: just wait for it
+            t.cancel()
     if pending:
         await asyncio.gather(*pending, return_exceptions=True)
 
