@@ -29,6 +29,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -167,7 +168,7 @@ async def _pingpong(url: str, proxy_port: int, ca: Path, rounds: int) -> list[fl
     for i in range(rounds + 10):
         t0 = time.perf_counter()
         await stream.send(hb)
-        got: list[object] = []
+        got: list[Any] = []
         while not got:
             got = parser.feed(await chunks.__anext__())
         if i >= 10:  # warm-up rounds

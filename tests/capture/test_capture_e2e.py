@@ -107,14 +107,17 @@ async def test_turn_through_capture_matches_client_log(capture_sim: Sim, capture
     assert s["auth_hash"] == short_hash(TOKEN) and s["model"]
     kinds = [r["kind"] for r in rows]
     assert "exec_server_message.shell_args" in kinds and "exec_client_message.shell_result" in kinds
-    assert kinds[-1] == "end_stream"
+    assert [r["kind"] for r in rows if r["direction"] == "server"][-1] == "end_stream"
+    if transport == "run":  # HTTP/2 on both legs of the proxy
+        assert '"client_alpn": "h2"' in s["meta"] and '"server_alpn": "h2"' in s["meta"]
     if transport == "runsse":
         assert kinds[0] == "bidi_request_id"
         appends = [r["append_seqno"] for r in rows if r["transport"] == "bidi_append"]
         assert appends == list(range(len(appends)))
     # No stall: the client had server frames in hand while the stream was still being written.
     first_server = next(e.ts_us for e in log if e.direction == "server")
-    assert first_server < _us(rows[-1]["ts"])
+    end_ts = next(r["ts"] for r in rows if r["kind"] == "end_stream")
+    assert first_server < _us(end_ts)
 
 
 def _us(ts: Any) -> int:

@@ -204,3 +204,25 @@ def test_set_blob_fast_path_edges(kv_id: int | None, parts: list[tuple[int, byte
     body = head + ld(3, args) if order else ld(3, args) + head
     payload = ld(4, body)
     assert DEC.classify_agent(payload, SERVER_MSG) == SLOW.classify_agent(payload, SERVER_MSG)
+
+
+_leaf = st.one_of(st.just(b""), st.text(max_size=60).map(lambda t: b"\x0a" + bytes((len(t.encode()),)) + t.encode()
+                                                         if len(t.encode()) < 128 else b""),
+                  st.binary(max_size=8))
+
+
+@settings(max_examples=600, **FAST)  # type: ignore[arg-type]
+@given(call_id=st.one_of(st.none(), st.text(max_size=30), st.binary(max_size=6)), member=st.sampled_from([None, 1, 2, 3, 4]),
+       sub=st.sampled_from([None, 1, 2, 3]), leaf=_leaf, model=st.one_of(st.none(), st.text(max_size=10)),
+       swap=st.booleans(), extra=st.binary(max_size=3))
+def test_tool_call_delta_fast_path_edges(call_id: str | bytes | None, member: int | None, sub: int | None,
+                                         leaf: bytes, model: str | None, swap: bool, extra: bytes) -> None:
+    from decode_pbbytes import ld
+
+    inner = b"" if sub is None else ld(sub, leaf)
+    delta = b"" if member is None else ld(member, inner if member != 3 else leaf)
+    fields = [b"" if call_id is None else ld(1, call_id), ld(2, delta), b"" if model is None else ld(3, model)]
+    if swap:
+        fields.reverse()
+    payload = ld(1, ld(15, b"".join(fields))) + extra
+    assert DEC.classify_agent(payload, SERVER_MSG) == SLOW.classify_agent(payload, SERVER_MSG)

@@ -35,6 +35,15 @@ def _ready(app: WorkbenchApp) -> bool:
     return isinstance(app.screen, SessionScreen) and _timeline(app).first_paint is not None
 
 
+def _follow_state(app: WorkbenchApp) -> str:
+    screen = app.screen
+    if not isinstance(screen, SessionScreen):
+        return f"screen {screen!r}"
+    total = screen.index.total if screen.index is not None else None
+    return (f"polling={screen._polling} max_seq={screen.max_seq} total={total} "
+            f"workers={[(w.name, w.state.name) for w in app.workers]}")
+
+
 def _plain(widget: Static) -> str:
     content: Any = widget.content
     if isinstance(content, Syntax):
@@ -253,7 +262,7 @@ async def test_follow_live_capture(tmp_path: Path, wait_for: Wait) -> None:
                     rec.add(HANG_SESSION, BASE_US + int(offset * 1e6), direction, "run", "1", f)
             rec.flush()
             await wait_for(pilot, lambda: tl.index is not None and tl.index.total == 61,
-                           what=lambda: f"new frames (errors: {app.errors})")
+                           what=lambda: f"new frames (errors: {app.errors}, {_follow_state(app)})")
             assert tl.current is not None and tl.current.fold          # the cursor stayed on the tail
             import pyarrow as pa
 

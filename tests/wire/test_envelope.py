@@ -221,7 +221,7 @@ def _body(frames: list[tuple[bytes, int]], end: bool, tail: bytes) -> bytes:
     return body + tail
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None)
 @given(frames=frames_st, end=st.booleans(), tail=st.binary(max_size=12), data=st.data())
 def test_split_anywhere_equivalence(frames: list[tuple[bytes, int]], end: bool, tail: bytes,
                                     data: st.DataObject) -> None:

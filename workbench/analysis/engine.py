@@ -1,14 +1,16 @@
 """Running the analysis: one session from a store or reader, many sessions into the store, or a
 capture in progress fed row by row.
 
-The frames query fetches the bulk columns for every frame but payload bytes only for the kinds
-the walk parses (see ``facts.PAYLOAD_KINDS``), in slices, so a million-frame session never turns
-into a million Python ``bytes`` objects.
+A stored session is walked in slices over the frames that carry something to correlate, with
+payload bytes only for the kinds the walk parses (``facts.PAYLOAD_KINDS``); the bulk (token,
+thinking, text and tool-call deltas, heartbeats) is summarised in SQL (``_aggregates``), so a
+million-frame session never turns into a million Python objects.
 """
 
 from __future__ import annotations
 
 import json
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -51,52 +53,83 @@ def frames_sql(bulk: bool = True) -> str:
     )
 
 
-# Heartbeat stretches in SQL: number the server frames that are not heartbeats; every heartbeat
-# belongs to the group of the non-heartbeat frame before it. A group with n heartbeats is a
-# stretch, its non-heartbeat row the frame before it, the next group's row the frame after it.
-_RUNS_SQL = """
-WITH s AS (
-    SELECT seq, epoch_us(ts) AS ts_us, kind, kind = 'interaction_update.heartbeat' AS hb
-    FROM frames WHERE session_id = ? AND direction = 'server' AND kind <> 'empty'),
-g AS (
-    SELECT *, sum(CASE WHEN hb THEN 0 ELSE 1 END) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS grp FROM s),
-a AS (
-    SELECT grp, count(*) FILTER (WHERE hb) AS n,
-           min(seq) FILTER (WHERE hb) AS first_seq, max(seq) FILTER (WHERE hb) AS last_seq,
-           min(ts_us) FILTER (WHERE hb) AS first_ts, max(ts_us) FILTER (WHERE hb) AS last_ts,
-           min(seq) FILTER (WHERE NOT hb) AS prev_seq, arg_min(kind, seq) FILTER (WHERE NOT hb) AS prev_kind
-    FROM g GROUP BY grp),
-l AS (
-    SELECT *, lead(prev_seq) OVER (ORDER BY grp) AS next_seq, lead(prev_kind) OVER (ORDER BY grp) AS next_kind
-    FROM a)
-SELECT * FROM l WHERE n >= ? ORDER BY grp
-"""
-
-
 _PROGRESS = ("direction = 'server' AND kind NOT IN ('interaction_update.heartbeat', 'empty') "
              "AND NOT starts_with(kind, 'end_stream')")
+
+
+def _stretches(builder: FactsBuilder, hb_seqs: list[int], hb_ts: list[int], lo: int, hi: int,
+               min_run: int) -> list[HeartbeatRun]:
+    """Heartbeat stretches from the heartbeat seqs and the walk's layout. Seqs are dense (0, 1, 2, …
+    per session), so two heartbeats belong to one stretch exactly when every frame between them is
+    a client frame (or an empty poll): the walk saw all of those, and any other frame in the gap is
+    a server frame that breaks the stretch."""
+    neutral = builder.neutral_seqs
+    neutral_set = set(neutral)
+    runs: list[HeartbeatRun] = []
+    n = len(hb_seqs)
+    i = 0
+    while i < n:
+        j = i
+        while j + 1 < n:
+            a, b = hb_seqs[j], hb_seqs[j + 1]
+            gap = b - a - 1
+            if gap and bisect_left(neutral, b) - bisect_right(neutral, a) != gap:
+                break
+            j += 1
+        if j - i + 1 >= min_run:
+            first, last = hb_seqs[i], hb_seqs[j]
+            prev = first - 1
+            while prev >= lo and prev in neutral_set:
+                prev -= 1
+            nxt = last + 1
+            while nxt <= hi and nxt in neutral_set:
+                nxt += 1
+            sample = hb_seqs[i:min(j + 1, i + 20)]
+            if sample[-1] != last:
+                sample.append(last)
+            k = bisect_left(builder.input_seqs, first)
+            runs.append(HeartbeatRun(first, last, j - i + 1, hb_ts[i], hb_ts[j], 0, sample,
+                                     prev if prev >= lo else None, None,
+                                     builder.input_seqs[k - 1] if k else None,
+                                     nxt if nxt <= hi else None, None))
+        i = j + 1
+    return runs
 
 
 def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run: int) -> None:
     """What the batch walk skipped: heartbeat stretches, text seqs, tool_call_delta counts, bounds."""
     f = builder.facts
-    runs = src.query(_RUNS_SQL, [session_id, max(1, min_run)]).to_pylist()
+    b = src.query(
+        "SELECT count(*) AS n, min(seq) AS first_seq, max(seq) AS last_seq, arg_max(epoch_us(ts), seq) AS last_ts, "
+        "max(seq) FILTER (WHERE direction = 'server' AND NOT starts_with(kind, 'end_stream')) AS last_server_seq, "
+        f"arg_max(kind, seq) FILTER (WHERE {_PROGRESS}) AS lk, "
+        f"max(seq) FILTER (WHERE {_PROGRESS}) AS lp, "
+        f"arg_max(epoch_us(ts), seq) FILTER (WHERE {_PROGRESS}) AS lpt "
+        "FROM frames WHERE session_id = ?", [session_id]).to_pylist()[0]
+    f.frame_count = int(b["n"])
+    f.first_seq, f.last_seq, f.last_ts = b["first_seq"], b["last_seq"], b["last_ts"]
+    f.last_server_seq, f.last_server_kind = b["last_server_seq"], b["lk"]
+    f.last_progress_seq, f.last_progress_ts = b["lp"], b["lpt"]
+    marks = src.query("SELECT seq, epoch_us(ts) AS ts_us, kind = ? AS hb FROM frames WHERE session_id = ? "
+                      "AND direction = 'server' AND kind IN (?, ?) ORDER BY seq",
+                      [HEARTBEAT, session_id, HEARTBEAT, TEXT_DELTA])
+    hb_mask = marks.column("hb")
+    hbs = marks.filter(hb_mask)
+    f.heartbeat_seqs = hbs.column("seq").to_pylist()
+    f.text_seqs = marks.filter(pc.invert(hb_mask)).column("seq").to_pylist()
+    runs = _stretches(builder, f.heartbeat_seqs, hbs.column("ts_us").to_pylist(), f.first_seq, f.last_seq,
+                      max(1, min_run))
+    unknown = sorted({s for r in runs for s in (r.prev_seq, r.next_seq)
+                      if s is not None and s not in builder.server_kind_at})
+    kinds = dict(builder.server_kind_at.items()) if not unknown else {**builder.server_kind_at, **{
+        r["seq"]: r["kind"] for r in src.query(
+            "SELECT seq, kind FROM frames WHERE session_id = ? AND seq IN (SELECT unnest(?))",
+            [session_id, unknown]).to_pylist()}}
     for r in runs:
-        sample = src.query("SELECT seq FROM frames WHERE session_id = ? AND seq BETWEEN ? AND ? AND direction = "
-                           "'server' AND kind = ? ORDER BY seq LIMIT ?",
-                           [session_id, r["first_seq"], r["last_seq"], HEARTBEAT, 20]).column(0).to_pylist()
-        if sample[-1] != r["last_seq"]:
-            sample.append(r["last_seq"])
-        pc = src.query("SELECT max(seq) FROM frames WHERE session_id = ? AND direction = 'client' AND seq < ? "
-                       "AND kind NOT IN ('client_heartbeat', 'exec_client_control_message.heartbeat')",
-                       [session_id, r["first_seq"]]).column(0)[0].as_py()
-        seg = sum(1 for rr in f.run_requests if rr.seq < r["first_seq"])
-        f.runs.append(HeartbeatRun(r["first_seq"], r["last_seq"], r["n"], r["first_ts"], r["last_ts"], seg, sample,
-                                   r["prev_seq"], r["prev_kind"], pc, r["next_seq"], r["next_kind"]))
-    f.heartbeat_seqs = src.query("SELECT seq FROM frames WHERE session_id = ? AND kind = ? AND direction = 'server' "
-                                 "ORDER BY seq", [session_id, HEARTBEAT]).column(0).to_pylist()
-    f.text_seqs = src.query("SELECT seq FROM frames WHERE session_id = ? AND kind = ? ORDER BY seq",
-                            [session_id, TEXT_DELTA]).column(0).to_pylist()
+        r.prev_kind = kinds.get(r.prev_seq) if r.prev_seq is not None else None
+        r.next_kind = kinds.get(r.next_seq) if r.next_seq is not None else None
+        r.seg = sum(1 for rr in f.run_requests if rr.seq < r.first_seq)
+    f.runs = runs
     for r in src.query("SELECT call_id, count(*) AS n, max(seq) AS last_seq, min(seq) AS first_seq, "
                        "max(epoch_us(ts)) AS last_ts, min(epoch_us(ts)) AS first_ts FROM frames "
                        "WHERE session_id = ? AND kind = ? AND call_id IS NOT NULL GROUP BY call_id",
@@ -112,17 +145,6 @@ def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run:
             st.first_seq, st.first_ts = r["first_seq"], r["first_ts"]
     kt = src.query("SELECT kind, count(*) AS n FROM frames WHERE session_id = ? GROUP BY kind", [session_id])
     f.kinds = dict(zip(kt.column(0).to_pylist(), kt.column(1).to_pylist(), strict=True))
-    b = src.query(
-        "SELECT count(*) AS n, min(seq) AS first_seq, max(seq) AS last_seq, arg_max(epoch_us(ts), seq) AS last_ts, "
-        "max(seq) FILTER (WHERE direction = 'server' AND NOT starts_with(kind, 'end_stream')) AS last_server_seq, "
-        f"arg_max(kind, seq) FILTER (WHERE {_PROGRESS}) AS lk, "
-        f"max(seq) FILTER (WHERE {_PROGRESS}) AS lp, "
-        f"arg_max(epoch_us(ts), seq) FILTER (WHERE {_PROGRESS}) AS lpt "
-        "FROM frames WHERE session_id = ?", [session_id]).to_pylist()[0]
-    f.frame_count = int(b["n"])
-    f.first_seq, f.last_seq, f.last_ts = b["first_seq"], b["last_seq"], b["last_ts"]
-    f.last_server_seq, f.last_server_kind = b["last_server_seq"], b["lk"]
-    f.last_progress_seq, f.last_progress_ts = b["lp"], b["lpt"]
 
 
 def _is_live(src: Any) -> bool:
@@ -145,7 +167,7 @@ def load_facts(src: Queryable, session_id: str, config: Config | None = None) ->
     """Facts of a stored session: a Python walk over the frames that carry something to correlate,
     SQL aggregates for the bulk (deltas, heartbeats)."""
     cfg = config or Config()
-    builder = FactsBuilder(session_id)
+    builder = FactsBuilder(session_id, layout=True)
     bounds = src.query("SELECT min(seq), max(seq) FROM frames WHERE session_id = ?", [session_id])
     lo, hi = bounds.column(0)[0].as_py(), bounds.column(1)[0].as_py()
     if lo is None:

@@ -205,8 +205,14 @@ class SessionFacts:
 class FactsBuilder:
     """Feed frame rows in seq order; ``facts`` is always current."""
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, *, layout: bool = False) -> None:
         self.facts = SessionFacts(session_id)
+        # Batch mode (layout=True) walks only the non-bulk frames and remembers where client and
+        # server frames sit, so heartbeat stretches can be rebuilt from the heartbeat seqs alone.
+        self.layout = layout
+        self.neutral_seqs: list[int] = []       # client frames and empty polls: do not break a stretch
+        self.input_seqs: list[int] = []         # client frames other than heartbeats
+        self.server_kind_at: dict[int, str] = {}  # walked server frames (not heartbeats)
         self._handlers: dict[str, Callable[[int, int, Any, Any, Any, str], None] | None] = {}
         self._exec_open: dict[tuple[int, int], ExecReq] = {}
         self._kv_open: dict[tuple[int, int], KvOp] = {}
@@ -252,6 +258,7 @@ class FactsBuilder:
         decodeds = cols.get("decoded") or [None] * n
         handlers = self._handlers
         kind_counts = f.kinds
+        layout = self.layout
         if f.first_seq is None:
             f.first_seq = seqs[0]
         for i in range(n):
@@ -261,7 +268,11 @@ class FactsBuilder:
             kind_counts[kind] = kind_counts.get(kind, 0) + 1
             if dirs[i] == "server":
                 if kind == "empty":
+                    if layout:
+                        self.neutral_seqs.append(seq)
                     continue  # an empty RunPoll answer: neither progress nor a heartbeat
+                if layout and kind != HEARTBEAT:
+                    self.server_kind_at[seq] = kind
                 if kind == HEARTBEAT:
                     f.heartbeat_seqs.append(seq)
                     run = f.open_run
@@ -288,10 +299,14 @@ class FactsBuilder:
                 if self._waiting:
                     self._tick()
             else:
+                if layout:
+                    self.neutral_seqs.append(seq)
                 if transports[i] == "bidi_append" and seqnos[i] is not None:
                     f.appends.append(Append(seq, rids[i], seqnos[i]))
                 if kind != "client_heartbeat" and kind != "exec_client_control_message.heartbeat":
                     f.last_client_seq = seq
+                    if layout:
+                        self.input_seqs.append(seq)
                     if kind in ECHO_KINDS and payloads[i]:
                         f.client_payloads.append((seq, payloads[i]))
             if transports[i] == NDJSON:

@@ -36,7 +36,7 @@ from typing import Any
 from workbench.capture.spool import FrameRecord, Spool, merge_spools
 from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, StreamDecoder, default_decoder
 from workbench.redact import redact_frame
-from workbench.store.db import SessionInfo, Store, StoreError, us_to_datetime
+from workbench.store.db import SESSION_FIELDS, FrameBatch, SessionInfo, Store, StoreError, us_to_datetime
 from workbench.store.reader import LiveService
 from workbench.store.recorder import Recorder
 
@@ -164,6 +164,7 @@ class CaptureWriter:
         except Exception as exc:  # a broken spool must not stop the capture
             self._loud(f"could not merge the spool into {path}: {exc}")
         self.recorder = Recorder(self.store)
+        self._warm_up()
         if self.config.live:
             try:
                 self.live = LiveService(self.store.con, path)
@@ -171,6 +172,32 @@ class CaptureWriter:
             except OSError as exc:
                 self._loud(f"live read service not started ({exc}); readers must wait for the capture to end")
                 self.live = None
+
+    def _warm_up(self) -> None:
+        """Pay the first insert's one-time cost (~0.3 s of lazy Arrow/DuckDB set-up) before traffic.
+
+        Otherwise the first commit of a capture lags by that much, and a crash right then loses
+        frames that were older than one flush interval.
+        """
+        assert self.store is not None
+        con = self.store.con
+        try:
+            batch = FrameBatch()
+            batch.add("warm-up", 0, time.time_ns() // 1000, "server", "run", None, Frame("empty", "", b""))
+            con.register("_wb_warm", batch.to_arrow())
+            try:
+                con.execute("INSERT INTO frames SELECT * FROM _wb_warm WHERE false")
+            finally:
+                con.unregister("_wb_warm")
+            cols = ", ".join(SESSION_FIELDS)
+            con.execute("BEGIN")
+            try:
+                con.execute(f"INSERT OR REPLACE INTO sessions ({cols}) VALUES ({', '.join('?' for _ in SESSION_FIELDS)})",
+                            SessionInfo("warm-up").row())
+            finally:
+                con.execute("ROLLBACK")
+        except Exception as exc:  # only an optimisation
+            log.debug("warm-up failed: %s", exc)
 
     def _close(self) -> None:
         if self.live is not None:

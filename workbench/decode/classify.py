@@ -130,6 +130,14 @@ class Decoder:
                 fd = upd.fields_by_name.get(name)
                 if fd is not None and fd.message_type is not None:
                     self._text_members[fd.number] = (f"interaction_update.{name}", label + " ")
+        self._delta_ok = self._bytes_fast and all(self._layout_is(name, layout) for name, layout in (
+            ("agent.v1.ToolCallDeltaUpdate", {1: "call_id", 2: "tool_call_delta", 3: "model_call_id"}),
+            ("agent.v1.ToolCallDelta", {1: "shell_tool_call_delta", 2: "task_tool_call_delta",
+                                        3: "edit_tool_call_delta"}),
+            ("agent.v1.ShellToolCallDelta", {1: "stdout", 2: "stderr"}),
+            ("agent.v1.ShellToolCallStdoutDelta", {1: "content"}),
+            ("agent.v1.ShellToolCallStderrDelta", {1: "content"}),
+            ("agent.v1.EditToolCallDelta", {1: "stream_content_delta"})))
         self._partial_ok = self._bytes_fast and self._layout_is(
             "agent.v1.PartialToolCall", {1: "call_id", 2: "tool_call", 3: "args_text_delta", 4: "model_call_id"})
         if not self._layout_is("agent.v1.TextDelta", {1: "text"}):
@@ -255,6 +263,8 @@ class Decoder:
             return Frame("interaction_update.partial_tool_call",
                          f"partial {_quote(call_id, 24)} args {len(delta)} chars {_quote(delta[-40:], 40)}",
                          p, 0, SERVER_MSG, None, None, None, call_id or None)
+        if tag == 0x7A and self._delta_ok:
+            return _fast_tool_delta(p, j, n)
         return None
 
     def _fast_set_blob(self, p: bytes, n: int) -> Frame | None:
@@ -557,7 +567,72 @@ def _uvarint(p: bytes, i: int) -> tuple[int, int]:
     return -1, n + 2
 
 
+def _one_string(p: bytes, i: int, end: int) -> bool:
+    """``p[i:end]`` is empty or exactly one field 1 holding valid UTF-8 (a one-string message)."""
+    if i == end:
+        return True
+    if p[i] != 0x0A:
+        return False
+    ln, k = _uvarint(p, i + 1)
+    if k + ln != end:
+        return False
+    try:
+        p[k:end].decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _fast_tool_delta(p: bytes, j: int, n: int) -> Frame | None:
+    """ToolCallDeltaUpdate at ``p[j:n]``: 1 call_id, 2 tool_call_delta (shell stdout/stderr or
+    edit; a task delta nests a whole InteractionUpdate → protobuf path), 3 model_call_id."""
+    call_id = ""
+    inner = "?"
+    last = 0
+    while j < n:
+        t = p[j]
+        if t not in _DELTA_TAGS or t <= last:
+            return None
+        last = t
+        ln, k = _uvarint(p, j + 1)
+        j = k + ln
+        if j > n:
+            return None
+        if t == 0x12:  # ToolCallDelta: empty, or exactly one shell/edit member
+            if k < j:
+                member = p[k]
+                ln, m = _uvarint(p, k + 1)
+                if m + ln != j:
+                    return None
+                if member == 0x0A:  # shell: empty, or exactly one stdout/stderr
+                    if m < j:
+                        if p[m] not in (0x0A, 0x12):
+                            return None
+                        ln, q = _uvarint(p, m + 1)
+                        if q + ln != j or not _one_string(p, q, j):
+                            return None
+                    inner = "shell_tool_call_delta"
+                elif member == 0x1A:
+                    if not _one_string(p, m, j):
+                        return None
+                    inner = "edit_tool_call_delta"
+                else:
+                    return None
+        else:
+            try:
+                value = p[k:j].decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+            if t == 0x0A:
+                call_id = value
+    if j != n:
+        return None
+    return Frame("interaction_update.tool_call_delta", f"tool_call_delta {_quote(call_id, 24)} {inner}",
+                 p, 0, SERVER_MSG, None, None, None, call_id or None)
+
+
 _PARTIAL_TAGS = frozenset((0x0A, 0x1A, 0x22))
+_DELTA_TAGS = frozenset((0x0A, 0x12, 0x1A))
 _quote = S.quote
 
 # Payloads up to this size are memoised per message type (bounded by _SMALL_CACHE entries).

@@ -434,12 +434,15 @@ class TuiData:
         v = t.column(0)[0].as_py()
         return int(v) if v is not None else 0
 
-    def frame_index(self, session_id: str, flt: FrameFilter | None = None, after_seq: int = -1) -> FrameIndex:
-        return FrameIndex(*self._index_arrays(session_id, flt, after_seq))
+    def frame_index(self, session_id: str, flt: FrameFilter | None = None, after_seq: int = -1,
+                    upto_seq: int | None = None) -> FrameIndex:
+        return FrameIndex(*self._index_arrays(session_id, flt, after_seq, upto_seq))
 
-    def _index_arrays(self, session_id: str, flt: FrameFilter | None, after_seq: int
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _index_arrays(self, session_id: str, flt: FrameFilter | None, after_seq: int,
+                      upto_seq: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         clause, params = (flt or FrameFilter()).sql()
+        if upto_seq is not None:
+            clause, params = " AND seq <= ?" + clause, [upto_seq, *params]
         t = self.query(f"SELECT seq, CAST({_HB_SQL} AS TINYINT) AS hb, "
                        f"CAST(direction = 'client' AS TINYINT) AS up FROM frames "
                        f"WHERE session_id = ? AND seq > ?{clause}",
@@ -454,10 +457,14 @@ class TuiData:
             seqs, hb, up = seqs[order], hb[order], up[order]
         return seqs, hb, up
 
-    def new_frames_since(self, session_id: str, seq: int, flt: FrameFilter | None = None
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Seqs (and heartbeat flags) of matching frames after ``seq``: what follow mode appends."""
-        return self._index_arrays(session_id, flt, seq)
+    def new_frames_since(self, session_id: str, seq: int, flt: FrameFilter | None = None,
+                         upto_seq: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Seqs (and heartbeat flags) of matching frames after ``seq``: what follow mode appends.
+
+        Pass ``upto_seq`` (a ``max_seq`` read first) so the caller knows exactly which range it
+        has seen even while a capture keeps appending.
+        """
+        return self._index_arrays(session_id, flt, seq, upto_seq)
 
     def max_seq(self, session_id: str) -> int:
         t = self.query("SELECT coalesce(max(seq), -1) FROM frames WHERE session_id = ?", [session_id])

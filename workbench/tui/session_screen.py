@@ -155,13 +155,16 @@ class SessionScreen(Loader, Screen[None]):
         data, sid, flt = self.app.data, self.session_id, self.flt
 
         def fetch() -> IndexLoad:
-            index = data.frame_index(sid, flt)
+            # max_seq first, then frames up to it: a capture appending meanwhile cannot slip
+            # frames between the two reads (follow mode continues from max_seq)
+            max_seq = data.max_seq(sid)
+            index = data.frame_index(sid, flt, upto_seq=max_seq)
             row = index.row_of_seq(keep_seq) if keep_seq is not None else 0
             refs = index.rows(max(0, row - FIRST_PAGE // 2), max(0, row - FIRST_PAGE // 2) + FIRST_PAGE)
             if self.app.follow and keep_seq is None:
                 refs += index.rows(len(index) - FIRST_PAGE // 2, len(index))
             rows = data.frame_rows(sid, index.seqs_for(refs))
-            return IndexLoad(data.start_us(sid), index, data.max_seq(sid), data.session(sid), rows)
+            return IndexLoad(data.start_us(sid), index, max_seq, data.session(sid), rows)
 
         def got(res: IndexLoad) -> None:
             self.max_seq = res.max_seq
@@ -517,11 +520,12 @@ class SessionScreen(Loader, Screen[None]):
         live = self._live_findings_source()
 
         def fetch() -> PollResult:
-            seqs, hb, up = data.new_frames_since(sid, after, flt)
+            upto = max(after, data.max_seq(sid))
+            seqs, hb, up = data.new_frames_since(sid, after, flt, upto_seq=upto)
             findings = data.findings(sid)
             if not findings and live is not None:
                 findings = live.update(data)
-            return PollResult(seqs, hb, up, max(after, data.max_seq(sid)), findings, data.session(sid))
+            return PollResult(seqs, hb, up, upto, findings, data.session(sid))
 
         def got(res: PollResult) -> None:
             self._polling = False
