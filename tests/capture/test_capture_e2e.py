@@ -7,6 +7,7 @@ import binascii
 import signal
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -345,3 +346,37 @@ async def test_capture_command_reverse_mode(capture_sim: Sim, capture_confdir: P
     s = _session(db, c.last_request_id)
     assert s["status"] == "complete" and s["transport"] == "runsse"
     assert '"proxy_mode": "reverse"' in s["meta"]
+
+
+_HOLD_DB = """
+import duckdb, sys
+con = duckdb.connect(sys.argv[1])
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+async def test_locked_database_spools_loudly_then_merges(capture_sim: Sim, capture_mitm: Any,
+                                                         capture_proxy_env: Any, tmp_path: Path) -> None:
+    db = tmp_path / "held.duckdb"
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_DB, str(db)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        m = capture_mitm(db=db)
+        capture_proxy_env(m)
+        c, res = await _turn(capture_sim, m, "run", "[scenario:text] while the db is held")
+        assert res.error is None  # the proxy kept working
+        assert m.stop() == 0
+    finally:
+        holder.communicate("")
+    logtext = "".join(p.read_text() for p in tmp_path.glob("mitmdump-*.log"))
+    assert "cannot open capture database" in logtext and ".spool" in logtext
+    spool = Path(str(db) + ".spool")
+    assert spool.exists() and TOKEN.encode() not in spool.read_bytes()
+    m2 = capture_mitm(db=db)  # the next start merges the spool
+    assert m2.stop() == 0
+    assert not spool.exists()
+    rows = _session_frames(db, c.last_request_id)
+    _assert_matches_client_log(rows, list(c.frame_log), "run")
+    assert _session(db, c.last_request_id)["status"] == "complete"

@@ -237,3 +237,33 @@ def test_content_redaction_hides_prompts(tmp_path: Path) -> None:
     kinds = r.query("SELECT kind, summary FROM frames ORDER BY seq").to_pylist()
     assert kinds[0]["kind"] == "run_request" and kinds[1]["kind"] == "interaction_update.text_delta"
     assert "redacted" in kinds[1]["summary"]
+
+
+def test_commit_failure_mid_capture_goes_to_the_spool(tmp_path: Path) -> None:
+    errors: list[str] = []
+    w = CaptureWriter(WriterConfig(db_path=str(tmp_path / "cap.duckdb"), flush_interval=0.05, live=False),
+                      on_error=errors.append)
+    w.start()
+    q = w.queue.put
+    now = time.time_ns() // 1000
+    q(_open("f", "run", rid="mid-1"))
+    q((EV_CHUNK, "f", "client", now, encode(_run_request())))
+    deadline = time.monotonic() + 30
+    while w.frames_committed < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert w.frames_committed == 1
+    assert w.store is not None
+    w.store.con.close()  # the database goes away under the writer (disk gone, file removed...)
+    q((EV_CHUNK, "f", "server", now + 1, encode(_text("a")) + encode(_text("b"))))
+    q((EV_CHUNK, "f", "server", now + 2, encode(b"{}", FLAG_END_STREAM)))
+    q((EV_DONE, "f", now + 3, None, {}))
+    w.stop()
+    assert errors and "failed" in errors[-1] and ".spool" in errors[-1]
+    w2 = _writer(tmp_path)
+    w2.stop()
+    r = open_reader(tmp_path / "cap.duckdb")
+    rows = r.query("SELECT seq, kind FROM frames WHERE session_id = 'mid-1' ORDER BY seq").to_pylist()
+    assert [x["kind"] for x in rows] == ["run_request", "interaction_update.text_delta",
+                                         "interaction_update.text_delta", "end_stream"]
+    assert [x["seq"] for x in rows] == [0, 1, 2, 3]
+    assert r.query("SELECT status, frame_count FROM sessions").to_pylist() == [{"status": "complete", "frame_count": 4}]

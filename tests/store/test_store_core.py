@@ -203,11 +203,11 @@ def test_open_reader_local_read_only(tmp_path: Path) -> None:
 
 
 def test_read_only_sql_check() -> None:
-    for ok in ("SELECT 1", "select * from frames; select 2", "EXPLAIN SELECT 1", "PRAGMA table_info('frames')"):
+    for ok in ("SELECT 1", "select * from frames; select 2", "EXPLAIN SELECT 1"):
         check_read_only(ok)
     for bad in ("DELETE FROM frames", "INSERT INTO meta VALUES ('a','b')", "DROP TABLE frames",
                 "CREATE TABLE x (a INT)", "SELECT 1; DROP TABLE frames", "UPDATE sessions SET status = 'x'",
-                "COPY frames TO '/tmp/x.csv'", "ATTACH '/tmp/other.duckdb'"):
+                "COPY frames TO '/tmp/x.csv'", "ATTACH '/tmp/other.duckdb'", "PRAGMA threads=1"):
         with pytest.raises(ValueError, match="read-only"):
             check_read_only(bad)
     with pytest.raises(ValueError, match="does not parse"):

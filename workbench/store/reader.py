@@ -29,7 +29,8 @@ import pyarrow as pa
 from workbench.store.db import StoreError, _arrow, _lock_message, check_version
 from workbench.store.schema import SchemaVersionError
 
-_READ_STATEMENTS = {"SELECT", "EXPLAIN", "PRAGMA"}
+# PRAGMA is left out: several pragmas change settings of the writer's database.
+_READ_STATEMENTS = {"SELECT", "EXPLAIN"}
 
 
 class Reader(Protocol):
