@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -94,16 +95,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
         finally:
             capture.stop()
     say(f"      capture stopped; {db} written")
-    say("[4/5] diagnosing")
-    rc = diagnose(db)
-    for name, outcome in results:
-        say(f"      {name:<16} {outcome}")
+    say("[4/5] diagnosing (the broken sessions are broken on purpose: their findings are the point)")
+    diagnose(db)
+    failed = [name for name, outcome in results if outcome.startswith(("error:", "stalled"))]
     say(f"[5/5] done in {time.monotonic() - started:.1f} s — browse it with: workbench tui --db {db}")
+    if failed:
+        raise CliError(f"scenario(s) {', '.join(failed)} did not behave as the demo expects")
     if not args.no_tui and sys.stdin.isatty() and sys.stdout.isatty():
         from workbench.tui.app import run_app
 
         run_app(str(db))
-    del rc  # the demo's sessions are broken on purpose: findings are the expected outcome
     return 0
 
 
@@ -208,7 +209,10 @@ async def _answer_exec(ev: Any) -> Any:
     """Stand-in results for the scenario's tools: the demo never runs commands on your machine."""
     if ev.kind in ("shell_args", "shell_stream_args"):
         return "README.md\nworkbench\ncaptures\n"
-    return '{"ok": true}'
+    # An MCP tool that reports what it was handed: the args as the client rebuilt them, which is
+    # how a naive client's garbled concatenation becomes visible on the wire.
+    text = ev.call.args_text if ev.call is not None else json.dumps(ev.args)
+    return f"todo_write received: {text}"
 
 
 def diagnose(db: Path) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import BIN, Mitm, Sim, env_without_proxy
+from capture_rig import BIN, Mitm, Sim, env_without_proxy
 
 from workbench.client.agent import AgentClient
 from workbench.decode.classify import CLIENT_MSG, SERVER_MSG, default_decoder
@@ -49,8 +49,13 @@ def _session(db: Path, sid: str) -> dict[str, Any]:
 
 def _wire_only(rows: list[dict[str, Any]], direction: str) -> list[bytes]:
     """Agent messages of one direction (the client does not log the BidiRequestId or end-stream)."""
-    return [r["payload"] for r in rows if r["direction"] == direction
-            and r["kind"] not in ("bidi_request_id", "end_stream", "end_stream.error")]
+    return [r["payload"] for r in rows if r["direction"] == direction and not _envelope_only(r)]
+
+
+def _envelope_only(r: dict[str, Any]) -> bool:
+    """Frames of the transport itself, which the client does not log as agent messages."""
+    return r["kind"] in ("bidi_request_id", "bidi_poll_request", "end_stream", "end_stream.error") or (
+        r["transport"] == "runpoll" and r["kind"] == "empty" and not r["payload"])  # the eof poll record
 
 
 def _assert_matches_client_log(rows: list[dict[str, Any]], log: list[Any], transport: str) -> None:
@@ -73,8 +78,7 @@ def _assert_matches_client_log(rows: list[dict[str, Any]], log: list[Any], trans
             log_view = [(dec.classify_agent(e.data, msg_type).kind, e.ts_us) for e in entries][max(0, at - 3):at + 6]
             raise AssertionError(f"{transport} {direction}: DB frames differ from the client's log at {at} "
                                  f"(db {len(stored)}, log {len(sent)}): db {db_view} log {log_view}")
-        kinds = [r["kind"] for r in rows if r["direction"] == direction
-                 and r["kind"] not in ("bidi_request_id", "end_stream")]
+        kinds = [r["kind"] for r in rows if r["direction"] == direction and not _envelope_only(r)]
         assert kinds == [dec.classify_agent(p, msg_type).kind for p in sent]
     assert [r["seq"] for r in rows] == list(range(len(rows)))
 
@@ -88,7 +92,7 @@ async def _turn(sim: Sim, m: Mitm, transport: str, prompt: str, workspace: Path 
     return c, res
 
 
-@pytest.mark.parametrize("transport", ["run", "runsse"])
+@pytest.mark.parametrize("transport", ["run", "runsse", "runpoll"])
 async def test_turn_through_capture_matches_client_log(capture_sim: Sim, capture_mitm: Any, capture_proxy_env: Any,
                                                        transport: str, tmp_path: Path) -> None:
     m = capture_mitm()
@@ -111,8 +115,8 @@ async def test_turn_through_capture_matches_client_log(capture_sim: Sim, capture
     assert [r["kind"] for r in rows if r["direction"] == "server"][-1] == "end_stream"
     if transport == "run":  # HTTP/2 on both legs of the proxy
         assert '"client_alpn": "h2"' in s["meta"] and '"server_alpn": "h2"' in s["meta"]
-    if transport == "runsse":
-        assert kinds[0] == "bidi_request_id"
+    if transport in ("runsse", "runpoll"):
+        assert kinds[0] == ("bidi_request_id" if transport == "runsse" else "bidi_poll_request")
         appends = [r["append_seqno"] for r in rows if r["transport"] == "bidi_append"]
         assert appends == list(range(len(appends)))
     # No stall: the client had server frames in hand while the stream was still being written.

@@ -215,7 +215,9 @@ class CaptureWriter:
         self._write_stats()
 
     def _loud(self, msg: str) -> None:
-        log.error(msg)
+        # mitmdump exits when an error is logged during its start-up, and a capture that cannot
+        # write its database must keep proxying (and spool): warn then, error afterwards.
+        (log.error if self._thread.is_alive() else log.warning)(msg)
         print(f"workbench capture: ERROR: {msg}", file=sys.stderr, flush=True)
         if self._on_error is not None:
             self._on_error(msg)

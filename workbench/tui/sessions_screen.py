@@ -102,7 +102,9 @@ class SessionsScreen(Loader, Screen[None]):
         self.load(self.app.data.sessions, self._got_sessions, group="sessions", what="reading sessions")
 
     def _poll(self) -> None:
-        if self.app.screen is self:
+        # never cancel a reload in flight: on a slow disk every poll would cancel the last one
+        busy = any(w.group == "sessions" and w.is_running for w in self.app.workers)
+        if self.app.screen is self and not busy:
             self.action_reload()
 
     def _got_sessions(self, sessions: list[SessionSummary]) -> None:

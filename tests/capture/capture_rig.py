@@ -1,0 +1,81 @@
+"""Helpers for capture tests: process handles, ports, the long scenarios."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ADDON = ROOT / "addons" / "cursor_capture.py"
+BIN = Path(sys.executable).parent
+
+# A long paced turn (~3 s at --pace 0.02) for the kill and follow tests.
+LONG_SCENARIO = {
+    "description": "many streamed text deltas",
+    "steps": [
+        {"kv_set": "system"},
+        {"kv_set": "user"},
+        {"text": "word " * 150, "chunks": 150},
+        {"turn_ended": True},
+        {"end": "ok"},
+    ],
+}
+
+
+@dataclass
+class Sim:
+    url: str
+    cert: Path
+    proc: subprocess.Popen[str]
+
+
+@dataclass
+class Mitm:
+    port: int
+    db: Path
+    ca: Path
+    proc: subprocess.Popen[bytes]
+    flush_ms: int
+
+    @property
+    def proxy(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 90) -> None:  # type: ignore[type-arg]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} before listening")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on {port} after {timeout} s")
+
+
+def env_without_proxy() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.lower() not in ("https_proxy", "http_proxy", "all_proxy")}

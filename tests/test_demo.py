@@ -1,0 +1,34 @@
+"""README command 1: the demo runs end to end (real sim, real mitmdump capture, real DuckDB)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+
+
+def test_demo_runs_and_diagnoses_every_scenario(tmp_path: Path) -> None:
+    db = tmp_path / "captures" / "demo.duckdb"
+    proc = subprocess.run([sys.executable, "-m", "workbench", "demo", "--no-tui", "--db", str(db)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "[5/5] done" in proc.stdout
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        sessions = con.execute("SELECT count(*), count(DISTINCT transport) FROM sessions").fetchone()
+        codes = {r[0] for r in con.execute("SELECT DISTINCT code FROM findings").fetchall()}
+        clean = con.execute(
+            "SELECT count(*) FROM sessions s WHERE status = 'complete' AND NOT EXISTS "
+            "(SELECT 1 FROM findings f WHERE f.session_id = s.session_id)").fetchone()
+        both = con.execute("SELECT count(DISTINCT direction) FROM frames").fetchone()
+    finally:
+        con.close()
+    assert sessions is not None and sessions[0] >= 7 and sessions[1] >= 2
+    assert {"heartbeat_loop", "missing_stream_close", "args_cumulative_snapshots", "completion_args_lossy",
+            "kv_only_response", "server_error"} <= codes
+    assert clean is not None and clean[0] >= 3  # text, tool flow over Run and over RunSSE
+    assert both == (2,)
+    # the demo never leaves the capture's live-reader sidecar behind
+    assert not Path(str(db) + ".live.json").exists()
