@@ -384,3 +384,29 @@ async def test_locked_database_spools_loudly_then_merges(capture_sim: Sim, captu
     rows = _session_frames(db, c.last_request_id)
     _assert_matches_client_log(rows, list(c.frame_log), "run")
     assert _session(db, c.last_request_id)["status"] == "complete"
+
+
+async def test_http_error_recorded_on_the_session(capture_mitm: Any, tmp_path: Path) -> None:
+    sim = subprocess.Popen([str(BIN / "workbench"), "sim", "--port", "0", "--token", "the-right-token",
+                            "--cert-dir", str(tmp_path / "certs"), "--quiet"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env_without_proxy())
+    try:
+        assert sim.stdout is not None
+        url = sim.stdout.readline().strip()
+        m = capture_mitm()
+        async with httpx.AsyncClient(proxy=m.proxy, verify=ssl.create_default_context(cafile=str(m.ca))) as http:
+            resp = await http.post(url + "/agent.v1.AgentService/GetUsableModels", content=b"",
+                                   headers={"authorization": "Bearer wrong-token", "x-request-id": "unauth-1",
+                                            "content-type": "application/proto", "connect-protocol-version": "1"})
+        assert resp.status_code == 401
+        assert m.stop() == 0
+    finally:
+        sim.send_signal(signal.SIGTERM)
+        sim.wait(30)
+    r = open_reader(m.db)
+    s = r.query("SELECT session_id, status, http_status, error, request_id FROM sessions").to_pylist()
+    frames = r.query("SELECT direction, kind, error FROM frames ORDER BY seq").to_pylist()
+    r.close()
+    assert len(s) == 1 and s[0]["status"] == "error" and s[0]["http_status"] == 401
+    assert s[0]["request_id"] == "unauth-1" and "unauthenticated" in s[0]["error"]
+    assert frames[-1]["direction"] == "server" and frames[-1]["kind"] == "http_error"

@@ -69,7 +69,9 @@ def test_run_stream_reassembled_from_odd_chunks(tmp_path: Path) -> None:
     q = w.queue.put
     q(_open("f1", "run"))
     client = encode(_run_request()) + encode(_hb())
-    server = b"".join(encode(_text(f"t{i}")) for i in range(5)) + encode(b"{}", FLAG_END_STREAM)
+    # connect-content-encoding: gzip compresses envelopes one by one (flag 0x01)
+    server = (b"".join(encode(_text(f"t{i}"), compress=i == 3) for i in range(5))
+              + encode(b"{}", FLAG_END_STREAM))
     now = time.time_ns() // 1000
     for i, c in enumerate(_chunks(client, 3)):
         q((EV_CHUNK, "f1", "client", now + i, c))
@@ -86,7 +88,7 @@ def test_run_stream_reassembled_from_odd_chunks(tmp_path: Path) -> None:
     rows = r.query("SELECT seq, direction, kind, payload FROM frames WHERE session_id='rid-1' ORDER BY seq").to_pylist()
     assert [x["kind"] for x in rows] == ["run_request", "client_heartbeat"] + ["interaction_update.text_delta"] * 5 + ["end_stream"]
     assert [x["direction"] for x in rows] == ["client"] * 2 + ["server"] * 6
-    assert rows[2]["payload"] == _text("t0")
+    assert rows[2]["payload"] == _text("t0") and rows[5]["payload"] == _text("t3")
     s = r.query("SELECT status, model, conversation_id, http_status, transport, client_version FROM sessions").to_pylist()
     assert s == [{"status": "complete", "model": "claude-x", "conversation_id": "conv-1", "http_status": 200,
                   "transport": "run", "client_version": "cli-2026.01.01-abc"}]
@@ -267,3 +269,54 @@ def test_commit_failure_mid_capture_goes_to_the_spool(tmp_path: Path) -> None:
                                          "interaction_update.text_delta", "end_stream"]
     assert [x["seq"] for x in rows] == [0, 1, 2, 3]
     assert r.query("SELECT status, frame_count FROM sessions").to_pylist() == [{"status": "complete", "frame_count": 4}]
+
+
+def test_unwritable_directory_spools_to_the_state_dir(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the capture folder should be")
+    db = blocker / "cap.duckdb"
+    errors: list[str] = []
+    w = CaptureWriter(WriterConfig(db_path=str(db), flush_interval=0.05, live=False), on_error=errors.append)
+    w.start()
+    now = time.time_ns() // 1000
+    w.queue.put(_open("f", "run", rid="state-1"))
+    w.queue.put((EV_CHUNK, "f", "client", now, encode(_run_request())))
+    w.queue.put((EV_DONE, "f", now, "client went away", {}))
+    w.stop()
+    spool = spool_candidates(db)[1]
+    assert spool.is_relative_to(tmp_path / "state") and spool.exists()
+    assert str(spool) in errors[-1]
+    blocker.unlink()
+    blocker.mkdir()
+    _writer_at(db).stop()  # the next start finds the spool in the state dir and merges it
+    assert not spool.exists()
+    r = open_reader(db)
+    assert r.query("SELECT session_id, status, error FROM sessions").to_pylist() == [
+        {"session_id": "state-1", "status": "aborted", "error": "client went away"}]
+
+
+def _writer_at(db: Path) -> CaptureWriter:
+    w = CaptureWriter(WriterConfig(db_path=str(db), flush_interval=0.05, live=False))
+    w.start()
+    return w
+
+
+def test_token_rpc_bodies_are_stored_as_markers(tmp_path: Path) -> None:
+    w = _writer(tmp_path)
+    q = w.queue.put
+    now = time.time_ns() // 1000
+    fo = _open("t", "unary", streaming=False, rid=None)[1]
+    fo.path = "/aiserver.v1.DashboardService/RefreshGithubAccessToken"
+    q((EV_OPEN, fo))
+    q((EV_BODY, "t", "client", now, b"\x0a\x10gho_SECRETGITHUB"))
+    q((EV_RESPONSE, "t", now, 200, [], "HTTP/2.0", "h2"))
+    q((EV_BODY, "t", "server", now, b"\x0a\x11ghu_NEWSECRETTOK"))
+    q((EV_DONE, "t", now, None, {}))
+    w.stop()
+    data = (tmp_path / "cap.duckdb").read_bytes()
+    assert b"SECRETGITHUB" not in data and b"NEWSECRETTOK" not in data
+    r = open_reader(tmp_path / "cap.duckdb")
+    rows = r.query("SELECT direction, summary, payload FROM frames ORDER BY seq").to_pylist()
+    assert [x["direction"] for x in rows] == ["client", "server"]
+    assert all(x["payload"].startswith(b"[redacted sha256:") for x in rows)

@@ -301,3 +301,34 @@ async def test_database_errors_are_reported_not_raised(tmp_path: Path, wait_for:
         await wait_for(pilot, lambda: app.errors, what="reported error")
         assert "no such capture database" in app.errors[0]
         assert app.is_running
+
+
+async def test_kind_picker_and_direction_cycle(tui_demo_db: Path, wait_for: Wait) -> None:
+    from textual.widgets import OptionList
+
+    from workbench.tui.modals import KindPicker
+
+    app = WorkbenchApp(tui_demo_db, HANG_SESSION)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: _ready(app))
+        tl = _timeline(app)
+        await pilot.press("k")
+        await wait_for(pilot, lambda: isinstance(app.screen, KindPicker), what="kind picker")
+        picker = app.screen
+        assert isinstance(picker, KindPicker)
+        assert picker.kinds[0] == ("interaction_update.heartbeat", 37)   # most frequent first
+        options = picker.query_one(OptionList)
+        target = [o.id for o in (options.get_option_at_index(i) for i in range(options.option_count))].index(
+            "exec_server_message.shell_stream_args")
+        await pilot.press(*["down"] * target, "enter")
+        await wait_for(pilot, lambda: tl.index is not None and tl.index.total == 1, what="kind filter")
+        assert "kind:exec_server_message.shell_stream_args" in _text(app, "#session-status")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: tl.index is not None and tl.index.total == 61)
+        await pilot.press("d")                 # client only
+        await wait_for(pilot, lambda: tl.index is not None and tl.index.total < 61 and "dir:client" in _text(
+            app, "#session-status"))
+        await pilot.press("d")                 # server only
+        await wait_for(pilot, lambda: "dir:server" in _text(app, "#session-status"))
+        await pilot.press("d")                 # both again
+        await wait_for(pilot, lambda: tl.index is not None and tl.index.total == 61)

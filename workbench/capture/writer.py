@@ -35,7 +35,7 @@ from typing import Any
 
 from workbench.capture.spool import FrameRecord, Spool, merge_spools
 from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, StreamDecoder, default_decoder
-from workbench.redact import redact_frame
+from workbench.redact import marker, redact_frame, secret_method
 from workbench.store.db import SESSION_FIELDS, FrameBatch, SessionInfo, Store, StoreError, us_to_datetime
 from workbench.store.reader import LiveService
 from workbench.store.recorder import Recorder
@@ -87,6 +87,7 @@ class _Flow:
     eof: set[str] = field(default_factory=set)
     append_seqno: int | None = None
     done: bool = False
+    secret: bool = False  # an RPC whose bodies are credentials: store markers only
 
 
 @dataclass(slots=True)
@@ -262,7 +263,14 @@ class CaptureWriter:
         while not stop:
             self._wake.wait(max(0.0, next_tick - time.monotonic()))
             tick = time.monotonic()
+            # Under a flood the queue refills while it drains: stop after most of an interval so
+            # commits keep coming (and a crash loses at most about one interval).
+            drain_until = tick + interval * 0.8
+            n = 0
             while True:
+                n += 1
+                if not n & 255 and time.monotonic() > drain_until and not stop:
+                    break
                 try:
                     ev = get()
                 except queue.Empty:
@@ -301,7 +309,7 @@ class CaptureWriter:
             self._done(ev[1], ev[2], ev[3], ev[4])
 
     def _open_flow(self, fo: FlowOpen) -> None:
-        fl = _Flow(fo)
+        fl = _Flow(fo, secret=fo.transport == "unary" and secret_method(fo.path))
         self.flows[fo.key] = fl
         if fo.streaming:
             fl.decoders = {"client": self.decoder.stream(fo.transport, "client"),
@@ -374,7 +382,16 @@ class CaptureWriter:
                 if direction == "server" or len(fl.pending) > 4:
                     self._bind(fl, fo.request_id or str(uuid.uuid4()))
                 return
+        if fl.secret:
+            self._scrub(f)
         self._emit(fl.session_id, ts_us, direction, fo.transport, fo.key, f)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _scrub(f: Frame) -> None:
+        if f.payload and not f.kind.startswith("end_stream"):
+            f.payload = marker(f.payload).encode()
+            f.raw = None
+            f.summary = f"{f.kind}: credential payload redacted"
 
     def _eof(self, key: str, direction: str, ts_us: int) -> None:
         fl = self.flows.get(key)
@@ -430,6 +447,8 @@ class CaptureWriter:
         return f
 
     def _emit_flow(self, fl: _Flow, ts_us: int, direction: str, f: Frame) -> None:
+        if fl.secret:
+            self._scrub(f)
         if fl.session_id is None:
             self._bind(fl, fl.open.request_id or str(uuid.uuid4()))
         self._emit(fl.session_id, ts_us, direction, fl.open.transport, fl.open.key, f)  # type: ignore[arg-type]

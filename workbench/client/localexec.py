@@ -13,6 +13,7 @@ import contextlib
 import fnmatch
 import os
 import re
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -64,12 +65,13 @@ class LocalExecutor:
         start = time.monotonic()
         proc = await asyncio.create_subprocess_shell(
             args.command, cwd=str(cwd), stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
         except BaseException:  # timeout, or the server aborted the exec (task cancelled)
-            if proc.returncode is None:
-                proc.kill()
+            # Kill the whole process group: the shell's children would keep the pipes open.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
             # Drain the pipes too, so the subprocess transport closes now and not at GC time.
             with contextlib.suppress(Exception):
                 await asyncio.shield(proc.communicate())

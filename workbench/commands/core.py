@@ -21,6 +21,7 @@ from workbench.commands.common import (
 )
 from workbench.decode import frame_to_json
 from workbench.decode.classify import DIRECTIONS, TRANSPORTS, Decoder, Frame
+from workbench.store.db import StoreError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -203,7 +204,16 @@ def cmd_frames(args: argparse.Namespace) -> int:
     printed = 0
     while True:
         sql, params = _frame_query(args, session_id, last)
-        rows = reader.query(sql, params).to_pylist()
+        try:
+            rows = reader.query(sql, params).to_pylist()
+            status = reader.query("SELECT status FROM sessions WHERE session_id = ?", [session_id]).to_pylist()
+        except StoreError:
+            if not args.follow:
+                raise
+            # The capture ended (its read service is gone) or is just starting: reopen, which
+            # picks the live service or the file, whichever holds the data now.
+            reader = _reopen(args, reader)
+            continue
         for row in rows:
             _print_frame(row, dec)
             last = row["seq"]
@@ -213,10 +223,21 @@ def cmd_frames(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         if not args.follow:
             return 0
-        status = reader.query("SELECT status FROM sessions WHERE session_id = ?", [session_id]).to_pylist()
-        if not rows and status and status[0]["status"] != "open" and not getattr(reader, "live", False):
+        if not rows and status and status[0]["status"] != "open":
             return 0
         time.sleep(0.3)
+
+
+def _reopen(args: argparse.Namespace, old: Any) -> Any:
+    old.close()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return reader_from(args)
+        except StoreError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _print_frame(row: dict[str, Any], dec: Decoder | None) -> None:

@@ -470,6 +470,12 @@ class TuiData:
         t = self.query("SELECT coalesce(max(seq), -1) FROM frames WHERE session_id = ?", [session_id])
         return int(t.column(0)[0].as_py())
 
+    def kind_counts(self, session_id: str) -> list[tuple[str, int]]:
+        """Kinds present in a session with their frame counts, most frequent first."""
+        t = self.query("SELECT kind, count(*) AS n FROM frames WHERE session_id = ? GROUP BY kind "
+                       "ORDER BY n DESC, kind", [session_id])
+        return [(str(r["kind"]), int(r["n"])) for r in t.to_pylist()]
+
     def frame_rows(self, session_id: str, seqs: Sequence[int]) -> dict[int, dict[str, Any]]:
         """Timeline columns for the given seqs (the rows on screen)."""
         if not seqs:

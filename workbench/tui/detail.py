@@ -15,7 +15,10 @@ from workbench.tui.data import FrameDetail
 from workbench.tui.timeline import arrow, kind_style
 
 HEX_LIMIT = 64 * 1024
+JSON_LIMIT = 200_000
 TREE_CHILD_LIMIT = 500
+TREE_NODE_BUDGET = 5000
+TREE_OPEN_DEPTH = 8
 _HEADER_STYLE = "bold black on yellow"
 _FLAG_NAMES = {0x01: "gzip", 0x02: "end-stream", 0x80: "trailer"}
 
@@ -67,7 +70,9 @@ def _label(key: str, value: Any) -> Text:
     return t
 
 
-def fill_tree(node: TreeNode[Any], value: Any) -> None:
+def fill_tree(node: TreeNode[Any], value: Any, budget: list[int] | None = None, depth: int = 0) -> None:
+    """Add ``value`` under ``node``; at most TREE_NODE_BUDGET nodes, deep levels start collapsed."""
+    budget = budget if budget is not None else [TREE_NODE_BUDGET]
     items: list[tuple[str, Any]]
     if isinstance(value, dict):
         items = [(str(k), v) for k, v in value.items()]
@@ -77,9 +82,13 @@ def fill_tree(node: TreeNode[Any], value: Any) -> None:
         node.add_leaf(_label("value", value))
         return
     for key, v in items[:TREE_CHILD_LIMIT]:
+        if budget[0] <= 0:
+            node.add_leaf(Text("… more fields (see the JSON tab)", "dim"))
+            return
+        budget[0] -= 1
         if isinstance(v, dict | list) and v:
-            child = node.add(_label(key, v), expand=True)
-            fill_tree(child, v)
+            child = node.add(_label(key, v), expand=depth < TREE_OPEN_DEPTH)
+            fill_tree(child, v, budget, depth + 1)
         else:
             node.add_leaf(_label(key, v))
     if len(items) > TREE_CHILD_LIMIT:
@@ -138,8 +147,11 @@ class FrameDetailView(Vertical):
         head.update(h)
         fill_tree(tree.root, detail.tree)
         tree.root.expand()
+        text = detail.as_json()
+        if len(text) > JSON_LIMIT:   # highlighting megabytes of JSON would stall the UI thread
+            text = text[:JSON_LIMIT] + f"\n… {len(text) - JSON_LIMIT} more characters (see workbench frames --json)"
         self.query_one("#detail-json", Static).update(
-            Syntax(detail.as_json(), "json", theme="ansi_dark", word_wrap=True, background_color="default"))
+            Syntax(text, "json", theme="ansi_dark", word_wrap=True, background_color="default"))
         # 16 bytes a line need 78 columns; narrower panes get 8
         per_line = 16 if self.size.width >= 80 or not self.size.width else 8
         hx = hex_dump(detail.header, detail.payload, per_line=per_line)

@@ -11,7 +11,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Static
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
 
 from workbench.tui.data import pretty_blob, pretty_json, sha256_check
 
@@ -87,6 +88,30 @@ class BlobScreen(ModalScreen[None]):
             yield Static(Text("esc to close", "dim"))
 
 
+class KindPicker(ModalScreen[str | None]):
+    """Pick one kind (with its frame count) to filter the timeline by; "" = all kinds."""
+
+    BINDINGS = [Binding("escape,q", "dismiss", "Close")]
+
+    def __init__(self, kinds: list[tuple[str, int]], current: tuple[str, ...]) -> None:
+        super().__init__(classes="wb-modal")
+        self.kinds = kinds
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        options = [Option(Text("(all kinds)", "italic"), id="")]
+        for kind, n in self.kinds:
+            label = Text(f"{n:>9,}  ", "dim")
+            label.append(kind, "bold" if kind in self.current else "")
+            options.append(Option(label, id=kind))
+        with Vertical(classes="wb-modal-box", id="kind-box"):
+            yield Static(Text("filter by kind (enter to pick, esc to cancel)", "bold"), classes="wb-modal-title")
+            yield OptionList(*options, id="kind-list")
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id or "")
+
+
 HELP_TEXT = """\
 Sessions screen
   enter  open session      /  filter rows      s  change sort      r  reverse sort
@@ -94,6 +119,7 @@ Sessions screen
 Session screen
   ↑↓ pgup pgdn home end  move in the timeline    enter  fold/unfold a heartbeat run
   /  filter frames: kind:exec_server dir:server "text"  (> client→server, < server→client)
+  k  pick a kind from those present (with counts)    d  cycle direction: all → client → server
   escape  clear the filter      z  fold/unfold all heartbeat runs
   t / o / x  Tree / JSON / Hex tab         f / c / b  focus findings / tool calls / blobs
   enter on a finding  jump to its evidence frames (marked ◆)    ] / [  next / previous evidence

@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedCont
 from workbench.tui.data import FrameDetail, FrameFilter, FrameIndex, LiveFindings, SessionSummary
 from workbench.tui.detail import FrameDetailView
 from workbench.tui.loading import Loader
-from workbench.tui.modals import BlobScreen, ToolCallScreen
+from workbench.tui.modals import BlobScreen, KindPicker, ToolCallScreen
 from workbench.tui.panels import BlobsTable, FindingsTable, ToolCallsTable
 from workbench.tui.replay import ReplayClock
 from workbench.tui.sessions_screen import fmt_duration
@@ -66,6 +66,8 @@ class SessionScreen(Loader, Screen[None]):
         Binding("plus,equals_sign", "speed(1)", "Faster", show=True),
         Binding("minus", "speed(-1)", "Slower", show=False),
         Binding("i", "skip_idle", "Skip idle", show=False),
+        Binding("k", "pick_kind", "Kind", show=False),
+        Binding("d", "cycle_direction", "Direction", show=False),
         Binding("z", "toggle_fold", "Fold heartbeats", show=False),
         Binding("t", "tab('tab-tree')", "Tree", show=False),
         Binding("o", "tab('tab-json')", "JSON", show=False),
@@ -83,6 +85,7 @@ class SessionScreen(Loader, Screen[None]):
         "play_pause": "Replay: play or pause", "step(1)": "Replay: step one frame forward",
         "step(-1)": "Replay: step one frame back", "speed(1)": "Replay: faster", "speed(-1)": "Replay: slower",
         "skip_idle": "Replay: toggle skipping idle gaps", "toggle_fold": "Fold or unfold heartbeat runs",
+        "pick_kind": "Filter by a kind present in the session", "cycle_direction": "Filter direction: all / client / server",
         "tab('tab-tree')": "Detail: named tree", "tab('tab-json')": "Detail: JSON",
         "tab('tab-hex')": "Detail: hex dump", "panel('findings')": "Show findings",
         "panel('tool-calls')": "Show tool calls", "panel('blobs')": "Show KV blobs",
@@ -124,8 +127,9 @@ class SessionScreen(Loader, Screen[None]):
             with Vertical(id="right"):
                 yield FrameDetailView(id="detail")
                 with TabbedContent(id="panels", initial="findings"):
-                    with TabPane("Findings", id="findings"):
+                    with TabPane("Findings", id="findings"), Vertical():
                         yield FindingsTable(id="findings-table")
+                        yield Static("", id="finding-text")
                     with TabPane("Tool calls", id="tool-calls"):
                         yield ToolCallsTable(id="tools-table")
                     with TabPane("Blobs", id="blobs"):
@@ -195,6 +199,7 @@ class SessionScreen(Loader, Screen[None]):
 
         def got(res: tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]) -> None:
             self.findings_table.set_findings(res[0])
+            self._show_finding_text()
             self.query_one("#tools-table", ToolCallsTable).set_calls(res[1])
             self.query_one("#blobs-table", BlobsTable).set_blobs(res[2])
             self._update_panel_titles()
@@ -291,6 +296,23 @@ class SessionScreen(Loader, Screen[None]):
         self.timeline.clear_cache()
         self._load_index(keep_seq=cur.seq if cur is not None else None)
 
+    def action_pick_kind(self) -> None:
+        data, sid = self.app.data, self.session_id
+
+        def picked(kind: str | None) -> None:
+            if kind is not None:
+                self.apply_filter(FrameFilter((kind,) if kind else (), self.flt.direction, self.flt.text))
+
+        def show(kinds: list[tuple[str, int]]) -> None:
+            self.app.push_screen(KindPicker(kinds, self.flt.kinds), picked)
+
+        self.load(lambda: data.kind_counts(sid), show, group="kinds", what=f"counting kinds of {sid}")
+
+    def action_cycle_direction(self) -> None:
+        nxt = {None: "client", "client": "server", "server": None}[self.flt.direction]
+        self.apply_filter(FrameFilter(self.flt.kinds, nxt, self.flt.text))
+        self.app.notify(f"direction: {nxt or 'both'}", timeout=2)
+
     def action_back_or_clear(self) -> None:
         box = self.query_one("#frame-filter", Input)
         if self.flt.active or not box.has_class("hidden"):
@@ -328,6 +350,23 @@ class SessionScreen(Loader, Screen[None]):
         self.timeline.index_changed()
         if cur is not None:
             self.timeline.jump_to_row(max(0, self.index.row_of_seq(cur.seq)))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if isinstance(event.data_table, FindingsTable):
+            self._show_finding_text()
+
+    def _show_finding_text(self) -> None:
+        f = self.findings_table.selected()
+        text = Text()
+        if f is not None:
+            text.append(f"{f['code']}: ", "bold")
+            text.append(f["message"])
+            if f["suggested_fix"]:
+                text.append("\nfix: ", "bold green")
+                text.append(f["suggested_fix"])
+            text.append(f"\nevidence: {', '.join(map(str, f['evidence'][:20]))}"
+                        + (" …" if len(f["evidence"]) > 20 else "") + "   (enter: jump)", "dim")
+        self.query_one("#finding-text", Static).update(text)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         table = event.data_table
@@ -543,6 +582,7 @@ class SessionScreen(Loader, Screen[None]):
                 if at_tail and self.replay is None:
                     self.timeline.action_last()
             self.findings_table.set_findings(res.findings)
+            self._show_finding_text()
             self._update_panel_titles()
             self._update_lit()
             self._update_status()
