@@ -10,6 +10,7 @@ these obligations on purpose so the known client bugs can be reproduced against 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import os
 import platform
@@ -17,7 +18,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import httpx
 from google.protobuf import json_format
@@ -56,6 +57,9 @@ from workbench.client.transport import (
     unary,
 )
 
+if TYPE_CHECKING:
+    from workbench.decode.classify import Frame
+
 FAULTS = frozenset({"no_stream_close", "naive_args_concat", "reuse_session", "omit_conversation_state",
                     "reset_append_seqno"})
 
@@ -71,6 +75,24 @@ class FrameLogEntry(NamedTuple):
 
 
 ToolDef = Any  # a McpToolDefinition dict (see tool_definition) or message
+
+
+class _RunWire:
+    """One run's traffic: agent messages go to ``client.frame_log`` (kept in timestamp order:
+    a BidiAppend is logged only once answered, possibly after later frames), wire frames to the
+    client's recording journal under this run's session."""
+
+    def __init__(self, client: AgentClient, session_id: str) -> None:
+        self.client = client
+        self.session_id = session_id
+        self.recording = client._recorder is not None
+
+    def message(self, ts_us: int, direction: str, transport: str, data: bytes) -> None:
+        bisect.insort(self.client.frame_log, FrameLogEntry(ts_us, direction, transport, data),
+                      key=lambda e: e.ts_us)
+
+    def frame(self, ts_us: int, direction: str, transport: str, frame: Frame) -> None:
+        self.client._journal.append((ts_us, self.session_id, direction, transport, frame))
 
 
 def tool_definition(tool: ToolDef) -> Any:
@@ -223,6 +245,9 @@ class AgentClient:
         self._store: Any = None
         self._own_store = False
         self._session_id: str | None = None
+        # Recorded frames wait here until the turn is over, then go to the Recorder sorted by
+        # timestamp (appends are only known to be sent once answered, after later frames).
+        self._journal: list[tuple[int, str, str, str, Frame]] = []
         if record_to is not None:
             self._open_recorder(record_to)
 
@@ -244,6 +269,7 @@ class AgentClient:
         if self._own_conns:
             await self.connections.aclose()
         if self._recorder is not None:
+            self._drain_journal()
             self._recorder.flush()
             if self._own_store:
                 self._store.close()
@@ -262,14 +288,13 @@ class AgentClient:
             self._own_store = True
         self._recorder = Recorder(self._store)
 
-    def _log(self, direction: str, transport: str, data: bytes) -> None:
-        ts = time.time_ns() // 1000
-        self.frame_log.append(FrameLogEntry(ts, direction, transport, data))
-        if self._recorder is not None and self._session_id is not None:
-            from workbench.decode.classify import CLIENT_MSG, SERVER_MSG, default_decoder
-
-            frame = default_decoder().classify_agent(data, CLIENT_MSG if direction == "client" else SERVER_MSG)
-            self._recorder.add(self._session_id, ts, direction, transport, None, frame)
+    def _drain_journal(self) -> None:
+        if self._recorder is None or not self._journal:
+            return
+        self._journal.sort(key=lambda j: j[0])
+        for ts, sid, direction, transport, frame in self._journal:
+            self._recorder.add(sid, ts, direction, transport, None, frame)
+        self._journal.clear()
 
     def _record_session(self, run: _Run) -> None:
         if self._recorder is None:
@@ -286,6 +311,7 @@ class AgentClient:
     def _finish_session(self, run: _Run, error: Error | None) -> None:
         if self._recorder is None or self._session_id is None:
             return
+        self._drain_journal()
         info = self._recorder.sessions.get(self._session_id)
         if info is not None:
             info.status = "error" if error else ("complete" if run.ended else "incomplete")
@@ -320,10 +346,12 @@ class AgentClient:
     # transport ------------------------------------------------------------------------------
 
     async def _channel(self) -> Channel:
+        rid = str(uuid.uuid4())
+        wire = _RunWire(self, rid)  # the session id is the run's request id
         if self.transport == "run":
-            return RunChannel(self.base_url, self._token, self._log, await self.connections.h2())
+            return RunChannel(self.base_url, self._token, wire, await self.connections.h2(), request_id=rid)
         cls = RunSSEChannel if self.transport == "runsse" else RunPollChannel
-        return cls(self.base_url, self._token, self._log, self.connections.http(),
+        return cls(self.base_url, self._token, wire, self.connections.http(), request_id=rid,
                    reset_seqno="reset_append_seqno" in self.faults)
 
     async def _send(self, run: _Run, msg: Any) -> None:
@@ -407,11 +435,12 @@ class AgentClient:
             raise
         finally:
             if run is not None:
-                self._finish_session(run, error)
                 if keep:
                     self._parked = run
                 else:
+                    # Closed first so appends still in flight are answered and recorded with the turn.
                     await self._close_run(run)
+                self._finish_session(run, error)
 
     async def run_turn(self, prompt: str, model: str | None = None, tools: Sequence[ToolDef] | None = None,
                        conversation_id: str | None = None,

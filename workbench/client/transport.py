@@ -17,18 +17,21 @@ import base64
 import binascii
 import contextlib
 import json
+import threading
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
 from workbench import __version__
 from workbench.client._pb import pb
 from workbench.client.net import H2Connection, H2Stream, NetError, Verify, cancel_and_wait, ssl_context
+from workbench.decode.classify import Frame, default_decoder
 from workbench.wire.endstream import EndStream, parse_end_stream
-from workbench.wire.envelope import EnvelopeParser, encode, split_unary
+from workbench.wire.envelope import Envelope, EnvelopeParser, encode, split_unary
 
 RUN_PATH = "/agent.v1.AgentService/Run"
 RUNSSE_PATH = "/agent.v1.AgentService/RunSSE"
@@ -38,8 +41,36 @@ MODELS_PATH = "/agent.v1.AgentService/GetUsableModels"
 TRANSPORTS = ("run", "runsse", "runpoll")
 MAX_APPENDS_IN_FLIGHT = 16
 CLIENT_VERSION = f"workbench-{__version__}"
+# How long closing a RunSSE/RunPoll channel waits for BidiAppends still in flight (their messages
+# are logged only once answered, so one cut short is left out of the frame log).
+APPEND_DRAIN_S = 2.0
+# After a RunPoll eof record the server still owes the Connect end-stream; give up waiting after this.
+EOF_GRACE_S = 5.0
 
-FrameLogger = Callable[[str, str, bytes], None]
+_clock_lock = threading.Lock()
+_clock_base = time.time_ns() // 1000 - time.monotonic_ns() // 1000
+_clock_last = 0
+
+
+def now_us() -> int:
+    """Wall-clock microseconds that never go backwards and never repeat in this process, so
+    sorting by timestamp gives the order in which the client sent and received things."""
+    global _clock_last
+    with _clock_lock:
+        t = max(_clock_base + time.monotonic_ns() // 1000, _clock_last + 1)
+        _clock_last = t
+        return t
+
+
+class Wire(Protocol):
+    """Where a channel reports traffic: ``message`` for the frame log (agent messages only),
+    ``frame`` for the recording (every frame as the decoder classifies it on the wire)."""
+
+    recording: bool
+
+    def message(self, ts_us: int, direction: str, transport: str, data: bytes) -> None: ...
+
+    def frame(self, ts_us: int, direction: str, transport: str, frame: Frame) -> None: ...
 
 
 class TransportError(Exception):
@@ -112,12 +143,12 @@ class Channel:
     transport = "run"
     append_transport = "run"
 
-    def __init__(self, base_url: str, token: str, log: FrameLogger, request_id: str | None = None) -> None:
+    def __init__(self, base_url: str, token: str, wire: Wire, request_id: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.request_id = request_id or str(uuid.uuid4())
         self.queue: asyncio.Queue[Incoming] = asyncio.Queue()
-        self._log = log
+        self.wire = wire
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
 
@@ -151,18 +182,22 @@ class Channel:
         """What one response envelope delivers (RunPoll overrides: records wrap the messages)."""
         return [Incoming("message", payload)]
 
+    def _record(self, ts_us: int, direction: str, transport: str, frames: list[Frame]) -> None:
+        for f in frames:
+            self.wire.frame(ts_us, direction, transport, f)
+
     def _feed_envelopes(self, parser: EnvelopeParser, chunk: bytes) -> bool:
         """Queue the complete envelopes in ``chunk``; True once the stream has ended."""
         for env in parser.feed(chunk):
+            ts = now_us()
+            if self.wire.recording:
+                self._record(ts, "server", self.transport,
+                             [default_decoder().frames_from_envelope(env, self.transport, "server")])
             if env.error:
                 self._fail(TransportError("internal", f"bad envelope from {self.transport}: {env.error}"))
                 return True
             if env.is_end_stream:
-                try:
-                    end = parse_end_stream(env.payload)
-                except ValueError as exc:
-                    end = EndStream(code="internal", message=str(exc))
-                self.queue.put_nowait(Incoming("end", end=end))
+                self.queue.put_nowait(Incoming("end", end=end_of(env)))
                 return True
             try:
                 items = self._unwrap(env.payload)
@@ -171,11 +206,19 @@ class Channel:
                     "internal", f"{self.transport} record does not parse: {exc}"))]
             for item in items:
                 if item.kind == "message":
-                    self._log("server", self.transport, item.payload)
+                    self.wire.message(ts, "server", self.transport, item.payload)
                 self.queue.put_nowait(item)
                 if item.kind != "message":
                     return True
         return False
+
+
+def end_of(env: Envelope) -> EndStream:
+    """The end-stream envelope, its ErrorDetails decoded (what the server says went wrong)."""
+    try:
+        return parse_end_stream(env.payload, default_decoder().error_details)
+    except ValueError as exc:
+        return EndStream(code="internal", message=str(exc))
 
 
 class RunChannel(Channel):
@@ -184,9 +227,9 @@ class RunChannel(Channel):
     transport = "run"
     append_transport = "run"
 
-    def __init__(self, base_url: str, token: str, log: FrameLogger, conn: H2Connection,
+    def __init__(self, base_url: str, token: str, wire: Wire, conn: H2Connection,
                  request_id: str | None = None) -> None:
-        super().__init__(base_url, token, log, request_id)
+        super().__init__(base_url, token, wire, request_id)
         self.conn = conn
         self.stream: H2Stream | None = None
 
@@ -198,11 +241,16 @@ class RunChannel(Channel):
 
     async def send(self, msg: bytes) -> None:
         assert self.stream is not None
-        self._log("client", "run", msg)
+        ts = now_us()
+        data = encode(msg)
         try:
-            await self.stream.send(encode(msg))
+            await self.stream.send(data)
         except NetError as exc:
             self._fail(exc)
+            return
+        self.wire.message(ts, "client", "run", msg)
+        if self.wire.recording:
+            self._record(ts, "client", "run", default_decoder().decode_body(data, "run", "client"))
 
     async def _read(self) -> None:
         assert self.stream is not None
@@ -247,28 +295,34 @@ class _AppendingChannel(Channel):
     append_transport = "bidi_append"
     read_path = RUNSSE_PATH
 
-    def __init__(self, base_url: str, token: str, log: FrameLogger, http: httpx.AsyncClient,
+    def __init__(self, base_url: str, token: str, wire: Wire, http: httpx.AsyncClient,
                  request_id: str | None = None, reset_seqno: bool = False) -> None:
-        super().__init__(base_url, token, log, request_id)
+        super().__init__(base_url, token, wire, request_id)
         self.http = http
         self.seqno = 0
         self._reset_seqno = reset_seqno
         self._sem = asyncio.Semaphore(MAX_APPENDS_IN_FLIGHT)
         self._response: httpx.Response | None = None
+        self._appends: set[asyncio.Task[None]] = set()
         self.appends_sent = 0
+        self.append_drain_s = APPEND_DRAIN_S
 
     def _read_body(self) -> bytes:
         raise NotImplementedError
 
     async def open(self, first: bytes) -> None:
+        body = encode(self._read_body())
         req = self.http.build_request(
-            "POST", self.base_url + self.read_path, content=encode(self._read_body()),
+            "POST", self.base_url + self.read_path, content=body,
             headers=connect_headers(self.token, self.request_id, "application/connect+proto", http1=True),
             timeout=httpx.Timeout(30.0, read=None))
+        ts = now_us()
         try:
             self._response = await self.http.send(req, stream=True)
         except httpx.HTTPError as exc:
             raise NetError(f"{self.read_path} to {self.base_url}: {exc!r}") from exc
+        if self.wire.recording:
+            self._record(ts, "client", self.transport, default_decoder().decode_body(body, self.transport, "client"))
         if self._response.status_code != 200:
             body = await self._response.aread()
             await self._response.aclose()
@@ -285,29 +339,46 @@ class _AppendingChannel(Channel):
             self.seqno = 0
             self._reset_seqno = False
         self.appends_sent += 1
-        self._log("client", "bidi_append", msg)
-        body = pb.BidiAppendRequest(data=msg.hex(), request_id=pb.BidiRequestId(request_id=self.request_id),
-                                    append_seqno=seq).SerializeToString()
+        body = bytes(pb.BidiAppendRequest(data=msg.hex(), request_id=pb.BidiRequestId(request_id=self.request_id),
+                                          append_seqno=seq).SerializeToString())
         await self._sem.acquire()
-        self._spawn(self._append(seq, body))
+        task = self._spawn(self._append(seq, msg, body))
+        self._appends.add(task)
+        task.add_done_callback(self._appends.discard)
 
-    async def _append(self, seq: int, body: bytes) -> None:
+    async def _append(self, seq: int, msg: bytes, body: bytes) -> None:
+        ts = now_us()  # tasks start in send order, so timestamps follow append_seqno
         try:
             resp = await self.http.post(
                 self.base_url + APPEND_PATH, content=body,
                 headers=connect_headers(self.token, self.request_id, "application/proto", http1=True))
-            if resp.status_code != 200:
-                self._fail(error_from_http(resp.status_code, resp.content, f"BidiAppend seqno {seq}"))
         except httpx.HTTPError as exc:
             self._fail(NetError(f"BidiAppend seqno {seq} failed: {exc!r}"))
+            return
         finally:
             self._sem.release()
+        # Any HTTP answer, even an error status, means the server read the whole message (and a
+        # capture in between stored it); cancelled or failed posts are never logged.
+        self.wire.message(ts, "client", "bidi_append", msg)
+        if self.wire.recording:
+            self._record(ts, "client", "bidi_append", [default_decoder().unwrap_append(body)])
+        if resp.status_code != 200:
+            self._fail(error_from_http(resp.status_code, resp.content, f"BidiAppend seqno {seq}"))
 
     async def _read(self) -> None:
         assert self._response is not None
         parser = EnvelopeParser()
+        chunks = self._response.aiter_raw().__aiter__()
         try:
-            async for chunk in self._response.aiter_raw():
+            while True:
+                try:
+                    # After a RunPoll eof record only the end-stream may follow: do not wait forever.
+                    chunk = await asyncio.wait_for(anext(chunks), EOF_GRACE_S if self._eof_seen() else None)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    self.queue.put_nowait(Incoming("end", end=EndStream(metadata={"eof": True})))
+                    return
                 if self._feed_envelopes(parser, chunk):
                     return
             for env in parser.close():
@@ -317,7 +388,16 @@ class _AppendingChannel(Channel):
         except httpx.HTTPError as exc:
             self._fail(NetError(f"{self.read_path} read failed: {exc!r}"))
 
+    def _eof_seen(self) -> bool:
+        return False
+
     async def close(self) -> None:
+        self.closed = True
+        pending = [t for t in self._appends if not t.done()]
+        if pending and self.append_drain_s > 0:
+            # Let appends already posted get their answer (bounded); the rest are cancelled below
+            # and stay out of the frame log.
+            await asyncio.wait(pending, timeout=self.append_drain_s)
         if self._response is not None:
             with contextlib.suppress(Exception):
                 await self._response.aclose()
@@ -339,6 +419,10 @@ class RunPollChannel(_AppendingChannel):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._expect = 0
+        self._eof = False
+
+    def _eof_seen(self) -> bool:
+        return self._eof
 
     def _read_body(self) -> bytes:
         return bytes(pb.BidiPollRequest(request_id=pb.BidiRequestId(request_id=self.request_id),
@@ -359,8 +443,10 @@ class RunPollChannel(_AppendingChannel):
                     "internal", f"RunPoll seqno {rec.seqno}: data is not base64: {exc}"))]
             out.append(Incoming("message", inner))
         if rec.HasField("eof") and rec.eof:
-            out.append(Incoming("end", end=EndStream(metadata={"eof": True})))
-        return out  # empty: a keep-alive record
+            # The Connect end-stream comes after the eof record and may carry the run's error
+            # (e.g. resource_exhausted), so keep reading: the end-stream (or EOF) ends the stream.
+            self._eof = True
+        return out  # empty: a keep-alive or eof record
 
 
 def make_http_client(verify: Verify, http2: bool = False) -> httpx.AsyncClient:

@@ -17,6 +17,7 @@ from workbench.decode.classify import Frame
 from workbench.store.schema import SCHEMA_VERSION, SchemaVersionError, current_version, migrate
 
 DEFAULT_DB = "captures/workbench.duckdb"
+CHECKPOINT_THRESHOLD = "256MB"
 
 FRAME_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("session_id", pa.string()),
@@ -174,6 +175,10 @@ class Store:
         try:
             if not read_only:
                 migrate(self.con, self.path)
+                # Frames are committed to the WAL in small batches; checkpointing every 16 MB
+                # (the default) writes every byte twice while a capture streams. The WAL is
+                # replayed on the next open, so durability is the same.
+                self.con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
             else:
                 check_version(self.con, self.path)
             _settle(self.con)

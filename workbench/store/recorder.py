@@ -70,6 +70,7 @@ class Recorder:
         self.sessions: dict[str, SessionInfo] = {}
         self._next: dict[str, int] = {}
         self._dirty: set[str] = set()
+        self._bounds: dict[str, list[int]] = {}
         self.frames_written = 0
         self._worker = _Worker() if background else None
         # Background mode: Arrow tables of frames a failed write did not store (for a spool).
@@ -101,13 +102,27 @@ class Recorder:
         self._next[session_id] = seq + 1
         self.batch.add(session_id, seq, ts_us, direction, transport, stream, frame, decoded)
         info.frame_count = seq + 1
-        when = us_to_datetime(ts_us)
-        if info.started_at is None or when < info.started_at:
-            info.started_at = when
-        if info.ended_at is None or when > info.ended_at:
-            info.ended_at = when
+        # Time bounds are kept as integers here and turned into datetimes once per flush: the
+        # conversion costs more than the rest of this method.
+        bounds = self._bounds.get(session_id)
+        if bounds is None:
+            self._bounds[session_id] = [ts_us, ts_us]
+        elif ts_us > bounds[1]:
+            bounds[1] = ts_us
+        elif ts_us < bounds[0]:
+            bounds[0] = ts_us
         self._dirty.add(session_id)
         return seq
+
+    def _apply_bounds(self) -> None:
+        for sid, (lo, hi) in self._bounds.items():
+            info = self.sessions[sid]
+            start, end = us_to_datetime(lo), us_to_datetime(hi)
+            if info.started_at is None or start < info.started_at:
+                info.started_at = start
+            if info.ended_at is None or end > info.ended_at:
+                info.ended_at = end
+        self._bounds.clear()
 
     def flush(self) -> int:
         """Write pending frames and changed sessions; returns the number of frames written.
@@ -128,6 +143,8 @@ class Recorder:
                 worker.submit(self.store.insert_frames, table)
             self.batch.clear()
             self.frames_written += n
+        if self._bounds:
+            self._apply_bounds()
         if self._dirty:
             infos = [self.sessions[s] for s in sorted(self._dirty)]
             if worker is None:
