@@ -230,9 +230,10 @@ async def test_record_to_store(sim, tmp_path: Path) -> None:
         await c.run_turn("[scenario:text] record me")
     reader = open_reader(db)
     rows = reader.query("select source, status, frame_count from sessions").to_pylist()
-    assert rows == [{"source": "client", "status": "complete", "frame_count": len(c.frame_log)}]
     kinds = [r["kind"] for r in reader.query("select kind from frames order by seq").to_pylist()]
-    assert kinds[0] == "run_request" and kinds[-1] == "interaction_update.turn_ended"
+    # every agent message of the frame log, then the end-stream (the close waits for it)
+    assert rows == [{"source": "client", "status": "complete", "frame_count": len(c.frame_log) + 1}]
+    assert kinds[0] == "run_request" and kinds[-2:] == ["interaction_update.turn_ended", "end_stream"]
 
 
 def test_bad_options_name_themselves() -> None:

@@ -46,6 +46,7 @@ from workbench.client.events import (
 from workbench.client.localexec import LOCAL_KINDS, LocalExecutor, ResultParts, caller_result, result_field
 from workbench.client.net import H2Connection, NetError, Verify, cancel_and_wait
 from workbench.client.transport import (
+    END_WAIT_S,
     MODELS_PATH,
     TRANSPORTS,
     Channel,
@@ -378,6 +379,8 @@ class AgentClient:
         await cancel_and_wait([task for task, _, _ in run.local.values()] + run.aborted)
         if run.hb_task is not None:
             await cancel_and_wait([run.hb_task])
+        if run.ended:
+            await run.channel.settle(END_WAIT_S)
         await run.channel.close()
 
     # public API -----------------------------------------------------------------------------

@@ -44,6 +44,8 @@ CLIENT_VERSION = f"workbench-{__version__}"
 # How long closing a RunSSE/RunPoll channel waits for BidiAppends still in flight (their messages
 # are logged only once answered, so one cut short is left out of the frame log).
 APPEND_DRAIN_S = 2.0
+# After turn_ended the server still ends the stream; wait this long for it before closing.
+END_WAIT_S = 1.0
 # After a RunPoll eof record the server still owes the Connect end-stream; give up waiting after this.
 EOF_GRACE_S = 5.0
 
@@ -150,6 +152,7 @@ class Channel:
         self.queue: asyncio.Queue[Incoming] = asyncio.Queue()
         self.wire = wire
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._reader: asyncio.Task[None] | None = None
         self.closed = False
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
@@ -173,6 +176,11 @@ class Channel:
             yield item
             if item.kind != "message":
                 return
+
+    async def settle(self, timeout: float) -> None:
+        """After turn_ended: let the response reach its end-stream (bounded), so it is recorded."""
+        if self._reader is not None and not self._reader.done():
+            await asyncio.wait([self._reader], timeout=timeout)
 
     async def close(self) -> None:
         self.closed = True
@@ -236,7 +244,7 @@ class RunChannel(Channel):
     async def open(self, first: bytes) -> None:
         self.stream = await self.conn.request(
             RUN_PATH, connect_headers(self.token, self.request_id, "application/connect+proto"))
-        self._spawn(self._read())
+        self._reader = self._spawn(self._read())
         await self.send(first)
 
     async def send(self, msg: bytes) -> None:
@@ -327,7 +335,7 @@ class _AppendingChannel(Channel):
             body = await self._response.aread()
             await self._response.aclose()
             raise error_from_http(self._response.status_code, body, self.read_path)
-        self._spawn(self._read())
+        self._reader = self._spawn(self._read())
         await self.send(first)
 
     async def send(self, msg: bytes) -> None:

@@ -144,6 +144,7 @@ class LiveService:
     def __init__(self, con: duckdb.DuckDBPyConnection, db_path: str | Path, port: int = 0) -> None:
         self.db_path = str(db_path)
         self.token = secrets.token_hex(16)
+        self.cursor_lock = threading.Lock()
         service = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -155,11 +156,16 @@ class LiveService:
                     n = int(self.headers.get("content-length") or 0)
                     req = json.loads(self.rfile.read(n))
                     check_read_only(req["sql"])
-                    cur = con.cursor()
+                    # Making and closing cursors on the writer's connection is not safe from
+                    # several request threads at once (a request was seen hanging); queries
+                    # themselves run in parallel on their own cursors.
+                    with service.cursor_lock:
+                        cur = con.cursor()
                     try:
                         table = _arrow(cur, req["sql"], req.get("params"))
                     finally:
-                        cur.close()
+                        with service.cursor_lock:
+                            cur.close()
                 except (ValueError, KeyError, duckdb.Error) as exc:
                     self._reply(400, str(exc).encode(), "text/plain")
                     return

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import threading
 from collections.abc import Iterable, Sequence
@@ -339,7 +340,6 @@ class TuiData:
         self.transient = transient
         self._decoder = decoder
         self._lock = threading.Lock()
-        self._open_lock = threading.Lock()
         self._query_lock = threading.Lock()
         self._reader: Reader | None = None
         if not transient:
@@ -358,7 +358,16 @@ class TuiData:
 
     @property
     def live(self) -> bool:
-        return sidecar_path(self.path).exists()
+        """A capture is writing this database right now (its live service is advertised and alive)."""
+        side = sidecar_path(self.path)
+        try:
+            pid = int(json.loads(side.read_text())["pid"])
+            os.kill(pid, 0)
+        except PermissionError:
+            return True
+        except (OSError, ValueError, KeyError):
+            return False
+        return True
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         # One query at a time: a file reader serialises anyway, and a capture's live service has
@@ -373,9 +382,8 @@ class TuiData:
                 return reader.query(sql, params)
             finally:
                 reader.close()
-        with self._open_lock:
-            if self._reader is None:
-                self._reader = open_reader(self.path)
+        if self._reader is None:
+            self._reader = open_reader(self.path)
         try:
             return self._reader.query(sql, params)
         except StoreError:
@@ -386,9 +394,18 @@ class TuiData:
             return self._reader.query(sql, params)
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        # let a worker's query in flight finish first: closing a busy connection raises
+        got = self._query_lock.acquire(timeout=10)
+        try:
+            if self._reader is not None:
+                try:
+                    self._reader.close()
+                except Exception:   # quitting must not fail because a worker still holds the reader
+                    pass
+                self._reader = None
+        finally:
+            if got:
+                self._query_lock.release()
 
     # sessions --------------------------------------------------------------------------------
 
