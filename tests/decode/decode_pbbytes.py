@@ -3,17 +3,7 @@ generated classes cannot produce."""
 
 from __future__ import annotations
 
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+from workbench.wire.varint import encode_varint as varint
 
 
 def tag(number: int, wire_type: int) -> bytes:

@@ -34,7 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from workbench.capture.spool import FrameRecord, Spool, merge_spools
-from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, StreamDecoder, default_decoder
+from workbench.decode.classify import (
+    CLIENT_MSG,
+    Decoder,
+    Frame,
+    StreamDecoder,
+    default_decoder,
+    http_error_frame,
+)
 from workbench.redact import marker, redact_frame, secret_method
 from workbench.store.db import SESSION_FIELDS, FrameBatch, SessionInfo, Store, StoreError, us_to_datetime
 from workbench.store.reader import LiveService
@@ -510,15 +517,8 @@ class CaptureWriter:
 
     def _http_error_frame(self, fl: _Flow, ts_us: int, body: bytes) -> None:
         status = fl.http_status
-        code = message = None
-        try:
-            doc = json.loads(body) if body.strip() else {}
-            if isinstance(doc, dict):
-                code, message = doc.get("code"), doc.get("message")
-        except (UnicodeDecodeError, ValueError):
-            pass
-        text = f"HTTP {status}" + (f" {code}" if code else "") + (f": {message}" if message else "")
-        f = Frame("http_error", text, body, msg_type=None, error=text)
+        f = http_error_frame(status, body)
+        text = f.summary
         if fl.open.transport == "bidi_append":
             f.request_id = fl.session_id
             f.append_seqno = fl.append_seqno

@@ -379,9 +379,11 @@ class AgentClient:
         await cancel_and_wait([task for task, _, _ in run.local.values()] + run.aborted)
         if run.hb_task is not None:
             await cancel_and_wait([run.hb_task])
-        if run.ended:
-            await run.channel.settle(END_WAIT_S)
-        await run.channel.close()
+        try:
+            if run.ended:
+                await run.channel.settle(END_WAIT_S)
+        finally:
+            await run.channel.close()
 
     # public API -----------------------------------------------------------------------------
 

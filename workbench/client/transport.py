@@ -402,14 +402,16 @@ class _AppendingChannel(Channel):
     async def close(self) -> None:
         self.closed = True
         pending = [t for t in self._appends if not t.done()]
-        if pending and self.append_drain_s > 0:
-            # Let appends already posted get their answer (bounded); the rest are cancelled below
-            # and stay out of the frame log.
-            await asyncio.wait(pending, timeout=self.append_drain_s)
-        if self._response is not None:
-            with contextlib.suppress(Exception):
-                await self._response.aclose()
-        await super().close()
+        try:
+            if pending and self.append_drain_s > 0:
+                # Let appends already posted get their answer (bounded); the rest are cancelled
+                # below and stay out of the frame log.
+                await asyncio.wait(pending, timeout=self.append_drain_s)
+        finally:
+            if self._response is not None:
+                with contextlib.suppress(Exception):
+                    await self._response.aclose()
+            await super().close()
 
 
 class RunSSEChannel(_AppendingChannel):

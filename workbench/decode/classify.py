@@ -8,6 +8,7 @@ oneof cases, and formats a one-line summary; it never builds the named field tre
 from __future__ import annotations
 
 import binascii
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +70,19 @@ class Frame:
     call_id: str | None = None
     append_seqno: int | None = None
     request_id: str | None = None
+
+
+def http_error_frame(status: int | None, body: bytes) -> Frame:
+    """The frame for a non-200 HTTP response: Connect/JSON ``code``/``message`` when the body has them."""
+    code = message = None
+    try:
+        doc = json.loads(body) if body.strip() else {}
+        if isinstance(doc, dict):
+            code, message = doc.get("code"), doc.get("message")
+    except (UnicodeDecodeError, ValueError):
+        pass
+    text = f"HTTP {status}" + (f" {code}" if code else "") + (f": {message}" if message else "")
+    return Frame("http_error", text, body, error=text)
 
 
 def _real_oneof(desc: Any) -> str | None:

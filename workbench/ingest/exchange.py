@@ -10,13 +10,12 @@ by ``append_seqno`` (they are captured out of order, PROTOCOL.md §3).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.capture.match import DEFAULT_PATHS, Matcher, Route
-from workbench.decode.classify import CLIENT_MSG, Decoder, Frame
+from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, http_error_frame
 from workbench.redact import bearer_hash, marker, redact_frame, redact_headers, secret_method
 from workbench.store.db import SessionInfo, Store
 from workbench.store.recorder import Recorder
@@ -120,18 +119,6 @@ class ExchangeImport:
         return out
 
 
-def _http_error_frame(status: int, body: bytes) -> Frame:
-    code = message = None
-    try:
-        doc = json.loads(body) if body.strip() else {}
-        if isinstance(doc, dict):
-            code, message = doc.get("code"), doc.get("message")
-    except (UnicodeDecodeError, ValueError):
-        pass
-    text = f"HTTP {status}" + (f" {code}" if code else "") + (f": {message}" if message else "")
-    return Frame("http_error", text, body, error=text)
-
-
 def _decode(dec: Decoder, ex: Exchange, route: Route) -> _Part:
     part = _Part(ex, route)
     transport = route.transport
@@ -150,7 +137,7 @@ def _decode(dec: Decoder, ex: Exchange, route: Route) -> _Part:
     if ex.resp_body is not None and ex.resp_missing is None:
         if ex.status is not None and not ok:
             if ex.resp_body or transport != "bidi_append":
-                part.server = [_http_error_frame(ex.status, ex.resp_body)]
+                part.server = [http_error_frame(ex.status, ex.resp_body)]
         elif transport == "unary" and secret_method(ex.path):
             if ex.resp_body:
                 part.server = [Frame("unary", "credential RPC body (redacted)", marker(ex.resp_body).encode())]

@@ -42,6 +42,7 @@ from workbench.sim.transport import (
     UnaryResponse,
     connect_error,
 )
+from workbench.wire.varint import encode_varint
 
 log = logging.getLogger("workbench.sim")
 
@@ -232,22 +233,12 @@ class SimBackend:
         for m in models:
             d = pb.ModelDetails(model_id=m, display_model_id=m, display_name=_display(m),
                                 display_name_short=_display(m)).SerializeToString()
-            out += b"\x0a" + _varint(len(d)) + d  # GetUsableModelsResponse: 1 repeated ModelDetails
+            out += b"\x0a" + encode_varint(len(d)) + d  # GetUsableModelsResponse: 1 repeated ModelDetails
         return UnaryResponse(body=bytes(out))
 
 
 def _display(model: str) -> str:
     return model.replace("-", " ").title()
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def _blob_id(data: bytes) -> bytes:
