@@ -16,6 +16,7 @@ Two levels:
 
 from __future__ import annotations
 
+import base64
 import binascii
 import hashlib
 import json
@@ -236,14 +237,20 @@ def redact_payload(payload: bytes, msg_type: str | None, *, content: bool = Fals
     return msg.SerializeToString() if changed else payload
 
 
+def _parse_wrapper(msg_type: str, raw: bytes) -> Any | None:
+    cls = _class(msg_type)
+    if cls is None:
+        return None
+    try:
+        return cls.FromString(raw)
+    except DecodeError:
+        return None
+
+
 def rewrap_append(raw: bytes, new_inner: bytes) -> bytes:
     """A BidiAppendRequest carrying ``new_inner`` in place of its data (hex field 1 or raw field 4)."""
-    cls = _class(_BIDI_APPEND)
-    if cls is None:
-        return marker(raw).encode()
-    try:
-        req: Any = cls.FromString(raw)
-    except DecodeError:
+    req = _parse_wrapper(_BIDI_APPEND, raw)
+    if req is None:
         return marker(raw).encode()
     if req.data_bytes:
         req.data_bytes = new_inner
@@ -253,14 +260,9 @@ def rewrap_append(raw: bytes, new_inner: bytes) -> bytes:
 
 
 def rewrap_poll(raw: bytes, new_inner: bytes) -> bytes:
-    import base64
-
-    cls = _class(_BIDI_POLL_RESP)
-    if cls is None:
-        return marker(raw).encode()
-    try:
-        resp: Any = cls.FromString(raw)
-    except DecodeError:
+    """A BidiPollResponse carrying ``new_inner`` (base64) in place of its data."""
+    resp = _parse_wrapper(_BIDI_POLL_RESP, raw)
+    if resp is None:
         return marker(raw).encode()
     resp.data = base64.b64encode(new_inner).decode()
     return bytes(resp.SerializeToString())

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import binascii
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,7 +126,6 @@ class Decoder:
         self._info: dict[str, _TypeInfo] = {}
         self._server = self.info(SERVER_MSG)
         self._client = self.info(CLIENT_MSG)
-        self._update_oneof = self._server.member_oneof.get("interaction_update")
         # Hot-path tables (see ``classify_agent``). The byte-level fast path assumes the overlay's
         # layout, so it is off when user protos could have renumbered anything.
         self._fast = fast
@@ -677,7 +675,3 @@ def default_decoder() -> Decoder:
     if _default is None:
         _default = Decoder()
     return _default
-
-
-def classify_many(decoder: Decoder, items: Iterable[tuple[bytes, str]]) -> list[Frame]:
-    return [decoder.classify_agent(p, t) for p, t in items]

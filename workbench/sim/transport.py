@@ -400,11 +400,7 @@ class _H2Session:
 
     async def _serve(self, ex: _H2Exchange) -> None:
         try:
-            await self.server.router.handle(ex)
-            if not ex.started:
-                await ex.respond(500, b"", "text/plain")
-            elif not ex.finished:
-                await ex.finish()
+            await _handle_exchange(self.server.router, ex)
         except ConnectionClosed:
             pass
         finally:
@@ -571,11 +567,7 @@ class _H1Session:
                     break
                 ex = self.current = _H1Exchange(self, ev)
                 try:
-                    await self.server.router.handle(ex)
-                    if not ex.started:
-                        await ex.respond(500, b"", "text/plain")
-                    elif not ex.finished:
-                        await ex.finish()
+                    await _handle_exchange(self.server.router, ex)
                 except ConnectionClosed:
                     break
                 if ex.gone.is_set() or not ex.keep_alive or self.conn.our_state is not h11.DONE:
@@ -757,6 +749,15 @@ def _poll_record(seqno: int, message: bytes | None, eof: bool) -> bytes:
 # --------------------------------------------------------------------------------------------
 # Routing
 # --------------------------------------------------------------------------------------------
+
+
+async def _handle_exchange(router: _Router, ex: _Exchange) -> None:
+    """Route one request; a handler that wrote nothing gets a 500, one left open is finished."""
+    await router.handle(ex)
+    if not ex.started:
+        await ex.respond(500, b"", "text/plain")
+    elif not ex.finished:
+        await ex.finish()
 
 
 class _Router:
