@@ -118,6 +118,16 @@ def _unknown_numbers(msg: Message) -> list[int]:
         return []
 
 
+def append_payload(req: Any) -> bytes:
+    """The AgentClientMessage bytes a BidiAppendRequest carries: raw field 4, else hex field 1.
+
+    Raises ValueError when field 1 is not hex.
+    """
+    if req.data_bytes:
+        return bytes(req.data_bytes)
+    return binascii.unhexlify(req.data)
+
+
 class Decoder:
     """Classifies frames with a schema (the overlay plus any user protos)."""
 
@@ -449,15 +459,12 @@ class Decoder:
                          error=f"protobuf: {exc}")
         request_id = req.request_id.request_id if req.HasField("request_id") else None
         seqno = req.append_seqno
-        if req.data_bytes:
-            inner = bytes(req.data_bytes)
-        else:
-            try:
-                inner = binascii.unhexlify(req.data)
-            except (binascii.Error, ValueError) as exc:
-                return Frame("malformed", "BidiAppend data is not hex", body, msg_type=BIDI_APPEND,
-                             error=f"BidiAppend data is not hex: {exc}", request_id=request_id,
-                             append_seqno=seqno)
+        try:
+            inner = append_payload(req)
+        except ValueError as exc:
+            return Frame("malformed", "BidiAppend data is not hex", body, msg_type=BIDI_APPEND,
+                         error=f"BidiAppend data is not hex: {exc}", request_id=request_id,
+                         append_seqno=seqno)
         f = self.classify_agent(inner, CLIENT_MSG)
         if f.kind == "malformed":
             f.error = f"BidiAppend data is not an AgentClientMessage ({f.error})"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import contextlib
 import json
 import logging
@@ -37,6 +36,7 @@ import h2.exceptions
 import h2.settings
 import h11
 
+from workbench.decode.classify import append_payload
 from workbench.wire.envelope import FLAG_END_STREAM, EnvelopeParser, encode, looks_enveloped, split_frames
 
 log = logging.getLogger("workbench.sim.transport")
@@ -882,15 +882,12 @@ class _Router:
             await _send_unary(ex, unary_error(connect_error("invalid_argument", f"BidiAppendRequest: {exc}")))
             return
         request_id = req.request_id.request_id if req.HasField("request_id") else ""
-        if req.data_bytes:
-            data = bytes(req.data_bytes)
-        else:
-            try:
-                data = binascii.unhexlify(req.data)
-            except (binascii.Error, ValueError) as exc:
-                await _send_unary(ex, unary_error(connect_error(
-                    "invalid_argument", f"BidiAppend data (field 1) is not even-length hex: {exc}")))
-                return
+        try:
+            data = append_payload(req)
+        except ValueError as exc:
+            await _send_unary(ex, unary_error(connect_error(
+                "invalid_argument", f"BidiAppend data (field 1) is not even-length hex: {exc}")))
+            return
         channel = await self._channel(request_id)
         if channel is None:
             await _send_unary(ex, unary_error(connect_error(
