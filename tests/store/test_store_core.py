@@ -28,6 +28,7 @@ from workbench.store import (
 )
 from workbench.store.reader import LocalReader, RemoteReader, check_read_only, sidecar_path
 from workbench.store.recorder import Recorder
+from workbench.store.schema import MIGRATIONS
 
 DEC = default_decoder()
 TEXT = pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(
@@ -54,7 +55,7 @@ def _version(path: Path) -> int:
 def test_fresh_db_gets_current_version(tmp_path: Path) -> None:
     db = tmp_path / "nested" / "cap.duckdb"
     Store(db).close()
-    assert SCHEMA_VERSION == 1 and _version(db) == 1
+    assert _version(db) == SCHEMA_VERSION
     con = duckdb.connect(str(db), read_only=True)
     tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     con.close()
@@ -71,7 +72,7 @@ def test_reopen_is_idempotent_and_keeps_data(tmp_path: Path) -> None:
         with Store(db) as s:
             assert s.query("SELECT count(*) AS n FROM frames").column("n").to_pylist() == [1]
             assert s.query("SELECT count(*) AS n FROM meta").column("n").to_pylist() == [1]
-    assert _version(db) == 1
+    assert _version(db) == SCHEMA_VERSION
 
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:
@@ -80,10 +81,32 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     con = duckdb.connect(str(db))
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION + 1)])
     con.close()
-    with pytest.raises(StoreError, match=r"future\.duckdb.*schema version 2 is newer"):
+    with pytest.raises(StoreError, match=rf"future\.duckdb.*schema version {SCHEMA_VERSION + 1} is newer"):
         Store(db)
     with pytest.raises(StoreError, match="newer"):
         open_reader(db)
+
+
+def test_version_1_file_is_migrated_and_keeps_its_frames(tmp_path: Path) -> None:
+    db = tmp_path / "v1.duckdb"
+    con = duckdb.connect(str(db))
+    for stmt in MIGRATIONS[0]:
+        con.execute(stmt)
+    con.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    con.execute("INSERT INTO frames (session_id, seq, ts, direction, transport, kind, payload) "
+                "VALUES ('old', 0, now(), 'server', 'run', 'empty', ''::BLOB)")
+    con.close()
+    with Store(db) as s:
+        rows = s.query("SELECT session_id, meta FROM frames").to_pylist()
+        b = FrameBatch()
+        f = frame(1)
+        f.meta = {"http_status": 415}
+        b.add("new", 0, now_us(), "client", "bidi_append", "1", f)
+        s.insert_frames(b)
+        metas = s.query("SELECT meta FROM frames WHERE session_id = 'new'").column("meta").to_pylist()
+    assert rows == [{"session_id": "old", "meta": None}]
+    assert [json.loads(m) for m in metas] == [{"http_status": 415}]
+    assert _version(db) == SCHEMA_VERSION
 
 
 def test_not_a_database(tmp_path: Path) -> None:

@@ -69,6 +69,9 @@ class Frame:
     call_id: str | None = None
     append_seqno: int | None = None
     request_id: str | None = None
+    # Facts of the exchange that carried the frame, not of the message: e.g. a BidiAppend's HTTP
+    # status and redacted request headers. Stored as JSON in ``frames.meta``.
+    meta: dict[str, Any] | None = None
 
 
 def http_error_frame(status: int | None, body: bytes) -> Frame:

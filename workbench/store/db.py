@@ -39,6 +39,7 @@ FRAME_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("request_id", pa.string()),
     ("decoded", pa.string()),
     ("error", pa.string()),
+    ("meta", pa.string()),
 ]
 FRAME_SCHEMA = pa.schema(FRAME_COLUMNS)
 _FRAME_COLS_SQL = ", ".join(name for name, _ in FRAME_COLUMNS)
@@ -63,7 +64,7 @@ def us_to_datetime(us: int) -> datetime:
 class FrameBatch:
     """Column lists for one Arrow insert; appending a frame is a handful of list appends."""
 
-    __slots__ = ("session_id", "seq", "ts", "direction", "transport", "stream", "kind", "summary", "payload", "raw", "flags", "msg_type", "size", "ref_id", "call_id", "append_seqno", "request_id", "decoded", "error", "_cols")
+    __slots__ = ("session_id", "seq", "ts", "direction", "transport", "stream", "kind", "summary", "payload", "raw", "flags", "msg_type", "size", "ref_id", "call_id", "append_seqno", "request_id", "decoded", "error", "meta", "_cols")
 
     def __init__(self) -> None:
         self.session_id: list[Any] = []
@@ -85,7 +86,8 @@ class FrameBatch:
         self.request_id: list[Any] = []
         self.decoded: list[Any] = []
         self.error: list[Any] = []
-        self._cols: list[list[Any]] = [self.session_id, self.seq, self.ts, self.direction, self.transport, self.stream, self.kind, self.summary, self.payload, self.raw, self.flags, self.msg_type, self.size, self.ref_id, self.call_id, self.append_seqno, self.request_id, self.decoded, self.error]
+        self.meta: list[Any] = []
+        self._cols: list[list[Any]] = [self.session_id, self.seq, self.ts, self.direction, self.transport, self.stream, self.kind, self.summary, self.payload, self.raw, self.flags, self.msg_type, self.size, self.ref_id, self.call_id, self.append_seqno, self.request_id, self.decoded, self.error, self.meta]
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -111,6 +113,7 @@ class FrameBatch:
         self.request_id.append(f.request_id)
         self.decoded.append(decoded)
         self.error.append(f.error)
+        self.meta.append(json.dumps(f.meta) if f.meta else None)
 
     def to_arrow(self) -> pa.Table:
         arrays = [pa.array(col, type=typ) for col, (_, typ) in zip(self._cols, FRAME_COLUMNS, strict=True)]
@@ -142,6 +145,7 @@ class SessionInfo:
     auth_hash: str | None = None
     error: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    label: str | None = None  # scenario name, or an excerpt of the first user prompt
 
     def row(self) -> list[Any]:
         d = asdict(self)
@@ -152,7 +156,7 @@ class SessionInfo:
 SESSION_FIELDS = list(SessionInfo.__dataclass_fields__)
 SESSION_TYPES = [pa.string(), pa.string(), pa.string(), pa.string(), pa.string(), pa.string(), pa.string(),
                  pa.timestamp("us"), pa.timestamp("us"), pa.int64(), pa.string(), pa.string(), pa.string(),
-                 pa.int32(), pa.string(), pa.string(), pa.string()]
+                 pa.int32(), pa.string(), pa.string(), pa.string(), pa.string()]
 
 
 class Store:

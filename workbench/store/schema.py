@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Each entry upgrades from version i to i + 1 (index 0 creates version 1).
 MIGRATIONS: list[list[str]] = [
@@ -102,6 +102,12 @@ MIGRATIONS: list[list[str]] = [
             suggested_fix VARCHAR,
             created_at TIMESTAMP DEFAULT current_timestamp
         )""",
+    ],
+    # 2: per-frame metadata of the exchange that carried a frame (a BidiAppend's HTTP status and
+    # redacted request headers, a gRPC-Web trailer's fields, ...) and a human label per session.
+    [
+        """ALTER TABLE frames ADD COLUMN IF NOT EXISTS meta JSON""",
+        """ALTER TABLE sessions ADD COLUMN IF NOT EXISTS label VARCHAR""",
     ],
 ]
 
