@@ -123,7 +123,7 @@ async def test_checkpoint_is_echoed_with_the_same_conversation_id(sim) -> None:
 
 
 async def test_no_stream_close_stalls_until_the_heartbeat_budget(sim, tmp_path: Path) -> None:
-    async with client(sim, workspace=tmp_path, execute_locally=True, faults={"no_stream_close"},
+    async with client(sim, workspace=tmp_path, execute_locally=True, allow_shell=True, faults={"no_stream_close"},
                       heartbeat_budget=15) as c:
         with pytest.raises(AgentError) as info:
             await c.run_turn("[scenario:tool_flow] stall")
@@ -297,7 +297,7 @@ async def test_interaction_query_is_answered(sim) -> None:
 
 
 async def test_server_abort_cancels_a_local_exec(sim, tmp_path: Path) -> None:
-    async with client(sim, workspace=tmp_path, execute_locally=True) as c:
+    async with client(sim, workspace=tmp_path, execute_locally=True, allow_shell=True) as c:
         res = await c.run_turn("[scenario:exec_abort] slow")
     assert res.ended and res.text.startswith("The command did not finish")
     handled = [e for e in res.events if isinstance(e, ExecHandled)]

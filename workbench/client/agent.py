@@ -2,15 +2,17 @@
 
 It meets the client obligations of PROTOCOL.md §7: a run_request with conversation_state (even
 empty), answers to every KV get/set (SHA-256-keyed in-memory blob store) and interaction query,
-exec results followed by stream_close (throw on failure or unknown exec kinds), client heartbeats,
-the last checkpoint echoed with the same conversation_id on the next turn. Fault switches break
-these obligations on purpose so the known client bugs can be reproduced against a backend.
+exec results closed as its close policy says (``workbench.client.execs``: ``always`` or the
+real clients' ``streams-only``; throw on failure or unknown exec kinds), client heartbeats, the
+last checkpoint echoed with the same conversation_id on the next turn. After ``turn_ended`` it
+reads on until the server ends the response, as real clients do, and says so when that end never
+comes (a proxy holding it back). Fault switches break these obligations on purpose so the known
+client bugs can be reproduced against a backend.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import os
 import platform
@@ -18,15 +20,14 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
-import httpx
-from google.protobuf import json_format
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import DecodeError
 
 from workbench.client import args as A
 from workbench.client._pb import pb
 from workbench.client.blobs import BlobStore
+from workbench.client.connections import Connections
 from workbench.client.events import (
     AgentError,
     CallState,
@@ -36,6 +37,7 @@ from workbench.client.events import (
     ExecHandled,
     ExecRequest,
     KvSet,
+    StreamEndMissing,
     TextDelta,
     ThinkingDelta,
     ToolCall,
@@ -43,145 +45,32 @@ from workbench.client.events import (
     TurnResult,
     Usage,
 )
-from workbench.client.localexec import LOCAL_KINDS, LocalExecutor, ResultParts, caller_result, result_field
-from workbench.client.net import H2Connection, NetError, Verify, cancel_and_wait
+from workbench.client.execs import CLOSE_POLICIES, ExecAnswers, check_close_policy
+from workbench.client.localexec import LocalExecutor
+from workbench.client.models import model_ids
+from workbench.client.net import H2Stream, NetError, Verify, cancel_and_wait
+from workbench.client.recording import FrameLogEntry, Journal, RunWire
+from workbench.client.toolcalls import ToolDef, describe_tool_call, final_args, tool_definition
 from workbench.client.transport import (
     END_WAIT_S,
     MODELS_PATH,
     TRANSPORTS,
     Channel,
+    Incoming,
     RunChannel,
     RunPollChannel,
     RunSSEChannel,
     TransportError,
-    make_http_client,
     unary,
 )
 
-if TYPE_CHECKING:
-    from workbench.decode.classify import Frame
-
 FAULTS = frozenset({"no_stream_close", "naive_args_concat", "reuse_session", "omit_conversation_state",
                     "reset_append_seqno"})
+# After turn_ended, how long a turn waits for the server to end the response before saying so.
+END_TIMEOUT_S = 30.0
 
-
-class FrameLogEntry(NamedTuple):
-    """One agent message the client sent or received: exact AgentClientMessage/AgentServerMessage
-    bytes (unwrapped from BidiAppend hex / BidiPoll base64), as a capture would store them."""
-
-    ts_us: int
-    direction: str  # "client" (client→server) | "server"
-    transport: str  # "run" | "bidi_append" | "runsse" | "runpoll"
-    data: bytes
-
-
-ToolDef = Any  # a McpToolDefinition dict (see tool_definition) or message
-
-
-class _RunWire:
-    """One run's traffic: agent messages go to ``client.frame_log`` (kept in timestamp order:
-    a BidiAppend is logged only once answered, possibly after later frames), wire frames to the
-    client's recording journal under this run's session."""
-
-    def __init__(self, client: AgentClient, session_id: str) -> None:
-        self.client = client
-        self.session_id = session_id
-        self.recording = client._recorder is not None
-
-    def message(self, ts_us: int, direction: str, transport: str, data: bytes) -> None:
-        bisect.insort(self.client.frame_log, FrameLogEntry(ts_us, direction, transport, data),
-                      key=lambda e: e.ts_us)
-
-    def frame(self, ts_us: int, direction: str, transport: str, frame: Frame) -> None:
-        self.client._journal.append((ts_us, self.session_id, direction, transport, frame))
-
-
-def tool_definition(tool: ToolDef) -> Any:
-    """A McpToolDefinition from a dict (``input_schema`` as a JSON schema dict) or a message."""
-    if isinstance(tool, Message):
-        return tool
-    name = str(tool["name"])
-    schema = tool.get("input_schema") or tool.get("parameters") or {"type": "object", "properties": {}}
-    return pb.McpToolDefinition(
-        name=name, description=str(tool.get("description") or ""),
-        input_schema=schema if isinstance(schema, bytes) else A.encode_value(schema),
-        provider_identifier=str(tool.get("provider_identifier") or ""),
-        tool_name=str(tool.get("tool_name") or name))
-
-
-def describe_tool_call(tc: Any) -> tuple[str, str, dict[str, Any] | None, dict[str, Any] | None]:
-    """(kind, name, typed args as JSON, McpArgs map as JSON) of a ToolCall message."""
-    member = tc.WhichOneof("tool")
-    if member is None:
-        return "", "", None, None
-    kind = member.removesuffix("_tool_call")
-    wrapper = getattr(tc, member)
-    if not wrapper.HasField("args"):
-        return kind, kind, None, None
-    targs = wrapper.args
-    if kind == "mcp":
-        return kind, targs.tool_name or targs.name, None, A.mcp_args_to_json(targs.args)
-    return kind, kind, json_format.MessageToDict(targs, preserving_proto_field_name=True), None
-
-
-def final_args(st: CallState) -> dict[str, Any]:
-    """The best reconstruction of a call's arguments (see ``args.merge_mcp_args``)."""
-    streamed = A.parse_args_text(st.args_text)
-    other = st.completion_args if st.completion_args is not None else st.exec_args
-    if st.kind == "mcp" or other is not None:
-        return A.merge_mcp_args(streamed, other)
-    if streamed is not None:
-        return streamed
-    return dict(st.typed_args or {})
-
-
-class Connections:
-    """The HTTP/2 connection (Run) and httpx client (RunSSE/RunPoll/unary) to one upstream.
-
-    One ``AgentClient`` owns its own; the proxy shares one between per-request clients so every
-    OpenAI request reuses the warm TLS connection instead of paying a handshake in its TTFT.
-    """
-
-    def __init__(self, base_url: str, verify: Verify = None) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.verify = verify
-        self._h2: H2Connection | None = None
-        self._http: httpx.AsyncClient | None = None
-        self._lock = asyncio.Lock()
-        self._retired: list[H2Connection] = []
-
-    async def h2(self) -> H2Connection:
-        async with self._lock:
-            if self._h2 is None or not self._h2.usable:
-                if self._h2 is not None:
-                    # After a GOAWAY, streams already running may finish: retire, don't cut.
-                    if self._h2.active_streams and not self._h2.closed:
-                        self._retired.append(self._h2)
-                    else:
-                        await self._h2.close()
-                self._h2 = H2Connection(self.base_url, self.verify)
-                try:
-                    await self._h2.connect()
-                except BaseException:
-                    self._h2 = None
-                    raise
-            return self._h2
-
-    def http(self) -> httpx.AsyncClient:
-        if self._http is None:
-            self._http = make_http_client(self.verify)
-        return self._http
-
-    async def aclose(self) -> None:
-        for old in self._retired:
-            await old.close()
-        self._retired.clear()
-        if self._h2 is not None:
-            await self._h2.close()
-            self._h2 = None
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+__all__ = ["CLOSE_POLICIES", "END_TIMEOUT_S", "FAULTS", "AgentClient", "AgentError", "Connections", "FrameLogEntry",
+           "ToolDef", "describe_tool_call", "final_args", "tool_definition"]
 
 
 class _Run:
@@ -197,9 +86,11 @@ class _Run:
         self.heartbeats = 0
         self.first_heartbeat_at = 0.0
         self.last_kind = ""
-        self.unclosed: list[int] = []  # exec ids answered without stream_close
+        self.unclosed: list[int] = []  # exec ids whose stream_close the no_stream_close fault dropped
+        self.unclosed_by_policy: list[int] = []  # answered with the result alone (close policy streams-only)
         self.unanswered: dict[int, ExecRequest] = {}
         self.ended = False
+        self.end_settled = False  # the wait for the server's end after turn_ended is over
         self.hb_task: asyncio.Task[None] | None = None
         # exec id → (task, exec_id, kind) of a local execution in progress
         self.local: dict[int, tuple[asyncio.Task[None], str, str]] = {}
@@ -208,13 +99,14 @@ class _Run:
         self.iterator: AsyncIterator[Any] | None = None
 
 
-class AgentClient:
+class AgentClient(ExecAnswers):
     """A client for ``agent.v1.AgentService`` (see docs/client.md for the full API)."""
 
     def __init__(self, base_url: str, token: str, transport: str = "run", workspace: str | os.PathLike[str] | None = None,
                  execute_locally: bool = False, faults: Iterable[str] = (), heartbeat_budget: int | None = None,
                  heartbeat_interval: float = 5.0, verify: Verify = None, record_to: Any = None,
-                 model: str = "default", connections: Connections | None = None) -> None:
+                 model: str = "default", connections: Connections | None = None, close_policy: str = "always",
+                 allow_shell: bool = False, wait_for_end: bool = True, end_timeout: float = END_TIMEOUT_S) -> None:
         if transport not in TRANSPORTS:
             raise ValueError(f"transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
         bad = set(faults) - FAULTS
@@ -224,11 +116,19 @@ class AgentClient:
             raise ValueError("token is empty: the backend requires 'authorization: Bearer <token>'")
         if execute_locally and workspace is None:
             raise ValueError("execute_locally needs a workspace folder to confine execution to")
+        if allow_shell and not execute_locally:
+            raise ValueError("allow_shell only makes sense with execute_locally (and a workspace)")
+        if end_timeout <= 0:
+            raise ValueError(f"end_timeout must be > 0 seconds, not {end_timeout}")
+        self.close_policy = check_close_policy(close_policy)
+        self.wait_for_end = wait_for_end
+        self.end_timeout = end_timeout
         self.base_url = base_url.rstrip("/")
         self._token = token
         self.transport = transport
         self.workspace = str(Path(workspace).resolve()) if workspace is not None else os.getcwd()
-        self.executor = LocalExecutor(workspace) if execute_locally and workspace is not None else None
+        self.executor = (LocalExecutor(workspace, allow_shell=allow_shell, secrets=(token,))
+                         if execute_locally and workspace is not None else None)
         self.faults = frozenset(faults)
         self.heartbeat_budget = heartbeat_budget
         self.heartbeat_interval = heartbeat_interval
@@ -242,18 +142,11 @@ class AgentClient:
         self._own_conns = connections is None
         self.connections = connections or Connections(self.base_url, verify)
         self._parked: _Run | None = None
-        self._recorder: Any = None
-        self._store: Any = None
-        self._own_store = False
-        self._session_id: str | None = None
-        # Recorded frames wait here until the turn is over, then go to the Recorder sorted by
-        # timestamp (appends are only known to be sent once answered, after later frames).
-        self._journal: list[tuple[int, str, str, str, Frame]] = []
-        if record_to is not None:
-            self._open_recorder(record_to)
+        self._journal = Journal(record_to) if record_to is not None else None
 
     def __repr__(self) -> str:  # never show the token
-        return f"AgentClient({self.base_url!r}, transport={self.transport!r}, faults={sorted(self.faults)})"
+        return (f"AgentClient({self.base_url!r}, transport={self.transport!r}, close_policy={self.close_policy!r}, "
+                f"faults={sorted(self.faults)})")
 
     # lifecycle ------------------------------------------------------------------------------
 
@@ -269,60 +162,31 @@ class AgentClient:
             self._parked = None
         if self._own_conns:
             await self.connections.aclose()
-        if self._recorder is not None:
-            self._drain_journal()
-            self._recorder.flush()
-            if self._own_store:
-                self._store.close()
-            self._recorder = None
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
 
     # recording ------------------------------------------------------------------------------
 
-    def _open_recorder(self, record_to: Any) -> None:
-        from workbench.store.db import Store
-        from workbench.store.recorder import Recorder
-
-        if isinstance(record_to, Store):
-            self._store = record_to
-        else:
-            self._store = Store(record_to)
-            self._own_store = True
-        self._recorder = Recorder(self._store)
-
-    def _drain_journal(self) -> None:
-        if self._recorder is None or not self._journal:
-            return
-        self._journal.sort(key=lambda j: j[0])
-        for ts, sid, direction, transport, frame in self._journal:
-            self._recorder.add(sid, ts, direction, transport, None, frame)
-        self._journal.clear()
-
     def _record_session(self, run: _Run) -> None:
-        if self._recorder is None:
+        if self._journal is None:
             return
-        from workbench.store.db import SessionInfo
-
-        self._session_id = run.channel.request_id
-        self._recorder.open_session(SessionInfo(
-            session_id=run.channel.request_id, source="client", transport=self.transport,
-            request_id=run.channel.request_id, conversation_id=self.conversation_id, model=run.model,
-            client_version=f"workbench-client ({self.transport})", host=self.base_url,
-            meta={"faults": sorted(self.faults)} if self.faults else {}))
+        meta: dict[str, Any] = {"close_policy": self.close_policy}
+        if self.faults:
+            meta["faults"] = sorted(self.faults)
+        rid = run.channel.request_id
+        self._journal.open_session(
+            rid, transport=self.transport, request_id=rid, conversation_id=self.conversation_id, model=run.model,
+            client_version=f"workbench-client ({self.transport})", host=self.base_url, meta=meta)
 
     def _finish_session(self, run: _Run, error: Error | None) -> None:
-        if self._recorder is None or self._session_id is None:
-            return
-        self._drain_journal()
-        info = self._recorder.sessions.get(self._session_id)
-        if info is not None:
-            info.status = "error" if error else ("complete" if run.ended else "incomplete")
-            info.error = f"{error.code}: {error.message}" if error else None
-            self._recorder.touch(self._session_id)
-        self._recorder.flush()
+        if self._journal is not None:
+            self._journal.finish_session("error" if error else ("complete" if run.ended else "incomplete"),
+                                         f"{error.code}: {error.message}" if error else None)
 
     # building messages ----------------------------------------------------------------------
 
-    def _request_context(self, tools: Sequence[Any]) -> Any:
+    def _request_context(self, tools: Iterable[Any]) -> Any:
         env = pb.RequestContextEnv(os_version=f"{platform.system()} {platform.release()}",
                                    workspace_paths=[self.workspace], shell=os.environ.get("SHELL", "/bin/sh"),
                                    time_zone=time.strftime("%Z") or "UTC", project_folder=self.workspace)
@@ -348,7 +212,7 @@ class AgentClient:
 
     async def _channel(self) -> Channel:
         rid = str(uuid.uuid4())
-        wire = _RunWire(self, rid)  # the session id is the run's request id
+        wire = RunWire(self.frame_log, self._journal, rid)  # the session id is the run's request id
         if self.transport == "run":
             return RunChannel(self.base_url, self._token, wire, await self.connections.h2(), request_id=rid)
         cls = RunSSEChannel if self.transport == "runsse" else RunPollChannel
@@ -366,21 +230,14 @@ class AgentClient:
             with contextlib.suppress(Exception):
                 await run.channel.send(beat)
 
-    async def _exec_heartbeats(self, run: _Run, eid: int) -> None:
-        # Newer CLIs keep a long local exec alive with ExecClientHeartbeat{id} (PROTOCOL.md §7).
-        beat = bytes(pb.AgentClientMessage(exec_client_control_message=pb.ExecClientControlMessage(
-            heartbeat=pb.ExecClientHeartbeat(id=eid))).SerializeToString())
-        while not run.channel.closed:
-            await asyncio.sleep(self.heartbeat_interval)
-            with contextlib.suppress(Exception):
-                await run.channel.send(beat)
-
     async def _close_run(self, run: _Run) -> None:
         await cancel_and_wait([task for task, _, _ in run.local.values()] + run.aborted)
         if run.hb_task is not None:
             await cancel_and_wait([run.hb_task])
         try:
-            if run.ended:
+            if run.ended and not run.end_settled:
+                # The caller left at turn_ended (the proxy does): give the end a moment, so a
+                # recording still ends with it, but never keep the caller waiting longer.
                 await run.channel.settle(END_WAIT_S)
         finally:
             await run.channel.close()
@@ -390,7 +247,7 @@ class AgentClient:
     async def list_models(self) -> list[str]:
         """``GetUsableModels``: the model ids the backend offers."""
         body = await unary(self.connections.http(), self.base_url, self._token, MODELS_PATH)
-        return _model_ids(body)
+        return model_ids(body)
 
     async def stream_turn(self, prompt: str, model: str | None = None, tools: Sequence[ToolDef] | None = None,
                           conversation_id: str | None = None) -> AsyncIterator[Event]:
@@ -473,6 +330,8 @@ class AgentClient:
             elif isinstance(ev, TurnEnded):
                 res.ended = True
                 res.usage = ev.usage
+            elif isinstance(ev, StreamEndMissing):
+                res.end_missing = ev
             elif isinstance(ev, Error):
                 res.error = ev
         res.request_id = self.last_request_id or ""
@@ -488,16 +347,10 @@ class AgentClient:
         async for item in run.iterator:
             while run.done:
                 yield run.done.pop(0)
-            if item.kind == "error":
-                yield _error_from(item.error)
-                return
-            if item.kind == "end":
-                end = item.end
-                if end is not None and end.is_error:
-                    yield Error(end.code or "unknown", end.message or "", end.details)
-                elif not run.ended:
-                    yield Error("incomplete", f"the {run.channel.transport} stream ended without turn_ended "
-                                f"(last frame: {run.last_kind or 'none'}); the turn is incomplete and retryable")
+            if item.kind != "message":
+                last = self._ended_by(run, item)
+                if last is not None:
+                    yield last
                 return
             try:
                 msg = pb.AgentServerMessage.FromString(item.payload)
@@ -521,7 +374,83 @@ class AgentClient:
             if run.ended:
                 while run.done:
                     yield run.done.pop(0)
-                return
+                break
+        else:
+            return
+        # turn_ended: the turn is complete, the response is not over yet (reuse_session keeps it open).
+        if self.wait_for_end and "reuse_session" not in self.faults:
+            async for ev in self._until_end(run):
+                yield ev
+
+    def _ended_by(self, run: _Run, item: Incoming) -> Error | None:
+        """What the end of the stream (or its failure) means for the turn."""
+        if item.kind == "error":
+            return _error_from(item.error)
+        end = item.end
+        if end is not None and end.is_error:
+            return Error(end.code or "unknown", end.message or "", end.details)
+        if not run.ended:
+            return Error("incomplete", f"the {run.channel.transport} stream ended without turn_ended "
+                         f"(last frame: {run.last_kind or 'none'}); the turn is incomplete and retryable")
+        return None
+
+    async def _until_end(self, run: _Run) -> AsyncIterator[Event]:
+        """After turn_ended, as real clients do: keep the request open (heartbeats go on), answer
+        whatever still comes, and read until the server ends the response — its end-stream frame
+        and, on HTTP/2, the END_STREAM flag — for at most ``end_timeout`` seconds."""
+        assert run.iterator is not None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + self.end_timeout
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(_next_item(run.iterator), max(0.0, deadline - loop.time()))
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    yield self._end_missing(loop.time() - started, frame_seen=False)
+                    return
+                while run.done:
+                    yield run.done.pop(0)
+                if item.kind != "message":
+                    last = self._ended_by(run, item)
+                    if last is not None:
+                        yield last
+                    if item.kind == "error":
+                        return
+                    break
+                try:
+                    msg = pb.AgentServerMessage.FromString(item.payload)
+                except DecodeError:
+                    continue
+                case = msg.WhichOneof("message")
+                if case == "interaction_update" and msg.interaction_update.WhichOneof("message") == "heartbeat":
+                    continue
+                async for ev in self._dispatch(run, msg, case):
+                    yield ev
+            # On HTTP/2 the end-stream frame is data: a proxy can pass it on and still hold the
+            # stream's END_STREAM flag back (mitmproxy does, until the request side has ended).
+            stream = run.channel.stream if isinstance(run.channel, RunChannel) else None
+            if stream is not None and not stream.ended_remote:
+                try:
+                    await asyncio.wait_for(_drain(stream), max(0.0, deadline - loop.time()))
+                except TimeoutError:
+                    yield self._end_missing(loop.time() - started, frame_seen=True)
+                except NetError:
+                    pass  # reset or connection gone after the end-stream frame: ended all the same
+        finally:
+            run.end_settled = True
+
+    def _end_missing(self, waited: float, frame_seen: bool) -> StreamEndMissing:
+        what = ("its end-stream frame came, the HTTP/2 END_STREAM flag did not" if frame_seen
+                else "neither its end-stream frame nor the end of the response came")
+        return StreamEndMissing(waited, (
+            f"the server's end of stream never arrived: {what} within {waited:.1f} s after turn_ended "
+            f"(end timeout {self.end_timeout:g} s; this client kept its request open and heartbeating meanwhile, "
+            "as real clients do). The turn itself is complete. Usual cause: a proxy between client and server "
+            "that holds back the response's end until the request side ends (mitmproxy does this to HTTP/2 "
+            "bidi streams); otherwise a server keeping the run open for a follow-up message. See docs/client.md."))
 
     def _stall_message(self, run: _Run) -> str:
         secs = time.monotonic() - run.first_heartbeat_at
@@ -531,6 +460,11 @@ class AgentClient:
             ids = ", ".join(map(str, run.unclosed))
             msg += (f"; exec id {ids} got a result but no stream_close, so the server is still waiting on it "
                     "(PROTOCOL.md §13 #1)")
+        elif run.unclosed_by_policy:
+            ids = ", ".join(map(str, run.unclosed_by_policy))
+            msg += (f"; exec id {ids} got its result alone (close policy streams-only), and a server that "
+                    "requires stream_close after it — the December 2025 service, `workbench sim "
+                    "--strict-stream-close` — is still waiting on it (PROTOCOL.md §13 #1): use close policy always")
         elif run.unanswered:
             ids = ", ".join(map(str, run.unanswered))
             msg += f"; exec id {ids} was never answered (PROTOCOL.md §13 #2)"
@@ -656,101 +590,6 @@ class AgentClient:
                 setattr(resp, name, b"")
         await self._send(run, {"interaction_response": resp})
 
-    def _link_exec(self, run: _Run, args_msg: Any, kind: str, exec_id: str) -> CallState | None:
-        tcid = getattr(args_msg, "tool_call_id", "") if isinstance(args_msg, Message) else ""
-        st = run.calls.get(tcid) if tcid else None
-        if st is None:
-            for cid in reversed(run.call_order):
-                cand = run.calls[cid]
-                if cand.exec_id is None and not cand.completed:
-                    st = cand
-                    break
-        if st is not None:
-            st.exec_id = exec_id
-            if not st.kind:
-                st.kind = kind
-            if kind == "mcp" and isinstance(args_msg, Message):
-                st.exec_args = A.mcp_args_to_json(args_msg.args)  # type: ignore[attr-defined]
-                if not st.name or st.name == "mcp":
-                    st.name = args_msg.tool_name or args_msg.name  # type: ignore[attr-defined]
-        return st
-
-    async def _run_local(self, run: _Run, eid: int, exec_id: str, kind: str, args_msg: Any) -> None:
-        assert self.executor is not None
-        beats = asyncio.create_task(self._exec_heartbeats(run, eid))
-        try:
-            parts = await self.executor.run(kind, args_msg)
-        except Exception as exc:
-            await self._throw(run, eid, f"{type(exc).__name__}: {exc}")
-            run.done.append(ExecHandled(eid, exec_id, kind, False, f"thrown: {exc}"))
-            return
-        finally:
-            beats.cancel()
-            run.local.pop(eid, None)
-        await self._send_result(run, eid, exec_id, parts)
-        run.done.append(ExecHandled(eid, exec_id, kind, True, "executed locally"))
-
-    async def _exec(self, run: _Run, ex: Any) -> Event | None:
-        member = ex.WhichOneof("args")
-        eid, exec_id = ex.id, ex.exec_id
-        if member is None or not member.endswith("_args"):
-            await self._throw(run, eid, f"unknown exec kind (no known args member in ExecServerMessage id {eid})",
-                              "UNIMPLEMENTED")
-            return ExecHandled(eid, exec_id, member or "unknown", False, "thrown: unknown exec kind")
-        kind = member.removesuffix("_args")
-        args_msg = getattr(ex, member)
-        if kind == "request_context":
-            parts: ResultParts = [("request_context_result", pb.RequestContextResult(
-                success=pb.RequestContextSuccess(request_context=self._request_context(run.tools))))]
-            # Always closed, even under no_stream_close: the documented hang is a tool handler's.
-            await self._send_result(run, eid, exec_id, parts, close=True)
-            return ExecHandled(eid, exec_id, kind, True, "request_context answered by the client")
-        if self.executor is not None and kind in LOCAL_KINDS:
-            # In the background: the run keeps reading (KV, heartbeats, an abort for this very exec).
-            self._link_exec(run, args_msg, kind, exec_id)
-            run.local[eid] = (asyncio.create_task(self._run_local(run, eid, exec_id, kind, args_msg)), exec_id, kind)
-            return None
-        if result_field(kind) is None or not isinstance(args_msg, Message):
-            await self._throw(run, eid, f"unknown exec kind {member!r}: the workbench client cannot answer it",
-                              "UNIMPLEMENTED")
-            return ExecHandled(eid, exec_id, kind, False, f"thrown: unknown exec kind {member}")
-        call = self._link_exec(run, args_msg, kind, exec_id)
-        req = ExecRequest(eid, exec_id, kind, json_format.MessageToDict(args_msg, preserving_proto_field_name=True),
-                          call, bytes(ex.SerializeToString()))
-        if kind == "mcp":
-            req.args["args"] = A.mcp_args_to_json(args_msg.args)  # type: ignore[attr-defined]
-
-        async def respond(result: Any) -> None:
-            parts = caller_result(kind, args_msg, result)
-            req.answered = True
-            run.unanswered.pop(eid, None)
-            await self._send_result(run, eid, exec_id, parts)
-
-        async def fail(error: str) -> None:
-            req.answered = True
-            run.unanswered.pop(eid, None)
-            await self._throw(run, eid, error)
-
-        req._respond, req._fail = respond, fail
-        run.unanswered[eid] = req
-        return req
-
-    async def _send_result(self, run: _Run, eid: int, exec_id: str, parts: ResultParts,
-                           close: bool = False) -> None:
-        for field_name, message in parts:
-            ecm = pb.ExecClientMessage(id=eid, exec_id=exec_id)
-            getattr(ecm, field_name).CopyFrom(message)
-            await self._send(run, {"exec_client_message": ecm})
-        if "no_stream_close" in self.faults and not close:
-            run.unclosed.append(eid)
-            return
-        await self._send(run, {"exec_client_control_message": pb.ExecClientControlMessage(
-            stream_close=pb.ExecClientStreamClose(id=eid))})
-
-    async def _throw(self, run: _Run, eid: int, error: str, code: str = "") -> None:
-        await self._send(run, {"exec_client_control_message": pb.ExecClientControlMessage(
-            throw=pb.ExecClientThrow(id=eid, error=error, error_code=code))})
-
 
 def _error_from(exc: BaseException | None) -> Error:
     if isinstance(exc, TransportError):
@@ -758,54 +597,11 @@ def _error_from(exc: BaseException | None) -> Error:
     return Error("transport", str(exc) if exc else "unknown transport failure")
 
 
-def _model_ids(body: bytes) -> list[str]:
-    """Model ids from a GetUsableModels answer. The overlay does not model the response, so read it
-    schemalessly: each top-level length-delimited field 1 is a model whose field 1 is its id."""
-    ids: list[str] = []
-    for num, value in _fields(body):
-        if num == 1 and isinstance(value, bytes):
-            inner = [v for n, v in _fields(value) if n == 1 and isinstance(v, bytes)]
-            if inner:
-                ids.append(inner[0].decode("utf-8", "replace"))
-    return ids
+async def _next_item(items: AsyncIterator[Incoming]) -> Incoming:
+    return await anext(items)
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    out = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        out |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return out, pos
-        shift += 7
-
-
-def _fields(buf: bytes) -> list[tuple[int, int | bytes]]:
-    """Top-level (number, value) pairs; [] when the bytes are not a protobuf message."""
-    out: list[tuple[int, int | bytes]] = []
-    pos = 0
-    try:
-        while pos < len(buf):
-            tag, pos = _varint(buf, pos)
-            num, wt = tag >> 3, tag & 7
-            if wt == 0:
-                v, pos = _varint(buf, pos)
-                out.append((num, v))
-            elif wt == 2:
-                n, pos = _varint(buf, pos)
-                if pos + n > len(buf):
-                    return []
-                out.append((num, buf[pos:pos + n]))
-                pos += n
-            elif wt == 1:
-                pos += 8
-            elif wt == 5:
-                pos += 4
-            else:
-                return []
-    except ValueError:
-        return []
-    return out
+async def _drain(stream: H2Stream) -> None:
+    """Read an HTTP/2 response to its END_STREAM (nothing may follow an end-stream frame)."""
+    async for _ in stream.chunks():
+        pass

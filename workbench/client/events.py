@@ -119,6 +119,18 @@ class TurnEnded:
 
 
 @dataclass(slots=True)
+class StreamEndMissing:
+    """After ``turn_ended`` the server's end of the stream did not reach the client in time.
+
+    The turn itself is complete (its ``TurnEnded`` came first); what is missing is the end of the
+    response — the end-stream frame and, on HTTP/2, the END_STREAM flag. A proxy that holds back a
+    bidi stream's end until the request side ends is the usual cause (``message`` says so)."""
+
+    waited_s: float
+    message: str
+
+
+@dataclass(slots=True)
 class Error:
     """The turn failed: end-stream error, HTTP/transport failure, heartbeat budget, no turn_ended.
 
@@ -131,7 +143,8 @@ class Error:
     http_status: int | None = None
 
 
-Event = TextDelta | ThinkingDelta | ToolCall | ExecRequest | ExecHandled | Checkpoint | KvSet | TurnEnded | Error
+Event = (TextDelta | ThinkingDelta | ToolCall | ExecRequest | ExecHandled | Checkpoint | KvSet | TurnEnded
+         | StreamEndMissing | Error)
 
 
 @dataclass(slots=True)
@@ -142,6 +155,7 @@ class TurnResult:
     usage: Usage = field(default_factory=Usage)
     ended: bool = False
     error: Error | None = None
+    end_missing: StreamEndMissing | None = None  # the turn ended but the stream's end never came
     request_id: str = ""
     conversation_id: str = ""
     events: list[Event] = field(default_factory=list)

@@ -1,9 +1,15 @@
 """Local execution of exec requests, confined to one workspace folder (off unless enabled).
 
 Each handler returns the ExecClientMessage result member(s) to send: ``[(field_name, message)]``.
-``shell_stream`` answers with several ShellStream events; everything else with one result. Paths
-outside the workspace are *rejected* with a reason (the model re-plans, PROTOCOL.md §8) rather than
-failing the exec.
+``shell_stream`` answers with ShellStream events and a final ``shell_result``; everything else
+with one result. A refused request (a path outside the workspace, through a symbolic link or not;
+a shell command while the shell is not allowed) is answered with the exec's *rejected* result and
+a reason (grep, which has none, with its error), so the model re-plans and the turn goes on
+(PROTOCOL.md §8) rather than the exec failing.
+
+The file tools are confined by real paths (``workbench.client.workspace``). The shell is not and
+cannot be — a command can ``cat ../anything`` — so it runs only with ``allow_shell`` and then with
+a scrubbed environment (no token, no ``CURSOR_*``, no credentials). It is not a sandbox.
 """
 
 from __future__ import annotations
@@ -22,33 +28,45 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from workbench.client._pb import pb
+from workbench.client.workspace import NotRegularFile, OutsideWorkspace, Workspace, scrubbed_env
 
 ResultParts = list[tuple[str, Message]]
 
 LOCAL_KINDS = ("shell", "shell_stream", "read", "ls", "grep", "write", "delete")
+SHELL_KINDS = ("shell", "shell_stream")
+SHELL_DISABLED = ("the shell is disabled in this client: it runs only file tools (read, write, delete, ls, "
+                  "grep) confined to the workspace unless started with --allow-shell (allow_shell=True), "
+                  "because a shell command cannot be confined to the workspace")
 _MAX_READ = 4 * 1024 * 1024
+_MAX_GREP_FILE = 16 * 1024 * 1024
 _MAX_LS_ENTRIES = 2000
+_SKIP_DIRS = (".git", "__pycache__", "node_modules")
+
+__all__ = ["LOCAL_KINDS", "LocalExecutor", "OutsideWorkspace", "ResultParts", "caller_result",
+           "final_shell_result", "result_field"]
 
 
-class OutsideWorkspace(Exception):
+class ShellDisabled(Exception):
     pass
 
 
 class LocalExecutor:
-    def __init__(self, workspace: str | os.PathLike[str], shell_timeout: float = 60.0) -> None:
-        self.root = Path(workspace).resolve()
-        if not self.root.is_dir():
-            raise ValueError(f"workspace {str(workspace)!r} is not a directory")
+    """Runs file tools inside ``workspace``; the shell only when ``allow_shell`` (never confined).
+
+    ``secrets`` are values (the client's token) that must not reach a shell's environment even
+    under a name the scrubbed environment would otherwise keep.
+    """
+
+    def __init__(self, workspace: str | os.PathLike[str], shell_timeout: float = 60.0, allow_shell: bool = False,
+                 secrets: tuple[str, ...] = ()) -> None:
+        self.ws = Workspace(workspace)
+        self.root = self.ws.root
         self.shell_timeout = shell_timeout
+        self.allow_shell = allow_shell
+        self._secrets = secrets
 
     def resolve(self, path: str) -> Path:
-        p = Path(path) if path else self.root
-        if not p.is_absolute():
-            p = self.root / p
-        p = p.resolve()
-        if p != self.root and self.root not in p.parents:
-            raise OutsideWorkspace(f"{path!r} is outside the workspace {str(self.root)!r}")
-        return p
+        return self.ws.resolve(path)
 
     async def run(self, kind: str, args: Any) -> ResultParts:
         handler = getattr(self, f"_{kind}", None)
@@ -57,14 +75,20 @@ class LocalExecutor:
         parts: ResultParts = await handler(args)
         return parts
 
+    def shell_env(self, cwd: str) -> dict[str, str]:
+        return scrubbed_env(os.environ, self._secrets, cwd)
+
     # shell ----------------------------------------------------------------------------------
 
     async def _exec_shell(self, args: Any) -> tuple[int, str, str, str, int]:
+        if not self.allow_shell:
+            raise ShellDisabled(SHELL_DISABLED)
+        # Only the starting folder is checked: the command itself can go anywhere (not a sandbox).
         cwd = self.resolve(args.working_directory) if args.working_directory else self.root
         timeout = args.timeout / 1000.0 if args.timeout else self.shell_timeout
         start = time.monotonic()
         proc = await asyncio.create_subprocess_shell(
-            args.command, cwd=str(cwd), stdin=asyncio.subprocess.DEVNULL,
+            args.command, cwd=str(cwd), stdin=asyncio.subprocess.DEVNULL, env=self.shell_env(str(cwd)),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
@@ -82,13 +106,16 @@ class LocalExecutor:
     async def _shell(self, args: Any) -> ResultParts:
         try:
             code, out, err, cwd, ms = await self._exec_shell(args)
-        except OutsideWorkspace as exc:
+        except (OutsideWorkspace, ShellDisabled) as exc:
             return [("shell_result", pb.ShellResult(rejected=pb.ShellRejected(
                 command=args.command, working_directory=args.working_directory, reason=str(exc))))]
         except TimeoutError:
             return [("shell_result", pb.ShellResult(timeout=pb.ShellTimeout(
                 command=args.command, working_directory=args.working_directory,
                 timeout_ms=int(args.timeout or self.shell_timeout * 1000))))]
+        except OSError as exc:
+            return [("shell_result", pb.ShellResult(spawn_error=pb.ShellSpawnError(
+                command=args.command, working_directory=args.working_directory, error=str(exc))))]
         fields = dict(command=args.command, working_directory=cwd, exit_code=code, stdout=out, stderr=err,
                       execution_time=ms)
         if code == 0:
@@ -98,51 +125,55 @@ class LocalExecutor:
     async def _shell_stream(self, args: Any) -> ResultParts:
         try:
             code, out, err, cwd, _ = await self._exec_shell(args)
-        except OutsideWorkspace as exc:
-            return [("shell_stream_result", pb.ShellStream(rejected=pb.ShellRejected(
+        except (OutsideWorkspace, ShellDisabled) as exc:
+            parts: ResultParts = [("shell_stream_result", pb.ShellStream(rejected=pb.ShellRejected(
                 command=args.command, working_directory=args.working_directory, reason=str(exc))))]
+            return final_shell_result(args, parts)
         except TimeoutError:
             code, out, err, cwd = 124, "", "timed out", str(self.root)
-        parts: ResultParts = [("shell_stream_result", pb.ShellStream(start=pb.ShellStreamStart()))]
+        except OSError as exc:
+            code, out, err, cwd = 127, "", str(exc), str(self.root)
+        parts = [("shell_stream_result", pb.ShellStream(start=pb.ShellStreamStart()))]
         if out:
             parts.append(("shell_stream_result", pb.ShellStream(stdout=pb.ShellStreamStdout(data=out))))
         if err:
             parts.append(("shell_stream_result", pb.ShellStream(stderr=pb.ShellStreamStderr(data=err))))
         parts.append(("shell_stream_result", pb.ShellStream(exit=pb.ShellStreamExit(code=code, cwd=cwd))))
-        return parts
+        return final_shell_result(args, parts)
 
     # files ----------------------------------------------------------------------------------
 
     async def _read(self, args: Any) -> ResultParts:
         try:
             p = self.resolve(args.path)
+            if not p.exists():
+                return [("read_result", pb.ReadResult(file_not_found=pb.ReadFileNotFound(path=args.path)))]
+            data, size = self.ws.read_bytes(p, _MAX_READ)
         except OutsideWorkspace as exc:
             return [("read_result", pb.ReadResult(rejected=pb.ReadRejected(path=args.path, reason=str(exc))))]
-        if not p.exists():
-            return [("read_result", pb.ReadResult(file_not_found=pb.ReadFileNotFound(path=args.path)))]
-        if not p.is_file():
+        except NotRegularFile:
             return [("read_result", pb.ReadResult(invalid_file=pb.ReadInvalidFile(path=args.path,
                                                                                   reason="not a regular file")))]
-        data = p.read_bytes()
-        truncated = len(data) > _MAX_READ
-        text = data[:_MAX_READ].decode("utf-8", "replace")
+        except PermissionError:
+            return [("read_result", pb.ReadResult(permission_denied=pb.ReadPermissionDenied(path=args.path)))]
+        except OSError as exc:
+            return [("read_result", pb.ReadResult(error=pb.ReadError(path=args.path, error=str(exc))))]
+        text = data.decode("utf-8", "replace")
         return [("read_result", pb.ReadResult(success=pb.ReadSuccess(
             path=args.path, content=text, total_lines=text.count("\n") + (0 if text.endswith("\n") else 1),
-            file_size=len(data), truncated=truncated)))]
+            file_size=size, truncated=size > len(data))))]
 
     async def _write(self, args: Any) -> ResultParts:
-        try:
-            p = self.resolve(args.path)
-        except OutsideWorkspace as exc:
-            return [("write_result", pb.WriteResult(rejected=pb.WriteRejected(path=args.path, reason=str(exc))))]
         data = bytes(args.file_bytes) if args.file_bytes else args.file_text.encode("utf-8")
         try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_bytes(data)
+            p = self.resolve(args.path)
+            self.ws.write_bytes(p, data)
+        except OutsideWorkspace as exc:
+            return [("write_result", pb.WriteResult(rejected=pb.WriteRejected(path=args.path, reason=str(exc))))]
         except PermissionError as exc:
             return [("write_result", pb.WriteResult(permission_denied=pb.WritePermissionDenied(
                 path=args.path, error=str(exc))))]
-        except OSError as exc:
+        except (OSError, NotRegularFile) as exc:
             return [("write_result", pb.WriteResult(error=pb.WriteError(path=args.path, error=str(exc))))]
         text = data.decode("utf-8", "replace")
         success = pb.WriteSuccess(path=args.path, lines_created=text.count("\n") + (1 if text and not
@@ -153,19 +184,27 @@ class LocalExecutor:
 
     async def _delete(self, args: Any) -> ResultParts:
         try:
+            link = self.ws.link_in_place(args.path)
+            if link is not None:  # a link that stays inside: remove the link, not what it points at
+                link.unlink()
+                return [("delete_result", pb.DeleteResult(success=pb.DeleteSuccess(
+                    path=args.path, deleted_file=str(link))))]
             p = self.resolve(args.path)
+            if not p.exists():
+                return [("delete_result", pb.DeleteResult(file_not_found=pb.DeleteFileNotFound(path=args.path)))]
+            if not p.is_file():
+                return [("delete_result", pb.DeleteResult(not_file=pb.DeleteNotFile(
+                    path=args.path, actual_type="directory" if p.is_dir() else "other")))]
+            data, size = self.ws.read_bytes(p, _MAX_READ)
+            p.unlink()
         except OutsideWorkspace as exc:
             return [("delete_result", pb.DeleteResult(rejected=pb.DeleteRejected(path=args.path, reason=str(exc))))]
-        if not p.exists():
-            return [("delete_result", pb.DeleteResult(file_not_found=pb.DeleteFileNotFound(path=args.path)))]
-        if not p.is_file():
-            return [("delete_result", pb.DeleteResult(not_file=pb.DeleteNotFile(
-                path=args.path, actual_type="directory" if p.is_dir() else "other")))]
-        data = p.read_bytes()
-        p.unlink()
+        except PermissionError:
+            return [("delete_result", pb.DeleteResult(permission_denied=pb.DeletePermissionDenied(path=args.path)))]
+        except (OSError, NotRegularFile) as exc:
+            return [("delete_result", pb.DeleteResult(error=pb.DeleteError(path=args.path, error=str(exc))))]
         return [("delete_result", pb.DeleteResult(success=pb.DeleteSuccess(
-            path=args.path, deleted_file=str(p), file_size=len(data),
-            prev_content=data.decode("utf-8", "replace"))))]
+            path=args.path, deleted_file=str(p), file_size=size, prev_content=data.decode("utf-8", "replace"))))]
 
     # listing / search -----------------------------------------------------------------------
 
@@ -182,40 +221,28 @@ class LocalExecutor:
 
     def _tree(self, d: Path, ignore: list[str], budget: list[int], depth: int) -> Any:
         node = pb.LsDirectoryTreeNode(abs_path=str(d))
-        try:
-            entries = sorted(d.iterdir(), key=lambda e: e.name)
-        except OSError:
-            return node
         node.children_were_processed = depth < 3
-        for e in entries:
+        for e in self.ws.entries(d):
             if any(fnmatch.fnmatch(e.name, pat) for pat in ignore) or e.name in (".git", "__pycache__"):
                 continue
             if budget[0] <= 0:
                 break
             budget[0] -= 1
-            if e.is_dir():
+            # A symbolic link is listed by name only, never descended (wherever it points).
+            if e.is_dir(follow_symlinks=False):
                 if depth < 3:
-                    node.children_dirs.append(self._tree(e, ignore, budget, depth + 1))
+                    node.children_dirs.append(self._tree(d / e.name, ignore, budget, depth + 1))
             else:
                 node.children_files.append(pb.LsDirectoryTreeNodeFile(name=e.name))
                 node.num_files += 1
         return node
-
-    def _walk(self, base: Path) -> list[Path]:
-        if base.is_file():
-            return [base]
-        out: list[Path] = []
-        for dirpath, dirnames, filenames in os.walk(base):
-            dirnames[:] = sorted(n for n in dirnames if n not in (".git", "__pycache__", "node_modules"))
-            out.extend(Path(dirpath) / f for f in sorted(filenames))
-        return out
 
     async def _grep(self, args: Any) -> ResultParts:
         try:
             base = self.resolve(args.path)
         except OutsideWorkspace as exc:
             return [("grep_result", pb.GrepResult(error=pb.GrepError(error=str(exc))))]
-        files = self._walk(base)
+        files = self.ws.walk_files(base, _SKIP_DIRS)
         if args.glob:
             files = [f for f in files if fnmatch.fnmatch(f.name, args.glob)
                      or fnmatch.fnmatch(str(f.relative_to(self.root)), args.glob)]
@@ -233,9 +260,10 @@ class LocalExecutor:
             matches: list[tuple[str, list[tuple[int, str]]]] = []
             for f in files:
                 try:
-                    lines = f.read_text("utf-8", "replace").splitlines()
-                except OSError:
+                    data, _ = self.ws.read_bytes(f, _MAX_GREP_FILE)
+                except (OSError, OutsideWorkspace, NotRegularFile):
                     continue
+                lines = data.decode("utf-8", "replace").splitlines()
                 hits = [(i + 1, line) for i, line in enumerate(lines) if rx.search(line)]
                 if hits:
                     matches.append((str(f.relative_to(self.root)), hits))
@@ -255,6 +283,37 @@ class LocalExecutor:
         success = pb.GrepSuccess(pattern=args.pattern, path=args.path, output_mode=mode)
         success.workspace_results[str(self.root)].CopyFrom(union)
         return [("grep_result", pb.GrepResult(success=success))]
+
+
+def final_shell_result(args: Any, parts: ResultParts) -> ResultParts:
+    """A streamed shell's answer as current real clients send it: the ShellStream events, then one
+    final ``shell_result`` summing them up (output, exit code; or the refusal). Unchanged when the
+    parts already end with a ``shell_result`` or hold no exit/refusal to sum up."""
+    if any(name == "shell_result" for name, _ in parts):
+        return parts
+    out, err = [], []
+    command = getattr(args, "command", "")
+    wd = getattr(args, "working_directory", "")
+    final: Any = None
+    for name, ev in parts:
+        if name != "shell_stream_result":
+            continue
+        which = ev.WhichOneof("event")  # type: ignore[attr-defined]
+        if which == "stdout":
+            out.append(ev.stdout.data)  # type: ignore[attr-defined]
+        elif which == "stderr":
+            err.append(ev.stderr.data)  # type: ignore[attr-defined]
+        elif which == "exit":
+            code = ev.exit.code  # type: ignore[attr-defined]
+            fields = dict(command=command, working_directory=ev.exit.cwd or wd,  # type: ignore[attr-defined]
+                          exit_code=code, stdout="".join(out), stderr="".join(err))
+            final = (pb.ShellResult(success=pb.ShellSuccess(**fields)) if code == 0
+                     else pb.ShellResult(failure=pb.ShellFailure(**fields)))
+        elif which == "rejected":
+            final = pb.ShellResult(rejected=ev.rejected)  # type: ignore[attr-defined]
+        elif which == "permission_denied":
+            final = pb.ShellResult(permission_denied=ev.permission_denied)  # type: ignore[attr-defined]
+    return parts if final is None else [*parts, ("shell_result", final)]
 
 
 # Caller answers ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workbench.client.agent import FAULTS
+from workbench.client.agent import CLOSE_POLICIES, END_TIMEOUT_S, FAULTS
 from workbench.client.transport import TRANSPORTS
 from workbench.proxy.server import DEFAULT_PORT, DEFAULT_UPSTREAM, ProxyConfig, ProxyServer
 
@@ -57,7 +57,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="seconds between client heartbeats (default 5)")
     p.add_argument("--workspace", help="folder local execution is confined to")
     p.add_argument("--execute-locally", action="store_true",
-                   help="run shell/read/ls/grep/write/delete execs in --workspace instead of handing them out")
+                   help="answer read/write/delete/ls/grep execs locally, confined to --workspace (symbolic links "
+                        "out of it refused); shell execs are refused unless the client gets --allow-shell")
 
 
 def register(sub: Any) -> None:
@@ -79,6 +80,20 @@ def register(sub: Any) -> None:
     c.add_argument("--model", default="default")
     c.add_argument("--events", action="store_true", help="print every event, not just the text")
     c.add_argument("--record", metavar="DB", help="record the client's own frames into this DuckDB file")
+    c.add_argument("--close-policy", choices=CLOSE_POLICIES, default="always",
+                   help="when to send stream_close after an exec: always = after every exec's result(s) (what the "
+                        "December 2025 service needed; default); streams-only = as current real clients, only after "
+                        "a streamed shell and after a throw (other execs get their result alone)")
+    c.add_argument("--allow-shell", action="store_true",
+                   help="with --execute-locally, also run shell commands. NOT A SANDBOX: only the starting folder "
+                        "is checked, a command can read and change anything your user can; it runs with a scrubbed "
+                        "environment (no token, no CURSOR_* or credential variables)")
+    c.add_argument("--end-timeout", type=float, default=END_TIMEOUT_S, metavar="S",
+                   help="after turn_ended, wait up to S seconds for the server to end the response (as real clients "
+                        f"do) and report it when it does not (default {END_TIMEOUT_S:g})")
+    c.add_argument("--no-end-wait", action="store_true",
+                   help="old behaviour: close about 1 s after turn_ended without waiting for or reporting the "
+                        "response's end (hides a proxy that holds END_STREAM back)")
     c.set_defaults(func=run_client)
 
 
@@ -130,17 +145,23 @@ async def _serve(config: ProxyConfig) -> int:
 
 def run_client(args: argparse.Namespace) -> int:
     _check_common(args)
+    if args.allow_shell and not args.execute_locally:
+        raise _cli_error("--allow-shell needs --execute-locally --workspace DIR")
+    if not args.end_timeout > 0:
+        raise _cli_error(f"--end-timeout {args.end_timeout:g}: must be > 0 seconds")
     return asyncio.run(_client(args))
 
 
 async def _client(args: argparse.Namespace) -> int:
     from workbench.client.agent import AgentClient
-    from workbench.client.events import Error, ExecRequest, TextDelta, ToolCall, TurnEnded
+    from workbench.client.events import Error, ExecRequest, StreamEndMissing, TextDelta, ToolCall, TurnEnded
 
     client = AgentClient(args.upstream, read_token(args.token_file), transport=args.transport,
                          workspace=args.workspace, execute_locally=args.execute_locally, faults=args.fault,
                          heartbeat_budget=args.heartbeat_budget, heartbeat_interval=args.heartbeat_interval,
-                         verify=args.ca_file, record_to=args.record)
+                         verify=args.ca_file, record_to=args.record, close_policy=args.close_policy,
+                         allow_shell=args.allow_shell, wait_for_end=not args.no_end_wait,
+                         end_timeout=args.end_timeout)
     rc = 0
     try:
         async for ev in client.stream_turn(args.prompt, args.model):
@@ -153,7 +174,10 @@ async def _client(args: argparse.Namespace) -> int:
             elif isinstance(ev, ToolCall) and not args.events:
                 print(f"\n[tool {ev.name}]", file=sys.stderr, flush=True)
             elif isinstance(ev, TurnEnded):
-                print()
+                print(flush=True)
+            elif isinstance(ev, StreamEndMissing):
+                print(f"workbench client: {ev.message}", file=sys.stderr, flush=True)
+                rc = 1
             elif isinstance(ev, Error):
                 print(f"\nworkbench client: {ev.code}: {ev.message}", file=sys.stderr, flush=True)
                 rc = 1
