@@ -1,6 +1,6 @@
 """``AgentClient``: the built-in agent client (one turn = one run on the chosen transport).
 
-It meets the client obligations of PROTOCOL.md §7: a run_request with conversation_state (even
+It meets the client obligations of docs/protocol.md §5: a run_request with conversation_state (even
 empty), answers to every KV get/set (SHA-256-keyed in-memory blob store) and interaction query,
 exec results closed as its close policy says (``workbench.client.execs``: ``always`` or the
 real clients' ``streams-only``; throw on failure or unknown exec kinds), client heartbeats, the
@@ -255,7 +255,7 @@ class AgentClient(ExecAnswers):
 
         Stopping the iteration early abandons the run (the proxy does this when it hands an exec
         to its caller); under the ``reuse_session`` fault the run is parked instead and the next
-        turn is written into it (same-session continuation, PROTOCOL.md §13 #3).
+        turn is written into it (same-session continuation, docs/protocol.md §6).
         """
         model = model or self.default_model
         defs = [tool_definition(t) for t in tools or ()]
@@ -459,17 +459,17 @@ class AgentClient(ExecAnswers):
         if run.unclosed:
             ids = ", ".join(map(str, run.unclosed))
             msg += (f"; exec id {ids} got a result but no stream_close, so the server is still waiting on it "
-                    "(PROTOCOL.md §13 #1)")
+                    "(docs/protocol.md §5)")
         elif run.unclosed_by_policy:
             ids = ", ".join(map(str, run.unclosed_by_policy))
             msg += (f"; exec id {ids} got its result alone (close policy streams-only), and a server that "
                     "requires stream_close after it — the December 2025 service, `workbench sim "
-                    "--strict-stream-close` — is still waiting on it (PROTOCOL.md §13 #1): use close policy always")
+                    "--strict-stream-close` — is still waiting on it (docs/protocol.md §5): use close policy always")
         elif run.unanswered:
             ids = ", ".join(map(str, run.unanswered))
-            msg += f"; exec id {ids} was never answered (PROTOCOL.md §13 #2)"
+            msg += f"; exec id {ids} was never answered (docs/protocol.md §5)"
         else:
-            msg += "; the server sent only heartbeats and no turn_ended (PROTOCOL.md §13 #3/#8)"
+            msg += "; the server sent only heartbeats and no turn_ended (docs/protocol.md §6)"
         return msg
 
     async def _dispatch(self, run: _Run, msg: Any, case: str | None) -> AsyncIterator[Event]:

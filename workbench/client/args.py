@@ -1,7 +1,7 @@
 """Tool-call argument reconstruction (pure functions; the analysis package imports these names).
 
 The server streams a tool call's arguments as ``PartialToolCall.args_text_delta``, which is
-usually the *cumulative* JSON text so far rather than an increment (PROTOCOL.md §13 #4), and then
+usually the *cumulative* JSON text so far rather than an increment (docs/protocol.md §5), and then
 sends ``tool_call_completed`` whose ``McpArgs`` map can drop oversized keys or downgrade structured
 values to strings (§13 #5). The fix settled on in the seeds: treat snapshots as snapshots, then
 merge the completion map into the streamed args instead of letting it overwrite them.
@@ -99,7 +99,7 @@ def _plain_number(value: Any) -> Any:
 
 
 def decode_value(data: bytes) -> Any:
-    """One McpArgs map value: a serialized google.protobuf.Value, else UTF-8 text (PROTOCOL.md §8)."""
+    """One McpArgs map value: a serialized google.protobuf.Value, else UTF-8 text (docs/protocol.md §5)."""
     msg = struct_pb2.Value()
     try:
         msg.ParseFromString(data)

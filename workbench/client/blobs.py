@@ -1,4 +1,4 @@
-"""The client's KV blob store: in memory, keyed by blob id (SHA-256 of the data, PROTOCOL.md §4)."""
+"""The client's KV blob store: in memory, keyed by blob id (SHA-256 of the data, docs/protocol.md §5)."""
 
 from __future__ import annotations
 

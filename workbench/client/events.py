@@ -10,7 +10,7 @@ from typing import Any
 @dataclass(slots=True)
 class Usage:
     """Token counts: ``output_tokens`` sums token_delta; ``context_tokens`` is the checkpoint's
-    token_details.used_tokens (context in use, PROTOCOL.md §8)."""
+    token_details.used_tokens (context in use, docs/protocol.md §6)."""
 
     output_tokens: int = 0
     context_tokens: int = 0

@@ -70,7 +70,7 @@ class ExecAnswers:
         return self.close_policy == "always" or kind in STREAMED_KINDS
 
     async def _exec_heartbeats(self, run: _Run, eid: int) -> None:
-        # Newer CLIs keep a long local exec alive with ExecClientHeartbeat{id} (PROTOCOL.md §7).
+        # Newer CLIs keep a long local exec alive with ExecClientHeartbeat{id} (docs/protocol.md §5).
         beat = bytes(pb.AgentClientMessage(exec_client_control_message=pb.ExecClientControlMessage(
             heartbeat=pb.ExecClientHeartbeat(id=eid))).SerializeToString())
         while not run.channel.closed:

@@ -5,7 +5,7 @@ Each handler returns the ExecClientMessage result member(s) to send: ``[(field_n
 with one result. A refused request (a path outside the workspace, through a symbolic link or not;
 a shell command while the shell is not allowed) is answered with the exec's *rejected* result and
 a reason (grep, which has none, with its error), so the model re-plans and the turn goes on
-(PROTOCOL.md §8) rather than the exec failing.
+(docs/protocol.md §5) rather than the exec failing.
 
 The file tools are confined by real paths (``workbench.client.workspace``). The shell is not and
 cannot be — a command can ``cat ../anything`` — so it runs only with ``allow_shell`` and then with
