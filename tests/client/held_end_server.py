@@ -52,7 +52,7 @@ class HeldEndServer:
     cert_dir: Path
     mode: str = "held"  # held | prompt | silent
     port: int = 0
-    streams: dict[int, StreamLog] = field(default_factory=dict)
+    streams: list[StreamLog] = field(default_factory=list)  # every stream, connections in turn
     _server: asyncio.base_events.Server | None = None
 
     @property
@@ -84,6 +84,7 @@ class HeldEndServer:
         writer.write(conn.data_to_send())
         answered: set[int] = set()
         pending: dict[int, bytes] = {}
+        logs: dict[int, StreamLog] = {}  # this connection's streams
         try:
             while True:
                 data = await reader.read(65536)
@@ -92,13 +93,14 @@ class HeldEndServer:
                 for ev in conn.receive_data(data):
                     sid = getattr(ev, "stream_id", 0)
                     if isinstance(ev, h2.events.RequestReceived):
-                        self.streams[sid] = StreamLog()
+                        logs[sid] = StreamLog()
+                        self.streams.append(logs[sid])
                         pending[sid] = b""
                         conn.send_headers(sid, [(":status", "200"), ("content-type", "application/connect+proto")])
                     elif isinstance(ev, h2.events.DataReceived):
                         conn.acknowledge_received_data(ev.flow_controlled_length, sid)
                         if sid in answered:
-                            self.streams[sid].client_frames_after_turn += 1
+                            logs[sid].client_frames_after_turn += 1
                             continue
                         pending[sid] += ev.data
                         if len(pending[sid]) >= 5 and len(pending[sid]) >= 5 + int.from_bytes(pending[sid][1:5], "big"):
@@ -107,15 +109,15 @@ class HeldEndServer:
                             if self.mode != "silent":
                                 body += encode(b"{}", flags=FLAG_END_STREAM)
                             conn.send_data(sid, body, end_stream=self.mode == "prompt")
-                            self.streams[sid].released = self.mode == "prompt"
+                            logs[sid].released = self.mode == "prompt"
                     elif isinstance(ev, h2.events.StreamEnded):
-                        log = self.streams[sid]
+                        log = logs[sid]
                         log.client_ended = True
                         if not log.released:  # the proxy lets the end through once the request is done
                             log.released = True
                             conn.end_stream(sid)
                     elif isinstance(ev, h2.events.StreamReset):
-                        self.streams[sid].client_reset = True
+                        logs[sid].client_reset = True
                 writer.write(conn.data_to_send())
                 await writer.drain()
         except (ConnectionError, ssl.SSLError, h2.exceptions.ProtocolError):

@@ -41,7 +41,7 @@ async def test_a_held_back_end_is_reported_after_the_timeout(held: HeldEndServer
     assert "end of stream never arrived" in missing.message
     assert "HTTP/2 END_STREAM flag did not" in missing.message  # the end-stream frame itself came through
     assert "proxy" in missing.message
-    [log] = held.streams.values()
+    [log] = held.streams
     # like a real client it kept its request open (and heartbeating) while it waited
     assert log.client_frames_after_turn > 0
     assert log.client_ended or log.client_reset  # then it let go
@@ -70,7 +70,7 @@ async def test_the_old_behaviour_hides_the_held_end(held: HeldEndServer) -> None
     async with client(held, wait_for_end=False) as c:
         res = await c.run_turn("hi")
     assert res.ended and res.error is None and res.end_missing is None
-    [log] = held.streams.values()
+    [log] = held.streams
     assert log.client_ended and log.released
 
 
@@ -93,7 +93,7 @@ async def test_leaving_at_turn_ended_does_not_wait_for_the_end(held: HeldEndServ
             if isinstance(ev, TurnEnded):
                 break
         await asyncio.wait_for(events.aclose(), 30)  # a bounded settle, not the 600 s end timeout
-    [log] = held.streams.values()
+    [log] = held.streams
     assert log.client_ended or log.client_reset
 
 
@@ -132,3 +132,37 @@ def test_the_cli_says_the_end_never_arrived(tmp_path: Path) -> None:
     assert "end of stream never arrived" in proc.stderr and "proxy" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.returncode == 1
+
+
+def test_the_proxy_answers_at_turn_ended_without_waiting_for_the_end(tmp_path: Path) -> None:
+    """openai SDK → real ``workbench proxy`` → a server holding END_STREAM: the OpenAI answer is
+    complete at turn_ended, so neither a whole nor a streamed completion waits for the end (the SDK
+    timeout, well under the client's 30 s end timeout, would trip if it did)."""
+    import threading
+
+    import openai
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server = asyncio.run_coroutine_threadsafe(HeldEndServer(tmp_path / "cert", mode="held").start(), loop).result(60)
+    proxy = subprocess.Popen([*WORKBENCH, "proxy", "--port", "0", "--upstream", server.url, "--ca-file",
+                              server.cert_path, "--model", "default", "--quiet"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "CURSOR_ACCESS_TOKEN": "sk-held-end-proxy"})
+    try:
+        assert proxy.stdout is not None
+        url = proxy.stdout.readline().strip()
+        sdk = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=20)
+        whole = sdk.chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}])
+        assert whole.choices[0].message.content == "held-end answer"
+        chunks = sdk.chat.completions.create(model="default", messages=[{"role": "user", "content": "again"}],
+                                             stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "held-end answer"
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=30)
+        asyncio.run_coroutine_threadsafe(server.close(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+    assert len(server.streams) == 2
