@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -122,15 +123,26 @@ async def test_checkpoint_is_echoed_with_the_same_conversation_id(sim) -> None:
     assert bytes(reqs[1].conversation_state.SerializeToString()) == ckpt
 
 
-async def test_no_stream_close_stalls_until_the_heartbeat_budget(sim, tmp_path: Path) -> None:
-    async with client(sim, workspace=tmp_path, execute_locally=True, allow_shell=True, faults={"no_stream_close"},
-                      heartbeat_budget=15) as c:
+STRICT_SHELL = {"description": "one shell exec that completes only with stream_close (December 2025)", "steps": [
+    {"kv_set": "system"}, {"kv_set": "user"},
+    {"tool": {"exec": "shell", "args": {"command": "echo hi"}, "require_stream_close": True}},
+    {"text": "{tool_result}"}, {"checkpoint": True}, {"step_completed": True}, {"turn_ended": True}, {"end": "ok"}]}
+
+
+async def test_no_stream_close_stalls_until_the_heartbeat_budget(tmp_path: Path) -> None:
+    (tmp_path / "scenarios").mkdir()
+    (tmp_path / "scenarios" / "strict_shell.json").write_text(json.dumps(STRICT_SHELL))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with running_sim(heartbeat_interval=0.05, scenario_dirs=[tmp_path / "scenarios"]) as sim, \
+            client(sim, workspace=ws, execute_locally=True, allow_shell=True, faults={"no_stream_close"},
+                   heartbeat_budget=15) as c:
         with pytest.raises(AgentError) as info:
-            await c.run_turn("[scenario:tool_flow] stall")
+            await c.run_turn("[scenario:strict_shell] stall")
+        run = await last_run(sim)
     err = info.value.error
     assert err.code == "heartbeat_budget"
     assert "15 consecutive server heartbeats" in err.message and "no stream_close" in err.message
-    run = await last_run(sim)
     shell = [e for e in run.execs if e.kind == "shell"][0]
     assert shell.results == 1 and not shell.closed
 
