@@ -1,0 +1,90 @@
+"""The real case behind the END_STREAM wait: a real mitmdump (mitmproxy 11, bodies streamed by a
+two-line addon, no workbench code in it) between the client and the sim. mitmproxy passes the
+server's end-stream frame on but holds a bidi stream's HTTP/2 END_STREAM until the client has ended
+its request side — which a real client never does first. The client says so after its end timeout;
+with the old behaviour (close ~1 s after turn_ended) the problem stays hidden."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from workbench.client.agent import AgentClient
+from workbench.sim.runner import SimServer, running_sim
+
+MITMDUMP = Path(sys.executable).parent / "mitmdump"
+ADDON = Path(__file__).resolve().parent / "stream_bodies_addon.py"
+
+
+@pytest.fixture(scope="module")
+def mitm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    conf = tmp_path_factory.mktemp("mitm")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    proc = subprocess.Popen([str(MITMDUMP), "-q", "-s", str(ADDON), "--listen-host", "127.0.0.1", "--listen-port",
+                             str(port), "--set", f"confdir={conf}", "--set", "ssl_insecure=true"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 90
+    while True:  # wait until it listens (and has written its CA)
+        if proc.poll() is not None:
+            raise RuntimeError(f"mitmdump exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            if (conf / "mitmproxy-ca-cert.pem").exists():
+                break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("mitmdump did not start listening")
+        time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}", conf / "mitmproxy-ca-cert.pem"
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimServer]:
+    async with running_sim(heartbeat_interval=0.2) as s:
+        yield s
+
+
+@pytest.fixture
+def via_mitm(mitm: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> Path:
+    proxy, ca = mitm
+    for name in ("HTTPS_PROXY", "https_proxy"):
+        monkeypatch.setenv(name, proxy)
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    return ca
+
+
+async def test_run_behind_mitmdump_reports_the_held_end(sim: SimServer, via_mitm: Path) -> None:
+    async with AgentClient(sim.url, "t", verify=str(via_mitm), heartbeat_interval=0.2, end_timeout=3.0) as c:
+        res = await c.run_turn("[scenario:text] through mitmdump")
+    assert res.ended and res.error is None and "through mitmdump" in res.text
+    assert res.end_missing is not None
+    assert "its end-stream frame came, the HTTP/2 END_STREAM flag did not" in res.end_missing.message
+
+
+async def test_the_old_behaviour_hides_it(sim: SimServer, via_mitm: Path) -> None:
+    async with AgentClient(sim.url, "t", verify=str(via_mitm), heartbeat_interval=0.2, wait_for_end=False) as c:
+        res = await c.run_turn("[scenario:text] through mitmdump")
+    assert res.ended and res.error is None and res.end_missing is None
+
+
+@pytest.mark.parametrize("transport", ["runsse", "runpoll"])
+async def test_http1_transports_end_normally_behind_mitmdump(sim: SimServer, via_mitm: Path, transport: str) -> None:
+    async with AgentClient(sim.url, "t", transport=transport, verify=str(via_mitm), heartbeat_interval=0.2,
+                           end_timeout=30.0) as c:
+        res = await c.run_turn("[scenario:text] through mitmdump")
+    assert res.ended and res.error is None and res.end_missing is None
