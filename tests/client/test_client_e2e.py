@@ -191,11 +191,14 @@ async def test_reuse_session_fault_writes_the_next_turn_into_the_open_run(sim) -
 
 
 async def test_without_reuse_session_the_next_turn_is_a_new_run(sim) -> None:
-    async with client(sim, heartbeat_budget=20) as c:
-        await c.run_turn("[scenario:kv_only_on_followup] one")
+    # This scenario's server keeps the run open after turn_ended for a follow-up; the client waits
+    # for the end as real clients do, then says it never came (and names that possible cause).
+    async with client(sim, heartbeat_budget=20, end_timeout=0.5) as c:
+        first = await c.run_turn("[scenario:kv_only_on_followup] one")
         second = await c.run_turn("[scenario:kv_only_on_followup] two")
     assert second.ended and second.text == "First answer, streamed normally."
     assert len(sim.state.runs) == 2
+    assert first.end_missing is not None and "follow-up" in first.end_missing.message
 
 
 async def _answer(req: ExecRequest) -> str:

@@ -413,13 +413,10 @@ class AgentClient(ExecAnswers):
                     return
                 while run.done:
                     yield run.done.pop(0)
+                if item.kind == "error":
+                    return  # cut off after turn_ended: the turn stands, the response is over
                 if item.kind != "message":
-                    last = self._ended_by(run, item)
-                    if last is not None:
-                        yield last
-                    if item.kind == "error":
-                        return
-                    break
+                    break  # the end-stream frame (even an error one: turn_ended already settled the turn)
                 try:
                     msg = pb.AgentServerMessage.FromString(item.payload)
                 except DecodeError:
