@@ -457,14 +457,15 @@ class AgentClient(ExecAnswers):
             ids = ", ".join(map(str, run.unclosed))
             msg += (f"; exec id {ids} got a result but no stream_close, so the server is still waiting on it "
                     "(docs/protocol.md §5)")
+        elif run.unanswered:
+            ids = ", ".join(map(str, run.unanswered))
+            msg += f"; exec id {ids} was never answered (docs/protocol.md §5)"
         elif run.unclosed_by_policy:
             ids = ", ".join(map(str, run.unclosed_by_policy))
             msg += (f"; exec id {ids} got its result alone (close policy streams-only), and a server that "
                     "requires stream_close after it — the December 2025 service, `workbench sim "
-                    "--strict-stream-close` — is still waiting on it (docs/protocol.md §5): use close policy always")
-        elif run.unanswered:
-            ids = ", ".join(map(str, run.unanswered))
-            msg += f"; exec id {ids} was never answered (docs/protocol.md §5)"
+                    "--strict-stream-close` — is probably still waiting on it (docs/protocol.md §5): "
+                    "use close policy always")
         else:
             msg += "; the server sent only heartbeats and no turn_ended (docs/protocol.md §6)"
         return msg
