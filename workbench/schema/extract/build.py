@@ -107,6 +107,10 @@ def build(scans: list[FileScan], embedded: list[EmbeddedFile], problems: list[Pr
                     ex.problems.append(Problem(sc.path, f.pos, f"{f.type_name} is defined differently at "
                                                                f"{prev.scan.path}:{prev.found.pos}; the first is used"))
     kinds = {n: d.found.kind for n, d in defs.items()}
+    pre = Resolver(scans, kinds, {})
+    for d in defs.values():
+        if d.syntax is None:
+            d.syntax = pre.runtime_syntax(d.scan, d.found.runtime, d.found.pos)
     for fd in v2_files.values():
         kinds.update({n: k for n, k in _all_types(fd) if k in ("message", "enum")})
     for name in wkt_files:
@@ -283,6 +287,10 @@ class _V1Builder:
         d = self.defs[name]
         if d.syntax:
             return d.syntax
+        pkg = self.placement[name][0]
+        known = [o.syntax for n, o in self.defs.items() if o.syntax and self.placement[n][0] == pkg]
+        if known:
+            return max(set(known), key=known.count)
         if d.found.kind == "message" and isinstance(d.found.body, list) and any(
                 isinstance(f, dict) and ("req" in f or "default" in f or "delimited" in f) for f in d.found.body):
             return "proto2"

@@ -139,6 +139,31 @@ class Resolver:
                 return found
         return None
 
+    def runtime_syntax(self, scan: FileScan, runtime: str | None, pos: int) -> str | None:
+        """"proto2"/"proto3" of the runtime object a definition called, also when imported from a chunk."""
+        from workbench.schema.extract.v1 import syntax_of
+
+        found = syntax_of(scan, runtime, pos)
+        if found or not runtime or "." in runtime:
+            return found
+        seen: set[tuple[str, str]] = set()
+        name, where = runtime, scan
+        while (where.path, name) not in seen:
+            seen.add((where.path, name))
+            imp = where.imports.get(name)
+            if imp is None:
+                return None
+            target = self._module(where.path, imp[0])
+            if target is None:
+                return None
+            exp = target.exports.get(imp[1])
+            local = exp[0] if exp is not None else imp[1]
+            cands = target.runtimes.get(local)
+            if cands:
+                return cands[-1][1]
+            name, where = local, target
+        return None
+
     def _by_local_name(self, name: str, want: str) -> str | None:
         fulls = [f for f in self._local.get(name, ()) if self.kinds.get(f) == want]
         return fulls[0] if len(fulls) == 1 else None

@@ -109,6 +109,8 @@ def scan(path: str, s: str) -> V2Scan:
 
 
 def _one(path: str, pos: int, text: str, closed: bool, out: V2Scan) -> None:
+    if not closed:
+        text = text[: len(text) - len(text) % 4]  # the whole groups of a string cut off by the end of file
     try:
         data = b64decode(text)
     except ValueError:
@@ -130,7 +132,55 @@ def _one(path: str, pos: int, text: str, closed: bool, out: V2Scan) -> None:
         return
     if not fd.name or not (fd.message_type or fd.enum_type or fd.service or fd.extension) and not plausible:
         return
-    if not re.fullmatch(r"[\w./\-]+", fd.name):
+    if not isinstance(fd.name, str) or not re.fullmatch(r"[\w./\-]+", fd.name):
+        return
+    bad = _insane(fd)
+    if bad:
+        out.errors.append((pos, f"embedded file descriptor {fd.name!r} does not parse: {bad}"))
         return
     restore(fd)
     out.files.append(EmbeddedFile(fd, path, pos))
+
+
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+_TYPE_REF = re.compile(r"\.?[A-Za-z_][\w.]*")
+
+
+def _insane(fd: descriptor_pb2.FileDescriptorProto) -> str | None:
+    """What makes a descriptor that parsed unusable (garbage names from a corrupted string), if anything."""
+    def name_ok(n: object) -> bool:
+        return isinstance(n, str) and _IDENT.fullmatch(n) is not None
+
+    def ref_ok(n: object) -> bool:
+        return isinstance(n, str) and (n == "" or _TYPE_REF.fullmatch(n) is not None)
+
+    if not isinstance(fd.package, str) or (fd.package and not _TYPE_REF.fullmatch(fd.package)):
+        return "package name is not an identifier"
+
+    def walk(m: descriptor_pb2.DescriptorProto) -> str | None:
+        if not name_ok(m.name):
+            return f"message name {m.name!r}"
+        for f in list(m.field) + list(m.extension):
+            if not name_ok(f.name) or not ref_ok(f.type_name) or not ref_ok(f.extendee) or f.number <= 0:
+                return f"field {f.name!r} of {m.name}"
+        for e in m.enum_type:
+            if not name_ok(e.name) or not all(name_ok(v.name) for v in e.value):
+                return f"enum {e.name!r}"
+        for n in m.nested_type:
+            found = walk(n)
+            if found:
+                return found
+        return None
+
+    for m in fd.message_type:
+        found = walk(m)
+        if found:
+            return "corrupt " + found
+    for e in fd.enum_type:
+        if not name_ok(e.name) or not all(name_ok(v.name) for v in e.value):
+            return f"corrupt enum {e.name!r}"
+    for sv in fd.service:
+        if not name_ok(sv.name) or not all(name_ok(x.name) and ref_ok(x.input_type) and ref_ok(x.output_type)
+                                           for x in sv.method):
+            return f"corrupt service {sv.name!r}"
+    return None
