@@ -484,7 +484,10 @@ def _default_text(value: Any, f: descriptor_pb2.FieldDescriptorProto, b: _V1Buil
             return repr(value).replace("inf", "inf")
         return str(value)
     if isinstance(value, str):
-        return value
+        try:  # the bundle was read as latin-1 (byte offsets); literal UTF-8 text is re-decoded here
+            return value.encode("latin-1").decode("utf-8")
+        except (UnicodeEncodeError, UnicodeDecodeError):
+            return value
     if isinstance(value, Call):
         last = value.callee.rsplit(".", 1)[-1]
         if last in ("parse", "uParse") and value.args and isinstance(value.args[0], str):

@@ -78,7 +78,10 @@ def read_string(s: str, i: int) -> tuple[str, int]:
     while j < n:
         c = s[j]
         if c == q:
-            return "".join(out), j + 1
+            text = "".join(out)
+            if any("\ud800" <= ch <= "\udfff" for ch in text):  # JS strings are UTF-16: join \u pairs
+                text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+            return text, j + 1
         if c == "\\":
             j += 1
             if j >= n:

@@ -116,12 +116,14 @@ def _one(path: str, pos: int, text: str, closed: bool, out: V2Scan) -> None:
     except ValueError:
         return
     head = _NAME_HEAD.match(data)
-    plausible = head is not None and len(head.group(2)) >= head.group(1)[0] and \
-        head.group(2)[: head.group(1)[0]].endswith(b".proto")
-    name = head.group(2)[: head.group(1)[0]].decode() if (plausible and head) else None
+    name_bytes = head.group(2)[: head.group(1)[0]] if head else b""
+    complete = head is not None and len(head.group(2)) >= head.group(1)[0]
+    plausible = complete and name_bytes.endswith(b".proto")
+    name = name_bytes.decode("ascii", "replace")
     if not closed:
-        if plausible:
-            out.errors.append((pos, f"embedded file descriptor {name!r} is cut off (the file ends inside it)"))
+        if plausible or (head is not None and not complete and re.fullmatch(rb"[\w./\-]+", name_bytes)):
+            out.errors.append((pos, f"embedded file descriptor {name + ('' if complete else '…')!r} is cut off "
+                                    "(the file ends inside it)"))
         return
     fd = descriptor_pb2.FileDescriptorProto()
     try:
