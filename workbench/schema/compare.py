@@ -35,53 +35,12 @@ def facts(files: Iterable[descriptor_pb2.FileDescriptorProto], *, skip_packages:
     for fd in files:
         if fd.package in skip_packages:
             continue
-        syntax = fd.syntax or "proto2"
         prefix = fd.package + "." if fd.package else ""
         maps: dict[str, descriptor_pb2.DescriptorProto] = {}
-
-        def collect_maps(m: descriptor_pb2.DescriptorProto, scope: str) -> None:
-            for n in m.nested_type:
-                if n.options.map_entry:
-                    maps[scope + m.name + "." + n.name] = n
-                collect_maps(n, scope + m.name + ".")
-
         for m in fd.message_type:
-            collect_maps(m, prefix)
-
-        def walk(m: descriptor_pb2.DescriptorProto, scope: str) -> None:
-            full = scope + m.name
-            fields: dict[int, Any] = {}
-            for f in m.field:
-                entry = maps.get(f.type_name.lstrip(".")) if f.type == FDP.TYPE_MESSAGE else None
-                info: dict[str, Any] = {"name": f.name, "json_name": f.json_name or None}
-                if entry is not None and f.label == FDP.LABEL_REPEATED:
-                    k, v = entry.field[0], entry.field[1]
-                    info["map"] = (FDP.Type.Name(k.type), FDP.Type.Name(v.type), v.type_name or None)
-                else:
-                    info.update(type=FDP.Type.Name(f.type), type_name=f.type_name or None,
-                                label=FDP.Label.Name(f.label), packed=_packed(f, syntax),
-                                default=f.default_value if f.HasField("default_value") else None,
-                                jstype=f.options.jstype if f.options.HasField("jstype") else None)
-                if f.HasField("oneof_index"):
-                    if f.proto3_optional:
-                        info["optional"] = True
-                    else:
-                        info["oneof"] = m.oneof_decl[f.oneof_index].name
-                fields[f.number] = info
-            entry_names = {n.name for n in m.nested_type if n.options.map_entry}
-            out[full] = {"kind": "message", "fields": fields,
-                         "nested": sorted(n.name for n in m.nested_type if n.name not in entry_names)
-                         + sorted(e.name for e in m.enum_type)}
-            if with_files:
-                out[full]["file"] = fd.name
-            for e in m.enum_type:
-                out[full + "." + e.name] = _enum(e)
-            for n in m.nested_type:
-                if n.name not in entry_names:
-                    walk(n, full + ".")
-
+            _collect_maps(m, prefix, maps)
         for m in fd.message_type:
-            walk(m, prefix)
+            _message(m, prefix, fd, maps, with_files, out)
         for e in fd.enum_type:
             out[prefix + e.name] = _enum(e)
         for s in fd.service:
@@ -89,6 +48,48 @@ def facts(files: Iterable[descriptor_pb2.FileDescriptorProto], *, skip_packages:
                 meth.name: (meth.input_type, meth.output_type, meth.client_streaming, meth.server_streaming,
                             meth.options.idempotency_level) for meth in s.method}}
     return out
+
+
+def _collect_maps(m: descriptor_pb2.DescriptorProto, scope: str, maps: dict[str, descriptor_pb2.DescriptorProto]) -> None:
+    for n in m.nested_type:
+        if n.options.map_entry:
+            maps[scope + m.name + "." + n.name] = n
+        _collect_maps(n, scope + m.name + ".", maps)
+
+
+def _message(m: descriptor_pb2.DescriptorProto, scope: str, fd: descriptor_pb2.FileDescriptorProto,
+             maps: dict[str, descriptor_pb2.DescriptorProto], with_files: bool, out: dict[str, Any]) -> None:
+    full = scope + m.name
+    syntax = fd.syntax or "proto2"
+    fields: dict[int, Any] = {}
+    for f in m.field:
+        entry = maps.get(f.type_name.lstrip(".")) if f.type == FDP.TYPE_MESSAGE else None
+        info: dict[str, Any] = {"name": f.name, "json_name": f.json_name or None}
+        if entry is not None and f.label == FDP.LABEL_REPEATED:
+            k, v = entry.field[0], entry.field[1]
+            info["map"] = (FDP.Type.Name(k.type), FDP.Type.Name(v.type), v.type_name or None)
+        else:
+            info.update(type=FDP.Type.Name(f.type), type_name=f.type_name or None,
+                        label=FDP.Label.Name(f.label), packed=_packed(f, syntax),
+                        default=f.default_value if f.HasField("default_value") else None,
+                        jstype=f.options.jstype if f.options.HasField("jstype") else None)
+        if f.HasField("oneof_index"):
+            if f.proto3_optional:
+                info["optional"] = True
+            else:
+                info["oneof"] = m.oneof_decl[f.oneof_index].name
+        fields[f.number] = info
+    entry_names = {n.name for n in m.nested_type if n.options.map_entry}
+    out[full] = {"kind": "message", "fields": fields,
+                 "nested": sorted(n.name for n in m.nested_type if n.name not in entry_names)
+                 + sorted(e.name for e in m.enum_type)}
+    if with_files:
+        out[full]["file"] = fd.name
+    for e in m.enum_type:
+        out[full + "." + e.name] = _enum(e)
+    for n in m.nested_type:
+        if n.name not in entry_names:
+            _message(n, full + ".", fd, maps, with_files, out)
 
 
 def _enum(e: descriptor_pb2.EnumDescriptorProto) -> dict[str, Any]:

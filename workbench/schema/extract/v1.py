@@ -25,7 +25,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.schema.extract.jsread import Call, JsSyntax, Opaque, Ref, read_args, read_string, read_value, skip_ws
+from workbench.schema.extract.jsread import (
+    Call,
+    JsSyntax,
+    Opaque,
+    Ref,
+    read_args,
+    read_string,
+    read_value,
+    skip_ws,
+)
 
 # Every pattern starts with a literal so the regex engine can skip ahead quickly; what comes before
 # the literal is checked by a second pattern on a short window.

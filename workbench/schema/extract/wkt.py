@@ -8,9 +8,18 @@ from __future__ import annotations
 
 import importlib
 from functools import lru_cache
+from typing import Any
 
 _MODULES = ("any", "api", "duration", "empty", "field_mask", "source_context", "struct", "timestamp", "type",
             "wrappers", "descriptor", "compiler.plugin")
+
+
+def _walk(messages: Any, scope: str, file_name: str, out: dict[str, str]) -> None:
+    for m in messages:
+        out[scope + m.name] = file_name
+        for e in m.enum_types:
+            out[scope + m.name + "." + e.name] = file_name
+        _walk(m.nested_types, scope + m.name + ".", file_name, out)
 
 
 @lru_cache(maxsize=1)
@@ -21,16 +30,7 @@ def well_known_files() -> dict[str, str]:
             fd = importlib.import_module(f"google.protobuf.{mod}_pb2").DESCRIPTOR
         except ImportError:  # pragma: no cover - every protobuf runtime ships these
             continue
-
-        def walk(desc: object, scope: str) -> None:
-            for name, m in desc.message_types_by_name.items() if hasattr(desc, "message_types_by_name") \
-                    else ((n.name, n) for n in desc.nested_types):  # type: ignore[attr-defined]
-                out[scope + name] = fd.name
-                for e in m.enum_types:
-                    out[scope + name + "." + e.name] = fd.name
-                walk(m, scope + name + ".")
-
-        walk(fd, fd.package + ".")
+        _walk(fd.message_types_by_name.values(), fd.package + ".", fd.name, out)
         for name in fd.enum_types_by_name:
             out[fd.package + "." + name] = fd.name
     return out
