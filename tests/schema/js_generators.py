@@ -95,3 +95,22 @@ class Generators:
         proc = subprocess.run(args, capture_output=True, text=True, env=env)
         assert proc.returncode == 0, proc.stderr
         return sorted(outfile.rglob("*.js")) if splitting else [outfile]
+
+    def tsc_files(self, sources: list[Path], src_dir: Path, out_dir: Path) -> list[Path]:
+        """tsc to CommonJS (``exports.X``, ``require``, ``X.typeName = …``), then each file minified alone."""
+        bin_ = self.prefix("v1") / "node_modules" / ".bin"
+        plain = out_dir.with_name(out_dir.name + "-tsc")
+        args = [str(bin_ / "tsc"), "--outDir", str(plain), "--rootDir", str(src_dir), "--module", "commonjs",
+                "--target", "es2017", "--moduleResolution", "node", "--skipLibCheck", "--noEmitOnError", "false",
+                *map(str, sources)]
+        subprocess.run(args, capture_output=True, text=True)  # type errors (no @types here) do not stop emit
+        out: list[Path] = []
+        for js in sorted(plain.rglob("*.js")):
+            dest = out_dir / js.relative_to(plain)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            proc = subprocess.run([str(bin_ / "esbuild"), str(js), "--minify", "--format=cjs", "--log-level=error",
+                                   f"--outfile={dest}"], capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stderr
+            out.append(dest)
+        assert out, "tsc emitted nothing"
+        return out

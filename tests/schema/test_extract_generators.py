@@ -95,3 +95,18 @@ def test_many_chunks_with_renamed_exports(generators: Generators, tmp_path: Path
     proc = _cli("schema", "extract", str(tmp_path / "dist"), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert _extracted_facts(out) == _source_facts(SHAPES, SHAPE_FILES)
+
+
+def test_tsc_commonjs_files_minified_one_by_one(generators: Generators, tmp_path: Path) -> None:
+    """tsc output (``Y.typeName = …``, ``exports.Y``, ``require("./common_pb.js").Point``), no bundler,
+    the runtime package not among the files (its well-known types are still known)."""
+    sources = generators.generate("v1", SHAPES, SHAPE_FILES, tmp_path / "gen", "ts")
+    files = generators.tsc_files(sources, tmp_path / "gen", tmp_path / "dist")
+    assert len(files) == len(sources)
+    ex = extract([tmp_path / "dist"])
+    assert [str(p) for p in ex.problems] == []
+    out = tmp_path / "out"
+    from workbench.schema.extract import write
+
+    write(ex, out)
+    assert _extracted_facts(out) == _source_facts(SHAPES, SHAPE_FILES)

@@ -85,6 +85,11 @@ class Resolver:
     def _member(self, parts: list[str], scan: FileScan, pos: int, want: str, seen: set[tuple[str, str]]) -> str | None:
         obj, prop = parts[0], parts[-1]
         module = scan.namespaces.get(obj)
+        if module is not None and len(parts) == 2 and not module.startswith(".") and "protobuf" in module:
+            # the runtime package itself (not among the scanned files): its well-known types
+            wkt = "google.protobuf." + prop.replace("_", ".")
+            if self.kinds.get(wkt) == want:
+                return wkt
         if module is not None and len(parts) == 2:
             target = self._module(scan.path, module)
             if target is not None:
