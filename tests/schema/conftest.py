@@ -13,9 +13,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from js_generators import Generators, install  # noqa: E402
 
-SHAPES = Path(__file__).parent / "data" / "shapes"
-SHAPE_FILES = ["shapes/v1/common.proto", "shapes/v1/shapes.proto", "legacy/v1/legacy.proto", "other/v2/other.proto"]
-
 
 def _unavailable(reason: str) -> None:
     if os.environ.get("CI"):

@@ -17,6 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+SHAPES = Path(__file__).parent / "data" / "shapes"
+SHAPE_FILES = ["shapes/v1/common.proto", "shapes/v1/shapes.proto", "legacy/v1/legacy.proto", "other/v2/other.proto"]
 ESBUILD = "esbuild@0.28.2"
 PACKAGES = {
     "v1": ["@bufbuild/protoc-gen-es@1.10.1", "@bufbuild/protobuf@1.10.1",

@@ -8,8 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import SHAPE_FILES, SHAPES
-from js_generators import Generators
+from js_generators import SHAPE_FILES, SHAPES, Generators
 
 from workbench.schema.extract import extract
 

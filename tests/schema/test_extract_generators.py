@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SHAPE_FILES, SHAPES
-from js_generators import Generators
+from js_generators import SHAPE_FILES, SHAPES, Generators
 
 from workbench.schema.compare import facts
 from workbench.schema.extract import extract

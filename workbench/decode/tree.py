@@ -56,8 +56,6 @@ def _is_id(name: str) -> bool:
 
 def _scalar(fd: FieldDescriptor, value: Any, owner: str) -> Any:
     if fd.type == _TYPE_BYTES:
-        if (owner, fd.name) in VALUE_BYTES:
-            return value_bytes_to_json(value)
         if _is_id(fd.name) or owner == "agent.v1.ConversationStateStructure":
             return value.hex()
         return bytes_to_json(value)

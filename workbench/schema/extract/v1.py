@@ -40,6 +40,7 @@ from workbench.schema.extract.jsread import (
 # the literal is checked by a second pattern on a short window.
 _MAKE = re.compile(r"\.(makeMessageType|makeEnum)\s*\(\s*")
 _SET_ENUM = re.compile(r"\.setEnumType\s*\(\s*")
+_EXTENSION = re.compile(r"\.makeExtension\s*\(\s*(?=[\"'])")
 _TYPENAME = re.compile(r"typeName(?:[\"']\s*,|\s*=(?![=>]))\s*(?=[\"'])")
 _TYPENAME_BEFORE = re.compile(
     r"""(?:\bstatic\s+(?:readonly\s+)?|\bthis\s*\.\s*|(?<![\w$.])([\w$]+)\s*\.\s*"""
@@ -119,6 +120,8 @@ def scan(path: str, s: str) -> FileScan:
         _class_statics(s, m, out)
     for m in _SERVICE.finditer(s):
         _service(s, m, out)
+    for m in _EXTENSION.finditer(s):
+        out.errors.append((m.start(), "a protobuf-es v1 extension (makeExtension) is not recovered"))
     if out.found:
         _modules(s, out)
     return out
@@ -198,6 +201,9 @@ def _class_statics(s: str, m: re.Match[str], out: FileScan) -> None:
     fm = _FIELDS.search(s, j, j + _FIELDS_WINDOW)
     if fm is None:
         return  # a typeName that is not a protobuf-es message class
+    between = s[j:fm.start()]
+    if "typeName" in between or re.search(r"(?<![\w$])class\b", between):
+        return  # those fields belong to another class
     runtime = fm.group(1) or None
     if runtime and runtime.endswith(".util"):
         runtime = runtime[: -len(".util")]
