@@ -80,7 +80,7 @@ class Generators:
         return sorted(p for p in out.rglob("*" + ext) if p.name != "entry" + ext)
 
     def bundle(self, major: str, sources: list[Path], src_dir: Path, outfile: Path, *, fmt: str = "esm",
-               target: str = "esnext", splitting: bool = False) -> list[Path]:
+               target: str = "esnext", splitting: bool = False, extra: tuple[str, ...] = ()) -> list[Path]:
         """esbuild --bundle --minify of an entry that re-exports every generated module."""
         ext = sources[0].suffix
         entry = src_dir / ("entry" + ext)
@@ -88,7 +88,8 @@ class Generators:
                                  for i, p in enumerate(sources)))
         esbuild = self.prefix(major) / "node_modules" / ".bin" / "esbuild"
         env = {**os.environ, "NODE_PATH": str(self.prefix(major) / "node_modules")}
-        args = [str(esbuild), "--bundle", "--minify", f"--format={fmt}", f"--target={target}", "--log-level=error"]
+        args = [str(esbuild), "--bundle", "--minify", f"--format={fmt}", f"--target={target}", "--log-level=error",
+                *extra]
         if splitting:
             entries = [entry, *sources]
             args += ["--splitting", f"--outdir={outfile}", *map(str, entries)]

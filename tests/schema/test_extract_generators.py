@@ -20,9 +20,13 @@ from workbench.schema.compare import facts
 from workbench.schema.extract import extract
 from workbench.schema.loader import BUILTIN_FILES, PROTO_ROOT, compile_protos, read_descriptor_set
 
-# (major, protoc-gen-es target, esbuild format, esbuild target): the shapes bundles take in the wild
-SHAPES_OF_OUTPUT = [
+# (major, protoc-gen-es target, esbuild format, esbuild target[, esbuild option]): shapes bundles take
+# in the wild
+SHAPES_OF_OUTPUT: list[tuple[str, ...]] = [
     ("v1", "js", "esm", "esnext"),
+    # class … { static {this.typeName = …} static {this.fields = …} } (VS Code's tsconfig does this)
+    ("v1", "ts", "esm", "esnext", '--tsconfig-raw={"compilerOptions":{"useDefineForClassFields":false}}'),
+    ("v1", "ts", "esm", "esnext", "--keep-names"),
     ("v1", "ts", "esm", "esnext"),     # class … { static typeName = …; static fields = … }
     ("v1", "ts", "esm", "es2020"),     # lowered: __publicField(Y, "typeName", …); var alias = Y
     ("v1", "ts", "cjs", "es2019"),     # CommonJS
@@ -30,6 +34,12 @@ SHAPES_OF_OUTPUT = [
     ("v2", "js", "esm", "esnext"),
     ("v2", "ts", "cjs", "es2020"),
 ]
+
+
+def _case_id(case: tuple[str, ...]) -> str:
+    extra = case[4:]
+    label = "static-blocks" if extra and "useDefineForClassFields" in extra[0] else extra[0].strip("-") if extra else ""
+    return "-".join((*case[:4], label)).rstrip("-")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -46,14 +56,14 @@ def _extracted_facts(out: Path) -> dict[str, object]:
     return facts(compile_protos(protos, [out]).file)  # protoc must accept what we wrote
 
 
-def _build(gen: Generators, tmp: Path, root: Path, files: list[str], case: tuple[str, str, str, str]) -> Path:
-    major, target, fmt, es_target = case
+def _build(gen: Generators, tmp: Path, root: Path, files: list[str], case: tuple[str, ...]) -> Path:
+    major, target, fmt, es_target, *extra = case
     sources = gen.generate(major, root, files, tmp / "gen", target)
-    return gen.bundle(major, sources, tmp / "gen", tmp / "bundle.js", fmt=fmt, target=es_target)[0]
+    return gen.bundle(major, sources, tmp / "gen", tmp / "bundle.js", fmt=fmt, target=es_target, extra=tuple(extra))[0]
 
 
-@pytest.mark.parametrize("case", SHAPES_OF_OUTPUT, ids=["-".join(c) for c in SHAPES_OF_OUTPUT])
-def test_overlay_round_trips(generators: Generators, tmp_path: Path, case: tuple[str, str, str, str]) -> None:
+@pytest.mark.parametrize("case", SHAPES_OF_OUTPUT, ids=[_case_id(c) for c in SHAPES_OF_OUTPUT])
+def test_overlay_round_trips(generators: Generators, tmp_path: Path, case: tuple[str, ...]) -> None:
     bundle = _build(generators, tmp_path, PROTO_ROOT, list(BUILTIN_FILES), case)
     out = tmp_path / "out"
     proc = _cli("schema", "extract", str(bundle), "-o", str(out), "--descriptor-set", str(tmp_path / "set.pb"))
@@ -68,9 +78,9 @@ def test_overlay_round_trips(generators: Generators, tmp_path: Path, case: tuple
     assert str(bundle) in report["sources"]["agent.v1.AgentServerMessage"][0]
 
 
-@pytest.mark.parametrize("case", SHAPES_OF_OUTPUT, ids=["-".join(c) for c in SHAPES_OF_OUTPUT])
+@pytest.mark.parametrize("case", SHAPES_OF_OUTPUT, ids=[_case_id(c) for c in SHAPES_OF_OUTPUT])
 def test_every_field_shape_and_packages_in_one_bundle(generators: Generators, tmp_path: Path,
-                                                      case: tuple[str, str, str, str]) -> None:
+                                                      case: tuple[str, ...]) -> None:
     bundle = _build(generators, tmp_path, SHAPES, SHAPE_FILES, case)
     ex = extract([bundle])
     assert [str(p) for p in ex.problems] == []
