@@ -119,3 +119,20 @@ def test_tsc_commonjs_files_minified_one_by_one(generators: Generators, tmp_path
 
     write(ex, out)
     assert _extracted_facts(out) == _source_facts(SHAPES, SHAPE_FILES)
+
+
+def test_bundles_concatenated_in_one_file_reuse_names(generators: Generators, tmp_path: Path) -> None:
+    """Three separately minified apps in one file, each in its own function scope: the minifier gave
+    unrelated types the same short names in each, and every reference must still find its own."""
+    parts = []
+    for i, (root, files, target) in enumerate([(PROTO_ROOT, list(BUILTIN_FILES), "ts"), (SHAPES, SHAPE_FILES, "ts"),
+                                               (PROTO_ROOT, list(BUILTIN_FILES), "js")]):
+        sources = generators.generate("v1", root, files, tmp_path / f"gen{i}", target)
+        js = generators.bundle("v1", sources, tmp_path / f"gen{i}", tmp_path / f"b{i}.js")[0].read_text()
+        parts.append("(()=>{" + js[: js.rfind("export{")] + "})();\n")
+    one = tmp_path / "one.js"
+    one.write_text("".join(parts))
+    ex = extract([one])
+    assert [str(p) for p in ex.problems] == []
+    want = {**_source_facts(PROTO_ROOT, list(BUILTIN_FILES)), **_source_facts(SHAPES, SHAPE_FILES)}
+    assert facts(ex.files) == want

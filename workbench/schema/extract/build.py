@@ -92,7 +92,7 @@ def build(scans: list[FileScan], embedded: list[EmbeddedFile], problems: list[Pr
     # v1 definitions, first one of each name wins; identical copies only add a source
     defs: dict[str, _Def] = {}
     for sc in scans:
-        for f in sc.found:
+        for f in sorted(sc.found, key=lambda x: x.pos):
             where = f"{sc.path}:{f.pos} ({f.shape})"
             if f.type_name in v2_types:
                 ex.sources[f.type_name].append(where)
@@ -107,7 +107,7 @@ def build(scans: list[FileScan], embedded: list[EmbeddedFile], problems: list[Pr
                     ex.problems.append(Problem(sc.path, f.pos, f"{f.type_name} is defined differently at "
                                                                f"{prev.scan.path}:{prev.found.pos}; the first is used"))
     kinds = {n: d.found.kind for n, d in defs.items()}
-    pre = Resolver(scans, kinds, {})
+    pre = Resolver(scans, kinds, {}, {})
     for d in defs.values():
         if d.syntax is None:
             d.syntax = pre.runtime_syntax(d.scan, d.found.runtime, d.found.pos)
@@ -118,7 +118,7 @@ def build(scans: list[FileScan], embedded: list[EmbeddedFile], problems: list[Pr
     messages = {n for n, k in kinds.items() if k == "message"}
     placement = {n: _place(n, messages) for n in defs}
     packages = {n: p[0] for n, p in placement.items()}
-    resolver = Resolver(scans, kinds, packages)
+    resolver = Resolver(scans, kinds, packages, {n: p[0] for n, p in placement.items()})
     builder = _V1Builder(ex, resolver, defs, placement)
     files = builder.files()
     used_names = set(v2_files)
@@ -156,8 +156,8 @@ _WKT_ENUMS = {"google.protobuf.NullValue", "google.protobuf.Syntax", "google.pro
 def _shape_key(body: Any) -> str:
     """Compare two definitions while ignoring where their references point (names differ)."""
     def norm(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {k: norm(x) for k, x in v.items()}
+        if isinstance(v, dict):  # localName: how JS code names an enum value, not part of the schema
+            return {k: norm(x) for k, x in v.items() if k != "localName"}
         if isinstance(v, list | tuple):
             return [norm(x) for x in v]
         if isinstance(v, Ref | Call | Opaque):
@@ -326,7 +326,7 @@ class _V1Builder:
                 continue
             meth = s.method.add(name=m.get("name") if isinstance(m.get("name"), str) else local[:1].upper() + local[1:])
             for key, attr in (("I", "input_type"), ("O", "output_type")):
-                target = self.resolver.resolve(m.get(key), d.scan, "message")
+                target = self.resolver.resolve(m.get(key), d.scan, "message", near=d.found.type_name)
                 if target is None:
                     self._problem(d, getattr(m.get(key), "pos", None),
                                   f"{d.found.type_name}.{meth.name}: {key} type {_show(m.get(key))} not resolved; "
@@ -426,7 +426,7 @@ class _V1Builder:
                 self._problem(d, getattr(t, "pos", None), f"{where}: unknown scalar type {_show(t)}; written as bytes")
             return
         if kind in ("message", "enum"):
-            target = self.resolver.resolve(t, d.scan, kind)
+            target = self.resolver.resolve(t, d.scan, kind, near=d.found.type_name)
             if target is not None:
                 f.type = FDP.TYPE_MESSAGE if kind == "message" else FDP.TYPE_ENUM
                 f.type_name = "." + target

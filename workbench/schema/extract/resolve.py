@@ -30,9 +30,12 @@ def local_name(full_name: str, package: str) -> str:
 
 
 class Resolver:
-    def __init__(self, scans: Iterable[FileScan], kinds: dict[str, str], packages: dict[str, str]) -> None:
+    def __init__(self, scans: Iterable[FileScan], kinds: dict[str, str], packages: dict[str, str],
+                 package_of: dict[str, str]) -> None:
         self.scans = {s.path: s for s in scans}
         self.kinds = kinds  # full name → "message" / "enum"
+        self.package_of = package_of
+        self._near = ""
         self._global: dict[str, list[Binding]] = {}
         for s in self.scans.values():
             for name, bs in s.bindings.items():
@@ -41,8 +44,15 @@ class Resolver:
         for full, pkg in packages.items():
             self._local.setdefault(local_name(full, pkg), []).append(full)
 
-    def resolve(self, value: object, scan: FileScan, want: str) -> str | None:
-        """The full type name ``value`` (a field's ``T``) refers to, of kind ``want``, or None."""
+    def resolve(self, value: object, scan: FileScan, want: str, near: str = "") -> str | None:
+        """The full type name ``value`` (a field's ``T``) refers to, of kind ``want``, or None.
+
+        ``near`` is the type holding the reference: when a name is bound several times in a file
+        (modules of one bundle reuse short names), a binding to a type of the same package is
+        preferred over a nearer one of another package, since generated code mostly refers within
+        its package.
+        """
+        self._near = self.package_of.get(near, near.rsplit(".", 1)[0] if near else "")
         if isinstance(value, Call) and value.callee.endswith("getEnumType") and value.args:
             value = value.args[0]
         if not isinstance(value, Ref):
@@ -51,6 +61,12 @@ class Resolver:
         if len(parts) == 1:
             return self._ident(parts[0], scan, value.pos, want, set())
         return self._member(parts, scan, value.pos, want, set())
+
+    def _foreign(self, type_name: str) -> bool:
+        pkg = self.package_of.get(type_name)
+        if pkg is None:
+            pkg = type_name.rsplit(".", 1)[0]
+        return bool(self._near) and pkg != self._near
 
     def _ok(self, b: Binding, want: str) -> bool:
         return self.kinds.get(b.type_name) == want
@@ -69,7 +85,7 @@ class Resolver:
             free = [b for b in cands if b.scope is None] or cands
             if pos is None:
                 return free[-1].type_name
-            return min(free, key=lambda b: abs(b.pos - pos)).type_name
+            return min(free, key=lambda b: (self._foreign(b.type_name), abs(b.pos - pos))).type_name
         imp = scan.imports.get(name)
         if imp is not None:
             target = self._module(scan.path, imp[0])
@@ -98,7 +114,7 @@ class Resolver:
                     return found
         members = [b for b in scan.bindings.get(prop, ()) if b.member and self._ok(b, want)]
         if members:
-            return min(members, key=lambda b: abs(b.pos - pos)).type_name
+            return min(members, key=lambda b: (self._foreign(b.type_name), abs(b.pos - pos))).type_name
         if prop in scan.exports:
             found = self._export(scan, prop, want, seen)
             if found:
