@@ -186,3 +186,17 @@ def _wkt() -> str:
     import grpc_tools
 
     return str(Path(grpc_tools.__file__).parent / "_proto")
+
+
+def test_every_decoder_need_names_something_in_the_overlay() -> None:
+    """The contract is checked only where its path exists: a typo there would check nothing."""
+    from workbench.schema import contract
+
+    overlay = load_schema()
+    for need in contract.NEEDS:
+        found = contract._containers(overlay.descriptor(need.root), need.path, need.root)
+        assert isinstance(found, list) and found, need
+        for desc, _where in found:
+            fd = desc.fields_by_name.get(need.name)
+            assert fd is not None and contract._kind_ok(fd, need.kind), (need, desc.full_name)
+    assert contract.check(overlay.descriptor) == []

@@ -11,6 +11,7 @@ never reaches them (a oneof member the schema does not have never becomes a fram
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -160,22 +161,21 @@ def _type_text(fd: FieldDescriptor) -> str:
     return label + names.get(fd.type, str(fd.type))
 
 
-def check(find: object) -> list[str]:
+def check(lookup: Callable[[str], Descriptor]) -> list[str]:
     """Problems that make a schema unusable for the decoder (empty when usable).
 
-    ``find(full_name)`` returns the message Descriptor or raises KeyError.
+    ``lookup(full_name)`` returns the message Descriptor or raises KeyError.
     """
     problems: list[str] = []
-    lookup = find  # typed loosely: a pool method or Schema.descriptor
     for root in (SERVER, CLIENT):
         try:
-            lookup(root)  # type: ignore[operator]
+            lookup(root)
         except KeyError:
             problems.append(f"{root} is missing")
     seen: set[str] = set()
     for need in NEEDS:
         try:
-            root_desc = lookup(need.root)  # type: ignore[operator]
+            root_desc = lookup(need.root)
         except KeyError:
             continue
         found = _containers(root_desc, need.path, root_desc.full_name)

@@ -19,7 +19,7 @@ from workbench.schema.extract.jsread import Call, Opaque, Ref
 from workbench.schema.extract.resolve import Resolver
 from workbench.schema.extract.v1 import FileScan, Found, syntax_of
 from workbench.schema.extract.v2 import EmbeddedFile, proto_camel_case
-from workbench.schema.extract.wkt import well_known_files
+from workbench.schema.extract.wkt import well_known_enums, well_known_files
 
 FDP = descriptor_pb2.FieldDescriptorProto
 _SCALARS = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 16, 17, 18}
@@ -113,8 +113,9 @@ def build(scans: list[FileScan], embedded: list[EmbeddedFile], problems: list[Pr
             d.syntax = pre.runtime_syntax(d.scan, d.found.runtime, d.found.pos)
     for fd in v2_files.values():
         kinds.update({n: k for n, k in _all_types(fd) if k in ("message", "enum")})
+    wkt_enums = well_known_enums()
     for name in wkt_files:
-        kinds.setdefault(name, "message" if name not in _WKT_ENUMS else "enum")
+        kinds.setdefault(name, "enum" if name in wkt_enums else "message")
     messages = {n for n, k in kinds.items() if k == "message"}
     placement = {n: _place(n, messages) for n in defs}
     packages = {n: p[0] for n, p in placement.items()}
@@ -147,10 +148,6 @@ def build(scans: list[FileScan], embedded: list[EmbeddedFile], problems: list[Pr
         fd.dependency.extend(deps)
     ex.files = out
     return ex
-
-
-_WKT_ENUMS = {"google.protobuf.NullValue", "google.protobuf.Syntax", "google.protobuf.Field.Kind",
-              "google.protobuf.Field.Cardinality"}
 
 
 def _shape_key(body: Any) -> str:
