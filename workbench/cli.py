@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "workbench.fixtures.cli",
     "workbench.export.cli",
     "workbench.analysis.cli",
+    "workbench.schema.cli",
 ]
 
 

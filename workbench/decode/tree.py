@@ -16,7 +16,8 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-# (message full name, field name) whose bytes hold a serialized google.protobuf.Value.
+# (message full name, field name) that hold google.protobuf.Value on the wire, whatever type a schema
+# declares for them (public extractions say map<string, bytes> or map<string, Value>; ours bytes).
 VALUE_BYTES = {
     ("agent.v1.McpArgs", "args"),
     ("agent.v1.McpToolDefinition", "input_schema"),
@@ -55,8 +56,6 @@ def _is_id(name: str) -> bool:
 
 def _scalar(fd: FieldDescriptor, value: Any, owner: str) -> Any:
     if fd.type == _TYPE_BYTES:
-        if (owner, fd.name) in VALUE_BYTES:
-            return value_bytes_to_json(value)
         if _is_id(fd.name) or owner == "agent.v1.ConversationStateStructure":
             return value.hex()
         return bytes_to_json(value)
@@ -71,18 +70,16 @@ def message_to_tree(msg: Message) -> dict[str, Any]:
     out: dict[str, Any] = {}
     owner = msg.DESCRIPTOR.full_name
     for fd, value in msg.ListFields():
-        if fd.type == _TYPE_MESSAGE:
+        if (owner, fd.name) in VALUE_BYTES:
+            out[fd.name] = _as_value(fd, value)
+        elif fd.type == _TYPE_MESSAGE:
             mt = fd.message_type
             if mt.GetOptions().map_entry:
                 vfd = mt.fields_by_name["value"]
                 if vfd.type == _TYPE_MESSAGE:
                     out[fd.name] = {str(k): message_to_tree(v) for k, v in value.items()}
                 else:
-                    fake = vfd if (owner, fd.name) not in VALUE_BYTES else None
-                    out[fd.name] = {
-                        str(k): (value_bytes_to_json(v) if fake is None else _scalar(vfd, v, mt.full_name))
-                        for k, v in value.items()
-                    }
+                    out[fd.name] = {str(k): _scalar(vfd, v, mt.full_name) for k, v in value.items()}
             elif mt.full_name in _WELL_KNOWN:
                 out[fd.name] = (
                     [json_format.MessageToDict(v) for v in value]
@@ -101,6 +98,27 @@ def message_to_tree(msg: Message) -> dict[str, Any]:
     if unknown:
         out.update(unknown)
     return out
+
+
+def _as_value(fd: FieldDescriptor, value: Any) -> Any:
+    """A field known to carry google.protobuf.Value (see VALUE_BYTES) as JSON, from its wire bytes."""
+    mt = fd.message_type
+    if mt is not None and mt.GetOptions().map_entry:
+        vfd = mt.fields_by_name["value"]
+        return {str(k): _one_value(vfd, v) for k, v in value.items()}
+    if fd.is_repeated:
+        return [_one_value(fd, v) for v in value]
+    return _one_value(fd, value)
+
+
+def _one_value(fd: FieldDescriptor, v: Any) -> Any:
+    if isinstance(v, Message):
+        return value_bytes_to_json(v.SerializeToString())
+    if isinstance(v, str):
+        return value_bytes_to_json(v.encode("utf-8"))
+    if isinstance(v, bytes):
+        return value_bytes_to_json(v)
+    return v
 
 
 _WELL_KNOWN = {"google.protobuf.Value", "google.protobuf.Struct", "google.protobuf.ListValue"}

@@ -1,32 +1,43 @@
 """Build protobuf descriptors from our ``.proto`` overlay (and users' own) at run time.
 
 The overlay is compiled with grpcio-tools' bundled protoc into a FileDescriptorSet, cached on disk
-by content hash so only the first start pays for protoc. User protos (``--proto``) are compiled
-into a separate pool: they usually redefine our messages (a schema extracted from a newer Cursor
-build), and a type found there wins over the built-in one.
+by content hash so only the first start pays for protoc. A user schema (``--proto``: ``.proto``
+files, folders of them, or FileDescriptorSet files such as ``workbench schema extract`` writes;
+several of each) is compiled in one protoc run with every folder as an include root, so imports
+between the files resolve, and merged with the overlay (``merge.py``): its types replace ours,
+also where our remaining messages embed them. Whatever cannot be used raises ``SchemaError``,
+which the CLI turns into exit 2; there is no silent fallback to the overlay.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
+
+from workbench.schema import contract
+from workbench.schema.merge import MergeError, check_user_files, count_types, merged_pool
 
 PROTO_ROOT = Path(__file__).resolve().parent / "proto"
 BUILTIN_FILES = ("agent/v1/agent.proto", "aiserver/v1/aiserver.proto")
+DESCRIPTOR_SET_SUFFIXES = (".pb", ".binpb", ".desc", ".fds", ".protoset")
+_MAX_PROTOC_LINES = 12
 
 
 class SchemaError(Exception):
-    """A .proto file could not be found or compiled; the message names the file."""
+    """A schema could not be found, compiled or used; the message names the file (and type)."""
 
 
 def _grpc_include() -> str:
@@ -35,7 +46,7 @@ def _grpc_include() -> str:
     return str(Path(grpc_tools.__file__).resolve().parent / "_proto")
 
 
-def _cache_dir() -> Path:
+def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     path = Path(base) / "workbench" / "schema"
     try:
@@ -46,8 +57,15 @@ def _cache_dir() -> Path:
     return path
 
 
+def _short_protoc_error(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip() and "warning:" not in ln]
+    if len(lines) > _MAX_PROTOC_LINES:
+        lines = lines[:_MAX_PROTOC_LINES] + [f"… and {len(lines) - _MAX_PROTOC_LINES} more lines"]
+    return "\n  ".join(lines)
+
+
 def compile_protos(files: Sequence[Path], includes: Sequence[Path]) -> descriptor_pb2.FileDescriptorSet:
-    """Run protoc in-process; raise SchemaError with protoc's own message on failure."""
+    """Run protoc; raise SchemaError with protoc's own message (which names file and line)."""
     digest = hashlib.sha256()
     for f in files:
         digest.update(str(f).encode())
@@ -57,7 +75,7 @@ def compile_protos(files: Sequence[Path], includes: Sequence[Path]) -> descripto
             raise SchemaError(f"{f}: {exc.strerror}") from exc
     for inc in includes:
         digest.update(str(inc).encode())
-    cached = _cache_dir() / f"{digest.hexdigest()[:24]}.pb"
+    cached = cache_dir() / f"{digest.hexdigest()[:24]}.pb"
     if not cached.exists():
         tmp = cached.with_suffix(f".{os.getpid()}.tmp")
         args = [sys.executable, "-m", "grpc_tools.protoc", *(f"-I{inc}" for inc in includes),
@@ -67,8 +85,9 @@ def compile_protos(files: Sequence[Path], includes: Sequence[Path]) -> descripto
         proc = subprocess.run(args, capture_output=True, text=True)
         if proc.returncode != 0 or not tmp.exists():
             tmp.unlink(missing_ok=True)
-            names = ", ".join(str(f) for f in files)
-            raise SchemaError(f"protoc failed on {names}: {proc.stderr.strip() or f'exit {proc.returncode}'}")
+            names = ", ".join(str(f) for f in files[:3]) + (f" (+{len(files) - 3} more)" if len(files) > 3 else "")
+            raise SchemaError(f"protoc failed on {names}:\n  "
+                              f"{_short_protoc_error(proc.stderr) or f'exit {proc.returncode}'}")
         os.replace(tmp, cached)
     fds = descriptor_pb2.FileDescriptorSet()
     fds.ParseFromString(cached.read_bytes())
@@ -82,40 +101,124 @@ def _pool_from(fds: descriptor_pb2.FileDescriptorSet) -> descriptor_pool.Descrip
     return pool
 
 
-def _expand(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
-    files: list[Path] = []
-    includes: list[Path] = []
+_PACKAGE = re.compile(rb"^\s*package\s+([\w.]+)\s*;", re.M)
+
+
+def _root_of(path: Path) -> Path:
+    """The include root of a single ``.proto`` file: where its package's folders start.
+
+    ``x/agent/v1/agent.proto`` declaring ``package agent.v1`` has root ``x``, so its imports of
+    ``aiserver/v1/aiserver.proto`` find ``x/aiserver/v1/aiserver.proto``; otherwise its folder.
+    """
+    try:
+        m = _PACKAGE.search(path.read_bytes()[:65536])
+    except OSError as exc:
+        raise SchemaError(f"{path}: {exc.strerror}") from exc
+    if m:
+        parts = m.group(1).decode().split(".")
+        folder = path.parent
+        if len(folder.parts) > len(parts) and list(folder.parts[-len(parts):]) == parts:
+            return folder.parents[len(parts) - 1]
+    return path.parent
+
+
+@dataclass
+class _Inputs:
+    protos: list[Path] = field(default_factory=list)
+    roots: list[Path] = field(default_factory=list)
+    sets: list[Path] = field(default_factory=list)
+    names: dict[str, Path] = field(default_factory=dict)  # name inside the schema → file
+
+
+def _expand(paths: Iterable[str | Path]) -> _Inputs:
+    out = _Inputs()
+
+    def add(path: Path, root: Path) -> None:
+        name = path.relative_to(root).as_posix()
+        other = out.names.get(name)
+        if other is not None and other != path:
+            raise SchemaError(f"conflict: {other} and {path} are both {name}; pass only one of them")
+        if other is None:
+            out.names[name] = path
+            out.protos.append(path)
+        if root not in out.roots:
+            out.roots.append(root)
+
     for p in paths:
         path = Path(p).resolve()
         if path.is_dir():
-            found = sorted(path.rglob("*.proto"))
-            if not found:
-                raise SchemaError(f"{path}: no .proto files in this folder")
-            files += found
-            includes.append(path)
+            found = sorted(f for f in path.rglob("*.proto") if not any(s.startswith(".") for s in
+                                                                         f.relative_to(path).parts))
+            sets = sorted(f for f in path.rglob("*") if f.suffix in DESCRIPTOR_SET_SUFFIXES and f.is_file())
+            if not found and not sets:
+                raise SchemaError(f"{path}: no .proto files (or descriptor sets) in this folder")
+            for f in found:
+                add(f, path)
+            out.sets += [s for s in sets if s not in out.sets]
         elif path.is_file():
-            files.append(path)
-            includes.append(path.parent)
+            if path.suffix in DESCRIPTOR_SET_SUFFIXES:
+                if path not in out.sets:
+                    out.sets.append(path)
+            else:
+                add(path, _root_of(path))
         else:
             raise SchemaError(f"{path}: no such .proto file or folder")
-    return files, includes
+    return out
+
+
+def read_descriptor_set(path: Path) -> descriptor_pb2.FileDescriptorSet:
+    fds = descriptor_pb2.FileDescriptorSet()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SchemaError(f"{path}: {exc.strerror}") from exc
+    try:
+        fds.ParseFromString(data)
+    except DecodeError as exc:
+        raise SchemaError(f"{path}: not a FileDescriptorSet ({exc})") from exc
+    if not fds.file or not all(f.name for f in fds.file):
+        raise SchemaError(f"{path}: not a FileDescriptorSet (no named files)")
+    return fds
+
+
+@dataclass(frozen=True)
+class SchemaIdentity:
+    """What a decoded capture was read with: hash, source and counts."""
+
+    hash: str
+    source: str
+    messages: int
+    enums: int
+    services: int
+    user_messages: int = 0
+    replaced: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"hash": self.hash, "source": self.source, "messages": self.messages, "enums": self.enums,
+                "services": self.services, "user_messages": self.user_messages, "replaced": self.replaced}
 
 
 class Schema:
-    """Message classes by full name; user protos take precedence over the overlay."""
+    """Message classes by full name; a user schema's types replace the overlay's.
+
+    ``builtin`` is the overlay's pool, ``user`` the merged pool (None without a user schema).
+    ``files`` are the descriptors in force, ``notes`` what the merge decided on the user's behalf.
+    """
 
     def __init__(self, builtin: descriptor_pool.DescriptorPool,
-                 user: descriptor_pool.DescriptorPool | None = None) -> None:
+                 user: descriptor_pool.DescriptorPool | None = None, *,
+                 identity: SchemaIdentity | None = None, notes: Sequence[str] = (),
+                 files: Sequence[descriptor_pb2.FileDescriptorProto] = ()) -> None:
         self.builtin = builtin
         self.user = user
+        self.identity = identity or SchemaIdentity("", "built-in overlay", 0, 0, 0)
+        self.notes = list(notes)
+        self.files = list(files)
         self._classes: dict[str, type[Message]] = {}
 
     def descriptor(self, full_name: str) -> Descriptor:
         if self.user is not None:
-            try:
-                return self.user.FindMessageTypeByName(full_name)
-            except KeyError:
-                pass
+            return self.user.FindMessageTypeByName(full_name)
         return self.builtin.FindMessageTypeByName(full_name)
 
     def message_class(self, full_name: str) -> type[Message]:
@@ -133,84 +236,110 @@ class Schema:
         return True
 
 
+def _set_hash(files: Iterable[descriptor_pb2.FileDescriptorProto]) -> str:
+    digest = hashlib.sha256()
+    for fd in sorted(files, key=lambda f: f.name):
+        digest.update(fd.SerializeToString(deterministic=True))
+    return digest.hexdigest()[:16]
+
+
 @lru_cache(maxsize=1)
-def _builtin_pool() -> descriptor_pool.DescriptorPool:
-    files = [PROTO_ROOT / f for f in BUILTIN_FILES]
-    return _pool_from(compile_protos(files, [PROTO_ROOT]))
+def builtin_descriptor_set() -> descriptor_pb2.FileDescriptorSet:
+    return compile_protos([PROTO_ROOT / f for f in BUILTIN_FILES], [PROTO_ROOT])
 
 
-def _merged_pool(user_fds: descriptor_pb2.FileDescriptorSet) -> descriptor_pool.DescriptorPool | None:
-    """One pool where the user's types replace the overlay's, also where the overlay refers to them.
+@lru_cache(maxsize=1)
+def _builtin_schema() -> Schema:
+    fds = builtin_descriptor_set()
+    m, e, s = count_types(fds.file)
+    return Schema(_pool_from(fds), None, identity=SchemaIdentity(_set_hash(fds.file), "built-in overlay", m, e, s),
+                  files=list(fds.file))
 
-    A user file usually redefines a handful of messages (say ``agent.v1.TextDelta`` with a field
-    a newer build added). Looking names up in the user's pool first is not enough: the overlay's
-    ``InteractionUpdate`` would still embed the overlay's ``TextDelta``. So the overlay files are
-    re-added without the redefined types and with the user's files as dependencies. Returns None
-    when the files cannot be combined (the caller then falls back to a separate user pool).
-    """
-    builtin = compile_protos([PROTO_ROOT / f for f in BUILTIN_FILES], [PROTO_ROOT])
-    builtin_names = {f.name for f in builtin.file}
-    user_files = [f for f in user_fds.file if f.name not in builtin_names]
-    defined: dict[str, str] = {}
-    for f in user_files:
-        prefix = f.package + "." if f.package else ""
-        for m in f.message_type:
-            defined[prefix + m.name] = f.name
-        for e in f.enum_type:
-            defined[prefix + e.name] = f.name
-    if not defined:
-        return None
-    overriding = sorted(set(defined.values()))
-    files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
-    for f in builtin.file:
-        copy = descriptor_pb2.FileDescriptorProto()
-        copy.CopyFrom(f)
-        prefix = f.package + "." if f.package else ""
-        keep_m = [m for m in f.message_type if prefix + m.name not in defined]
-        keep_e = [e for e in f.enum_type if prefix + e.name not in defined]
-        if len(keep_m) != len(f.message_type) or len(keep_e) != len(f.enum_type) or f.name in BUILTIN_FILES:
-            del copy.message_type[:]
-            copy.message_type.extend(keep_m)
-            del copy.enum_type[:]
-            copy.enum_type.extend(keep_e)
-            copy.dependency.extend(d for d in overriding if d not in copy.dependency and d != f.name)
-        files[f.name] = copy
-    for f in user_files:
-        files.setdefault(f.name, f)
-    pool = descriptor_pool.DescriptorPool()
-    added: set[str] = set()
 
-    def add(name: str, stack: tuple[str, ...]) -> None:
-        if name in added or name not in files:
-            return
-        if name in stack:
-            raise ValueError(f"import cycle through {name}")
-        for dep in files[name].dependency:
-            add(dep, (*stack, name))
-        pool.Add(files[name])
-        added.add(name)
-
-    try:
-        for name in files:
-            add(name, ())
-    except Exception:  # incompatible redefinitions: keep the user's pool separate instead
-        return None
-    return pool
+def _user_files(inputs: _Inputs) -> tuple[list[descriptor_pb2.FileDescriptorProto],
+                                          list[descriptor_pb2.FileDescriptorProto], dict[str, str]]:
+    """(user files, extra well-known files, file name → path) of all inputs."""
+    builtin = {f.name: f for f in builtin_descriptor_set().file}
+    origin: dict[str, str] = {name: str(path) for name, path in inputs.names.items()}
+    found: list[descriptor_pb2.FileDescriptorProto] = []
+    if inputs.protos:
+        fds = compile_protos(inputs.protos, [*inputs.roots, PROTO_ROOT])
+        found += list(fds.file)
+    for path in inputs.sets:
+        for fd in read_descriptor_set(path).file:
+            origin.setdefault(fd.name, str(path))
+            found.append(fd)
+    user: dict[str, descriptor_pb2.FileDescriptorProto] = {}
+    shared: dict[str, descriptor_pb2.FileDescriptorProto] = {}
+    for fd in found:
+        same_as_builtin = fd.name in builtin and fd.SerializeToString(deterministic=True) == \
+            builtin[fd.name].SerializeToString(deterministic=True)
+        if same_as_builtin and fd.name not in inputs.names:
+            continue  # the overlay itself, imported by a user file
+        if fd.name.startswith("google/protobuf/") and fd.name not in inputs.names:
+            if fd.name not in builtin:
+                shared.setdefault(fd.name, fd)
+            continue
+        prev = user.get(fd.name)
+        if prev is not None and prev.SerializeToString(deterministic=True) != fd.SerializeToString(deterministic=True):
+            raise SchemaError(f"conflict: {origin.get(fd.name, fd.name)} and another input both define file "
+                              f"{fd.name} with different content")
+        user[fd.name] = fd
+    return list(user.values()), list(shared.values()), origin
 
 
 _schemas: dict[tuple[str, ...], Schema] = {}
 
 
 def load_schema(extra: Sequence[str | Path] = ()) -> Schema:
-    """The overlay, plus user ``.proto`` files or folders (taking precedence) when given."""
+    """The overlay, plus a user schema (files, folders, descriptor sets) whose types replace ours."""
     key = tuple(str(Path(p).resolve()) for p in extra)
     schema = _schemas.get(key)
-    if schema is None:
-        user = None
-        if extra:
-            files, includes = _expand(extra)
-            user_fds = compile_protos(files, [*includes, PROTO_ROOT])
-            user = _merged_pool(user_fds) or _pool_from(user_fds)
-        schema = Schema(_builtin_pool(), user)
-        _schemas[key] = schema
+    if schema is not None:
+        return schema
+    base = _builtin_schema()
+    if not extra:
+        _schemas[key] = base
+        return base
+    inputs = _expand(extra)
+    user, shared, origin = _user_files(inputs)
+    source = ", ".join(key)
+    if not user:
+        raise SchemaError(f"{source}: defines no types of its own (only copies of the built-in overlay "
+                          "or well-known types)")
+    builtin = descriptor_pb2.FileDescriptorSet()
+    builtin.CopyFrom(builtin_descriptor_set())
+    builtin.file.extend(shared)
+    try:
+        check_user_files(user, origin)
+        pool, notes, replaced = merged_pool(builtin, user, origin)
+    except MergeError as exc:
+        raise SchemaError(str(exc)) from exc
+    problems = contract.check(pool.FindMessageTypeByName)
+    if problems:
+        raise SchemaError(f"{source} cannot be used by the decoder: " + "; ".join(problems[:8])
+                          + (f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""))
+    files = [pool.FindFileByName(n) for n in _file_names(builtin, user)]
+    protos = []
+    for f in files:
+        p = descriptor_pb2.FileDescriptorProto()
+        f.CopyToProto(p)
+        protos.append(p)
+    m, e, s = count_types(protos)
+    um, _, _ = count_types(user)
+    if um == 0 and not any(f.enum_type or f.service for f in user):
+        notes.append(f"{source}: defines no message types")
+    identity = SchemaIdentity(_set_hash(user), source, m, e, s, user_messages=um, replaced=replaced)
+    schema = Schema(base.builtin, pool, identity=identity, notes=notes, files=protos)
+    _schemas[key] = schema
     return schema
+
+
+def _file_names(builtin: descriptor_pb2.FileDescriptorSet,
+                user: list[descriptor_pb2.FileDescriptorProto]) -> list[str]:
+    from workbench.schema.merge import OVERLAY_PREFIX
+
+    names = [f.name for f in user]
+    taken = set(names)
+    names += [OVERLAY_PREFIX + f.name if f.name in taken else f.name for f in builtin.file]
+    return names
