@@ -85,6 +85,7 @@ class RunRecord:
     index: int
     transport: str
     request_id: str | None
+    framing: str = "connect"  # connect | grpc_web | grpc_web_text | grpc (workbench.sim.framing)
     scenario: str | None = None
     model: str | None = None
     conversation_id: str | None = None
@@ -104,6 +105,8 @@ class RunRecord:
 
     def summary(self) -> str:
         bits = [f"run {self.index}", self.transport, f"scenario={self.scenario}", f"model={self.model}"]
+        if self.framing != "connect":
+            bits.insert(2, self.framing)
         if self.path != "steps":
             bits.append(f"path={self.path}")
         bits.append(f"-> {self.outcome}")
@@ -274,6 +277,8 @@ class _Run:
         self.cfg = backend.config
         self.conn = conn
         self.rec = backend.state.new_run(conn.transport, conn.request_id)
+        framing = getattr(conn, "framing", None)  # transports other than ours may not say
+        self.rec.framing = getattr(framing, "name", None) or "connect"
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.pending: list[Any] = []
         self.client_done = False

@@ -30,12 +30,14 @@ _LABEL = re.compile(
     r"|(?P<tool_result2>\[Tool result for (?P<id2>[^\]\s]+)\]\s*:)"
     r"|(?P<tool_result3>(?:TOOL|Tool|tool)(?:[ _](?:RESULT|Result|result))?\s*"
     r"(?:\(\s*(?:call_id|id)\s*[:=]\s*(?P<id3>[^,)\s]+)[^)\n]*\))?\s*:)"
+    r"|(?P<call>ASSISTANT\s+TOOL_CALL\s*\(\s*call_id\s*:\s*(?P<call_id>[^,)\s]+)[^)\n]*\)\s*:)"
     r"|(?P<user>(?:USER|User|user|HUMAN|Human|human)\s*:)"
     r"|(?P<assistant>(?:ASSISTANT|Assistant|assistant)\b[^\n:]*:)"
     r")",
     re.MULTILINE,
 )
 _END_OF_HISTORY = re.compile(r"</conversation_history>|</history>")
+_CALLED_TOOL = re.compile(r"\[Called tool:\s*([^\s(\]]+)")  # the seed proxy's assistant tool-call line
 
 
 @dataclass(slots=True)
@@ -63,7 +65,7 @@ class History:
 
 @dataclass(slots=True)
 class _Entry:
-    role: str  # user | assistant | tool
+    role: str  # user | assistant | call | tool
     text: str
     call_id: str = ""
     name: str = ""
@@ -82,8 +84,11 @@ def _entries(text: str) -> list[_Entry]:
         chunk = chunk.strip()
         if m.group("user"):
             out.append(_Entry("user", chunk))
+        elif m.group("call"):
+            out.append(_Entry("call", chunk, m.group("call_id"), chunk.split(None, 1)[0] if chunk else ""))
         elif m.group("assistant"):
             out.append(_Entry("assistant", chunk))
+            out += [_Entry("call", "", "", name) for name in _CALLED_TOOL.findall(chunk)]
         else:
             cid = m.group("id1") or m.group("id2") or m.group("id3") or ""
             out.append(_Entry("tool", chunk, cid, (m.group("name1") or "").strip()))
@@ -91,13 +96,21 @@ def _entries(text: str) -> list[_Entry]:
 
 
 def _history(source: str, entries: Sequence[_Entry]) -> History | None:
-    results = [ToolTurn(e.call_id, e.name, e.text) for e in entries if e.role == "tool"]
-    if not results:
+    # A result without a name takes its call's: same call id, else the calls in order.
+    by_id = {e.call_id: e.name for e in entries if e.role == "call" and e.call_id}
+    in_order = [e.name for e in entries if e.role == "call"]
+    named: list[tuple[int, ToolTurn]] = []
+    for i, e in enumerate(entries):
+        if e.role == "tool":
+            k = len(named)
+            name = e.name or by_id.get(e.call_id) or (in_order[k] if k < len(in_order) else "")
+            named.append((i, ToolTurn(e.call_id, name, e.text)))
+    if not named:
         return None
     users = [i for i, e in enumerate(entries) if e.role == "user"]
     after = users[-1] + 1 if users else 0
-    answered = [ToolTurn(e.call_id, e.name, e.text) for e in entries[after:] if e.role == "tool"]
-    return History(source, answered, results, entries[users[-1]].text if users else None)
+    answered = [t for i, t in named if i >= after]
+    return History(source, answered, [t for _, t in named], entries[users[-1]].text if users else None)
 
 
 def from_prompt(text: str) -> History | None:
@@ -134,6 +147,14 @@ def from_messages(messages: Iterable[Any]) -> History | None:
                 p for p in content or [] if isinstance(p, Mapping) and p.get("type") == "text"])))
         elif role == "assistant":
             entries.append(_Entry("assistant", ""))
+            for p in content if isinstance(content, list) else []:
+                if isinstance(p, Mapping) and p.get("type") == "tool-call":
+                    entries.append(_Entry("call", "", str(p.get("toolCallId", "")), str(p.get("toolName", ""))))
+            for c in m.get("tool_calls") or []:  # OpenAI shape
+                if isinstance(c, Mapping):
+                    fn = c.get("function")
+                    fn = fn if isinstance(fn, Mapping) else {}
+                    entries.append(_Entry("call", "", str(c.get("id", "")), str(fn.get("name", ""))))
         elif role == "tool":
             if isinstance(content, list):
                 for p in content:
