@@ -147,7 +147,7 @@ async def test_grpc_run_ends_with_real_http2_trailers(sim_factory: Any) -> None:
     await s.send(run_request("[scenario:text] over grpc"))
     await s.until("interaction_update.turn_ended")
     await s.stream.end()
-    assert (rest := [f async for f in _drain(s)]) == []
+    assert [f async for f in _drain(s)] == []  # nothing after turn_ended: no end-stream envelope
     assert s.stream.headers["content-type"] == "application/grpc+proto"
     assert s.stream.trailers == {"grpc-status": "0"}
 
@@ -160,7 +160,6 @@ async def test_grpc_run_ends_with_real_http2_trailers(sim_factory: Any) -> None:
     assert status.code == 5 and status.details[0].type_url == "type.googleapis.com/aiserver.v1.ErrorDetails"
     assert pb.ErrorDetails.FromString(status.details[0].value).error == 5  # ERROR_BAD_MODEL_NAME
     await client.close()
-    del rest
 
 
 async def _drain(s: RunSession) -> Any:

@@ -108,3 +108,20 @@ async def test_a_prompt_without_history_still_plays_the_scenario(sim_factory: An
     await s.until("exec_server_message.request_context_args")
     assert sim.state.runs[0].path == "steps"
     await client.close()
+
+
+async def test_a_history_for_a_scenario_with_continuation_plays_it(sim_factory: Any) -> None:
+    sim = await sim_factory()
+    client, s = await open_run(sim)
+    await s.send(run_request(flatten_messages([
+        {"role": "user", "content": "[scenario:kv_only_on_reuse] run echo"},
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Hello from KV blob investigation"}]),
+        conversation_id=str(uuid.uuid4())))
+    frames = await s.until("interaction_update.turn_ended")
+    assert "Picked up the tool result in a new run" in "".join(
+        server_msg(f).interaction_update.text_delta.text for f in frames if f.kind == "interaction_update.text_delta")
+    await s.stream.end()
+    rec = (await sim.state.finished_runs(1))[0]
+    assert (rec.path, rec.outcome) == ("history", "turn_ended")
+    await client.close()

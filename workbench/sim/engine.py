@@ -463,8 +463,12 @@ class _Run:
                     data = await self._get_blob(bytes(blob_id), "root_prompt_messages_json")
                 messages += H.messages_in_blob(data or b"")
             hist = H.from_messages(messages)
-        plan = H.resume_steps(steps, len(hist.answered), self.scenario.prelude) if hist is not None else None
-        if hist is None or plan is None:
+        if hist is None or not hist.answered:
+            return steps
+        # A scenario that says how a new run goes on (continuation) uses that; else resume after the tools.
+        plan = self.scenario.continuation if self.scenario.continuation is not None else \
+            H.resume_steps(steps, len(hist.answered), self.scenario.prelude)
+        if plan is None:
             return steps
         self.history = hist
         self.rec.path = "history"
