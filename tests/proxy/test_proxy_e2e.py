@@ -160,10 +160,12 @@ def test_naive_args_concat_reproduces_garbled_json(tmp_path: Path) -> None:
 # (e) ----------------------------------------------------------------------------------------
 
 def test_no_stream_close_stalls_and_the_budget_gives_up(tmp_path: Path) -> None:
+    """Against a strict simulator (the December 2025 service) a client without stream_close stalls."""
     ws = tmp_path / "ws"
     ws.mkdir()
     r = start_rig(tmp_path, proxy_args=["--fault", "no_stream_close", "--heartbeat-budget", "20",
-                                        "--execute-locally", "--workspace", str(ws)])
+                                        "--execute-locally", "--workspace", str(ws)],
+                  sim_args=["--strict-stream-close"])
     try:
         with pytest.raises(openai.APIStatusError) as info:
             sdk(r).chat.completions.create(model="default", messages=[

@@ -30,6 +30,7 @@ class H2Stream:
         self.client = client
         self.stream_id = stream_id
         self.headers: dict[str, str] = {}
+        self.trailers: dict[str, str] = {}  # HTTP/2 trailers (gRPC's status)
         self.headers_ready = asyncio.Event()
         self.chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.reset = False
@@ -112,6 +113,8 @@ class H2Client:
                     if isinstance(ev, h2.events.ResponseReceived) and st:
                         st.headers = {k: v for k, v in ev.headers}
                         st.headers_ready.set()
+                    elif isinstance(ev, h2.events.TrailersReceived) and st:
+                        st.trailers = {k: v for k, v in ev.headers}
                     elif isinstance(ev, h2.events.DataReceived) and st:
                         self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
                         st.chunks.put_nowait(ev.data)

@@ -62,3 +62,45 @@ def test_cli_list_and_bad_scenario_dir(tmp_path: Path) -> None:
     out = subprocess.run([*WORKBENCH, "sim", "--scenario-dir", str(tmp_path / "x")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "does not exist" in out.stderr
+
+
+def test_cli_policy_options_are_checked(tmp_path: Path) -> None:
+    for args, message in [(["--strict-stream-close", "--stream-close", "accepted"], "contradicts --stream-close"),
+                          (["--exec-stream-close", "shell"], "KIND=POLICY"),
+                          (["--exec-stream-close", "bash=required"], "unknown exec type 'bash'"),
+                          (["--exec-stream-close", "shell=sometimes"], "must be one of required, accepted, ignored")]:
+        out = subprocess.run([*WORKBENCH, "sim", "--cert-dir", str(tmp_path), *args],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
+
+
+def test_cli_strict_switch_and_listing_choice_are_announced(tmp_path: Path) -> None:
+    proc = start("--port", "0", "--cert-dir", str(tmp_path), "--strict-stream-close",
+                 "--exec-stream-close", "mcp=accepted", "--model-listing", "aiserver")
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline().strip() for _ in range(5)]
+        assert "stream_close: required, mcp=accepted; framings: connect, grpc-web(-text), grpc" in lines
+        url = lines[0]
+        probe = textwrap.dedent(f"""
+            import ssl, urllib.request, urllib.error
+            ctx = ssl.create_default_context(cafile="{tmp_path / 'sim-cert.pem'}")
+            for path in ("/aiserver.v1.AiService/GetUsableModels", "/agent.v1.AgentService/GetUsableModels"):
+                req = urllib.request.Request("{url}" + path, data=b"{{}}",
+                    headers={{"authorization": "Bearer t", "content-type": "application/json"}})
+                try:
+                    print(path, urllib.request.urlopen(req, context=ctx).read().decode())
+                except urllib.error.HTTPError as exc:
+                    print(path, exc.code, exc.read().decode())
+        """)
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+        ai, agent = out.stdout.splitlines()
+        assert '"modelId": "gpt-5"' in ai
+        assert agent.startswith("/agent.v1.AgentService/GetUsableModels 501") and '"unimplemented"' in agent
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()

@@ -116,16 +116,13 @@ async def test_get_usable_models(sim_factory: Any) -> None:
     async with httpx.AsyncClient(http2=True, verify=trust(sim)) as http:
         r = await http.post(sim.url + MODELS, content=b"", headers={**AUTH, "content-type": "application/proto"})
         assert r.http_version == "HTTP/2" and r.status_code == 200
-        # GetUsableModelsResponse = 1 repeated ModelDetails.
-        ids = []
-        buf = r.content
-        pos = 0
-        while pos < len(buf):
-            assert buf[pos] == 0x0A
-            length = buf[pos + 1]
-            ids.append(pb.ModelDetails.FromString(buf[pos + 2:pos + 2 + length]).model_id)
-            pos += 2 + length
+        ids = [m.model_id for m in pb.GetUsableModelsResponse.FromString(r.content).models]
         assert {"default", "claude-4-sonnet", "gpt-5", "composer-1"} <= set(ids)
+        assert r.content.startswith(b"\x0a")  # field 1, repeated ModelDetails
+        r = await http.post(sim.url + "/aiserver.v1.AiService/GetUsableModels", content=b'{"customModelIds": []}',
+                            headers={**AUTH, "content-type": "application/json"})
+        assert r.json()["models"][0] == {"modelId": "default", "displayModelId": "default",
+                                         "displayName": "Default", "displayNameShort": "Default"}
         r = await http.post(sim.url + MODELS, content=b"{}", headers={**AUTH, "content-type": "application/json"})
         assert "gpt-5" in [m["modelId"] for m in json.loads(r.content)["models"]]
         r = await http.post(sim.url + "/aiserver.v1.ServerConfigService/GetServerConfig", content=b"",

@@ -149,8 +149,9 @@ async def test_client_tools_turn_shell_into_mcp(sim_factory: Any) -> None:
     await client.close()
 
 
-async def test_missing_stream_close_parks_with_heartbeats(sim_factory: Any) -> None:
-    sim = await sim_factory(scenario="tool_flow")
+async def test_missing_stream_close_parks_with_heartbeats_when_strict(sim_factory: Any) -> None:
+    """--strict-stream-close: the December 2025 stall (a result alone parks the run)."""
+    sim = await sim_factory(scenario="tool_flow", stream_close="required")
     client, s = await open_run(sim)
     await s.send(run_request("no marker: the server default is tool_flow"))
     rc = await s.until("exec_server_message.request_context_args")

@@ -28,8 +28,9 @@ def texts(frames: list[Any]) -> str:
                    if f.kind == "interaction_update.text_delta")
 
 
-async def test_shell_stream_events_then_close(sim_factory: Any) -> None:
-    sim = await sim_factory()
+async def test_shell_stream_strict_events_then_close(sim_factory: Any) -> None:
+    """Under stream_close required the exit is not enough; the stream_close finishes the exec."""
+    sim = await sim_factory(stream_close="required")
     client, s = await open_run(sim)
     await s.send(run_request("[scenario:shell_stream] ls"))
     frames = await s.until("exec_server_message.shell_stream_args")
@@ -52,8 +53,8 @@ async def test_shell_stream_events_then_close(sim_factory: Any) -> None:
     await client.close()
 
 
-async def test_shell_stream_without_close_parks(sim_factory: Any) -> None:
-    sim = await sim_factory()
+async def test_shell_stream_strict_without_close_parks(sim_factory: Any) -> None:
+    sim = await sim_factory(exec_stream_close=["shell_stream=required"])
     client, s = await open_run(sim)
     await s.send(run_request("[scenario:shell_stream] ls"))
     frames = await s.until("exec_server_message.shell_stream_args")

@@ -53,6 +53,7 @@ from workbench.client.recording import FrameLogEntry, Journal, RunWire
 from workbench.client.toolcalls import ToolDef, describe_tool_call, final_args, tool_definition
 from workbench.client.transport import (
     END_WAIT_S,
+    FRAMINGS,
     MODELS_PATH,
     TRANSPORTS,
     Channel,
@@ -106,9 +107,13 @@ class AgentClient(ExecAnswers):
                  execute_locally: bool = False, faults: Iterable[str] = (), heartbeat_budget: int | None = None,
                  heartbeat_interval: float = 5.0, verify: Verify = None, record_to: Any = None,
                  model: str = "default", connections: Connections | None = None, close_policy: str = "always",
-                 allow_shell: bool = False, wait_for_end: bool = True, end_timeout: float = END_TIMEOUT_S) -> None:
+                 allow_shell: bool = False, wait_for_end: bool = True, end_timeout: float = END_TIMEOUT_S,
+                 framing: str = "connect") -> None:
         if transport not in TRANSPORTS:
             raise ValueError(f"transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
+        if framing not in FRAMINGS:
+            raise ValueError(f"framing {framing!r}: choose one of {', '.join(FRAMINGS)}")
+        self.framing = framing  # connect | grpc-web (mode D), see client/transport.py
         bad = set(faults) - FAULTS
         if bad:
             raise ValueError(f"unknown fault(s) {', '.join(sorted(bad))}; known: {', '.join(sorted(FAULTS))}")
@@ -214,10 +219,11 @@ class AgentClient(ExecAnswers):
         rid = str(uuid.uuid4())
         wire = RunWire(self.frame_log, self._journal, rid)  # the session id is the run's request id
         if self.transport == "run":
-            return RunChannel(self.base_url, self._token, wire, await self.connections.h2(), request_id=rid)
+            return RunChannel(self.base_url, self._token, wire, await self.connections.h2(), request_id=rid,
+                              framing=self.framing)
         cls = RunSSEChannel if self.transport == "runsse" else RunPollChannel
         return cls(self.base_url, self._token, wire, self.connections.http(), request_id=rid,
-                   reset_seqno="reset_append_seqno" in self.faults)
+                   reset_seqno="reset_append_seqno" in self.faults, framing=self.framing)
 
     async def _send(self, run: _Run, msg: Any) -> None:
         await run.channel.send(bytes(pb.AgentClientMessage(**msg).SerializeToString())

@@ -6,6 +6,11 @@
   request_id, append_seqno 0, 1, 2, … with up to 16 appends in flight);
 - ``runpoll``: as runsse, but the read side is ``…/RunPoll`` returning BidiPollResponse records.
 
+Two framings (``framing=``): ``connect`` (streams ``application/connect+proto`` ending in a 0x02
+end-stream; BidiAppend and unary calls bare ``application/proto``) and ``grpc-web`` (everything
+``application/grpc-web+proto`` and enveloped, BidiAppend included; the end of every response is a
+0x80 trailer frame with ``grpc-status``/``grpc-message``) — mode D of docs/protocol.md §1.
+
 Each channel turns its wire into one queue of :class:`Incoming` items (agent-message bytes, the
 end of the stream, or a failure) so the turn logic above does not care which transport it runs on.
 """
@@ -19,6 +24,7 @@ import contextlib
 import json
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -30,15 +36,21 @@ from workbench import __version__
 from workbench.client._pb import pb
 from workbench.client.net import H2Connection, H2Stream, NetError, Verify, cancel_and_wait, ssl_context
 from workbench.decode.classify import Frame, default_decoder
-from workbench.wire.endstream import EndStream, parse_end_stream
-from workbench.wire.envelope import Envelope, EnvelopeParser, encode, split_unary
+from workbench.schema import pb as schema_pb
+from workbench.wire.endstream import EndStream, end_from_grpc, parse_end_stream, parse_grpc_web_trailer
+from workbench.wire.envelope import Envelope, EnvelopeParser, encode, split_frames, split_unary
 
 RUN_PATH = "/agent.v1.AgentService/Run"
 RUNSSE_PATH = "/agent.v1.AgentService/RunSSE"
 RUNPOLL_PATH = "/agent.v1.AgentService/RunPoll"
 APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
 MODELS_PATH = "/agent.v1.AgentService/GetUsableModels"
+AI_MODELS_PATH = "/aiserver.v1.AiService/GetUsableModels"
 TRANSPORTS = ("run", "runsse", "runpoll")
+FRAMINGS = ("connect", "grpc-web")
+CONNECT_STREAM_CT = "application/connect+proto"
+CONNECT_UNARY_CT = "application/proto"
+GRPC_WEB_CT = "application/grpc-web+proto"
 MAX_APPENDS_IN_FLIGHT = 16
 CLIENT_VERSION = f"workbench-{__version__}"
 # How long closing a RunSSE/RunPoll channel waits for BidiAppends still in flight (their messages
@@ -114,6 +126,24 @@ def connect_headers(token: str, request_id: str, content_type: str, *, http1: bo
     return hdrs
 
 
+def framed_headers(token: str, request_id: str, framing: str, *, unary: bool, http1: bool = False
+                   ) -> list[tuple[str, str]]:
+    """``connect_headers`` for a stream or a unary call in ``framing``."""
+    if framing == "grpc-web":
+        hdrs = [h for h in connect_headers(token, request_id, GRPC_WEB_CT, http1=http1)
+                if h[0] != "connect-protocol-version"]
+        return [*hdrs, ("x-grpc-web", "1")]
+    return connect_headers(token, request_id, CONNECT_UNARY_CT if unary else CONNECT_STREAM_CT, http1=http1)
+
+
+def grpc_web_end(body: bytes) -> EndStream | None:
+    """The status of a whole gRPC-Web body (its 0x80 trailer frame), None when it has none."""
+    for env in split_frames(body):
+        if env.is_trailer:
+            return end_of(env)
+    return None
+
+
 _HTTP_CODES = {400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied", 404: "not_found",
                408: "deadline_exceeded", 409: "aborted", 415: "internal", 429: "resource_exhausted",
                464: "unimplemented", 500: "internal", 501: "unimplemented", 502: "unavailable",
@@ -145,8 +175,12 @@ class Channel:
     transport = "run"
     append_transport = "run"
 
-    def __init__(self, base_url: str, token: str, wire: Wire, request_id: str | None = None) -> None:
+    def __init__(self, base_url: str, token: str, wire: Wire, request_id: str | None = None,
+                 framing: str = "connect") -> None:
+        if framing not in FRAMINGS:
+            raise ValueError(f"framing {framing!r}: choose one of {', '.join(FRAMINGS)}")
         self.base_url = base_url.rstrip("/")
+        self.framing = framing
         self.token = token
         self.request_id = request_id or str(uuid.uuid4())
         self.queue: asyncio.Queue[Incoming] = asyncio.Queue()
@@ -204,7 +238,7 @@ class Channel:
             if env.error:
                 self._fail(TransportError("internal", f"bad envelope from {self.transport}: {env.error}"))
                 return True
-            if env.is_end_stream:
+            if env.is_end_stream or env.is_trailer:
                 self.queue.put_nowait(Incoming("end", end=end_of(env)))
                 return True
             try:
@@ -222,11 +256,27 @@ class Channel:
 
 
 def end_of(env: Envelope) -> EndStream:
-    """The end-stream envelope, its ErrorDetails decoded (what the server says went wrong)."""
+    """The end-stream envelope (Connect 0x02 or gRPC-Web trailer 0x80), its ErrorDetails decoded
+    (what the server says went wrong)."""
+    if env.is_trailer:
+        return end_from_grpc(parse_grpc_web_trailer(env.payload), _status_details)
     try:
         return parse_end_stream(env.payload, default_decoder().error_details)
     except ValueError as exc:
         return EndStream(code="internal", message=str(exc))
+
+
+def _status_details(raw: bytes) -> dict[str, Any]:
+    """grpc-status-details-bin (a google.rpc.Status) → Connect-style ``details`` with decoded values."""
+    status = pb.RpcStatus.FromString(raw)
+    details = []
+    for anything in status.details:
+        type_name = anything.type_url.rsplit("/", 1)[-1]
+        entry: dict[str, Any] = {"type": type_name, "value_hex": bytes(anything.value).hex()}
+        if type_name == "aiserver.v1.ErrorDetails":
+            entry["value"] = default_decoder().error_details(bytes(anything.value))
+        details.append(entry)
+    return {"details": details}
 
 
 class RunChannel(Channel):
@@ -236,14 +286,14 @@ class RunChannel(Channel):
     append_transport = "run"
 
     def __init__(self, base_url: str, token: str, wire: Wire, conn: H2Connection,
-                 request_id: str | None = None) -> None:
-        super().__init__(base_url, token, wire, request_id)
+                 request_id: str | None = None, framing: str = "connect") -> None:
+        super().__init__(base_url, token, wire, request_id, framing)
         self.conn = conn
         self.stream: H2Stream | None = None
 
     async def open(self, first: bytes) -> None:
         self.stream = await self.conn.request(
-            RUN_PATH, connect_headers(self.token, self.request_id, "application/connect+proto"))
+            RUN_PATH, framed_headers(self.token, self.request_id, self.framing, unary=False))
         self._reader = self._spawn(self._read())
         await self.send(first)
 
@@ -291,9 +341,11 @@ class RunChannel(Channel):
 
 def _eof_end(trailers: dict[str, str]) -> EndStream:
     """No end-stream envelope: gRPC-style trailers may still say how it ended."""
-    status = trailers.get("grpc-status")
-    if status and status != "0":
-        return EndStream(code=f"grpc_{status}", message=trailers.get("grpc-message"))
+    if trailers.get("grpc-status", "0") != "0":
+        grpc = {k: v for k, v in trailers.items() if k.startswith("grpc-")}
+        if "grpc-message" in grpc:
+            grpc["grpc-message"] = urllib.parse.unquote(grpc["grpc-message"])
+        return end_from_grpc(grpc, _status_details)
     return EndStream(metadata={"eof": True})
 
 
@@ -304,8 +356,8 @@ class _AppendingChannel(Channel):
     read_path = RUNSSE_PATH
 
     def __init__(self, base_url: str, token: str, wire: Wire, http: httpx.AsyncClient,
-                 request_id: str | None = None, reset_seqno: bool = False) -> None:
-        super().__init__(base_url, token, wire, request_id)
+                 request_id: str | None = None, reset_seqno: bool = False, framing: str = "connect") -> None:
+        super().__init__(base_url, token, wire, request_id, framing)
         self.http = http
         self.seqno = 0
         self._reset_seqno = reset_seqno
@@ -322,7 +374,7 @@ class _AppendingChannel(Channel):
         body = encode(self._read_body())
         req = self.http.build_request(
             "POST", self.base_url + self.read_path, content=body,
-            headers=connect_headers(self.token, self.request_id, "application/connect+proto", http1=True),
+            headers=framed_headers(self.token, self.request_id, self.framing, unary=False, http1=True),
             timeout=httpx.Timeout(30.0, read=None))
         ts = now_us()
         try:
@@ -349,6 +401,8 @@ class _AppendingChannel(Channel):
         self.appends_sent += 1
         body = bytes(pb.BidiAppendRequest(data=msg.hex(), request_id=pb.BidiRequestId(request_id=self.request_id),
                                           append_seqno=seq).SerializeToString())
+        if self.framing == "grpc-web":
+            body = encode(body)  # gRPC-Web unary calls are enveloped too
         await self._sem.acquire()
         task = self._spawn(self._append(seq, msg, body))
         self._appends.add(task)
@@ -359,7 +413,7 @@ class _AppendingChannel(Channel):
         try:
             resp = await self.http.post(
                 self.base_url + APPEND_PATH, content=body,
-                headers=connect_headers(self.token, self.request_id, "application/proto", http1=True))
+                headers=framed_headers(self.token, self.request_id, self.framing, unary=True, http1=True))
         except httpx.HTTPError as exc:
             self._fail(NetError(f"BidiAppend seqno {seq} failed: {exc!r}"))
             return
@@ -369,9 +423,14 @@ class _AppendingChannel(Channel):
         # capture in between stored it); cancelled or failed posts are never logged.
         self.wire.message(ts, "client", "bidi_append", msg)
         if self.wire.recording:
-            self._record(ts, "client", "bidi_append", [default_decoder().unwrap_append(body)])
+            self._record(ts, "client", "bidi_append", [_append_frame(body, self.framing)])
         if resp.status_code != 200:
             self._fail(error_from_http(resp.status_code, resp.content, f"BidiAppend seqno {seq}"))
+        elif self.framing == "grpc-web":
+            end = grpc_web_end(resp.content)
+            if end is None or end.is_error:
+                self._fail(TransportError(end.code or "internal", end.message or "", end.details, 200) if end
+                           else TransportError("internal", f"BidiAppend seqno {seq}: no grpc-status trailer"))
 
     async def _read(self) -> None:
         assert self._response is not None
@@ -412,6 +471,17 @@ class _AppendingChannel(Channel):
                 with contextlib.suppress(Exception):
                     await self._response.aclose()
             await super().close()
+
+
+def _append_frame(body: bytes, framing: str) -> Frame:
+    """The recorded frame of one BidiAppend: a gRPC-Web one keeps its whole enveloped body in ``raw``."""
+    if framing != "grpc-web":
+        return default_decoder().unwrap_append(body)
+    [env] = split_frames(body)
+    f = default_decoder().unwrap_append(env.payload)
+    f.raw = body
+    f.flags = env.flags
+    return f
 
 
 class RunSSEChannel(_AppendingChannel):
@@ -468,15 +538,43 @@ def make_http_client(verify: Verify, http2: bool = False) -> httpx.AsyncClient:
                              timeout=httpx.Timeout(30.0))
 
 
-async def unary(http: httpx.AsyncClient, base_url: str, token: str, path: str, body: bytes = b"") -> bytes:
-    """One Connect unary call (bare protobuf both ways; tolerate an enveloped answer)."""
+async def unary(http: httpx.AsyncClient, base_url: str, token: str, path: str, body: bytes = b"",
+                framing: str = "connect") -> bytes:
+    """One unary call: Connect (bare protobuf both ways; tolerate an enveloped answer) or gRPC-Web
+    (enveloped both ways, status in the trailer frame)."""
     rid = str(uuid.uuid4())
     try:
-        resp = await http.post(base_url.rstrip("/") + path, content=body,
-                               headers=connect_headers(token, rid, "application/proto"))
+        resp = await http.post(base_url.rstrip("/") + path, content=encode(body) if framing == "grpc-web" else body,
+                               headers=framed_headers(token, rid, framing, unary=True))
     except httpx.HTTPError as exc:
         raise NetError(f"{path} to {base_url}: {exc!r}") from exc
     if resp.status_code != 200:
         raise error_from_http(resp.status_code, resp.content, path)
-    envs = split_unary(resp.content)
-    return b"".join(e.payload for e in envs if not e.is_end_stream)
+    if framing == "grpc-web":
+        end = grpc_web_end(resp.content)
+        if end is None:
+            raise TransportError("internal", f"{path}: gRPC-Web answer without a grpc-status trailer", http_status=200)
+        if end.is_error:
+            raise TransportError(end.code or "unknown", f"{end.message} ({path})", end.details, 200)
+    envs = split_frames(resp.content) if framing == "grpc-web" else split_unary(resp.content)
+    return b"".join(e.payload for e in envs if not e.is_end_stream and not e.is_trailer)
+
+
+async def list_usable_models(http: httpx.AsyncClient, base_url: str, token: str,
+                             framing: str = "connect") -> list[str]:
+    """Model ids from ``agent.v1.AgentService/GetUsableModels``, or — when the upstream does not
+    implement it (404/501/unimplemented) — from ``aiserver.v1.AiService/GetUsableModels``.
+
+    Both answer the overlay's ``GetUsableModelsResponse`` (field 1: the models)."""
+    try:
+        body = await unary(http, base_url, token, MODELS_PATH, framing=framing)
+        response = pb.GetUsableModelsResponse
+    except TransportError as exc:
+        if exc.code not in ("unimplemented", "not_found"):
+            raise
+        body = await unary(http, base_url, token, AI_MODELS_PATH, framing=framing)
+        response = schema_pb.message("aiserver.v1.GetUsableModelsResponse")
+    try:
+        return [m.model_id for m in response.FromString(body).models]
+    except Exception as exc:
+        raise TransportError("internal", f"GetUsableModels answer does not parse: {exc}") from exc

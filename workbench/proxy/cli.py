@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.client.agent import CLOSE_POLICIES, END_TIMEOUT_S, FAULTS
-from workbench.client.transport import TRANSPORTS
+from workbench.client.transport import FRAMINGS, TRANSPORTS
 from workbench.proxy.server import DEFAULT_PORT, DEFAULT_UPSTREAM, ProxyConfig, ProxyServer
 
 TOKEN_ENV = "CURSOR_ACCESS_TOKEN"
@@ -46,6 +46,10 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help=f"agent backend URL (default {DEFAULT_UPSTREAM}; the simulator prints its own)")
     p.add_argument("--transport", choices=TRANSPORTS, default="run",
                    help="run = HTTP/2 bidi (default), runsse = RunSSE + BidiAppend, runpoll = RunPoll + BidiAppend")
+    p.add_argument("--framing", choices=FRAMINGS, default="connect",
+                   help="connect (default) = Connect envelopes, bare application/proto BidiAppends; grpc-web = "
+                        "application/grpc-web+proto everywhere, enveloped BidiAppends, 0x80 trailer frames "
+                        "(mode D, as stateless Bun proxies speak it)")
     p.add_argument("--token-file", help=f"file holding the bearer token (default: ${TOKEN_ENV})")
     p.add_argument("--ca-file", help="extra CA/certificate to trust for the upstream, e.g. the simulator's "
                                      "cert.pem (SSL_CERT_FILE is honoured too)")
@@ -115,7 +119,8 @@ def run_proxy(args: argparse.Namespace) -> int:
     config = ProxyConfig(token=read_token(args.token_file), upstream=args.upstream, transport=args.transport,
                          host=args.host, port=args.port, verify=args.ca_file, faults=frozenset(args.fault),
                          heartbeat_budget=args.heartbeat_budget, heartbeat_interval=args.heartbeat_interval,
-                         execute_locally=args.execute_locally, workspace=args.workspace, models=args.models)
+                         execute_locally=args.execute_locally, workspace=args.workspace, models=args.models,
+                         framing=args.framing)
     if not args.quiet:
         # One line per request on stderr (never the token: it is not in any log call).
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
@@ -135,7 +140,7 @@ async def _serve(config: ProxyConfig) -> int:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     print(server.url, flush=True)
-    print(f"upstream: {config.upstream} ({config.transport})", flush=True)
+    print(f"upstream: {config.upstream} ({config.transport}, {config.framing})", flush=True)
     try:
         await stop.wait()
     finally:
@@ -161,7 +166,7 @@ async def _client(args: argparse.Namespace) -> int:
                          heartbeat_budget=args.heartbeat_budget, heartbeat_interval=args.heartbeat_interval,
                          verify=args.ca_file, record_to=args.record, close_policy=args.close_policy,
                          allow_shell=args.allow_shell, wait_for_end=not args.no_end_wait,
-                         end_timeout=args.end_timeout)
+                         end_timeout=args.end_timeout, framing=args.framing)
     rc = 0
     try:
         async for ev in client.stream_turn(args.prompt, args.model):

@@ -23,6 +23,7 @@ from typing import Any
 from workbench.client.agent import AgentClient, Connections
 from workbench.client.events import Error, ExecRequest, TextDelta, ThinkingDelta, TurnEnded, Usage
 from workbench.client.net import Verify, cancel_and_wait
+from workbench.client.transport import list_usable_models
 from workbench.proxy import mapping as M
 
 log = logging.getLogger("workbench.proxy")
@@ -50,9 +51,10 @@ class ProxyConfig:
     execute_locally: bool = False
     workspace: str | None = None
     models: list[str] = field(default_factory=list)
+    framing: str = "connect"  # connect | grpc-web (mode D)
 
     def __repr__(self) -> str:  # the token must never reach a log line
-        return (f"ProxyConfig(upstream={self.upstream!r}, transport={self.transport!r}, "
+        return (f"ProxyConfig(upstream={self.upstream!r}, transport={self.transport!r}, framing={self.framing!r}, "
                 f"host={self.host!r}, port={self.port}, faults={sorted(self.faults)})")
 
 
@@ -300,7 +302,8 @@ class ProxyServer:
             await self._list_models(writer, keep_alive, path.split("/v1/models/", 1)[1])
         elif path in ("/", "/health") and method == "GET":
             await send_json(writer, 200, {"status": "ok", "upstream": self.config.upstream,
-                                          "transport": self.config.transport}, keep_alive)
+                                          "transport": self.config.transport, "framing": self.config.framing},
+                            keep_alive)
         else:
             await send_json(writer, 404, M.error_body("not_found", f"{method} {path} is not an endpoint of "
                                                       "this proxy (try /v1/chat/completions, /v1/models)"),
@@ -312,22 +315,22 @@ class ProxyServer:
         c = self.config
         return AgentClient(c.upstream, c.token, transport=c.transport, workspace=c.workspace,
                            execute_locally=c.execute_locally, faults=c.faults, heartbeat_budget=c.heartbeat_budget,
-                           heartbeat_interval=c.heartbeat_interval, verify=c.verify, connections=self.connections)
+                           heartbeat_interval=c.heartbeat_interval, verify=c.verify, connections=self.connections,
+                           framing=c.framing)
 
     async def _list_models(self, writer: asyncio.StreamWriter, keep_alive: bool, one: str | None = None) -> None:
         ids = list(self.config.models)
         if not ids:
             now = time.monotonic()
             if self._models is None or now - self._models[0] > 60:
-                client = self._client()
                 try:
-                    self._models = (now, await client.list_models())
+                    # Either listing: agent.v1, else aiserver.v1.AiService when the first is unimplemented.
+                    self._models = (now, await list_usable_models(self.connections.http(), self.config.upstream,
+                                                                  self.config.token, self.config.framing))
                 except Exception as exc:
                     err = _as_error(exc)
                     await send_json(writer, M.error_status(err.code), M.error_body(err.code, err.message), keep_alive)
                     return
-                finally:
-                    await client.aclose()
             ids = self._models[1]
         data = [{"id": i, "object": "model", "created": 0, "owned_by": "cursor"} for i in ids]
         if one is not None:

@@ -10,15 +10,18 @@ from typing import Any
 
 from workbench.cli import CliError
 from workbench.sim.engine import DEFAULT_MODELS, RunRecord, SimConfig
+from workbench.sim.exec_completion import DEFAULT_POLICY, EXEC_TYPES, POLICIES, REQUIRED, server_policy
+from workbench.sim.models import LISTING_CHOICES
 from workbench.sim.scenario import DEFAULT_SCENARIO, ScenarioError, load_scenarios, unknown_scenario_message
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "sim", help="run a simulated Cursor agent backend on loopback (h2 + HTTP/1.1, TLS)",
-        description="Serve /agent.v1.AgentService/Run (h2 bidi), RunSSE + BidiAppend, RunPoll and "
-                    "GetUsableModels. Prints the URL first, then the certificate path. A request picks a "
-                    "scenario with [scenario:NAME] in the user prompt; others get --scenario.")
+        description="Serve /agent.v1.AgentService/Run (h2 bidi), RunSSE + BidiAppend, RunPoll and both "
+                    "GetUsableModels, each in the caller's framing (Connect, gRPC-Web, gRPC). Prints the URL "
+                    "first, then the certificate path. A request picks a scenario with [scenario:NAME] in the "
+                    "user prompt; others get --scenario.")
     p.add_argument("--port", type=int, default=0, help="listen port (0 = a free port; default 0)")
     p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     p.add_argument("--token", default=None,
@@ -41,6 +44,18 @@ def register(sub: Any) -> None:
     p.add_argument("--gzip-over", type=int, default=None, metavar="BYTES",
                    help="gzip (envelope flag 0x01) frames of at least BYTES for clients that send "
                         "connect-accept-encoding: gzip (default: never)")
+    p.add_argument("--stream-close", choices=POLICIES, default=None,
+                   help=f"when an exec counts as answered (default {DEFAULT_POLICY}): required = results then "
+                        "stream_close (results alone stall the run with heartbeats, as in December 2025); "
+                        "accepted = the result completes it, a later stream_close is welcome; ignored = "
+                        "stream_close plays no part. Scenarios and steps may set their own")
+    p.add_argument("--strict-stream-close", action="store_true",
+                   help="shorthand for --stream-close required: reproduce the December 2025 heartbeat stall")
+    p.add_argument("--exec-stream-close", action="append", default=[], metavar="KIND=POLICY",
+                   help=f"policy for one exec type (repeatable); KIND: {', '.join(EXEC_TYPES)}")
+    p.add_argument("--model-listing", choices=LISTING_CHOICES, default="both",
+                   help="which GetUsableModels to serve: both (default), agent (agent.v1.AgentService) or "
+                        "aiserver (aiserver.v1.AiService); the other answers unimplemented")
     p.add_argument("--quiet", action="store_true", help="do not log each finished run on stderr")
     p.set_defaults(func=cmd_sim)
 
@@ -65,9 +80,17 @@ def cmd_sim(args: argparse.Namespace) -> int:
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     if not models:
         raise CliError("--models is empty")
+    if args.strict_stream_close and args.stream_close not in (None, REQUIRED):
+        raise CliError(f"--strict-stream-close contradicts --stream-close {args.stream_close}")
+    policy = REQUIRED if args.strict_stream_close else (args.stream_close or DEFAULT_POLICY)
+    try:
+        server_policy(policy, args.exec_stream_close)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
     config = SimConfig(scenario=args.scenario, scenario_dirs=list(args.scenario_dir), token=args.token,
                        heartbeat_interval=args.heartbeat_interval, park_timeout=args.park_timeout,
-                       models=models, pace=args.pace)
+                       models=models, pace=args.pace, stream_close=policy,
+                       exec_stream_close=tuple(args.exec_stream_close), model_listing=args.model_listing)
     try:
         return asyncio.run(_serve(args, config))
     except OSError as exc:
@@ -91,6 +114,8 @@ async def _serve(args: argparse.Namespace, config: SimConfig) -> int:
         print(f"trust it with: SSL_CERT_FILE={sim.cert_path}  (or httpx verify=…)")
     print(f"default scenario: {config.scenario}; pick per request with [scenario:NAME] in the prompt; "
           f"scenarios: {', '.join(sorted(sim.backend.scenarios))}", flush=True)
+    extra = "".join(f", {p}" for p in config.exec_stream_close)
+    print(f"stream_close: {config.stream_close}{extra}; framings: connect, grpc-web(-text), grpc", flush=True)
     try:
         await stop.wait()
     finally:

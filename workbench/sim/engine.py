@@ -3,9 +3,10 @@
 One ``SimBackend`` holds what outlives a run (its blob store, the checkpoints of the
 conversations it has seen, the record of every run) and validates each run the way the real
 service does: a bearer token, a known model, a ``conversation_state`` present. Everything a run
-sends comes from its scenario's steps; the waits (KV results, exec results + stream_close) are
-where a client's mistakes show, and while waiting the run heartbeats just as the real server
-parks a run (PROTOCOL.md §13 #1/#2).
+sends comes from its scenario's steps; the waits (KV results, exec answers under the
+``stream_close`` policy of ``exec_completion``) are where a client's mistakes show, and while
+waiting the run heartbeats just as the real server parks a run (docs/protocol.md §5, §7). A fresh
+run whose request carries the history of answered tool calls continues after them (``history``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ from typing import Any
 from google.protobuf import json_format, struct_pb2
 
 from workbench.schema import pb
+from workbench.sim import history as H
+from workbench.sim.exec_completion import (
+    DEFAULT_POLICY,
+    ExecRecord,
+    ExecWait,
+    exec_ref,
+    resolve,
+    server_policy,
+)
+from workbench.sim.models import LISTING_CHOICES, listing_handlers
 from workbench.sim.scenario import (
     DEFAULT_SCENARIO,
     Scenario,
@@ -42,11 +53,9 @@ from workbench.sim.transport import (
     UnaryResponse,
     connect_error,
 )
-from workbench.wire.varint import encode_varint
 
 log = logging.getLogger("workbench.sim")
 
-GET_USABLE_MODELS = "/agent.v1.AgentService/GetUsableModels"
 GET_SERVER_CONFIG = "/aiserver.v1.ServerConfigService/GetServerConfig"
 DEFAULT_MODELS = ("default", "auto", "claude-4-sonnet", "claude-4-sonnet-thinking", "claude-4.5-sonnet",
                   "gpt-5", "gpt-5-codex", "composer-1", "grok-code-fast-1")
@@ -64,17 +73,9 @@ class SimConfig:
     park_timeout: float | None = None  # None: a parked run heartbeats until the client leaves
     models: tuple[str, ...] = DEFAULT_MODELS
     pace: float = 0.0  # seconds between streamed deltas
-
-
-@dataclass(slots=True)
-class ExecRecord:
-    id: int
-    exec_id: str
-    kind: str
-    results: int = 0
-    closed: bool = False
-    thrown: str | None = None
-    aborted: bool = False
+    stream_close: str = DEFAULT_POLICY  # required | accepted | ignored (docs/sim.md "Exec completion")
+    exec_stream_close: tuple[str, ...] = ()  # per exec type: "shell_stream=required", …
+    model_listing: str = "both"  # which GetUsableModels to serve: both | agent | aiserver
 
 
 @dataclass
@@ -84,11 +85,13 @@ class RunRecord:
     index: int
     transport: str
     request_id: str | None
+    framing: str = "connect"  # connect | grpc_web | grpc_web_text | grpc (workbench.sim.framing)
     scenario: str | None = None
     model: str | None = None
     conversation_id: str | None = None
     # "steps"; "continuation" (new run on a known conversation); "resumed" (new run after tool calls
-    # handed out by an unfinished turn); "on_reuse" (the client continued inside the same run)
+    # handed out by an unfinished turn); "history" (fresh run whose request carries answered tool
+    # calls: continued after them); "on_reuse" (the client continued inside the same run)
     path: str = "steps"
     client_kinds: list[str] = field(default_factory=list)
     sent_kinds: list[str] = field(default_factory=list)
@@ -102,6 +105,8 @@ class RunRecord:
 
     def summary(self) -> str:
         bits = [f"run {self.index}", self.transport, f"scenario={self.scenario}", f"model={self.model}"]
+        if self.framing != "connect":
+            bits.insert(2, self.framing)
         if self.path != "steps":
             bits.append(f"path={self.path}")
         bits.append(f"-> {self.outcome}")
@@ -198,6 +203,9 @@ class SimBackend:
         self.scenarios: dict[str, Scenario] = load_scenarios(self.config.scenario_dirs)
         if self.config.scenario not in self.scenarios:
             raise ScenarioError(unknown_scenario_message(self.config.scenario, self.scenarios))
+        self.policy = server_policy(self.config.stream_close, self.config.exec_stream_close)
+        if self.config.model_listing not in LISTING_CHOICES:
+            raise ValueError(f"model_listing {self.config.model_listing!r}: choose {', '.join(LISTING_CHOICES)}")
         self.state = SimState()
         self.on_run_finished: list[Callable[[RunRecord], None]] = []
 
@@ -217,28 +225,12 @@ class SimBackend:
 
     @property
     def unary(self) -> dict[str, Callable[[UnaryRequest], Any]]:
-        return {GET_USABLE_MODELS: self.get_usable_models, GET_SERVER_CONFIG: self.get_server_config}
+        return {**listing_handlers(self.config.models, self.config.model_listing),
+                GET_SERVER_CONFIG: self.get_server_config}
 
     async def get_server_config(self, req: UnaryRequest) -> UnaryResponse:
         # http2_config 0 (unspecified): the client keeps its own transport choice.
         return UnaryResponse(body=bytes(pb.GetServerConfigResponse().SerializeToString()))
-
-    async def get_usable_models(self, req: UnaryRequest) -> UnaryResponse:
-        models = [m for m in self.config.models]
-        if req.content_type == "application/json":
-            doc = {"models": [{"modelId": m, "displayModelId": m, "displayName": _display(m),
-                               "displayNameShort": _display(m)} for m in models]}
-            return UnaryResponse(body=json.dumps(doc).encode(), content_type="application/json")
-        out = bytearray()
-        for m in models:
-            d = pb.ModelDetails(model_id=m, display_model_id=m, display_name=_display(m),
-                                display_name_short=_display(m)).SerializeToString()
-            out += b"\x0a" + encode_varint(len(d)) + d  # GetUsableModelsResponse: 1 repeated ModelDetails
-        return UnaryResponse(body=bytes(out))
-
-
-def _display(model: str) -> str:
-    return model.replace("-", " ").title()
 
 
 def _blob_id(data: bytes) -> bytes:
@@ -285,6 +277,8 @@ class _Run:
         self.cfg = backend.config
         self.conn = conn
         self.rec = backend.state.new_run(conn.transport, conn.request_id)
+        framing = getattr(conn, "framing", None)  # transports other than ours may not say
+        self.rec.framing = getattr(framing, "name", None) or "connect"
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.pending: list[Any] = []
         self.client_done = False
@@ -308,7 +302,8 @@ class _Run:
         self.last_tool: dict[str, Any] = {}
         self.handed_out: list[dict[str, Any]] = []  # tool calls of this (possibly resumed) turn
         self.resume: list[dict[str, Any]] = []  # of those, the ones a previous run already handed out
-        self.aborted: set[int] = set()  # exec ids the server aborted
+        self.waits: dict[int, ExecWait] = {}  # every exec of the run, by id (answers absorbed after the end)
+        self.history: H.History | None = None  # the answered tool calls a fresh run's request carried
 
     # lifecycle --------------------------------------------------------------------------------
 
@@ -321,7 +316,7 @@ class _Run:
             if steps is None:
                 return
             reader = self.loop.create_task(self._reader())
-            body = self.loop.create_task(self._play(steps))
+            body = self.loop.create_task(self._play_turn(steps))
             cancel = self.loop.create_task(self.cancelled.wait())
             done, _ = await asyncio.wait({body, cancel}, return_when=asyncio.FIRST_COMPLETED)
             if body in done:
@@ -349,7 +344,7 @@ class _Run:
                     await asyncio.gather(task, return_exceptions=True)
             if self.rec.outcome is None:
                 self.rec.outcome = "ended"
-            leftovers = [m for m in self.pending if _exec_id_of(m) not in self.aborted]
+            leftovers = [m for m in self.pending if not self._absorb(m)]
             if leftovers:
                 unused = ", ".join(_describe(m) for m in leftovers)
                 self.rec.faults.append(f"client messages the run never used: {unused}")
@@ -445,6 +440,42 @@ class _Run:
                 continue
             self.queue.put_nowait(msg)
 
+    async def _play_turn(self, steps: list[dict[str, Any]]) -> None:
+        if self.rec.path == "steps":
+            steps = await self._from_history(steps)
+        await self._play(steps)
+
+    async def _from_history(self, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A fresh run whose request carries answered tool calls continues after them.
+
+        The prompt is read first (flattened history); without one there, the JSON messages of the
+        state's root_prompt_messages_json — from this server's blob store, else asked of the
+        client with get_blob — when the state has no turns (a structured stateless history).
+        """
+        assert self.scenario is not None
+        hist = H.from_prompt(self.user_text)
+        state = self.request.conversation_state
+        if hist is None and state.root_prompt_messages_json and not state.turns:
+            messages: list[Any] = []
+            for blob_id in list(state.root_prompt_messages_json)[:8]:
+                data = self.b.state.blobs.get(bytes(blob_id).hex())
+                if data is None:
+                    data = await self._get_blob(bytes(blob_id), "root_prompt_messages_json")
+                messages += H.messages_in_blob(data or b"")
+            hist = H.from_messages(messages)
+        if hist is None or not hist.answered:
+            return steps
+        # A scenario that says how a new run goes on (continuation) uses that; else resume after the tools.
+        plan = self.scenario.continuation if self.scenario.continuation is not None else \
+            H.resume_steps(steps, len(hist.answered), self.scenario.prelude)
+        if plan is None:
+            return steps
+        self.history = hist
+        self.rec.path = "history"
+        last = hist.answered[-1]
+        self.last_tool = {"name": last.name or "tool", "call_id": last.call_id, "args": {}, "result": last.result}
+        return plan
+
     async def _play(self, steps: list[dict[str, Any]]) -> None:
         try:
             for step in steps:
@@ -486,6 +517,7 @@ class _Run:
         self.rec.waiting_for = what
         try:
             while True:
+                self.pending = [m for m in self.pending if not self._absorb(m)]
                 for i, m in enumerate(self.pending):
                     if pred(m):
                         return self.pending.pop(i)
@@ -506,7 +538,7 @@ class _Run:
                     continue
                 if m is _EOF:
                     self.client_done = True
-                else:
+                elif not self._absorb(m):
                     self.pending.append(m)
         except ConnectionClosed:
             self.rec.outcome = f"disconnected while waiting for {what}"
@@ -514,8 +546,14 @@ class _Run:
         finally:
             self.rec.waiting_for = None
 
+    def _absorb(self, m: Any) -> bool:
+        """An answer for an exec no longer waited on (or a stream_close its policy ignores)."""
+        ref = exec_ref(m)
+        w = self.waits.get(ref) if ref is not None else None
+        return w is not None and w.absorb(m)
+
     def _fmt(self, text: str) -> str:
-        user = self.user_text
+        user = self.history.last_user if self.history is not None and self.history.last_user else self.user_text
         marker = marker_in(user)
         if marker:
             user = user.replace(f"[scenario:{marker}]", "").strip()
@@ -606,61 +644,33 @@ class _Run:
         self.rec.execs.append(er)
         return er
 
-    async def _await_exec(self, er: ExecRecord, require_close: bool = True,
+    def _policy(self, kind: str, step_value: Any) -> str:
+        assert self.scenario is not None
+        return resolve(kind, step_value, self.scenario.stream_close, self.b.policy)
+
+    async def _await_exec(self, er: ExecRecord, policy: str,
                           abort_after: float | None = None) -> tuple[list[Any], str | None]:
-        results: list[Any] = []
-        eid = er.id
+        """Wait for the client's answer to an exec until its policy says it is complete."""
+        w = self.waits[er.id] = ExecWait(er, policy, self.rec.faults)
         until = None if abort_after is None else self.loop.time() + abort_after
-
-        def pred(m: Any) -> bool:
-            k = m.WhichOneof("message")
-            if k == "exec_client_message":
-                return bool(m.exec_client_message.id == eid)
-            if k == "exec_client_control_message":
-                c = m.exec_client_control_message
-                member = c.WhichOneof("message")
-                return member in ("stream_close", "throw") and getattr(c, member).id == eid
-            return False
-
-        while True:
-            what = f"exec {eid} ({er.kind}) {'stream_close' if results else 'result'}"
-            m = await self._wait(pred, what, until=until)
+        while not w.done:
+            m = await self._wait(w.concerns, w.waiting_for, until=until)
             if m is _TIMEOUT:
                 # The server gives up on the exec: abort{id}; whatever the client still sends for it
                 # is dropped, not reported.
                 await self._send(pb.AgentServerMessage(exec_server_control_message=pb.ExecServerControlMessage(
-                    abort=pb.ExecServerAbort(id=eid))), "abort")
-                er.aborted = True
-                self.aborted.add(eid)
-                return results, f"aborted by the server after {abort_after:g} s"
-            if m.WhichOneof("message") == "exec_client_message":
-                ecm = m.exec_client_message
-                got = ecm.WhichOneof("result")
-                if got != f"{er.kind}_result":
-                    self.rec.faults.append(f"exec {eid} ({er.kind}) answered with {got or 'no result member'}")
-                if ecm.exec_id != er.exec_id:
-                    self.rec.faults.append(f"exec {eid}: exec_id {ecm.exec_id!r} not echoed (sent {er.exec_id!r})")
-                results.append(ecm)
-                er.results += 1
-                if not require_close and not (ecm.WhichOneof("result") == "shell_stream_result"
-                                              and ecm.shell_stream_result.WhichOneof("event") != "exit"):
-                    return results, None
-                continue
-            c = m.exec_client_control_message
-            if c.WhichOneof("message") == "throw":
-                er.thrown = c.throw.error or "(no message)"
-                return results, er.thrown
-            er.closed = True
-            if not results:
-                self.rec.faults.append(f"exec {eid}: stream_close without any result")
-            return results, None
+                    abort=pb.ExecServerAbort(id=er.id))), "abort")
+                w.abort()
+                return w.results, f"aborted by the server after {abort_after:g} s"
+            w.feed(m)
+        return w.results, er.thrown
 
     async def _do_request_context(self, _value: Any, step: dict[str, Any]) -> None:
         er = self._next_exec("request_context")
         await self._send(pb.AgentServerMessage(exec_server_message=pb.ExecServerMessage(
             id=er.id, exec_id=er.exec_id,
             request_context_args=pb.RequestContextArgs(workspace_id=str(uuid.uuid4())))), "request_context_args")
-        results, _ = await self._await_exec(er)
+        results, _ = await self._await_exec(er, self._policy("request_context", step.get("stream_close")))
         for r in results:
             if r.WhichOneof("result") == "request_context_result" and r.request_context_result.HasField("success"):
                 self.client_tools += list(r.request_context_result.success.request_context.tools)
@@ -806,7 +816,7 @@ class _Run:
         if self.resume:
             # Handed out by an earlier run of this turn: the "model" reads the result from the prompt.
             done = self.resume.pop(0)
-            self.last_tool = {**done, "result": _result_in_prompt(self.user_text, done["call_id"])}
+            self.last_tool = {**done, "result": H.result_in_text(self.user_text, done["call_id"])}
             return
         kind = spec["exec"]
         args = {k: self._fmt(v) if isinstance(v, str) else v for k, v in spec.get("args", {}).items()}
@@ -847,7 +857,10 @@ class _Run:
         if self.request.conversation_id:
             self.b.state.open_tools[self.request.conversation_id] = list(self.handed_out)
         abort_after = spec.get("abort_after")
-        results, thrown = await self._await_exec(er, bool(spec.get("require_stream_close", True)),
+        step_policy = spec.get("stream_close")
+        if step_policy is None and "require_stream_close" in spec:  # the older boolean form
+            step_policy = "required" if spec["require_stream_close"] else "accepted"
+        results, thrown = await self._await_exec(er, self._policy(kind, step_policy),
                                                  None if abort_after is None else float(abort_after))
 
         summary, output = _result_summary(kind, results, thrown)
@@ -881,34 +894,12 @@ _UPDATE_TYPES = {"text_delta": "TextDelta", "thinking_delta": "ThinkingDelta",
                  "step_started": "StepStarted"}
 
 
-def _result_in_prompt(prompt: str, call_id: str) -> str:
-    """The text after the last mention of ``call_id`` in a flattened history, up to a blank line."""
-    at = prompt.rfind(call_id)
-    if at < 0:
-        return "(the result is not in the prompt)"
-    nl = prompt.find("\n", at)
-    if nl < 0:
-        return "(the result is not in the prompt)"
-    block = prompt[nl + 1:].split("\n\n", 1)[0].strip()
-    return block or "(the result is not in the prompt)"
-
-
 def _optional(conn: Any, name: str, fallback: Callable[[], Any]) -> Callable[[], Any]:
     """A transport extra (goaway/reset) when the connection has it (other transports may not)."""
     return getattr(conn, name, fallback)
 
 
 async def _noop() -> None:
-    return None
-
-
-def _exec_id_of(m: Any) -> int | None:
-    kind = m.WhichOneof("message")
-    if kind == "exec_client_message":
-        return int(m.exec_client_message.id)
-    if kind == "exec_client_control_message":
-        member = m.exec_client_control_message.WhichOneof("message")
-        return int(getattr(m.exec_client_control_message, member).id) if member else None
     return None
 
 

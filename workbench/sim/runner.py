@@ -51,6 +51,8 @@ def make_config(config: SimConfig | None = None, **overrides: Any) -> SimConfig:
         overrides["scenario_dirs"] = [str(d) for d in overrides["scenario_dirs"]]
     if "models" in overrides:
         overrides["models"] = tuple(overrides["models"])
+    if "exec_stream_close" in overrides:
+        overrides["exec_stream_close"] = tuple(overrides["exec_stream_close"])
     return replace(cfg, **overrides)
 
 

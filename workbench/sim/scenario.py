@@ -1,6 +1,8 @@
 """Scenarios: what the simulated backend does in a turn, as data (one JSON file per scenario).
 
-A scenario is ``{"description": …, "steps": [...], "continuation": [...], "on_reuse": [...]}``;
+A scenario is ``{"description": …, "steps": [...], "continuation": [...], "on_reuse": [...]}``
+(plus ``stream_close``, the scenario's exec-completion policy, and ``prelude``, the steps a fresh
+run resuming from a client's history replays first);
 each step is an object whose first key is its verb (see ``VERBS`` and docs/sim.md). The built-in
 files live in ``workbench/sim/scenarios/``; ``--scenario-dir`` folders add to (or override) them.
 Files are validated when loaded, so a typo fails at start-up with the file and step named, not
@@ -16,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.sim.exec_completion import POLICIES, StreamClosePolicy, parse_policy
+
 BUILTIN_DIR = Path(__file__).resolve().parent / "scenarios"
 DEFAULT_SCENARIO = "text"
 MARKER = re.compile(r"\[scenario:([A-Za-z0-9_.\-]+)\]")
@@ -27,7 +31,7 @@ KV_BLOBS = ("system", "user", "assistant_text", "assistant_tool_call", "tool_res
 VERBS: dict[str, frozenset[str]] = {
     "kv_set": frozenset({"text"}),
     "kv_get": frozenset({"max"}),
-    "request_context": frozenset(),
+    "request_context": frozenset({"stream_close"}),
     "thinking": frozenset({"chunks", "duration_ms"}),
     "text": frozenset({"chunks"}),
     "tool": frozenset(),
@@ -43,8 +47,8 @@ VERBS: dict[str, frozenset[str]] = {
     "end": frozenset(),
 }
 TOOL_KEYS = frozenset({"exec", "args", "partial_snapshots", "client_tools", "mcp_tool", "completion",
-                       "require_stream_close", "then", "output_deltas",
-                       "checkpoint_before_exec", "abort_after"})
+                       "require_stream_close", "stream_close", "then", "output_deltas",
+                       "checkpoint_before_exec", "abort_after", "resume_at"})
 ERROR_KEYS = frozenset({"code", "message", "error", "title", "detail", "is_retryable", "is_expected"})
 
 
@@ -59,6 +63,8 @@ class Scenario:
     steps: list[dict[str, Any]]
     continuation: list[dict[str, Any]] | None = None
     on_reuse: list[dict[str, Any]] | None = None
+    stream_close: StreamClosePolicy | None = None  # None: the server's policy
+    prelude: int | None = None  # None: the leading kv_set/kv_get steps
     path: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -102,12 +108,16 @@ def _check_steps(steps: Any, where: str) -> list[dict[str, Any]]:
             if bad:
                 raise ScenarioError(f"{at}: end_stream_error does not take {', '.join(sorted(bad))}")
         if verb == "tool":
-            _check_tool(value, at)
+            _check_tool(value, at, len(steps))
+        if "stream_close" in step or (verb == "tool" and isinstance(value, dict) and "stream_close" in value):
+            policy = step.get("stream_close", value.get("stream_close") if isinstance(value, dict) else None)
+            if policy not in POLICIES:
+                raise ScenarioError(f"{at}: stream_close must be one of {', '.join(POLICIES)}, not {policy!r}")
         out.append(step)
     return out
 
 
-def _check_tool(spec: Any, at: str) -> None:
+def _check_tool(spec: Any, at: str, n_steps: int) -> None:
     if not isinstance(spec, dict):
         raise ScenarioError(f"{at}: tool takes an object with at least \"exec\"")
     bad = set(spec) - TOOL_KEYS
@@ -124,6 +134,11 @@ def _check_tool(spec: Any, at: str) -> None:
         raise ScenarioError(f"{at}: tool.abort_after takes seconds >= 0")
     if spec.get("then", "continue") not in ("continue", "reuse"):
         raise ScenarioError(f"{at}: tool.then must be continue or reuse")
+    resume_at = spec.get("resume_at")
+    if resume_at is not None and not (isinstance(resume_at, int) and 0 <= resume_at <= n_steps):
+        raise ScenarioError(f"{at}: tool.resume_at is the index of a step in this list (0–{n_steps})")
+    if "stream_close" in spec and "require_stream_close" in spec:
+        raise ScenarioError(f"{at}: give tool.stream_close or the older require_stream_close, not both")
 
 
 def parse_scenario(doc: Any, name: str, path: Path | None = None) -> Scenario:
@@ -134,13 +149,23 @@ def parse_scenario(doc: Any, name: str, path: Path | None = None) -> Scenario:
         raise ScenarioError(f"{where}: \"name\" is {doc['name']!r} but the file name says {name!r}")
     if "steps" not in doc:
         raise ScenarioError(f"{where}: missing \"steps\"")
-    known = {"name", "description", "steps", "continuation", "on_reuse"}
+    known = {"name", "description", "steps", "continuation", "on_reuse", "stream_close", "prelude"}
+    try:
+        policy = parse_policy(doc["stream_close"], f"{where}: stream_close") if "stream_close" in doc else None
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from exc
+    steps = _check_steps(doc["steps"], f"{where}: steps")
+    prelude = doc.get("prelude")
+    if prelude is not None and not (isinstance(prelude, int) and 0 <= prelude <= len(steps)):
+        raise ScenarioError(f"{where}: prelude is a number of leading steps (0–{len(steps)})")
     return Scenario(
         name=name,
         description=str(doc.get("description", "")),
-        steps=_check_steps(doc["steps"], f"{where}: steps"),
+        steps=steps,
         continuation=_check_steps(doc["continuation"], f"{where}: continuation") if "continuation" in doc else None,
         on_reuse=_check_steps(doc["on_reuse"], f"{where}: on_reuse") if "on_reuse" in doc else None,
+        stream_close=policy,
+        prelude=prelude,
         path=path,
         extra={k: v for k, v in doc.items() if k not in known},
     )

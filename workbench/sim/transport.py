@@ -11,6 +11,8 @@ Any server that speaks the agent protocol (the simulator, the fixture replay ser
 * ``runpoll`` — ``RunPoll``: like RunSSE, but each outgoing message is wrapped in a
                 BidiPollResponse record (seqno, base64 data, eof on the last).
 
+Every call is answered in the caller's framing (Connect, gRPC-Web, gRPC; ``workbench.sim.framing``).
+
 Built on asyncio + ``h2`` + ``h11`` directly rather than an ASGI server, because the interesting
 behaviour (full duplex, per-frame flushing, large frames, flow-control windows, GOAWAY) has to be
 controlled exactly. Each frame is written and drained as it is sent: nothing is buffered.
@@ -19,13 +21,10 @@ controlled exactly. Each frame is written and drained as it is sent: nothing is 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,8 +35,18 @@ import h2.exceptions
 import h2.settings
 import h11
 
-from workbench.decode.classify import append_payload
-from workbench.wire.envelope import FLAG_END_STREAM, EnvelopeParser, encode, looks_enveloped, split_frames
+from workbench.sim import framing as F
+from workbench.sim.bidi_append import APPEND_GRACE, BidiChannel, BidiChannels, bidi_request_id, poll_record
+from workbench.sim.unary import (  # re-exported: the transport's public interface
+    HTTP_STATUS,
+    UNARY_CT,
+    UnaryHandler,
+    UnaryRequest,
+    UnaryResponse,
+    connect_error,
+    unary_error,
+)
+from workbench.wire.envelope import EnvelopeParser
 
 log = logging.getLogger("workbench.sim.transport")
 
@@ -47,7 +56,6 @@ RUNPOLL_PATH = "/agent.v1.AgentService/RunPoll"
 APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
 
 STREAM_CT = "application/connect+proto"
-UNARY_CT = "application/proto"
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 # Large windows and frames: a MITM or client with the 16 KiB default caused FRAME_SIZE_ERROR
@@ -55,15 +63,10 @@ H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 MAX_FRAME_SIZE = (1 << 24) - 1
 WINDOW = 1 << 24
 MAX_BODY = 64 * 1024 * 1024
-APPEND_GRACE = 2.0  # seconds a BidiAppend may precede its RunSSE/RunPoll (separate connections)
 
-# Connect error code → HTTP status of a unary error.
-HTTP_STATUS = {
-    "canceled": 499, "unknown": 500, "invalid_argument": 400, "deadline_exceeded": 504,
-    "not_found": 404, "already_exists": 409, "permission_denied": 403, "resource_exhausted": 429,
-    "failed_precondition": 400, "aborted": 409, "out_of_range": 400, "unimplemented": 501,
-    "internal": 500, "unavailable": 503, "data_loss": 500, "unauthenticated": 401,
-}
+__all__ = ["APPEND_GRACE", "HTTP_STATUS", "STREAM_CT", "UNARY_CT", "AgentConnection", "AgentServer",
+           "ConnectionClosed", "Handler", "UnaryHandler", "UnaryRequest", "UnaryResponse", "connect_error",
+           "serve", "tls_context", "unary_error"]
 
 
 class ConnectionClosed(Exception):
@@ -95,43 +98,7 @@ class AgentConnection(Protocol):
 
 
 Handler = Callable[[AgentConnection], Awaitable[None]]
-
-
-@dataclass(slots=True)
-class UnaryRequest:
-    path: str
-    headers: Mapping[str, str]
-    body: bytes
-
-    @property
-    def content_type(self) -> str:
-        return self.headers.get("content-type", "").split(";")[0].strip().lower()
-
-
-@dataclass(slots=True)
-class UnaryResponse:
-    status: int = 200
-    body: bytes = b""
-    content_type: str = UNARY_CT
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-UnaryHandler = Callable[[UnaryRequest], Awaitable[UnaryResponse]]
 AuthCheck = Callable[[Mapping[str, str]], "dict[str, Any] | None"]
-
-
-def connect_error(code: str, message: str, details: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """A Connect error object (the value of ``error`` in an end-stream, or a unary error body)."""
-    err: dict[str, Any] = {"code": code, "message": message}
-    if details:
-        err["details"] = details
-    return err
-
-
-def unary_error(error: Mapping[str, Any]) -> UnaryResponse:
-    """A Connect unary error response: non-200 status + JSON body."""
-    status = HTTP_STATUS.get(str(error.get("code")), 500)
-    return UnaryResponse(status, json.dumps(dict(error)).encode(), "application/json")
 
 
 # --------------------------------------------------------------------------------------------
@@ -167,7 +134,8 @@ class _Exchange:
     async def write(self, data: bytes) -> None:
         raise NotImplementedError
 
-    async def finish(self) -> None:
+    async def finish(self, trailers: list[tuple[str, str]] | None = None) -> None:
+        """End the response; ``trailers`` are sent as HTTP trailers (gRPC's status)."""
         raise NotImplementedError
 
     async def goaway(self) -> None:
@@ -230,11 +198,15 @@ class _H2Exchange(_Exchange):
             raise ConnectionClosed("stream reset by the client")
         await self.session.send_data(self, data, end=False)
 
-    async def finish(self) -> None:
+    async def finish(self, trailers: list[tuple[str, str]] | None = None) -> None:
         if self.finished:
             return
         self.finished = True
         if self.gone.is_set():
+            return
+        if trailers:
+            self.session.send_headers(self.stream_id, trailers, end_stream=True)
+            await self.session.flush()
             return
         await self.session.send_data(self, b"", end=True)
 
@@ -267,9 +239,9 @@ class _H2Session:
         self.draining = False
         self._flow_waiters: list[asyncio.Future[None]] = []
 
-    def send_headers(self, stream_id: int, headers: list[tuple[str, str]]) -> None:
+    def send_headers(self, stream_id: int, headers: list[tuple[str, str]], end_stream: bool = False) -> None:
         try:
-            self.conn.send_headers(stream_id, headers)
+            self.conn.send_headers(stream_id, headers, end_stream=end_stream)
         except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError) as exc:
             raise ConnectionClosed(f"h2 stream {stream_id}: {exc}") from exc
 
@@ -480,7 +452,7 @@ class _H1Exchange(_Exchange):
             self.session.write(h11.Data(data=data))
             await self.session.drain(self)
 
-    async def finish(self) -> None:
+    async def finish(self, trailers: list[tuple[str, str]] | None = None) -> None:
         if self.finished:
             return
         self.finished = True
@@ -490,7 +462,8 @@ class _H1Exchange(_Exchange):
                 await self._watcher
         if self.gone.is_set():
             return
-        self.session.write(h11.EndOfMessage())
+        # Trailers need chunked framing (responses started without content-length get it).
+        self.session.write(h11.EndOfMessage(headers=trailers or []))
         await self.session.drain(self)
 
     async def goaway(self) -> None:
@@ -596,46 +569,20 @@ class _H1Session:
 # --------------------------------------------------------------------------------------------
 
 
-class _BidiChannel:
-    """The write side of one RunSSE/RunPoll run: BidiAppends put back in append_seqno order."""
-
-    def __init__(self, request_id: str) -> None:
-        self.request_id = request_id
-        self.next_seqno = 0
-        self.held: dict[int, bytes] = {}
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self.faults: list[str] = []
-        self.closed = False
-
-    def append(self, seqno: int, data: bytes) -> None:
-        if seqno < self.next_seqno or seqno in self.held:
-            self.faults.append(f"duplicate append_seqno {seqno} for {self.request_id}")
-            return
-        self.held[seqno] = data
-        if len(self.held) > 16:
-            self.faults.append(f"append_seqno gap at {self.next_seqno}: {len(self.held)} later appends held")
-        while self.next_seqno in self.held:
-            self.queue.put_nowait(self.held.pop(self.next_seqno))
-            self.next_seqno += 1
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.queue.put_nowait(None)
-
-
 class _Conn:
     """AgentConnection over one exchange; ``channel`` is the BidiAppend side for runsse/runpoll."""
 
-    def __init__(self, transport: str, request_id: str | None, ex: _Exchange,
-                 channel: _BidiChannel | None = None, gzip_min: int | None = None) -> None:
+    def __init__(self, transport: str, request_id: str | None, ex: _Exchange, framing: F.Framing,
+                 channel: BidiChannel | None = None, gzip_min: int | None = None) -> None:
         self.transport = transport
-        self._gzip_min = gzip_min
+        self.framing = framing
         self.request_id = request_id
         self.headers: Mapping[str, str] = ex.headers
         self._ex = ex
+        self._enc = F.ResponseEncoder(framing, gzip_min)
         self._channel = channel
         self._parser = EnvelopeParser() if channel is None else None
+        self._decoder = F.RequestDecoder(framing)
         self._pending: list[bytes] = []
         self._client_done = False
         self._poll_seq = 0
@@ -664,17 +611,21 @@ class _Conn:
             if self._client_done:
                 return None
             chunk = await self._ex.read_chunk()
+            try:
+                data = self._decoder.feed(chunk) if chunk is not None else self._decoder.close()
+            except F.FramingError as exc:
+                log.info("run %s: %s", self.request_id, exc)
+                self._client_done = True
+                return None
+            envs = self._parser.feed(data) if chunk is not None else self._parser.close()
             if chunk is None:
                 self._client_done = True
-                for env in self._parser.close():
-                    log.info("run %s: %s", self.request_id, env.error)
-                return None
-            for env in self._parser.feed(chunk):
-                if env.error is not None and env.flags < 0:
+            for env in envs:
+                if env.error is not None and (env.flags < 0 or chunk is None):
                     log.info("run %s: unframeable client bytes: %s", self.request_id, env.error)
                     self._client_done = True
                     break
-                if env.is_end_stream:
+                if env.is_end_stream or env.is_trailer:
                     self._client_done = True
                     break
                 self._pending.append(env.payload)
@@ -684,27 +635,24 @@ class _Conn:
         if self.ended:
             raise ConnectionClosed("stream already ended")
         if self.transport == "runpoll":
-            message = _poll_record(self._poll_seq, message, False)
+            message = poll_record(self._poll_seq, message, False)
             self._poll_seq += 1
-        big = self._gzip_min is not None and len(message) >= self._gzip_min
-        await self._ex.write(encode(message, compress=big))
+        await self._ex.write(self._enc.message(message))
         self.sent += 1
 
     async def end(self, error: dict[str, Any] | None = None) -> None:
         if self.ended:
             return
         self.ended = True
-        doc: dict[str, Any] = {}
-        if error:
-            doc = dict(error) if ("error" in error or "metadata" in error) else {"error": dict(error)}
         out = b""
         if self.transport == "runpoll":
-            out += encode(_poll_record(self._poll_seq, None, True))
+            out += self._enc.message(poll_record(self._poll_seq, None, True))
             self._poll_seq += 1
-        out += encode(json.dumps(doc, separators=(",", ":")).encode(), FLAG_END_STREAM)
+        body, trailers = self._enc.end(error)
         try:
-            await self._ex.write(out)
-            await self._ex.finish()
+            if out + body:
+                await self._ex.write(out + body)
+            await self._ex.finish(trailers)
         except ConnectionClosed:
             pass
         self._release()
@@ -735,17 +683,6 @@ class _Conn:
             self._channel.close()
 
 
-def _poll_record(seqno: int, message: bytes | None, eof: bool) -> bytes:
-    from workbench.schema import pb
-
-    rec = pb.BidiPollResponse(seqno=seqno)
-    if message is not None:
-        rec.data = base64.b64encode(message).decode()
-    if eof:
-        rec.eof = True
-    return bytes(rec.SerializeToString())
-
-
 # --------------------------------------------------------------------------------------------
 # Routing
 # --------------------------------------------------------------------------------------------
@@ -764,16 +701,19 @@ class _Router:
     def __init__(self, handler: Handler, unary: Mapping[str, UnaryHandler], auth: AuthCheck | None,
                  append_grace: float = APPEND_GRACE, gzip_min: int | None = None) -> None:
         self.handler = handler
-        self.append_grace = append_grace
         self.gzip_min = gzip_min
         self.unary = dict(unary)
         self.auth = auth
-        self.channels: dict[str, _BidiChannel] = {}
+        self.appends = BidiChannels(append_grace)
 
-    def _gzip_for(self, headers: Mapping[str, str]) -> tuple[int | None, list[tuple[str, str]]]:
-        """Envelope compression only for clients that accept it (connect-accept-encoding: gzip)."""
+    @property
+    def channels(self) -> dict[str, BidiChannel]:
+        return self.appends.channels
+
+    def _gzip_for(self, headers: Mapping[str, str], framing: F.Framing) -> tuple[int | None, list[tuple[str, str]]]:
+        """Envelope compression only for Connect clients that accept it (connect-accept-encoding: gzip)."""
         accepted = "gzip" in headers.get("connect-accept-encoding", "").lower()
-        if self.gzip_min is None or not accepted:
+        if self.gzip_min is None or not accepted or framing.name != F.CONNECT:
             return None, []
         return self.gzip_min, [("connect-content-encoding", "gzip")]
 
@@ -790,12 +730,13 @@ class _Router:
         elif path in (RUNSSE_PATH, RUNPOLL_PATH):
             await self._bidi(ex, "runsse" if path == RUNSSE_PATH else "runpoll")
         elif path == APPEND_PATH:
-            await self._append(ex)
+            await self._unary(ex, path, self.appends.handle)
         elif path in self.unary:
-            await self._unary(ex, path)
+            await self._unary(ex, path, self.unary[path])
         else:
             await ex.read_body()
-            await _send_unary(ex, unary_error(connect_error("unimplemented", f"{path} is not implemented")))
+            await _send_unary(ex, F.guess(ex.headers), unary_error(
+                connect_error("unimplemented", f"{path} is not implemented")))
 
     def _auth_error(self, headers: Mapping[str, str]) -> dict[str, Any] | None:
         return self.auth(headers) if self.auth is not None else None
@@ -805,44 +746,51 @@ class _Router:
             # What the real load balancer answers to Run over HTTP/1.1.
             await ex.respond(464, b"", "text/plain")
             return
-        ctype = ex.headers.get("content-type", "").split(";")[0].strip()
-        if ctype and ctype != STREAM_CT:
+        try:
+            framing = F.for_stream(ex.headers)
+        except F.FramingRefused:
             await ex.respond(415, b"", "text/plain")
             return
-        gzip_min, extra = self._gzip_for(ex.headers)
-        await ex.start(200, [("content-type", STREAM_CT), *extra])
-        conn = _Conn("run", ex.headers.get("x-request-id"), ex, gzip_min=gzip_min)
+        gzip_min, extra = self._gzip_for(ex.headers, framing)
+        await ex.start(200, [("content-type", framing.content_type), *extra])
+        conn = _Conn("run", ex.headers.get("x-request-id"), ex, framing, gzip_min=gzip_min)
         await self._drive(conn)
 
     async def _bidi(self, ex: _Exchange, transport: str) -> None:
         body = await ex.read_body()
-        ctype = "text/event-stream" if "text/event-stream" in ex.headers.get("accept", "") \
-            and transport == "runsse" else STREAM_CT
-        gzip_min, extra = self._gzip_for(ex.headers)
+        try:
+            framing = F.for_stream(ex.headers)
+        except F.FramingRefused:
+            await ex.respond(415, b"", "text/plain")
+            return
+        ctype = framing.content_type
+        if framing.name == F.CONNECT and transport == "runsse" and "text/event-stream" in ex.headers.get("accept", ""):
+            ctype = "text/event-stream"
+        gzip_min, extra = self._gzip_for(ex.headers, framing)
         await ex.start(200, [("content-type", ctype), ("cache-control", "no-cache"),
                              ("x-accel-buffering", "no"), *extra])
-        request_id, problem = _bidi_request_id(body, transport)
-        conn = _Conn(transport, request_id, ex, _BidiChannel(request_id or ""), gzip_min=gzip_min)
+        try:
+            request_id, problem = bidi_request_id(F.stream_request_envelopes(framing, body), transport)
+        except F.FramingError as exc:
+            request_id, problem = None, str(exc)
+        channel = BidiChannel(request_id or "")
+        conn = _Conn(transport, request_id, ex, framing, channel, gzip_min=gzip_min)
         if problem is not None:
             await conn.end(connect_error("invalid_argument", problem))
             return
-        assert request_id is not None
-        if request_id in self.channels:
-            await conn.end(connect_error("already_exists", f"request_id {request_id} already has a live stream"))
+        problem = self.appends.register(channel)
+        if problem is not None:
+            await conn.end(connect_error("already_exists", problem))
             return
         header_id = ex.headers.get("x-request-id")
-        channel = conn._channel
-        assert channel is not None
         if header_id and header_id != request_id:
             channel.faults.append(f"x-request-id header {header_id} differs from body request_id {request_id}")
-        self.channels[request_id] = channel
         watcher = asyncio.get_running_loop().create_task(_close_on_gone(ex, channel))
         try:
             await self._drive(conn)
         finally:
             watcher.cancel()
-            if self.channels.get(request_id) is channel:
-                del self.channels[request_id]
+            self.appends.release(channel)
 
     async def _drive(self, conn: _Conn) -> None:
         err = self._auth_error(conn.headers)
@@ -862,92 +810,54 @@ class _Router:
             if not conn.ended:
                 await conn.end()
 
-    async def _append(self, ex: _Exchange) -> None:
+    async def _unary(self, ex: _Exchange, path: str, handler: UnaryHandler) -> None:
         body = await ex.read_body()
-        ctype = ex.headers.get("content-type", "").split(";")[0].strip()
-        if ctype == STREAM_CT or looks_enveloped(body):
-            # Unary Connect is a bare body with application/proto; this is what clients that
-            # envelope it get back from the real service.
+        try:
+            framing = F.for_unary(ex.headers, body)
+        except F.FramingRefused:
+            # What the service answers an envelope sent as Connect unary, or connect+proto on a
+            # unary method: a bare 415, no body.
             await ex.respond(415, b"", "text/plain")
             return
         err = self._auth_error(ex.headers)
         if err is not None:
-            await _send_unary(ex, unary_error(err))
-            return
-        from workbench.schema import pb
-
-        try:
-            req = pb.BidiAppendRequest.FromString(body)
-        except Exception as exc:
-            await _send_unary(ex, unary_error(connect_error("invalid_argument", f"BidiAppendRequest: {exc}")))
-            return
-        request_id = req.request_id.request_id if req.HasField("request_id") else ""
-        try:
-            data = append_payload(req)
-        except ValueError as exc:
-            await _send_unary(ex, unary_error(connect_error(
-                "invalid_argument", f"BidiAppend data (field 1) is not even-length hex: {exc}")))
-            return
-        channel = await self._channel(request_id)
-        if channel is None:
-            await _send_unary(ex, unary_error(connect_error(
-                "not_found", f"no live RunSSE/RunPoll stream for request_id {request_id!r}")))
-            return
-        channel.append(int(req.append_seqno), data)
-        await _send_unary(ex, UnaryResponse())
-
-    async def _channel(self, request_id: str) -> _BidiChannel | None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.append_grace
-        while True:
-            ch = self.channels.get(request_id)
-            if ch is not None and not ch.closed:
-                return ch
-            if loop.time() >= deadline or (ch is not None and ch.closed):
-                return None
-            await asyncio.sleep(0.02)
-
-    async def _unary(self, ex: _Exchange, path: str) -> None:
-        body = await ex.read_body()
-        err = self._auth_error(ex.headers)
-        if err is not None:
-            await _send_unary(ex, unary_error(err))
+            await _send_unary(ex, framing, unary_error(err))
             return
         try:
-            resp = await self.unary[path](UnaryRequest(path, ex.headers, body))
+            payload = F.unary_payload(framing, body)
+        except F.FramingError as exc:
+            await _send_unary(ex, framing, unary_error(connect_error("invalid_argument", str(exc))))
+            return
+        try:
+            resp = await handler(UnaryRequest(path, ex.headers, payload))
         except Exception as exc:
             log.exception("unary handler %s failed", path)
             resp = unary_error(connect_error("internal", f"{path}: {exc}"))
-        await _send_unary(ex, resp)
+        await _send_unary(ex, framing, resp)
 
 
-async def _close_on_gone(ex: _Exchange, channel: _BidiChannel) -> None:
+async def _close_on_gone(ex: _Exchange, channel: BidiChannel) -> None:
     await ex.gone.wait()
     channel.close()
 
 
-async def _send_unary(ex: _Exchange, resp: UnaryResponse) -> None:
-    await ex.respond(resp.status, resp.body, resp.content_type, resp.headers)
-
-
-def _bidi_request_id(body: bytes, transport: str) -> tuple[str | None, str | None]:
-    from workbench.schema import pb
-
-    what = "BidiRequestId" if transport == "runsse" else "BidiPollRequest"
-    frames = [f for f in split_frames(body) if not f.is_end_stream]
-    if not frames or frames[0].error is not None:
-        return None, f"{transport} request body must be one enveloped {what}"
-    try:
-        if transport == "runsse":
-            rid = pb.BidiRequestId.FromString(frames[0].payload).request_id
-        else:
-            rid = pb.BidiPollRequest.FromString(frames[0].payload).request_id.request_id
-    except Exception as exc:
-        return None, f"{transport} request body is not a {what}: {exc}"
-    if not rid:
-        return None, f"{transport} {what} has no request_id"
-    return str(rid), None
-
+async def _send_unary(ex: _Exchange, framing: F.Framing, resp: UnaryResponse) -> None:
+    """A unary answer in the caller's framing: Connect as the handler wrote it; gRPC and gRPC-Web
+    always HTTP 200, the message enveloped and the status in trailers (a Connect error re-coded)."""
+    if not framing.grpc_family:
+        await ex.respond(resp.status, resp.body, resp.content_type, resp.headers)
+        return
+    enc = F.ResponseEncoder(framing)
+    message = enc.message(resp.body) if resp.status == 200 else b""
+    end, trailers = enc.end(None if resp.status == 200 else F.connect_error_of(resp.body, resp.status))
+    headers = [("content-type", framing.content_type), *resp.headers.items()]
+    if trailers is None:
+        await ex.respond(200, message + end, framing.content_type, resp.headers)
+        return
+    await ex.start(200, headers)
+    if message:
+        await ex.write(message)
+    await ex.finish(trailers)
 
 # --------------------------------------------------------------------------------------------
 # Server

@@ -93,3 +93,69 @@ def parse_grpc_web_trailer(payload: bytes) -> dict[str, str]:
             val = value.strip()
             out[key] = urllib.parse.unquote(val) if key == "grpc-message" else val
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# gRPC status (trailers of gRPC over HTTP/2, the 0x80 trailer frame of gRPC-Web)
+# --------------------------------------------------------------------------------------------
+
+# Connect error code → gRPC status number (the two protocols share one code table).
+GRPC_STATUS: dict[str, int] = {
+    "canceled": 1, "unknown": 2, "invalid_argument": 3, "deadline_exceeded": 4, "not_found": 5,
+    "already_exists": 6, "permission_denied": 7, "resource_exhausted": 8, "failed_precondition": 9,
+    "aborted": 10, "out_of_range": 11, "unimplemented": 12, "internal": 13, "unavailable": 14,
+    "data_loss": 15, "unauthenticated": 16,
+}
+CONNECT_CODE: dict[int, str] = {n: c for c, n in GRPC_STATUS.items()}
+
+
+def encode_grpc_message(message: str) -> str:
+    """``grpc-message`` value: UTF-8, bytes outside printable ASCII and ``%`` percent-encoded."""
+    return "".join(chr(b) if 0x20 <= b <= 0x7E and b != 0x25 else f"%{b:02X}" for b in message.encode())
+
+
+def grpc_trailers(code: str | None, message: str | None = None,
+                  status_details: bytes | None = None) -> list[tuple[str, str]]:
+    """The trailer fields ending a gRPC/gRPC-Web response: ``code`` None (or "ok") = status 0.
+
+    ``status_details`` is a serialized google.rpc.Status, sent unpadded-base64 as
+    ``grpc-status-details-bin``.
+    """
+    if code is None or code == "ok":
+        return [("grpc-status", "0")]
+    out = [("grpc-status", str(GRPC_STATUS.get(code, GRPC_STATUS["unknown"])))]
+    if message:
+        out.append(("grpc-message", encode_grpc_message(message)))
+    if status_details:
+        out.append(("grpc-status-details-bin", base64.b64encode(status_details).decode().rstrip("=")))
+    return out
+
+
+def grpc_web_trailer_payload(trailers: list[tuple[str, str]]) -> bytes:
+    """The body of a gRPC-Web trailer frame (flag 0x80): ``name: value`` lines, CRLF-terminated."""
+    return "".join(f"{k.lower()}: {v}\r\n" for k, v in trailers).encode("ascii")
+
+
+def end_from_grpc(trailers: dict[str, str], decode_status: DetailsDecoder | None = None) -> EndStream:
+    """How a gRPC/gRPC-Web response ended, as an EndStream (Connect code names).
+
+    ``trailers`` as ``parse_grpc_web_trailer`` returns them (grpc-message already unquoted);
+    ``decode_status`` turns grpc-status-details-bin bytes into ``{"details": [...]}``.
+    """
+    raw = trailers.get("grpc-status")
+    if raw is None:
+        return EndStream(code="internal", message="response ended without grpc-status", raw=trailers)
+    try:
+        number = int(raw)
+    except ValueError:
+        return EndStream(code="internal", message=f"grpc-status {raw!r} is not a number", raw=trailers)
+    if number == 0:
+        return EndStream(raw=trailers)
+    es = EndStream(code=CONNECT_CODE.get(number, "unknown"), message=trailers.get("grpc-message"), raw=trailers)
+    bin_value = trailers.get("grpc-status-details-bin")
+    if bin_value and decode_status is not None:
+        try:
+            es.details = list(decode_status(b64decode_loose(bin_value)).get("details") or [])
+        except Exception as exc:  # bad details must not hide the status itself
+            es.details = [{"value_error": f"grpc-status-details-bin: {exc}"}]
+    return es
