@@ -63,9 +63,12 @@ class SessionBuilder:
         return self._add(pb.AgentClientMessage(**fields), "client", CLIENT_MSG, dt_ms=dt_ms, **kw)
 
     def append(self, seqno: int, request_id: str = "req-1", meta: dict[str, Any] | None = None,
-               **fields: Any) -> int:
-        """A client message as a BidiAppend (transport bidi_append) with an explicit seqno."""
+               raw: bytes | None = None, **fields: Any) -> int:
+        """A client message as a BidiAppend (transport bidi_append) with an explicit seqno; ``meta``
+        the facts of its exchange (HTTP status, content type), ``raw`` the request body as sent."""
         kw: dict[str, Any] = {"meta": meta} if meta is not None else {}
+        if raw is not None:
+            kw["raw"] = raw
         f = self.dec.classify_agent(pb.AgentClientMessage(**fields).SerializeToString(), CLIENT_MSG)
         f.append_seqno, f.request_id = seqno, request_id
         for k, v in kw.items():

@@ -144,10 +144,11 @@ def stream_ended_without_turn_end(ctx: Context) -> list[Finding]:
         cp = f"; a checkpoint came at seq {checkpoints[-1]}" if checkpoints else ""
         what = ("tool results were appended after its turn ended and no new turn answered them"
                 if late else "without turn_ended")
+        last = (f"last server frame (not counting heartbeats): {last_server[1]} at seq {last_server[0]}"
+                if last_server[0] is not None else "the server sent nothing but heartbeats")
         out.append(ctx.finding(
             "stream_ended_without_turn_end",
-            f"the run started at seq {start} ended ({how}{idle}) {what}; last server frame (not counting "
-            f"heartbeats): {last_server[1]} at seq {last_server[0]}{cp}.",
+            f"the run started at seq {start} ended ({how}{idle}) {what}; {last}{cp}.",
             [start] + checkpoints[-1:] + ([last_server[0]] if last_server[0] is not None else []) + [close],
             "Treat the turn as incomplete and retryable (same conversation_id + last checkpoint); a checkpoint is "
             "not the end. Look at what closed it: provider abort, proxy idle timeout/GOAWAY, FRAME_SIZE_ERROR.",
