@@ -21,8 +21,9 @@ from workbench.analysis import analyze
 from workbench.store.db import Store
 
 ROOT = Path(__file__).resolve().parents[2]
-HEALTHY = [("text", "run"), ("text", "runsse"), ("text", "runpoll"), ("tool_flow", "run"), ("tool_flow", "runsse"),
-           ("read_write", "run"), ("read_write", "runpoll"), ("explore", "run"), ("shell_stream", "runsse")]
+HEALTHY_SCENARIOS = ("text", "tool_flow", "read_write", "explore", "shell_stream", "web_search", "exec_abort",
+                     "goaway_after_turn", "mcp_large_args")
+HEALTHY = [(s, t) for s in HEALTHY_SCENARIOS for t in ("run", "runsse", "runpoll")]
 
 
 @pytest.mark.parametrize(("scenario", "transport"), HEALTHY)
@@ -41,6 +42,28 @@ async def test_healthy_multi_turn_conversation(tmp_path: Path) -> None:
         assert run.results[sid].findings == []
 
 
+@pytest.mark.parametrize("transport", ["run", "runsse"])
+@pytest.mark.parametrize("scenario", ["tool_flow", "read_write", "explore", "shell_stream"])
+async def test_real_client_style_against_an_accepting_server_is_healthy(tmp_path: Path, scenario: str,
+                                                                        transport: str) -> None:
+    """Result alone for non-streamed execs (close policy streams-only) against a simulator that
+    completes an exec on its result: the 2026 service and the clients that work with it."""
+    run = await rig_session(tmp_path, [f"[scenario:{scenario}] please"], transport=transport,
+                            stream_close="accepted", close_policy="streams-only")
+    assert run.turn_errors == [None]
+    assert run.only().findings == [], [f.message for f in run.only().findings]
+
+
+async def test_real_client_style_against_a_server_that_waits_for_stream_close(tmp_path: Path) -> None:
+    """The December 2025 behaviour: the same client stalls, and the diagnosis names the exec."""
+    run = await rig_session(tmp_path, ["[scenario:read_write] please"], stream_close="required",
+                            close_policy="streams-only")
+    assert run.turn_errors == ["heartbeat_budget"]
+    f = run.only().findings[0]
+    assert f.code == "missing_stream_close" and f.severity == "error" and "read_args" in f.message
+    assert "heartbeat_loop" in run.codes()
+
+
 async def test_exec_handed_over_by_leaving_the_run_is_not_a_stall(tmp_path: Path) -> None:
     """The fresh-run flow (seed dec10): a proxy leaves the run at the exec, then starts a new run."""
     run = await rig_session(tmp_path, ["[scenario:tool_flow] run it"], execute_locally=False, abandon_on_exec=True)
@@ -50,7 +73,8 @@ async def test_exec_handed_over_by_leaving_the_run_is_not_a_stall(tmp_path: Path
 
 
 async def test_no_stream_close_gives_missing_stream_close_and_heartbeat_loop(tmp_path: Path) -> None:
-    run = await rig_session(tmp_path, ["[scenario:tool_flow] run it"], faults=["no_stream_close"])
+    run = await rig_session(tmp_path, ["[scenario:tool_flow] run it"], faults=["no_stream_close"],
+                            stream_close="required")
     assert run.turn_errors == ["heartbeat_budget"]
     assert {"missing_stream_close", "heartbeat_loop"} <= set(run.codes())
     f = run.finding("missing_stream_close")

@@ -24,7 +24,7 @@ from workbench.store.reader import open_reader
 
 async def test_seed_dec08_heartbeat_loop_after_missing_stream_close(tmp_path: Path) -> None:
     run = await rig_session(tmp_path, ["[scenario:tool_flow] Use the bash tool to run: echo hello"],
-                            faults=["no_stream_close"])
+                            faults=["no_stream_close"], stream_close="required")
     assert run.turn_errors == ["heartbeat_budget"]  # the client's workaround: give up after N heartbeats
     close = run.finding("missing_stream_close")
     loop = run.finding("heartbeat_loop")
