@@ -56,11 +56,11 @@ async def test_real_client_style_against_an_accepting_server_is_healthy(tmp_path
 
 async def test_real_client_style_against_a_server_that_waits_for_stream_close(tmp_path: Path) -> None:
     """The December 2025 behaviour: the same client stalls, and the diagnosis names the exec."""
-    run = await rig_session(tmp_path, ["[scenario:read_write] please"], stream_close="required",
+    run = await rig_session(tmp_path, ["[scenario:explore] please"], stream_close="required",
                             close_policy="streams-only")
     assert run.turn_errors == ["heartbeat_budget"]
     f = run.only().findings[0]
-    assert f.code == "missing_stream_close" and f.severity == "error" and "read_args" in f.message
+    assert f.code == "missing_stream_close" and f.severity == "error" and "ls_args" in f.message
     assert "heartbeat_loop" in run.codes()
 
 
