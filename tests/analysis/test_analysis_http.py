@@ -162,3 +162,25 @@ def test_unary_calls(analysis_store: Store) -> None:
     end = web.grpc_web_trailer(5, "model not found")
     [f] = analyze_session(analysis_store, web.done()).findings
     assert f.code == "unary_error" and f.evidence[-1] == end and "not_found" in f.message
+
+
+def test_grpc_web_append_refused_inside_a_200_answer(analysis_store: Store) -> None:
+    """gRPC-Web answers a refused append with HTTP 200 and an error trailer: capture keeps the
+    grpc-status in the append's meta and the trailer as the append's answer frame."""
+    b = SessionBuilder(analysis_store, transport="runsse", status="incomplete")
+    meta = {"http_status": 200, "content_type": "application/grpc-web+proto", "grpc_status": 3,
+            "grpc_message": "bad append"}
+    rr = b.append(0, meta=meta, run_request=_run_request())
+    body = b"grpc-status: 3\r\ngrpc-message: bad append\r\n"
+    f = b.dec.decode_body(b"\x80" + len(body).to_bytes(4, "big") + body, "runsse", "server")[0]
+    f.request_id, f.append_seqno = "req-1", 0
+    answer = b._write(f, "server", "bidi_append", 10)
+    for _ in range(6):
+        b.heartbeat()
+    b.client_heartbeat(dt_ms=20_000)
+    res = analyze_session(analysis_store, b.done())
+    codes = [x.code for x in res.findings]
+    assert codes[0] == "append_rejected" and "end_stream_not_delivered" not in codes and "server_error" not in codes
+    rej = res.findings[0]
+    assert {rr, answer} <= set(rej.evidence) and "HTTP 200 with invalid_argument" in rej.message
+    assert "carried run_request" in rej.message

@@ -60,7 +60,8 @@ def frames_sql(bulk: bool = True) -> str:
         f"CASE WHEN {_EXCHANGE} THEN coalesce(json_extract_string(meta, '$.content_type'), "
         "json_extract_string(meta, '$.request_headers.\"content-type\"')) END AS content_type, "
         "CASE WHEN kind = 'http_error' THEN coalesce(error, summary) END AS error, "
-        f"CASE WHEN {_EXCHANGE} AND NOT coalesce({_STATUS} BETWEEN 200 AND 299, true) THEN raw END AS raw "
+        f"CASE WHEN {_EXCHANGE} AND NOT coalesce({_STATUS} BETWEEN 200 AND 299, true) THEN raw END AS raw, "
+        f"CASE WHEN {_EXCHANGE} THEN TRY_CAST(json_extract(meta, '$.grpc_status') AS INTEGER) END AS grpc_status "
         f"FROM frames WHERE session_id = ? AND seq >= ? AND seq < ?{skip} ORDER BY seq"
     )
 

@@ -29,13 +29,14 @@ from workbench.analysis.records import (
     EndStream,
     ExecReq,
     HeartbeatRun,
+    HttpError,
     HttpFailure,
     KvOp,
     Query,
     RunRequest,
     SessionFacts,
 )
-from workbench.analysis.status import status_in_text
+from workbench.analysis.status import grpc_code_name, parse_stream_error, status_in_text
 from workbench.schema import pb
 
 # Message classes looked up once (pb's lookup is a dict walk per attribute access).
@@ -84,7 +85,8 @@ _AFTER_END_KEPT = 32
 _CLIENT_HB_KEPT = 100_000
 
 FRAME_FIELDS = ("seq", "ts_us", "direction", "transport", "kind", "ref_id", "call_id", "append_seqno",
-                "request_id", "flags", "payload", "decoded", "http_status", "content_type", "error", "raw")
+                "request_id", "flags", "payload", "decoded", "http_status", "content_type", "error", "raw",
+                "grpc_status")
 
 
 def payload_sql_predicate() -> str:
@@ -103,24 +105,29 @@ def _ok_status(status: int | None) -> bool:
     return status is None or 200 <= status < 300
 
 
-def meta_fields(meta: Any) -> tuple[int | None, str | None]:
-    """(http_status, content_type) from a ``frames.meta`` value (JSON text or a dict)."""
+def meta_fields(meta: Any) -> tuple[int | None, str | None, int | None]:
+    """(http_status, content_type, grpc_status) from a ``frames.meta`` value (JSON text or a dict)."""
     if meta is None:
-        return None, None
+        return None, None, None
     if isinstance(meta, (str, bytes)):
         try:
             meta = json.loads(meta)
         except ValueError:
-            return None, None
+            return None, None, None
     if not isinstance(meta, dict):
-        return None, None
-    status = meta.get("http_status")
+        return None, None, None
     ctype = meta.get("content_type")
+    if not isinstance(ctype, str):
+        headers = meta.get("request_headers")
+        ctype = headers.get("content-type") if isinstance(headers, dict) else None
+    return _int(meta.get("http_status")), ctype if isinstance(ctype, str) else None, _int(meta.get("grpc_status"))
+
+
+def _int(v: Any) -> int | None:
     try:
-        status = int(status) if status is not None else None
+        return int(v) if v is not None else None
     except (TypeError, ValueError):
-        status = None
-    return status, ctype if isinstance(ctype, str) else None
+        return None
 
 
 class FactsBuilder:
@@ -175,12 +182,15 @@ class FactsBuilder:
             return
         statuses: list[int | None] = [None] * n
         ctypes: list[str | None] = [None] * n
+        grpcs: list[int | None] = [None] * n
         transports = cols.get("transport") or [None] * n
+        directions = cols.get("direction") or [None] * n
         for i, meta in enumerate(cols["meta"]):
-            if meta is not None and transports[i] in ("bidi_append", "unary"):
-                statuses[i], ctypes[i] = meta_fields(meta)
+            if meta is not None and transports[i] in ("bidi_append", "unary") and directions[i] == "client":
+                statuses[i], ctypes[i], grpcs[i] = meta_fields(meta)
         cols["http_status"] = statuses
         cols["content_type"] = ctypes
+        cols["grpc_status"] = grpcs
 
     def feed_columns(self, cols: Mapping[str, Sequence[Any]], n: int) -> None:
         if not n:
@@ -203,6 +213,7 @@ class FactsBuilder:
         ctypes = cols.get("content_type") or none
         errors = cols.get("error") or none
         raws = cols.get("raw") or none
+        grpcs = cols.get("grpc_status") or none
         handlers = self._handlers
         kind_counts = f.kinds
         layout = self.layout
@@ -235,13 +246,14 @@ class FactsBuilder:
                     if kind in GEN_KINDS:
                         f.seg_last_gen[f.seg] = seq
                 if kind == HTTP_ERROR:
-                    f.http_errors.append((seq, transports[i] or "", str(errors[i] or "HTTP error"), rids[i],
-                                          seqnos[i]))
+                    text = str(errors[i] or "HTTP error")
+                    f.http_errors.append(HttpError(seq, transports[i] or "", text, rids[i], seqnos[i],
+                                                   status_in_text(text)))
                 if self._waiting:
                     self._tick()
             else:
                 self._client_frame(seq, ts, kind, transports[i], payloads[i], seqnos[i], rids[i], statuses[i],
-                                   ctypes[i], raws[i])
+                                   ctypes[i], raws[i], grpcs[i])
             if transports[i] == NDJSON:
                 f.ndjson.append((seq, kind, payloads[i], decodeds[i]))
                 continue
@@ -250,6 +262,12 @@ class FactsBuilder:
             else:
                 h = handlers[kind] = self._handler_for(kind)
             if h is not None:
+                if h == self._on_end_stream and transports[i] == "bidi_append":
+                    # the answer to one BidiAppend (a gRPC-Web trailer, a Connect error), not the run's end
+                    if kind == "end_stream.error":
+                        f.http_errors.append(HttpError(seq, "bidi_append", "", rids[i], seqnos[i], None,
+                                                       _error_code(payloads[i] or b"", flags[i] or 0)))
+                    continue
                 if h == self._on_end_stream:
                     f.end_streams.append(EndStream(seq, ts, kind, payloads[i] or b"", flags[i] or 0))
                     f.after_end = []
@@ -281,15 +299,16 @@ class FactsBuilder:
 
     def _client_frame(self, seq: int, ts: int, kind: str, transport: str | None, payload: bytes | None,
                       seqno: int | None, rid: str | None, status: int | None, ctype: str | None,
-                      raw: bytes | None) -> None:
+                      raw: bytes | None, grpc_status: int | None = None) -> None:
         f = self.facts
         if self.layout:
             self.neutral_seqs.append(seq)
         if transport == "bidi_append" and seqno is not None:
             f.appends.append(Append(seq, rid, seqno, kind, hash(payload) if payload is not None else None, status))
-        if not _ok_status(status):
+        if not _ok_status(status) or grpc_status:
             f.http_failures[seq] = HttpFailure(seq, transport or "", kind, status, ctype, rid, seqno,
-                                               raw=raw if raw is not None else payload)
+                                               raw=raw if raw is not None else payload,
+                                               grpc=grpc_code_name(grpc_status) if grpc_status else None)
         if kind == CLIENT_HEARTBEAT:
             if len(f.client_hb_ts) < _CLIENT_HB_KEPT:
                 f.client_hb_ts.append(ts)
@@ -601,28 +620,38 @@ class FactsBuilder:
 
 
 def link_http_errors(facts: SessionFacts) -> None:
-    """Pair each ``http_error`` frame answering a BidiAppend with the append it answered (same
-    request_id and append_seqno, the latest before it), so the append counts as refused even when
-    the recorder kept no HTTP status on the append itself. Idempotent."""
-    for seq, transport, text, rid, seqno in facts.http_errors:
-        if transport != "bidi_append" or seqno is None:
+    """Pair each refusal answering a BidiAppend (an ``http_error`` frame, an error trailer) with the
+    append it answered (same request_id and append_seqno, the latest before it), so the append
+    counts as refused even when the recorder kept no status on the append itself. Idempotent."""
+    for e in facts.http_errors:
+        if e.transport != "bidi_append" or e.seqno is None:
             continue
-        status = status_in_text(text)
         match = None
         for a in facts.appends:
-            if a.seq < seq and a.seqno == seqno and (rid is None or a.request_id in (rid, None)):
+            if a.seq < e.seq and a.seqno == e.seqno and (e.request_id is None or a.request_id in (e.request_id, None)):
                 match = a
+        status = e.status if e.status is not None else (200 if e.grpc else None)
         if match is not None:
             known = facts.http_failures.get(match.seq)
             if known is None:
                 facts.http_failures[match.seq] = HttpFailure(match.seq, "bidi_append", match.kind, status, None,
-                                                             match.request_id, seqno, seq, text)
+                                                             match.request_id, e.seqno, e.seq, e.text or None,
+                                                             grpc=e.grpc)
             else:
-                known.error_seq, known.error_text = seq, text
+                known.error_seq, known.error_text = e.seq, e.text or known.error_text
                 known.status = known.status or status
-        elif not any(f.error_seq == seq for f in facts.http_failures.values()):
-            facts.http_failures[seq] = HttpFailure(seq, "bidi_append", "a message the recording did not keep",
-                                                   status, None, rid, seqno, seq, text)
+                known.grpc = known.grpc or e.grpc
+        elif not any(f.error_seq == e.seq for f in facts.http_failures.values()):
+            facts.http_failures[e.seq] = HttpFailure(e.seq, "bidi_append", "a message the recording did not keep",
+                                                     status, None, e.request_id, e.seqno, e.seq, e.text or None,
+                                                     grpc=e.grpc)
+
+
+def _error_code(payload: bytes, flags: int) -> str:
+    try:
+        return parse_stream_error(payload, flags).code
+    except ValueError:
+        return "unknown"
 
 
 def _to_us(v: Any) -> int:

@@ -134,6 +134,20 @@ class EndStream:
 
 
 @dataclass
+class HttpError:
+    """The server's refusal of one exchange: an ``http_error`` frame (non-2xx), or an error
+    end-stream / gRPC-Web trailer answering a BidiAppend."""
+
+    seq: int
+    transport: str
+    text: str
+    request_id: str | None = None
+    seqno: int | None = None
+    status: int | None = None         # HTTP status, when the frame says it
+    grpc: str | None = None           # gRPC / Connect error code, for a refusal inside a 200 answer
+
+
+@dataclass
 class HttpFailure:
     """A client frame whose HTTP exchange was answered non-2xx (a rejected BidiAppend, a failed
     unary call), or an ``http_error`` frame standing for such an answer."""
@@ -141,13 +155,20 @@ class HttpFailure:
     seq: int
     transport: str
     kind: str                         # the kind of the client frame (what the request carried)
-    status: int | None
+    status: int | None                # HTTP status (200 when a gRPC status carried the refusal)
     content_type: str | None = None
     request_id: str | None = None
     seqno: int | None = None
     error_seq: int | None = None      # the http_error frame of the answer, when recorded
     error_text: str | None = None
     raw: bytes | None = None          # the request body as recorded (to tell an enveloped one)
+    grpc: str | None = None           # the gRPC status code name of a refusal inside a 200 answer
+
+    @property
+    def label(self) -> str:
+        if self.grpc:
+            return f"HTTP {self.status or 200} with {self.grpc}"
+        return f"HTTP {self.status}" if self.status else "no HTTP answer"
 
 
 @dataclass
@@ -190,8 +211,8 @@ class SessionFacts:
     malformed: list[int] = field(default_factory=list)
     # client frames whose exchange failed (rejected appends, failed unary calls), by seq
     http_failures: dict[int, HttpFailure] = field(default_factory=dict)
-    # http_error frames (server side of a non-2xx answer): (seq, transport, text, request_id, seqno)
-    http_errors: list[tuple[int, str, str, str | None, int | None]] = field(default_factory=list)
+    # refusals the server sent (http_error frames, error answers to BidiAppends)
+    http_errors: list[HttpError] = field(default_factory=list)
     # client heartbeat times (epoch µs), for the client's heartbeat interval
     client_hb_ts: list[int] = field(default_factory=list)
     # client frames after the latest end-stream: (seq, ts, kind), the first ones and the last

@@ -42,7 +42,7 @@ def _rejected_note(ctx: Context, seqs: list[int]) -> str:
     if not rejected:
         return ""
     fail = ctx.facts.http_failures[rejected[0]]
-    return (f" Its answer at seq {rejected[0]} was refused by the server (HTTP {fail.status}; see "
+    return (f" Its answer at seq {rejected[0]} was refused by the server ({fail.label}; see "
             "append_rejected).")
 
 
@@ -108,11 +108,12 @@ def _stall_cause(ctx: Context, run: HeartbeatRun) -> tuple[str, list[int], str]:
             return (f" Likely cause: KV {b['op']}_blob id {b['kv_id']} at seq {b['seq']} was never answered.",
                     [b["seq"]], "Answer every KV request with a kv_client_message of the same id.")
     rejected = sorted((f for f in ctx.facts.http_failures.values()
-                       if f.transport == "bidi_append" and f.status and f.seq < run.first_seq), key=lambda f: f.seq)
+                       if f.transport == "bidi_append" and (f.status or f.grpc) and f.seq < run.first_seq),
+                      key=lambda f: f.seq)
     if rejected:
         f = next((f for f in rejected if f.kind == "run_request"), rejected[-1])
         never = ", so the run never started" if f.kind == "run_request" else ""
-        return (f" Likely cause: the BidiAppend carrying {f.kind} at seq {f.seq} was refused (HTTP {f.status}; "
+        return (f" Likely cause: the BidiAppend carrying {f.kind} at seq {f.seq} was refused ({f.label}; "
                 f"see append_rejected): the server never got it{never}.", [f.seq], "Fix the rejected append first.")
     before = [b for b in ctx.blobs if b["op"] == "set" and b.get("role") == "assistant" and b["seq"] < run.first_seq]
     if before and ctx.text_between(before[-1]["seq"], run.first_seq) == []:

@@ -6,14 +6,13 @@ from __future__ import annotations
 from workbench.analysis.context import Context, rule
 from workbench.analysis.facts import COMPLETED, TURN_ENDED
 from workbench.analysis.model import Finding
-from workbench.analysis.records import RunRequest
+from workbench.analysis.records import HttpError, RunRequest
 from workbench.analysis.status import (
     CONNECT_CODES,
     DEFAULT_FIX,
     ERROR_FIX,
     grpc_code_name,
     http_cause,
-    status_in_text,
 )
 
 _MIN_PROMPT = 8  # shorter earlier prompts prove nothing when found again in a later one
@@ -93,9 +92,9 @@ _AGENT_SERVER = ("interaction_update.", "exec_server_message.", "kv_server_messa
                  "conversation_checkpoint_update")
 
 
-def _stream_http_errors(ctx: Context) -> list[tuple[int, str, str, str | None, int | None]]:
+def _stream_http_errors(ctx: Context) -> list[HttpError]:
     """HTTP errors answering the stream itself (not a BidiAppend, not a unary call)."""
-    return [e for e in ctx.facts.http_errors if e[1] not in ("bidi_append", "unary")]
+    return [e for e in ctx.facts.http_errors if e.transport not in ("bidi_append", "unary")]
 
 
 @rule("stream_ended_without_turn_end", "error", "a run's stream ended without turn_ended")
@@ -111,6 +110,8 @@ def stream_ended_without_turn_end(ctx: Context) -> list[Finding]:
     agent = bool(facts.run_requests) or any(k.startswith(_AGENT_SERVER) for k in facts.kinds)
     if not agent or _stream_http_errors(ctx):
         return []  # server_error names the HTTP error the stream was answered with
+    if "not recorded" in str(ctx.session.get("error") or "") and facts.last_server_seq is None:
+        return []  # the recording has no response body at all: how the stream went is unknown
     segs = [rr.seg for rr in facts.run_requests] or [0]
     for seg in segs:
         start = next((rr.seq for rr in facts.run_requests if rr.seg == seg), facts.first_seq or 0)
@@ -215,15 +216,15 @@ def server_error(ctx: Context) -> list[Finding]:
         if err.retryable is not None:
             text += f" (retryable: {'yes' if err.retryable else 'no'})"
         out.append(ctx.finding("server_error", text, [end.seq], ERROR_FIX.get(err.code, DEFAULT_FIX)))
-    for seq, transport, etext, _rid, _seqno in ([] if unary else _stream_http_errors(ctx)):
-        status = status_in_text(etext)
+    for e in [] if unary else _stream_http_errors(ctx):
+        status = e.status
         if status is None and isinstance(ctx.session.get("http_status"), int):
             status = ctx.session["http_status"]
         out.append(ctx.finding(
             "server_error",
-            f"the {transport or 'stream'} request was answered {etext} (seq {seq}): likely "
-            f"{http_cause(status, transport=transport)}.",
-            [seq], "Fix what the status names; a stream path answers 200 and puts errors in its end-stream."))
+            f"the {e.transport or 'stream'} request was answered {e.text} (seq {e.seq}): likely "
+            f"{http_cause(status, transport=e.transport)}.",
+            [e.seq], "Fix what the status names; a stream path answers 200 and puts errors in its end-stream."))
     if not out and not unary and (serr := session_server_error(ctx)) is not None:
         # Recorders that keep only agent messages (the client's own log) lose the end-stream frame
         # itself; the session row still carries the error the stream ended with.

@@ -69,12 +69,10 @@ def append_seqno_anomaly(ctx: Context) -> list[Finding]:
 
 
 def _cause(f: HttpFailure) -> str:
+    if f.grpc and (f.status is None or 200 <= f.status < 300):
+        return ERROR_FIX.get(f.grpc, DEFAULT_FIX)
     return http_cause(f.status, content_type=f.content_type, enveloped=looks_enveloped(f.raw) if f.raw else None,
                       transport=f.transport)
-
-
-def _status_label(f: HttpFailure) -> str:
-    return f"HTTP {f.status}" if f.status else "no HTTP answer"
 
 
 def _resent_ok(ctx: Context, f: HttpFailure) -> bool:
@@ -88,12 +86,12 @@ def _resent_ok(ctx: Context, f: HttpFailure) -> bool:
 
 @rule("append_rejected", "error", "a BidiAppend answered non-2xx and never accepted: the server never took its message")
 def append_rejected(ctx: Context) -> list[Finding]:
-    groups: dict[tuple[int | None, str | None], list[HttpFailure]] = {}
+    groups: dict[tuple[str, str | None], list[HttpFailure]] = {}
     for f in sorted(ctx.facts.http_failures.values(), key=lambda f: f.seq):
-        if f.transport == "bidi_append" and f.status and not _resent_ok(ctx, f):
-            groups.setdefault((f.status, f.content_type), []).append(f)
+        if f.transport == "bidi_append" and (f.status or f.grpc) and not _resent_ok(ctx, f):
+            groups.setdefault((f.label, f.content_type), []).append(f)
     out = []
-    for (status, ctype), fails in groups.items():
+    for (label, ctype), fails in groups.items():
         head = fails[0]
         kinds: dict[str, int] = {}
         for f in fails:
@@ -101,7 +99,7 @@ def append_rejected(ctx: Context) -> list[Finding]:
         carried = ", ".join(f"{k} ×{n}" if n > 1 else k for k, n in kinds.items())
         seqno = f" (append_seqno {head.seqno})" if head.seqno is not None else ""
         ct = f" as {ctype}" if ctype else ""
-        msg = (f"{len(fails)} BidiAppend{'s' if len(fails) != 1 else ''}{ct} answered HTTP {status}; the first, at "
+        msg = (f"{len(fails)} BidiAppend{'s' if len(fails) != 1 else ''}{ct} answered {label}; the first, at "
                f"seq {head.seq}{seqno}, carried {head.kind}" + (f" (all carried: {carried})" if len(fails) > 1 else "")
                + f". The server never took {'them' if len(fails) > 1 else 'it'}. Likely cause: {_cause(head)}.")
         if head.error_text:
@@ -127,7 +125,7 @@ def unary_error(ctx: Context) -> list[Finding]:
         status = fails[0].status
     errors = [e for e in facts.end_streams if e.kind == "end_stream.error"]
     grpc = _grpc_status(info)
-    text = next((t for _s, _tr, t, _r, _n in facts.http_errors), None)
+    text = next((e.text for e in facts.http_errors if e.text), None)
     failed_http = status is not None and status >= 400
     if not (failed_http or errors or grpc or facts.http_errors):
         return []
@@ -146,7 +144,7 @@ def unary_error(ctx: Context) -> list[Finding]:
         bits.append(f"{grpc[0]}" + (f" {grpc[1]!r}" if grpc[1] else ""))
     cause = http_cause(status, content_type=fails[0].content_type if fails else None, transport="unary") \
         if failed_http else (ERROR_FIX.get(code or "", DEFAULT_FIX))
-    ev = [f.seq for f in fails] + [s for s, *_ in facts.http_errors] + [e.seq for e in errors]
+    ev = [f.seq for f in fails] + [e.seq for e in facts.http_errors] + [e.seq for e in errors]
     if not ev and facts.last_seq is not None:
         ev = [facts.last_seq]
     return [ctx.finding(
