@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError
 
 from workbench.analysis.blobs import blob_rows
 from workbench.analysis.causes import order_findings
+from workbench.analysis.exchanges import link_http_errors
 from workbench.analysis.facts import (
     BULK_KINDS,
     GEN_BULK_KINDS,
@@ -28,7 +29,6 @@ from workbench.analysis.facts import (
     TEXT_DELTA,
     TOOL_DELTA,
     FactsBuilder,
-    link_http_errors,
     payload_sql_predicate,
 )
 from workbench.analysis.model import AnalysisResult, Config, Finding

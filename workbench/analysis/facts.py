@@ -13,7 +13,6 @@ until the request arrives, then counted as its answer.
 
 from __future__ import annotations
 
-import json
 from bisect import insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -23,6 +22,7 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from workbench.analysis.argsutil import accumulate_args_text
+from workbench.analysis.exchanges import error_code, meta_fields
 from workbench.analysis.records import (
     Append,
     CallState,
@@ -36,7 +36,7 @@ from workbench.analysis.records import (
     RunRequest,
     SessionFacts,
 )
-from workbench.analysis.status import grpc_code_name, parse_stream_error, status_in_text
+from workbench.analysis.status import grpc_code_name, status_in_text
 from workbench.schema import pb
 
 # Message classes looked up once (pb's lookup is a dict walk per attribute access).
@@ -103,31 +103,6 @@ def is_new_input(kind: str) -> bool:
 
 def _ok_status(status: int | None) -> bool:
     return status is None or 200 <= status < 300
-
-
-def meta_fields(meta: Any) -> tuple[int | None, str | None, int | None]:
-    """(http_status, content_type, grpc_status) from a ``frames.meta`` value (JSON text or a dict)."""
-    if meta is None:
-        return None, None, None
-    if isinstance(meta, (str, bytes)):
-        try:
-            meta = json.loads(meta)
-        except ValueError:
-            return None, None, None
-    if not isinstance(meta, dict):
-        return None, None, None
-    ctype = meta.get("content_type")
-    if not isinstance(ctype, str):
-        headers = meta.get("request_headers")
-        ctype = headers.get("content-type") if isinstance(headers, dict) else None
-    return _int(meta.get("http_status")), ctype if isinstance(ctype, str) else None, _int(meta.get("grpc_status"))
-
-
-def _int(v: Any) -> int | None:
-    try:
-        return int(v) if v is not None else None
-    except (TypeError, ValueError):
-        return None
 
 
 class FactsBuilder:
@@ -266,7 +241,7 @@ class FactsBuilder:
                     # the answer to one BidiAppend (a gRPC-Web trailer, a Connect error), not the run's end
                     if kind == "end_stream.error":
                         f.http_errors.append(HttpError(seq, "bidi_append", "", rids[i], seqnos[i], None,
-                                                       _error_code(payloads[i] or b"", flags[i] or 0)))
+                                                       error_code(payloads[i] or b"", flags[i] or 0)))
                     continue
                 if h == self._on_end_stream:
                     f.end_streams.append(EndStream(seq, ts, kind, payloads[i] or b"", flags[i] or 0))
@@ -617,41 +592,6 @@ class FactsBuilder:
             self._waiting.remove(item)
         except ValueError:
             pass
-
-
-def link_http_errors(facts: SessionFacts) -> None:
-    """Pair each refusal answering a BidiAppend (an ``http_error`` frame, an error trailer) with the
-    append it answered (same request_id and append_seqno, the latest before it), so the append
-    counts as refused even when the recorder kept no status on the append itself. Idempotent."""
-    for e in facts.http_errors:
-        if e.transport != "bidi_append" or e.seqno is None:
-            continue
-        match = None
-        for a in facts.appends:
-            if a.seq < e.seq and a.seqno == e.seqno and (e.request_id is None or a.request_id in (e.request_id, None)):
-                match = a
-        status = e.status if e.status is not None else (200 if e.grpc else None)
-        if match is not None:
-            known = facts.http_failures.get(match.seq)
-            if known is None:
-                facts.http_failures[match.seq] = HttpFailure(match.seq, "bidi_append", match.kind, status, None,
-                                                             match.request_id, e.seqno, e.seq, e.text or None,
-                                                             grpc=e.grpc)
-            else:
-                known.error_seq, known.error_text = e.seq, e.text or known.error_text
-                known.status = known.status or status
-                known.grpc = known.grpc or e.grpc
-        elif not any(f.error_seq == e.seq for f in facts.http_failures.values()):
-            facts.http_failures[e.seq] = HttpFailure(e.seq, "bidi_append", "a message the recording did not keep",
-                                                     status, None, e.request_id, e.seqno, e.seq, e.text or None,
-                                                     grpc=e.grpc)
-
-
-def _error_code(payload: bytes, flags: int) -> str:
-    try:
-        return parse_stream_error(payload, flags).code
-    except ValueError:
-        return "unknown"
 
 
 def _to_us(v: Any) -> int:

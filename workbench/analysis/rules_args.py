@@ -172,7 +172,7 @@ def completion_args_lossy(ctx: Context) -> list[Finding]:
 @rule("tool_loop", "warning", "the same tool with the same args several times in a row, answered, with no text between")
 def tool_loop(ctx: Context) -> list[Finding]:
     """A model that calls the same tool with the same args again and again, each call executed and
-    answered and no text in between, is not getting the results (PROTOCOL-level causes: checkpoint
+    answered and no text in between, is not getting the results (docs/protocol.md §7: checkpoint
     not echoed, blob misses, lost args, a result rejected every time)."""
     rows = [r for r in ctx.tool_calls if r.get("tool_name")]
     keys = [(r["tool_name"], canonical_args(r)) for r in rows]
