@@ -3,17 +3,46 @@ and the workbench client (with fault switches) recording its own session into a 
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from workbench.analysis import AnalysisResult, analyze
 from workbench.client.agent import AgentClient
-from workbench.client.events import Error, ExecRequest, TurnEnded
+from workbench.client.events import Error, ExecRequest, TurnEnded, TurnResult
+from workbench.sim.engine import SimConfig
 from workbench.sim.runner import running_sim
 from workbench.store.db import Store
+
+Prompt = str | Callable[[TurnResult | None], str]
+
+
+def sim_policy(policy: str | None) -> dict[str, Any]:
+    """SimConfig overrides for an exec-completion policy (required: the server waits for
+    stream_close, as the service did in December 2025; accepted: a result completes an exec).
+    A simulator without the policy switch always waits (its only behaviour)."""
+    if policy is None:
+        return {}
+    if "stream_close" in {f.name for f in dataclasses.fields(SimConfig)}:
+        return {"stream_close": policy}
+    if policy != "required":
+        pytest.skip(f"this simulator has no exec-completion policy {policy!r} yet")
+    return {}
+
+
+def client_close_policy(policy: str | None) -> dict[str, Any]:
+    """AgentClient overrides for a close policy (always | streams-only)."""
+    if policy is None:
+        return {}
+    if "close_policy" in inspect.signature(AgentClient).parameters:
+        return {"close_policy": policy}
+    pytest.skip(f"this client has no close policy {policy!r} yet")
 
 # Short waits so parked runs show their heartbeat loop quickly; the client gives up after 8.
 SIM_HEARTBEAT_S = 0.05
@@ -39,11 +68,13 @@ class RigRun:
         return found[0]
 
 
-async def rig_session(tmp_path: Path, prompts: Sequence[str], *, faults: Sequence[str] = (), transport: str = "run",
+async def rig_session(tmp_path: Path, prompts: Sequence[Prompt], *, faults: Sequence[str] = (), transport: str = "run",
                       execute_locally: bool = True, on_exec: Callable[[ExecRequest], Awaitable[Any]] | None = None,
                       ignore_execs: bool = False, abandon_on_exec: bool = False,
-                      scenario_dirs: Sequence[Path] = ()) -> RigRun:
-    """Run ``prompts`` as consecutive turns of one client against a fresh simulator; analyse."""
+                      scenario_dirs: Sequence[Path] = (), stream_close: str | None = None,
+                      close_policy: str | None = None) -> RigRun:
+    """Run ``prompts`` as consecutive turns of one client against a fresh simulator; analyse.
+    A prompt may be a function of the previous turn's result (a stateless client's history)."""
     workspace = tmp_path / "ws"
     workspace.mkdir(exist_ok=True)
     (workspace / "README.md").write_text("# demo\nhello\n")
@@ -51,15 +82,19 @@ async def rig_session(tmp_path: Path, prompts: Sequence[str], *, faults: Sequenc
     store = Store(db)
     errors: list[str | None] = []
     ids: list[str] = []
-    kw: dict[str, Any] = {"heartbeat_interval": SIM_HEARTBEAT_S}
+    kw: dict[str, Any] = {"heartbeat_interval": SIM_HEARTBEAT_S, **sim_policy(stream_close)}
+    ckw = client_close_policy(close_policy)
     if scenario_dirs:
         kw["scenario_dirs"] = [str(d) for d in scenario_dirs]
     try:
         async with running_sim(**kw) as sim:
             async with AgentClient(sim.url, "test-token", transport=transport, faults=faults,
                                    heartbeat_budget=HEARTBEAT_BUDGET, verify=str(sim.cert_path), record_to=store,
-                                   execute_locally=execute_locally, workspace=workspace) as client:
-                for prompt in prompts:
+                                   execute_locally=execute_locally, workspace=workspace, **ckw) as client:
+                last: TurnResult | None = None
+                for item in prompts:
+                    prompt = item if isinstance(item, str) else item(last)
+                    last = None
                     error: str | None = None
                     if ignore_execs or abandon_on_exec:
                         # ignore: a caller whose exec handler never answers (PROTOCOL §13 #2), still
@@ -72,6 +107,7 @@ async def rig_session(tmp_path: Path, prompts: Sequence[str], *, faults: Sequenc
                     else:
                         res = await client.run_turn(prompt, on_exec=on_exec, raise_on_error=False)
                         error = res.error.code if res.error else None
+                        last = res
                     errors.append(error)
                     if client.last_request_id and client.last_request_id not in ids:
                         ids.append(client.last_request_id)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from analysis_rig import client_close_policy, sim_policy
 
 from workbench.analysis import analyze
 from workbench.client.agent import AgentClient
@@ -20,9 +21,17 @@ from workbench.store.db import Store
 BIN = Path(sys.executable).parent
 
 
-@pytest.mark.parametrize(("transport", "faults"), [("runsse", ["reset_append_seqno"]), ("runsse", []), ("run", [])])
+@pytest.mark.parametrize(("transport", "faults", "style"), [
+    ("runsse", ["reset_append_seqno"], None), ("runsse", [], None), ("run", [], None),
+    ("runsse", [], "streams-only"), ("run", [], "streams-only")])
 async def test_capture_append_seqno_reset_and_healthy_captures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                transport: str, faults: list[str]) -> None:
+                                                                transport: str, faults: list[str],
+                                                                style: str | None) -> None:
+    """``style`` streams-only: the real-client style (result alone) against a simulator that
+    completes an exec on its result, captured through mitmdump: healthy, no finding."""
+    sim_kw = sim_policy("accepted") if style else {}
+    client_kw = client_close_policy(style)
+    scenario = "read_write" if style else "tool_flow"
     db = tmp_path / "cap.duckdb"
     conf = tmp_path / "mitm"
     env = {k: v for k, v in os.environ.items() if k.lower() not in ("https_proxy", "http_proxy", "all_proxy")}
@@ -39,11 +48,11 @@ async def test_capture_append_seqno_reset_and_healthy_captures(tmp_path: Path, m
         monkeypatch.setenv("SSL_CERT_FILE", str(ca))
         for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
             monkeypatch.delenv(name, raising=False)
-        async with running_sim(heartbeat_interval=0.05) as sim:
+        async with running_sim(heartbeat_interval=0.05, **sim_kw) as sim:
             async with AgentClient(sim.url, "test-token", transport=transport, faults=faults,
                                    heartbeat_budget=8, verify=str(ca), workspace=tmp_path,
-                                   execute_locally=True) as client:
-                res = await client.run_turn("[scenario:tool_flow] hello", raise_on_error=False)
+                                   execute_locally=True, **client_kw) as client:
+                res = await client.run_turn(f"[scenario:{scenario}] hello", raise_on_error=False)
                 sid = client.last_request_id
         # with the fault, the server never saw the message whose seqno was reused
         assert (res.error is not None) == bool(faults)
@@ -71,5 +80,5 @@ async def test_capture_append_seqno_reset_and_healthy_captures(tmp_path: Path, m
     assert seqnos[:2] == [0, 0]
     found = [f for f in results[sid].findings if f.code == "append_seqno_anomaly"]
     assert found, [f.code for f in results[sid].findings]
-    assert "duplicate 0" in found[0].message or "restart at 0" in found[0].message
+    assert any(w in found[0].message for w in ("duplicate 0", "restart at 0", "seqno 0 reused"))
     assert appends[1]["seq"] in found[0].evidence

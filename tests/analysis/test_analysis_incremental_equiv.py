@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from analysis_helpers import SessionBuilder
+from client_styles import tool_turn, write_turn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +17,7 @@ from workbench.analysis import IncrementalAnalyzer, analyze_session
 from workbench.schema import pb
 from workbench.store.db import Store
 
-SESSIONS = ["healthy", "stall", "kv-only", "appends", "loop"]
+SESSIONS = ["healthy", "stall", "kv-only", "appends", "loop", "refused", "late-end", "streams-only", "strict"]
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +72,35 @@ def equiv_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     b.text("done")
     b.turn_ended()
     b.done()
+
+    b = SessionBuilder(store, "refused", transport="runsse", status="incomplete")
+    b.append(0, meta={"http_status": 200}, run_request=pb.AgentRunRequest(
+        conversation_state=pb.ConversationStateStructure()))
+    b.server(exec_server_message=pb.ExecServerMessage(id=1, exec_id="e1", ls_args=pb.LsArgs(path=".")))
+    b.append(1, meta={"http_status": 415, "content_type": "application/proto"}, raw=b"\x00\x00\x00\x00\x02\x08\x01",
+             exec_client_message=pb.ExecClientMessage(id=1, exec_id="e1", ls_result=pb.LsResult()))
+    b.http_error(415, b"", seqno=1)
+    for _ in range(6):
+        b.heartbeat()
+    b.done()
+
+    b = SessionBuilder(store, "late-end")
+    b.run_request()
+    for _ in range(3):
+        b.client_heartbeat(dt_ms=5000)
+    b.text("ok")
+    b.turn_ended()
+    b.end_stream()
+    for _ in range(3):
+        b.client_heartbeat(dt_ms=5000)
+    b.done()
+
+    b = SessionBuilder(store, "streams-only", transport="runsse")
+    write_turn(b, tool_turn("streams-only"))
+    b.done()
+    b = SessionBuilder(store, "strict", status="error")
+    write_turn(b, tool_turn("streams-only", ("ls", "read"), policy="required"))
+    b.done()
     yield store
     store.close()
 
@@ -94,10 +124,13 @@ def test_incremental_equals_batch(equiv_store: Store, name: str, cuts: list[int]
     inc.feed(rows.slice(start))
     batch = analyze_session(equiv_store, name)
     assert _key(inc.result(final=True)) == _key(batch)
-    assert batch.findings or name == "healthy"
+    assert batch.findings or name in ("healthy", "streams-only")
 
 
 def test_equivalence_sessions_cover_the_rules(equiv_store: Store) -> None:
+    counts = {r["session_id"]: r["n"] for r in equiv_store.query(
+        "SELECT session_id, count(*) AS n FROM frames GROUP BY ALL").to_pylist()}
+    assert all(counts.get(name, 0) >= 4 for name in SESSIONS), counts
     codes = {name: sorted({f.code for f in analyze_session(equiv_store, name).findings}) for name in SESSIONS}
     assert codes == {
         "healthy": [],
@@ -105,4 +138,8 @@ def test_equivalence_sessions_cover_the_rules(equiv_store: Store) -> None:
         "kv-only": ["heartbeat_loop", "kv_only_response", "stream_ended_without_turn_end"],
         "appends": ["append_seqno_anomaly", "stream_ended_without_turn_end"],
         "loop": ["blob_miss", "tool_loop"],
+        "refused": ["append_rejected", "heartbeat_loop", "stream_ended_without_turn_end", "unanswered_exec"],
+        "late-end": ["end_stream_not_delivered"],
+        "streams-only": [],
+        "strict": ["heartbeat_loop", "missing_stream_close", "server_error"],
     }

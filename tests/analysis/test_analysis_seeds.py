@@ -6,22 +6,25 @@
   (same-session continuation) → tool_call_completed, heartbeats and an assistant KV blob that
   holds a tool call (Shell, command echo …), no text, no turn_ended.
 - pr-preserve-large-mcp-args: the `task` tool's `tasks` array streamed as cumulative snapshots
-  (garbled by naive concatenation) and dropped from the completion frame's McpArgs.
+  (garbled by naive concatenation) and dropped from the completion frame's McpArgs; the pre-fix
+  proxy overwrote the args with that completion and replayed them in its next (stateless) run.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from analysis_rig import echo_args_text, rig_session
 
 from workbench.analysis.argsutil import parse_json
+from workbench.client.events import TurnResult
 from workbench.store.reader import open_reader
 
 
 async def test_seed_dec08_heartbeat_loop_after_missing_stream_close(tmp_path: Path) -> None:
     run = await rig_session(tmp_path, ["[scenario:tool_flow] Use the bash tool to run: echo hello"],
-                            faults=["no_stream_close"])
+                            faults=["no_stream_close"], stream_close="required")
     assert run.turn_errors == ["heartbeat_budget"]  # the client's workaround: give up after N heartbeats
     close = run.finding("missing_stream_close")
     loop = run.finding("heartbeat_loop")
@@ -62,8 +65,17 @@ async def test_seed_dec10_answer_hidden_in_kv_blob(tmp_path: Path) -> None:
     assert run.results[run.session_ids[1]].findings == []
 
 
+def _flattened_history(prev: TurnResult | None) -> str:
+    """The pre-fix proxy's next prompt: history flattened, the call's args as the completion had them."""
+    assert prev is not None
+    call = next(c for c in prev.tool_calls if c.completion_args is not None)
+    args = json.dumps(call.completion_args, separators=(",", ":"))  # JSON.stringify of what it kept
+    return (f"USER: dispatch the subagents\nASSISTANT: TOOL_CALL {call.name} {args}\n"
+            f"TOOL_RESULT (call_id: {call.call_id}): done\nUSER: go on")
+
+
 async def test_seed_pr_large_mcp_args(tmp_path: Path) -> None:
-    run = await rig_session(tmp_path, ["[scenario:mcp_large_args] dispatch the subagents"],
+    run = await rig_session(tmp_path, ["[scenario:mcp_large_args] dispatch the subagents", _flattened_history],
                             faults=["naive_args_concat"], execute_locally=False, on_exec=echo_args_text)
     res = run.only()
     [call] = [t for t in res.tool_calls if t["tool_name"] == "task"]
@@ -75,5 +87,6 @@ async def test_seed_pr_large_mcp_args(tmp_path: Path) -> None:
     assert parse_json(call["args_naive"]) is None  # naive concatenation: not even JSON
     lossy = run.finding("completion_args_lossy")
     assert "'tasks'" in lossy.message and call["call_id"] in lossy.message
+    assert f"session {run.session_ids[1]}" in lossy.message  # where the lossy args came back
     snap = run.finding("args_cumulative_snapshots")
     assert call["call_id"] in snap.message and call["result_seq"] in snap.evidence

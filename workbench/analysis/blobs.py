@@ -17,7 +17,7 @@ from typing import Any
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from workbench.analysis.facts import SessionFacts
+from workbench.analysis.records import SessionFacts
 from workbench.decode.tree import message_to_tree
 from workbench.schema import pb
 

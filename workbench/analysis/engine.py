@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -19,18 +19,20 @@ import pyarrow.compute as pc
 from google.protobuf.message import DecodeError
 
 from workbench.analysis.blobs import blob_rows
+from workbench.analysis.causes import order_findings
+from workbench.analysis.exchanges import link_http_errors
 from workbench.analysis.facts import (
     BULK_KINDS,
+    GEN_BULK_KINDS,
     HEARTBEAT,
+    RUN_REQUEST,
     TEXT_DELTA,
     TOOL_DELTA,
-    CallState,
     FactsBuilder,
-    HeartbeatRun,
-    SessionFacts,
     payload_sql_predicate,
 )
-from workbench.analysis.model import SEVERITY_RANK, AnalysisResult, Config, Finding
+from workbench.analysis.model import AnalysisResult, Config, Finding
+from workbench.analysis.records import CallState, HeartbeatRun, SessionFacts
 from workbench.analysis.rules import Context, run_rules
 from workbench.analysis.tools import public_row, tool_rows
 from workbench.schema import pb
@@ -43,12 +45,23 @@ class Queryable(Protocol):
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table: ...
 
 
+# Facts of the exchange that carried a client frame (frames.meta): its HTTP status and content type.
+_EXCHANGE = "transport IN ('bidi_append', 'unary') AND direction = 'client' AND meta IS NOT NULL"
+_STATUS = "TRY_CAST(json_extract(meta, '$.http_status') AS INTEGER)"
+
+
 def frames_sql(bulk: bool = True) -> str:
     skip = "" if bulk else f" AND kind NOT IN ({', '.join(repr(k) for k in BULK_KINDS)})"
     return (
         "SELECT seq, epoch_us(ts) AS ts_us, direction, transport, kind, ref_id, call_id, append_seqno, "
         f"request_id, flags, CASE WHEN {payload_sql_predicate()} THEN payload END AS payload, "
-        "CASE WHEN transport = 'cli_ndjson' THEN decoded END AS decoded "
+        "CASE WHEN transport = 'cli_ndjson' THEN decoded END AS decoded, "
+        f"CASE WHEN {_EXCHANGE} THEN {_STATUS} END AS http_status, "
+        f"CASE WHEN {_EXCHANGE} THEN coalesce(json_extract_string(meta, '$.content_type'), "
+        "json_extract_string(meta, '$.request_headers.\"content-type\"')) END AS content_type, "
+        "CASE WHEN kind = 'http_error' THEN coalesce(error, summary) END AS error, "
+        f"CASE WHEN {_EXCHANGE} AND NOT coalesce({_STATUS} BETWEEN 200 AND 299, true) THEN raw END AS raw, "
+        f"CASE WHEN {_EXCHANGE} THEN TRY_CAST(json_extract(meta, '$.grpc_status') AS INTEGER) END AS grpc_status "
         f"FROM frames WHERE session_id = ? AND seq >= ? AND seq < ?{skip} ORDER BY seq"
     )
 
@@ -145,6 +158,26 @@ def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run:
             st.first_seq, st.first_ts = r["first_seq"], r["first_ts"]
     kt = src.query("SELECT kind, count(*) AS n FROM frames WHERE session_id = ? GROUP BY kind", [session_id])
     f.kinds = dict(zip(kt.column(0).to_pylist(), kt.column(1).to_pylist(), strict=True))
+    _bulk_progress(src, session_id, f)
+
+
+def _bulk_progress(src: Queryable, session_id: str, f: SessionFacts) -> None:
+    """The walk skipped the bulk deltas: fold the last of them per segment into the progress marks."""
+    kinds = [k for k in BULK_KINDS if k != HEARTBEAT]
+    if not any(f.kinds.get(k) for k in kinds):
+        return
+    marks = ", ".join(repr(k) for k in kinds)
+    gen = ", ".join(repr(k) for k in GEN_BULK_KINDS)
+    rows = src.query(
+        "SELECT coalesce(s.seg, 0) AS seg, max(f.seq) AS any_seq, max(f.seq) FILTER (WHERE f.kind IN "
+        f"({gen})) AS gen_seq FROM (SELECT seq, kind FROM frames WHERE session_id = ? AND direction = 'server' "
+        f"AND kind IN ({marks})) f ASOF LEFT JOIN (SELECT unnest(?) AS b, generate_subscripts(?, 1) AS seg) s "
+        "ON f.seq >= s.b GROUP BY ALL", [session_id, f.seg_starts, f.seg_starts]).to_pylist()
+    for r in rows:
+        seg = int(r["seg"])
+        for target, value in ((f.seg_last_any, r["any_seq"]), (f.seg_last_gen, r["gen_seq"])):
+            if value is not None and value > target.get(seg, -1):
+                target[seg] = int(value)
 
 
 def _is_live(src: Any) -> bool:
@@ -152,9 +185,18 @@ def _is_live(src: Any) -> bool:
 
 
 def session_row(src: Queryable, session_id: str) -> dict[str, Any]:
-    t = src.query("SELECT status, error, conversation_id, source, transport FROM sessions WHERE session_id = ?",
-                  [session_id])
-    return t.to_pylist()[0] if t.num_rows else {}
+    """The session record the rules read (``meta`` parsed from its JSON)."""
+    t = src.query("SELECT status, error, conversation_id, source, transport, path, http_status, "
+                  "CAST(meta AS VARCHAR) AS meta FROM sessions WHERE session_id = ?", [session_id])
+    if not t.num_rows:
+        return {}
+    row = t.to_pylist()[0]
+    try:
+        meta = json.loads(row["meta"]) if row.get("meta") else {}
+    except ValueError:
+        meta = {}
+    row["meta"] = meta if isinstance(meta, dict) else {}
+    return row
 
 
 def session_final(src: Queryable, session_id: str) -> bool:
@@ -196,30 +238,32 @@ def analyze_session(store_or_reader: Queryable, session_id: str, config: Config 
     siblings = _siblings(src, session_id, conv) if conv else []
     known = _known_blob_ids(src, siblings)
     prior = _prior_checkpoint(src, session_id, siblings)
-    return evaluate(builder, cfg, final=final, known_ids=known, prior_checkpoint=prior, session=info)
+    prompt = _first_prompt(src, prior[0]) if prior else None
+    return evaluate(builder, cfg, final=final, known_ids=known, prior_checkpoint=prior, session=info,
+                    prior_prompt=prompt, later_payloads=_later_payloads(src, session_id))
 
 
 def evaluate(builder: FactsBuilder, cfg: Config, *, final: bool, known_ids: Iterable[bytes] = (),
              prior_checkpoint: tuple[str, int] | None = None,
              session: Mapping[str, Any] | None = None,
-             blob_cache: dict[bytes, dict[str, Any]] | None = None) -> AnalysisResult:
+             blob_cache: dict[bytes, dict[str, Any]] | None = None,
+             prior_prompt: str | None = None,
+             later_payloads: Callable[[], list[tuple[str, int, bytes]]] | None = None) -> AnalysisResult:
     facts = builder.facts
+    link_http_errors(facts)
     blobs = blob_rows(facts, final=final, grace=cfg.live_grace_frames, known_ids=known_ids, cache=blob_cache)
     calls = tool_rows(facts)
     runs = [r for r in builder.all_runs() if r.count >= cfg.heartbeat_min_count]
     ctx = Context(facts, blobs, calls, cfg, final, runs, prior_checkpoint,
-                  {"session": dict(session or {})})
+                  {"session": dict(session or {}), "prior_prompt": prior_prompt,
+                   "later_payloads": later_payloads or (lambda: [])})
     findings = sort_findings(run_rules(ctx))
     return AnalysisResult(facts.session_id, blobs, [public_row(r) for r in calls], findings, facts.frame_count)
 
 
-# Symptoms that usually follow from another finding: listed after the causes of equal severity.
-_CONSEQUENCES = {"heartbeat_loop": 1, "stream_ended_without_turn_end": 2}
-
-
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    return sorted(findings, key=lambda f: (SEVERITY_RANK[f.severity], _CONSEQUENCES.get(f.code, 0),
-                                           f.first_seq if f.first_seq is not None else -1, f.code))
+    """Root causes first, each followed by the findings that follow from it (``causes``)."""
+    return order_findings(findings)
 
 
 # cross-session context ----------------------------------------------------------------------------
@@ -279,6 +323,41 @@ def _prior_checkpoint(src: Queryable, session_id: str, siblings: list[tuple[str,
     if not rows:
         return None
     return rows[-1]["session_id"], int(rows[-1]["seq"])
+
+
+_LATER_LIMIT = 200
+
+
+def _later_payloads(src: Queryable, session_id: str) -> Callable[[], list[tuple[str, int, bytes]]]:
+    """Run requests and conversation actions of sessions that started later (the next turns, where
+    a client replays a call's args in its history), fetched once and only when a rule asks."""
+    memo: list[list[tuple[str, int, bytes]]] = []
+
+    def get() -> list[tuple[str, int, bytes]]:
+        if not memo:
+            t = src.query(
+                "SELECT f.session_id, f.seq, f.payload FROM frames f JOIN sessions s USING (session_id) "
+                "WHERE s.started_at > (SELECT started_at FROM sessions WHERE session_id = ?) "
+                "AND f.direction = 'client' AND (f.kind = 'run_request' OR starts_with(f.kind, 'conversation_action')) "
+                f"AND f.payload IS NOT NULL ORDER BY s.started_at, f.session_id, f.seq LIMIT {_LATER_LIMIT}",
+                [session_id])
+            memo.append([(r["session_id"], int(r["seq"]), bytes(r["payload"])) for r in t.to_pylist()])
+        return memo[0]
+
+    return get
+
+
+def _first_prompt(src: Queryable, session_id: str) -> str | None:
+    """The user text of a session's first run_request (a stateless client's history shows there)."""
+    t = src.query("SELECT payload FROM frames WHERE session_id = ? AND kind = ? ORDER BY seq LIMIT 1",
+                  [session_id, RUN_REQUEST])
+    if not t.num_rows:
+        return None
+    try:
+        um = pb.AgentClientMessage.FromString(t.column(0)[0].as_py() or b"").run_request.action.user_message_action
+    except DecodeError:
+        return None
+    return um.user_message.text or um.user_message.rich_text or None
 
 
 # writing -----------------------------------------------------------------------------------------

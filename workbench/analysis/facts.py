@@ -5,12 +5,16 @@ whole session (in Arrow batches), the live analysis feeds new rows as a capture 
 end in the same ``SessionFacts``. The walk is cheap for the bulk (token/thinking/tool-call deltas,
 heartbeats: a dict lookup and a few assignments); protobuf parsing happens only for the frames
 that carry something to correlate (tool calls, exec, KV, checkpoints, run requests, end-streams).
+
+Answers are paired with their requests by id, not by position: an answer that precedes its
+request (a session imported in body order, where all client frames of a Run come first) is kept
+until the request arrives, then counted as its answer.
 """
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +22,21 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from workbench.analysis.argsutil import accumulate_args_text
+from workbench.analysis.exchanges import error_code, meta_fields
+from workbench.analysis.records import (
+    Append,
+    CallState,
+    EndStream,
+    ExecReq,
+    HeartbeatRun,
+    HttpError,
+    HttpFailure,
+    KvOp,
+    Query,
+    RunRequest,
+    SessionFacts,
+)
+from workbench.analysis.status import grpc_code_name, status_in_text
 from workbench.schema import pb
 
 # Message classes looked up once (pb's lookup is a dict walk per attribute access).
@@ -27,179 +46,63 @@ CLIENT_CLS = pb.message("AgentClientMessage")
 HEARTBEAT = "interaction_update.heartbeat"
 TURN_ENDED = "interaction_update.turn_ended"
 TEXT_DELTA = "interaction_update.text_delta"
+TOKEN_DELTA = "interaction_update.token_delta"
+THINKING_DELTA = "interaction_update.thinking_delta"
 PARTIAL = "interaction_update.partial_tool_call"
 STARTED = "interaction_update.tool_call_started"
 COMPLETED = "interaction_update.tool_call_completed"
 TOOL_DELTA = "interaction_update.tool_call_delta"
 CHECKPOINT = "conversation_checkpoint_update"
 RUN_REQUEST = "run_request"
+CLIENT_HEARTBEAT = "client_heartbeat"
+EXEC_HEARTBEAT = "exec_client_control_message.heartbeat"
+HTTP_ERROR = "http_error"
 NDJSON = "cli_ndjson"
 
-# Kinds whose payload the walk parses; the batch query fetches payload bytes for these only.
+# Kinds whose payload the walk parses; the batch query fetches payload bytes for these only
+# (and for every BidiAppend, whose duplicates are compared by content).
 PAYLOAD_KINDS = (PARTIAL, STARTED, COMPLETED, CHECKPOINT, RUN_REQUEST, "end_stream.error",
-                 "exec_client_control_message.throw", "conversation_action")
+                 "exec_client_control_message.throw")
 PAYLOAD_PREFIXES = ("exec_server_message", "exec_client_message", "kv_server_message", "kv_client_message",
-                    "interaction_response")
-# Client messages that may carry a tool call's args back to the server (history, answers).
-ECHO_KINDS = frozenset({RUN_REQUEST, "conversation_action"})
+                    "interaction_response", "conversation_action")
 # Frames the batch walk skips: SQL aggregates stand in for them (see engine.load_facts).
 # (Client heartbeats stay in the walk: as BidiAppends they carry append_seqno.)
-BULK_KINDS = (HEARTBEAT, TEXT_DELTA, TOOL_DELTA, "interaction_update.token_delta",
-              "interaction_update.thinking_delta")
+BULK_KINDS = (HEARTBEAT, TEXT_DELTA, TOOL_DELTA, TOKEN_DELTA, THINKING_DELTA)
+# Server frames that show the model produced something new: a run that sends one of these after
+# an obligation has moved past it.
+GEN_KINDS = frozenset({TEXT_DELTA, TOKEN_DELTA, THINKING_DELTA, "interaction_update.thinking_completed",
+                       "interaction_update.step_started", "interaction_update.step_completed", TURN_ENDED,
+                       "interaction_update.summary", "interaction_update.summary_started",
+                       "interaction_update.summary_completed", "interaction_update.user_message_appended",
+                       CHECKPOINT})
+GEN_BULK_KINDS = (TEXT_DELTA, TOKEN_DELTA, THINKING_DELTA)
+# Server frames that are not progress of any kind (KV traffic is housekeeping, not progress).
+_NOT_PROGRESS_PREFIXES = ("end_stream", "kv_server_message", HTTP_ERROR, "malformed")
 # Heartbeat stretches shorter than this are not worth remembering (rules use larger thresholds).
 _MIN_RUN_KEPT = 2
 _RUN_SAMPLE = 20
+_AFTER_END_KEPT = 32
+_CLIENT_HB_KEPT = 100_000
 
 FRAME_FIELDS = ("seq", "ts_us", "direction", "transport", "kind", "ref_id", "call_id", "append_seqno",
-                "request_id", "flags", "payload", "decoded")
+                "request_id", "flags", "payload", "decoded", "http_status", "content_type", "error", "raw",
+                "grpc_status")
 
 
 def payload_sql_predicate() -> str:
     """SQL boolean over ``frames`` telling whether the walk needs a frame's payload."""
     kinds = ", ".join(f"'{k}'" for k in PAYLOAD_KINDS)
     prefixes = " OR ".join(f"starts_with(kind, '{p}')" for p in PAYLOAD_PREFIXES)
-    return f"(kind IN ({kinds}) OR {prefixes} OR transport = '{NDJSON}')"
+    return f"(kind IN ({kinds}) OR {prefixes} OR transport IN ('{NDJSON}', 'bidi_append'))"
 
 
-@dataclass
-class HeartbeatRun:
-    first_seq: int
-    last_seq: int
-    count: int
-    first_ts: int
-    last_ts: int
-    seg: int
-    sample: list[int]
-    prev_seq: int | None = None       # last non-heartbeat server frame before the stretch
-    prev_kind: str | None = None
-    prev_client_seq: int | None = None  # last non-heartbeat client frame before the stretch
-    next_seq: int | None = None       # the server frame that ended it (None: still running / end)
-    next_kind: str | None = None
-
-    @property
-    def span_s(self) -> float:
-        return (self.last_ts - self.first_ts) / 1e6
+def is_new_input(kind: str) -> bool:
+    """Client messages that ask the server for new work (exec results are judged per exec)."""
+    return kind == RUN_REQUEST or kind.startswith("conversation_action")
 
 
-@dataclass
-class ExecReq:
-    seg: int
-    id: int
-    seq: int
-    ts: int
-    member: str                      # e.g. shell_stream_args
-    exec_id: str
-    tool_call_id: str | None
-    payload: bytes
-    result_seqs: list[int] = field(default_factory=list)
-    result_payload: bytes | None = None
-    echo_payloads: list[bytes] = field(default_factory=list)
-    result_ts: int | None = None
-    close_seq: int | None = None
-    throw_seq: int | None = None
-    throw_error: str | None = None
-    abort_seq: int | None = None
-    client_hb_seq: int | None = None  # last ExecClientHeartbeat{id}: the client says it is still running
-    later_server: int = 0            # server frames seen after it (live grace)
-
-
-@dataclass
-class KvOp:
-    seg: int
-    id: int
-    seq: int
-    op: str                          # set | get
-    blob_id: bytes
-    data: bytes | None               # set: the data
-    result_seq: int | None = None
-    result_member: str | None = None
-    result_has_data: bool = False
-    result_data: bytes | None = None
-    set_error: str | None = None
-    later_server: int = 0
-
-
-@dataclass
-class Query:
-    seg: int
-    id: int
-    seq: int
-    kind: str
-    response_seq: int | None = None
-    later_server: int = 0
-
-
-@dataclass
-class CallState:
-    call_id: str
-    first_seq: int
-    last_seq: int
-    first_ts: int
-    last_ts: int
-    seg: int
-    model_call_id: str | None = None
-    deltas: list[str] = field(default_factory=list)
-    delta_seqs: list[int] = field(default_factory=list)
-    args_text: str = ""
-    started_seq: int | None = None
-    started_payload: bytes | None = None
-    completed_seq: int | None = None
-    completed_payload: bytes | None = None
-    tool_case: str | None = None      # ToolCall oneof member, e.g. shell_tool_call
-    delta_count: int = 0
-
-
-@dataclass
-class RunRequest:
-    seq: int
-    seg: int
-    has_state: bool
-    state_empty: bool
-    conversation_id: str
-    action: str | None
-    payload: bytes
-
-
-@dataclass
-class Append:
-    seq: int
-    request_id: str | None
-    seqno: int
-
-
-@dataclass
-class SessionFacts:
-    session_id: str
-    frame_count: int = 0
-    first_seq: int | None = None
-    last_seq: int | None = None
-    last_ts: int | None = None
-    last_server_seq: int | None = None
-    last_server_kind: str | None = None
-    last_progress_seq: int | None = None  # last server frame that is not a heartbeat
-    last_progress_ts: int | None = None
-    seg: int = 0
-    runs: list[HeartbeatRun] = field(default_factory=list)
-    open_run: HeartbeatRun | None = None
-    execs: list[ExecReq] = field(default_factory=list)
-    kv: list[KvOp] = field(default_factory=list)
-    queries: list[Query] = field(default_factory=list)
-    calls: dict[str, CallState] = field(default_factory=dict)
-    run_requests: list[RunRequest] = field(default_factory=list)
-    checkpoints: list[tuple[int, int, bytes]] = field(default_factory=list)  # (seq, seg, payload)
-    end_streams: list[tuple[int, str, bytes, int]] = field(default_factory=list)  # seq, kind, payload, flags
-    turn_ended: list[tuple[int, int]] = field(default_factory=list)  # (seq, seg)
-    text_seqs: list[int] = field(default_factory=list)
-    heartbeat_seqs: list[int] = field(default_factory=list)
-    appends: list[Append] = field(default_factory=list)
-    ndjson: list[tuple[int, str, bytes | None, str | None]] = field(default_factory=list)
-    # client messages that may echo tool-call args back (history, results): (seq, payload)
-    client_payloads: list[tuple[int, bytes]] = field(default_factory=list)
-    # non-heartbeat client frames: the seq of the latest one (the client's last "input")
-    last_client_seq: int | None = None
-    throws_unmatched: list[tuple[int, int]] = field(default_factory=list)
-    kinds: dict[str, int] = field(default_factory=dict)
-    malformed: list[int] = field(default_factory=list)
+def _ok_status(status: int | None) -> bool:
+    return status is None or 200 <= status < 300
 
 
 class FactsBuilder:
@@ -211,12 +114,14 @@ class FactsBuilder:
         # server frames sit, so heartbeat stretches can be rebuilt from the heartbeat seqs alone.
         self.layout = layout
         self.neutral_seqs: list[int] = []       # client frames and empty polls: do not break a stretch
-        self.input_seqs: list[int] = []         # client frames other than heartbeats
+        self.input_seqs: list[int] = []         # new client input (see is_new_input, first exec results)
         self.server_kind_at: dict[int, str] = {}  # walked server frames (not heartbeats)
         self._handlers: dict[str, Callable[[int, int, Any, Any, Any, str], None] | None] = {}
         self._exec_open: dict[tuple[int, int], ExecReq] = {}
         self._kv_open: dict[tuple[int, int], KvOp] = {}
         self._query_open: dict[tuple[int, int], Query] = {}
+        # answers whose request has not been seen (yet): (what, seg, id) -> handler calls to replay
+        self._early: dict[tuple[str, int, int], list[tuple[Callable[..., None], tuple[Any, ...]]]] = {}
         # requests still waiting for an answer, to count later server frames (live grace)
         self._waiting: list[ExecReq | KvOp | Query] = []
 
@@ -225,9 +130,10 @@ class FactsBuilder:
     def feed_table(self, table: pa.Table) -> None:
         # Only the columns the walk reads: a live page of full rows also carries summary/raw/decoded.
         cols = {name: table.column(name).to_pylist() for name in table.column_names
-                if name in FRAME_FIELDS or name == "ts"}
+                if name in FRAME_FIELDS or name in ("ts", "meta")}
         if "ts_us" not in cols and "ts" in cols:
             cols["ts_us"] = [_to_us(v) for v in cols["ts"]]
+        self._meta_columns(cols, table.num_rows)
         self.feed_columns(cols, table.num_rows)
 
     def feed_rows(self, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -238,7 +144,28 @@ class FactsBuilder:
                 cols[name] = [_to_us(r["ts_us"]) if "ts_us" in r else _to_us(r.get("ts")) for r in rows]
             else:
                 cols[name] = [r.get(name) for r in rows]
+        if any(r.get("http_status") is None and r.get("meta") is not None for r in rows):
+            cols["meta"] = [r.get("meta") for r in rows]
+            cols.pop("http_status")
+        self._meta_columns(cols, len(rows))
         self.feed_columns(cols, len(rows))
+
+    @staticmethod
+    def _meta_columns(cols: dict[str, Any], n: int) -> None:
+        """Full frame rows carry ``meta``; the walk wants http_status / content_type columns."""
+        if "http_status" in cols or "meta" not in cols:
+            return
+        statuses: list[int | None] = [None] * n
+        ctypes: list[str | None] = [None] * n
+        grpcs: list[int | None] = [None] * n
+        transports = cols.get("transport") or [None] * n
+        directions = cols.get("direction") or [None] * n
+        for i, meta in enumerate(cols["meta"]):
+            if meta is not None and transports[i] in ("bidi_append", "unary") and directions[i] == "client":
+                statuses[i], ctypes[i], grpcs[i] = meta_fields(meta)
+        cols["http_status"] = statuses
+        cols["content_type"] = ctypes
+        cols["grpc_status"] = grpcs
 
     def feed_columns(self, cols: Mapping[str, Sequence[Any]], n: int) -> None:
         if not n:
@@ -248,14 +175,20 @@ class FactsBuilder:
         tss = cols["ts_us"]
         dirs = cols["direction"]
         kinds = cols["kind"]
-        transports = cols.get("transport") or [None] * n
-        refs = cols.get("ref_id") or [None] * n
-        cids = cols.get("call_id") or [None] * n
-        payloads = cols.get("payload") or [None] * n
-        seqnos = cols.get("append_seqno") or [None] * n
-        rids = cols.get("request_id") or [None] * n
+        none = [None] * n
+        transports = cols.get("transport") or none
+        refs = cols.get("ref_id") or none
+        cids = cols.get("call_id") or none
+        payloads = cols.get("payload") or none
+        seqnos = cols.get("append_seqno") or none
+        rids = cols.get("request_id") or none
         flags = cols.get("flags") or [0] * n
-        decodeds = cols.get("decoded") or [None] * n
+        decodeds = cols.get("decoded") or none
+        statuses = cols.get("http_status") or none
+        ctypes = cols.get("content_type") or none
+        errors = cols.get("error") or none
+        raws = cols.get("raw") or none
+        grpcs = cols.get("grpc_status") or none
         handlers = self._handlers
         kind_counts = f.kinds
         layout = self.layout
@@ -274,20 +207,7 @@ class FactsBuilder:
                 if layout and kind != HEARTBEAT:
                     self.server_kind_at[seq] = kind
                 if kind == HEARTBEAT:
-                    f.heartbeat_seqs.append(seq)
-                    run = f.open_run
-                    if run is None:
-                        f.open_run = HeartbeatRun(seq, seq, 1, ts, ts, f.seg, [seq], f.last_progress_seq,
-                                                  f.last_server_kind, f.last_client_seq)
-                    else:
-                        run.last_seq = seq
-                        run.last_ts = ts
-                        run.count += 1
-                        if run.count <= _RUN_SAMPLE:
-                            run.sample.append(seq)
-                    f.last_server_seq = seq
-                    if self._waiting:
-                        self._tick()
+                    self._heartbeat(seq, ts)
                     continue
                 if f.open_run is not None:
                     self._close_run(seq, kind)
@@ -296,19 +216,19 @@ class FactsBuilder:
                     f.last_server_kind = kind
                     f.last_progress_seq = seq
                     f.last_progress_ts = ts
+                if not kind.startswith(_NOT_PROGRESS_PREFIXES):
+                    f.seg_last_any[f.seg] = seq
+                    if kind in GEN_KINDS:
+                        f.seg_last_gen[f.seg] = seq
+                if kind == HTTP_ERROR:
+                    text = str(errors[i] or "HTTP error")
+                    f.http_errors.append(HttpError(seq, transports[i] or "", text, rids[i], seqnos[i],
+                                                   status_in_text(text)))
                 if self._waiting:
                     self._tick()
             else:
-                if layout:
-                    self.neutral_seqs.append(seq)
-                if transports[i] == "bidi_append" and seqnos[i] is not None:
-                    f.appends.append(Append(seq, rids[i], seqnos[i]))
-                if kind != "client_heartbeat" and kind != "exec_client_control_message.heartbeat":
-                    f.last_client_seq = seq
-                    if layout:
-                        self.input_seqs.append(seq)
-                    if kind in ECHO_KINDS and payloads[i]:
-                        f.client_payloads.append((seq, payloads[i]))
+                self._client_frame(seq, ts, kind, transports[i], payloads[i], seqnos[i], rids[i], statuses[i],
+                                   ctypes[i], raws[i], grpcs[i])
             if transports[i] == NDJSON:
                 f.ndjson.append((seq, kind, payloads[i], decodeds[i]))
                 continue
@@ -317,8 +237,16 @@ class FactsBuilder:
             else:
                 h = handlers[kind] = self._handler_for(kind)
             if h is not None:
+                if h == self._on_end_stream and transports[i] == "bidi_append":
+                    # the answer to one BidiAppend (a gRPC-Web trailer, a Connect error), not the run's end
+                    if kind == "end_stream.error":
+                        f.http_errors.append(HttpError(seq, "bidi_append", "", rids[i], seqnos[i], None,
+                                                       error_code(payloads[i] or b"", flags[i] or 0)))
+                    continue
                 if h == self._on_end_stream:
-                    f.end_streams.append((seq, kind, payloads[i] or b"", flags[i] or 0))
+                    f.end_streams.append(EndStream(seq, ts, kind, payloads[i] or b"", flags[i] or 0))
+                    f.after_end = []
+                    f.after_end_count = 0
                     continue
                 h(seq, ts, refs[i], cids[i], payloads[i], kind)
         f.frame_count += n
@@ -326,6 +254,59 @@ class FactsBuilder:
         f.last_ts = tss[n - 1]
 
     # bookkeeping ------------------------------------------------------------------------------
+
+    def _heartbeat(self, seq: int, ts: int) -> None:
+        f = self.facts
+        f.heartbeat_seqs.append(seq)
+        run = f.open_run
+        if run is None:
+            f.open_run = HeartbeatRun(seq, seq, 1, ts, ts, f.seg, [seq], f.last_progress_seq,
+                                      f.last_server_kind, f.last_client_seq)
+        else:
+            run.last_seq = seq
+            run.last_ts = ts
+            run.count += 1
+            if run.count <= _RUN_SAMPLE:
+                run.sample.append(seq)
+        f.last_server_seq = seq
+        if self._waiting:
+            self._tick()
+
+    def _client_frame(self, seq: int, ts: int, kind: str, transport: str | None, payload: bytes | None,
+                      seqno: int | None, rid: str | None, status: int | None, ctype: str | None,
+                      raw: bytes | None, grpc_status: int | None = None) -> None:
+        f = self.facts
+        if self.layout:
+            self.neutral_seqs.append(seq)
+        if transport == "bidi_append" and seqno is not None:
+            f.appends.append(Append(seq, rid, seqno, kind, hash(payload) if payload is not None else None, status))
+        if not _ok_status(status) or grpc_status:
+            f.http_failures[seq] = HttpFailure(seq, transport or "", kind, status, ctype, rid, seqno,
+                                               raw=raw if raw is not None else payload,
+                                               grpc=grpc_code_name(grpc_status) if grpc_status else None)
+        if kind == CLIENT_HEARTBEAT:
+            if len(f.client_hb_ts) < _CLIENT_HB_KEPT:
+                f.client_hb_ts.append(ts)
+        elif is_new_input(kind):
+            self._input(seq)
+            if payload:
+                f.client_payloads.append((seq, payload))
+        if f.end_streams and kind != RUN_REQUEST and (not f.seg_starts or f.seg_starts[-1] < f.end_streams[-1].seq):
+            f.after_end_count += 1
+            if len(f.after_end) < _AFTER_END_KEPT:
+                f.after_end.append((seq, ts, kind))
+            else:
+                f.after_end[-1] = (seq, ts, kind)
+
+    def _input(self, seq: int) -> None:
+        f = self.facts
+        if f.last_client_seq is None or seq > f.last_client_seq:
+            f.last_client_seq = seq
+        if self.layout:
+            if not self.input_seqs or seq > self.input_seqs[-1]:
+                self.input_seqs.append(seq)
+            else:
+                insort(self.input_seqs, seq)
 
     def _close_run(self, next_seq: int | None, next_kind: str | None) -> None:
         run = self.facts.open_run
@@ -393,6 +374,15 @@ class FactsBuilder:
             return self._on_malformed
         return None
 
+    def _defer(self, what: str, ref: Any, handler: Callable[..., None], args: tuple[Any, ...]) -> None:
+        """Keep an answer whose request is not known (yet): replayed when the request arrives."""
+        key = (what, self.facts.seg, int(ref))
+        self._early.setdefault(key, []).append((handler, args))
+
+    def _replay(self, what: str, seg: int, id_: int) -> None:
+        for handler, args in self._early.pop((what, seg, id_), []):
+            handler(*args)
+
     # handlers ---------------------------------------------------------------------------------
 
     def _on_text(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
@@ -457,15 +447,20 @@ class FactsBuilder:
     def _on_run_request(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
         f = self.facts
         f.seg += 1
+        f.seg_starts.append(seq)
         try:
             rr = CLIENT_CLS.FromString(payload or b"").run_request
         except DecodeError:
             return
         has_state = rr.HasField("conversation_state")
         action = rr.action.WhichOneof("action") if rr.HasField("action") else None
+        prompt = ""
+        if action == "user_message_action":
+            um = rr.action.user_message_action.user_message
+            prompt = um.text or um.rich_text
         f.run_requests.append(RunRequest(seq, f.seg, has_state,
                                          not has_state or rr.conversation_state.ByteSize() == 0,
-                                         rr.conversation_id, action, payload or b""))
+                                         rr.conversation_id, action, payload or b"", prompt))
 
     def _on_exec(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
         try:
@@ -482,6 +477,7 @@ class FactsBuilder:
         self.facts.execs.append(req)
         self._exec_open[(self.facts.seg, msg.id)] = req
         self._waiting.append(req)
+        self._replay("exec", self.facts.seg, msg.id)
 
     def _exec_for(self, ref: Any) -> ExecReq | None:
         if ref is None:
@@ -491,7 +487,11 @@ class FactsBuilder:
     def _on_exec_result(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
         req = self._exec_for(ref)
         if req is None:
+            if ref is not None:
+                self._defer("exec", ref, self._on_exec_result, (seq, ts, ref, cid, payload, kind))
             return
+        if not req.result_seqs:
+            self._input(seq)  # the first answer to an exec is new work for the server
         req.result_seqs.append(seq)
         if req.result_payload is None:
             req.result_payload = payload
@@ -506,6 +506,8 @@ class FactsBuilder:
         if req is None:
             if member in ("stream_close", "throw"):
                 self.facts.throws_unmatched.append((seq, int(ref) if ref is not None else -1))
+            if ref is not None:
+                self._defer("exec", ref, self._on_exec_control, (seq, ts, ref, cid, payload, kind))
             return
         if member == "heartbeat":
             req.client_hb_seq = seq
@@ -541,13 +543,17 @@ class FactsBuilder:
         self.facts.kv.append(op)
         self._kv_open[(self.facts.seg, msg.id)] = op
         self._waiting.append(op)
+        self._replay("kv", self.facts.seg, msg.id)
 
     def _on_kv_result(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
         if ref is None:
             return
         op = self._kv_open.get((self.facts.seg, int(ref)))
-        if op is None or op.result_seq is not None:
+        if op is None:
+            self._defer("kv", ref, self._on_kv_result, (seq, ts, ref, cid, payload, kind))
             return
+        if op.result_seq is not None and op.result_seq not in self.facts.http_failures:
+            return  # answered already (a resend after a refused append replaces the refused answer)
         try:
             msg = CLIENT_CLS.FromString(payload or b"").kv_client_message
         except DecodeError:
@@ -568,12 +574,16 @@ class FactsBuilder:
         self.facts.queries.append(q)
         self._query_open[(self.facts.seg, q.id)] = q
         self._waiting.append(q)
+        self._replay("query", self.facts.seg, q.id)
 
     def _on_response(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
         if ref is None:
             return
         q = self._query_open.get((self.facts.seg, int(ref)))
-        if q is not None and q.response_seq is None:
+        if q is None:
+            self._defer("query", ref, self._on_response, (seq, ts, ref, cid, payload, kind))
+            return
+        if q.response_seq is None or q.response_seq in self.facts.http_failures:
             q.response_seq = seq
             self._done(q)
 

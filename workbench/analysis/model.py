@@ -23,6 +23,9 @@ class Finding:
     evidence: list[int] = field(default_factory=list)
     suggested_fix: str = ""
     session_id: str = ""
+    # set by ``causes.order_findings``: the finding this one follows from (code and first seq)
+    cause: str | None = None
+    cause_seq: int | None = None
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITY_RANK:
@@ -54,6 +57,9 @@ class Config:
     # While a capture is in progress, an exec/KV/query request counts as unanswered only after
     # this many later server frames (the answer may simply not have arrived yet).
     live_grace_frames: int = 5
+    # end_stream_not_delivered: the heartbeat interval to assume when the session shows none
+    # (clients beat every 5 s, or 15 s; servers every few seconds).
+    heartbeat_interval_s: float = 5.0
 
 
 @dataclass

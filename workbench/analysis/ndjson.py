@@ -11,10 +11,13 @@ from typing import Any
 
 from workbench.ingest.ndjson import (
     assistant_form,
+    message_text,
     naive_assistant_text,
     reconstruct_assistant_text,
     tool_info,
 )
+
+_SEAM = 12
 
 
 def _event(payload: bytes | None, decoded: str | None) -> dict[str, Any] | None:
@@ -52,6 +55,45 @@ def assistant_texts(events: list[tuple[int, str, bytes | None, str | None]]) -> 
     naive = naive_assistant_text(parsed)
     ev_seqs = ([first_delta] if first_delta is not None else []) + repeats
     return good, naive, ev_seqs
+
+
+def duplicated_final(events: list[tuple[int, str, bytes | None, str | None]]) -> tuple[int, str, str, str] | None:
+    """The event whose text shows the duplication a naive consumer makes: (seq, its text, the
+    correct text, the naive text), or None. The final text is the ``result`` event's ``result``
+    (else the last full assistant message); it is duplicated when it equals the naive
+    concatenation, or holds a seam of it (the end of the text so far glued to the start of a
+    snapshot or full message that repeats it) that the correct text does not hold."""
+    parsed: list[dict[str, Any]] = []
+    seams: list[str] = []
+    so_far = ""
+    final: tuple[int, str] | None = None
+    for seq, kind, payload, decoded in events:
+        ev = _event(payload, decoded)
+        if ev is None:
+            continue
+        if kind.startswith("result") and isinstance(ev.get("result"), str):
+            final = (seq, ev["result"])
+            continue
+        if kind != "assistant":
+            continue
+        parsed.append(ev)
+        text = message_text(ev)
+        form = assistant_form(ev)
+        if form != "delta" and so_far and text:
+            seams.append(so_far[-_SEAM:] + text[:_SEAM])
+        if form == "full":
+            final = (seq, text) if final is None or final[0] < seq else final
+        so_far += text
+    if final is None or not parsed:
+        return None
+    good = reconstruct_assistant_text(parsed)
+    naive = naive_assistant_text(parsed)
+    seq, text = final
+    if naive == good or text == good:
+        return None
+    if text == naive or any(s in text and s not in good for s in seams):
+        return seq, text, good, naive
+    return None
 
 
 def error_results(events: list[tuple[int, str, bytes | None, str | None]]) -> list[tuple[int, dict[str, Any]]]:

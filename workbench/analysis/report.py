@@ -10,7 +10,8 @@ from workbench.analysis.model import AnalysisResult, Finding
 
 
 def print_report(results: Mapping[str, AnalysisResult] | Iterable[AnalysisResult], file: TextIO | None = None) -> int:
-    """Print findings per session, worst first; returns the exit code (0 clean, 1 warning/error)."""
+    """Print findings per session, root causes first (``causes.order_findings``), each followed by the
+    findings that follow from it; returns the exit code (0 clean, 1 warning/error)."""
     out = file or sys.stdout
     items = list(results.values()) if isinstance(results, Mapping) else list(results)
     if not items:
@@ -37,6 +38,9 @@ def format_finding(f: Finding) -> str:
     else:
         where = f"seq {f.first_seq}–{f.last_seq}"
     lines = [f"  {f.severity.upper():7} {f.code}  [{where}]", f"          {f.message}"]
+    if f.cause:
+        at = f" (seq {f.cause_seq})" if f.cause_seq is not None else ""
+        lines.append(f"          follows from: {f.cause}{at}")
     if f.evidence:
         lines.append(f"          evidence: {', '.join(map(str, f.evidence))}")
     if f.suggested_fix:

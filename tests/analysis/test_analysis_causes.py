@@ -1,0 +1,54 @@
+"""Ordering findings root cause first, for Finding objects (diagnose) and finding rows (the TUI)."""
+
+from __future__ import annotations
+
+from workbench.analysis import Finding
+from workbench.analysis.causes import CAUSES, order_findings
+from workbench.analysis.rules import RULES
+
+
+def _f(code: str, severity: str, first: int, last: int | None = None) -> Finding:
+    return Finding(code, severity, code, first, first if last is None else last, [first])
+
+
+def test_chain_comes_out_root_first_with_pointers() -> None:
+    items = [_f("stream_ended_without_turn_end", "error", 0, 30), _f("heartbeat_loop", "error", 12, 29),
+             _f("server_error", "error", 30), _f("missing_stream_close", "error", 10, 20),
+             _f("append_seqno_anomaly", "warning", 40), _f("tool_loop", "warning", 2, 8)]
+    out = order_findings(items)
+    assert [f.code for f in out] == ["missing_stream_close", "heartbeat_loop", "stream_ended_without_turn_end",
+                                     "server_error", "tool_loop", "append_seqno_anomaly"]
+    by = {f.code: f for f in out}
+    assert (by["heartbeat_loop"].cause, by["heartbeat_loop"].cause_seq) == ("missing_stream_close", 10)
+    assert by["stream_ended_without_turn_end"].cause == "heartbeat_loop"
+    assert by["server_error"].cause == "heartbeat_loop"
+    assert by["missing_stream_close"].cause is None and by["append_seqno_anomaly"].cause is None
+    # append_seqno_anomaly starts after the tool loop ends and after the stall: it explains neither
+    assert by["tool_loop"].cause is None
+
+
+def test_a_warning_that_explains_an_error_comes_before_it() -> None:
+    out = order_findings([_f("unanswered_exec", "error", 5, 9), _f("append_seqno_anomaly", "warning", 3, 4)])
+    assert [f.code for f in out] == ["append_seqno_anomaly", "unanswered_exec"]
+    assert out[1].cause == "append_seqno_anomaly"
+
+
+def test_rows_as_the_tui_reads_them() -> None:
+    rows = [{"code": "heartbeat_loop", "severity": "error", "first_seq": 7, "last_seq": 9},
+            {"code": "append_rejected", "severity": "error", "first_seq": 1, "last_seq": 1},
+            {"code": "unary_error", "severity": "error", "first_seq": 0, "last_seq": 0}]
+    out = order_findings(rows)
+    assert [r["code"] for r in out] == ["unary_error", "append_rejected", "heartbeat_loop"]
+    assert out[2]["cause"] == "append_rejected" and out[2]["cause_seq"] == 1 and out[0]["cause"] is None
+
+
+def test_cause_graph_names_real_codes_and_has_no_cycle() -> None:
+    assert set(CAUSES) <= set(RULES) and {c for cs in CAUSES.values() for c in cs} <= set(RULES)
+
+    def reach(code: str, seen: frozenset[str]) -> None:
+        assert code not in seen, f"cycle through {code}"
+        for c in CAUSES.get(code, ()):
+            reach(c, seen | {code})
+
+    for code in RULES:
+        reach(code, frozenset())
