@@ -22,6 +22,10 @@ from workbench.commands.common import (
 from workbench.decode import frame_to_json
 from workbench.decode.classify import DIRECTIONS, TRANSPORTS, Decoder, Frame
 from workbench.store.db import StoreError
+from workbench.store.reader import open_reader
+from workbench.store.readonly import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_S, ReadLimits
+
+MIB = 1024 * 1024
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,10 +62,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_proto_arg(p)
     p.set_defaults(func=cmd_frames)
 
-    p = sub.add_parser("sql", help="run a SQL query against the capture database")
+    p = sub.add_parser("sql", help="run a read-only SQL query against the capture database",
+                       description="Run read-only SQL (SELECT, or EXPLAIN [ANALYZE] of a SELECT) on the capture "
+                       "database, or through a running capture's live read service. SQL cannot read or write "
+                       "files or the network, change settings, or write the database.")
     p.add_argument("query")
     add_db_arg(p)
     p.add_argument("--json", action="store_true", help="one JSON object per row")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help=f"interrupt the query after this long (default {DEFAULT_TIMEOUT_S:g})")
+    p.add_argument("--max-result-mb", type=float, default=DEFAULT_MAX_RESULT_BYTES / MIB, metavar="MB",
+                   help=f"refuse results larger than this many MiB of Arrow data "
+                        f"(default {DEFAULT_MAX_RESULT_BYTES // MIB})")
     p.set_defaults(func=cmd_sql)
 
 
@@ -256,11 +268,20 @@ def _print_frame(row: dict[str, Any], dec: Decoder | None) -> None:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    reader = reader_from(args)
+    if not args.timeout > 0:
+        raise CliError(f"--timeout {args.timeout:g}: must be a positive number of seconds")
+    if not args.max_result_mb > 0:
+        raise CliError(f"--max-result-mb {args.max_result_mb:g}: must be positive")
+    limits = ReadLimits(args.timeout, int(args.max_result_mb * MIB))
+    reader = open_reader(args.db, limits)
     try:
         table = reader.query(args.query)
+    except StoreError:
+        raise
     except Exception as exc:  # duckdb errors carry the useful text
-        raise CliError(f"query failed: {str(exc).splitlines()[0]}") from exc
+        raise CliError(f"query failed: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from exc
+    finally:
+        reader.close()
     if args.json:
         for row in table.to_pylist():
             print(json.dumps(row, default=_json_default))
