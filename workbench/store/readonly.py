@@ -38,7 +38,7 @@ import pyarrow as pa
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_RESULT_BYTES = 256 * 1024 * 1024
-_BATCH_ROWS = 2048  # one DuckDB vector: the cap is checked at least this often
+_BATCH_ROWS = 256  # the cap is checked at least this often (DuckDB still computes a vector of 2048)
 
 # StatementType names that read. EXPLAIN is allowed only around a SELECT (checked separately).
 _READ_TYPES = frozenset({"SELECT"})
