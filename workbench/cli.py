@@ -62,11 +62,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:
-        from workbench.schema.loader import SchemaError
-        from workbench.store.db import StoreError
+        import duckdb
 
-        if isinstance(exc, SchemaError | StoreError):
+        from workbench.schema.loader import SchemaError
+        from workbench.store.db import StoreError, damage_message, is_damage
+        from workbench.store.readonly import QueryRefused
+
+        if isinstance(exc, SchemaError | StoreError | QueryRefused):
             print(f"workbench {args.command}: {exc}", file=sys.stderr)
+            return 2
+        db = getattr(args, "db", None) or getattr(args, "record", None)
+        if isinstance(exc, duckdb.Error) and db:
+            # A database error no command anticipated: most often a damaged file that opened
+            # fine and failed on a later read. Name the file rather than print a traceback.
+            text = damage_message(str(db), exc) if is_damage(exc) else f"{db}: {str(exc).strip().splitlines()[0]}"
+            print(f"workbench {args.command}: {text}", file=sys.stderr)
             return 2
         raise
     return int(rc or 0)

@@ -6,8 +6,10 @@
     con = connect("captures/demo.duckdb")       # or None: $WORKBENCH_DB, else captures/demo.duckdb
     con.sql("SELECT * FROM v_heartbeat_gaps").df()   # pandas DataFrame
 
-The connection is a private in-memory DuckDB, so notebooks can create their own temp tables and
-views freely without touching the capture:
+The connection is a private in-memory DuckDB. It is read-only for real (``workbench.store.readonly``):
+its default database is read-only, so ``CREATE TABLE``/``INSERT``/``DELETE`` are refused, SQL has no
+file or network access (except the Parquet directory being read) and settings are locked. Notebooks
+create their own scratch objects with ``CREATE TEMP TABLE`` / ``CREATE TEMP VIEW``:
 
 - a database file nobody is writing is ATTACHed read-only (queries run on the file directly);
 - a capture in progress (its writer holds the file; see ``workbench.store.reader``) is read through
@@ -33,12 +35,19 @@ Either way the same names exist: the tables ``sessions``, ``frames``, ``blobs``,
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
+
+from workbench.store.readonly import confine
 
 DEFAULT_NOTEBOOK_DB = "captures/demo.duckdb"
 TABLES = ("sessions", "frames", "blobs", "tool_calls", "findings")
+# A live snapshot is fetched this many rows (and at most this many bytes) per request.
+SNAPSHOT_PAGE_ROWS = 20_000
+SNAPSHOT_PAGE_BYTES = 1024 * 1024 * 1024
 
 FAMILY_SQL = """
 CASE
@@ -129,52 +138,76 @@ def connect(db: str | Path | None = None) -> duckdb.DuckDBPyConnection:
     path = Path(db) if db is not None else Path(default_db())
     con = duckdb.connect(":memory:")
     try:
+        allowed: list[str] = []
         if path.is_dir():
             _parquet_tables(con, path)
+            allowed.append(str(path.resolve()))
         elif not path.exists():
             raise NotebookError(f"{path}: no such capture database (set WORKBENCH_DB or pass a path; "
                                 f"'workbench demo' writes {DEFAULT_NOTEBOOK_DB})")
         else:
             _database_tables(con, path)
         for name, sql in VIEWS.items():
-            con.execute(f"CREATE VIEW {name} AS {sql}")
+            con.execute(f"CREATE TEMP VIEW {name} AS {sql}")
+        # Read-only for real (workbench.store.readonly): no file or network access from SQL except
+        # the Parquet directory being read, settings locked. The default database is read-only, so
+        # CREATE/INSERT/DELETE are refused; scratch objects go to TEMP (CREATE TEMP TABLE …).
+        confine(con, allowed)
     except BaseException:
         con.close()
         raise
     return con
 
 
-def _database_tables(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    from workbench.store.reader import RemoteReader, open_reader
-
-    reader = open_reader(path)
-    if isinstance(reader, RemoteReader):
-        # The writer holds the file: snapshot through its read service.
-        for table in TABLES:
-            arrow = reader.query(f"SELECT * FROM {table}")
-            con.register(f"_snap_{table}", arrow)
-            con.execute(f"CREATE TABLE {table} AS SELECT * FROM _snap_{table}")
-            con.unregister(f"_snap_{table}")
-        return
-    reader.close()
+def _attach_read_only(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     literal = "'" + str(path).replace("'", "''") + "'"
     try:
         con.execute(f"ATTACH {literal} AS capture (READ_ONLY)")
     except duckdb.Error as exc:
         raise NotebookError(f"{path}: cannot open the capture database: {exc}") from exc
-    for table in TABLES:
-        con.execute(f"CREATE VIEW {table} AS SELECT * FROM capture.main.{table}")
+    con.execute("USE capture")
+
+
+def _read_only_default(con: duckdb.DuckDBPyConnection) -> None:
+    """Make an empty read-only database the default one (Parquet and live snapshots live in TEMP)."""
+    with tempfile.TemporaryDirectory(prefix="workbench-notebook-") as tmp:
+        empty = Path(tmp) / "empty.duckdb"
+        duckdb.connect(str(empty)).close()
+        _attach_read_only(con, empty)  # the open file survives its directory's removal
+
+
+def _database_tables(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    from workbench.store.reader import RemoteReader, open_reader
+    from workbench.store.readonly import ReadLimits
+
+    reader = open_reader(path, ReadLimits(max_result_bytes=SNAPSHOT_PAGE_BYTES))
+    if isinstance(reader, RemoteReader):
+        # The writer holds the file: snapshot through its read service, a page of rows at a time
+        # (each answer stays under the service's result cap).
+        _read_only_default(con)
+        for table in TABLES:
+            top = reader.query(f"SELECT coalesce(max(rowid), -1) FROM {table}").column(0)[0].as_py()
+            pages = [reader.query(f"SELECT * FROM {table} WHERE rowid >= ? AND rowid < ?",
+                                  [start, start + SNAPSHOT_PAGE_ROWS])
+                     for start in range(0, int(top) + 1, SNAPSHOT_PAGE_ROWS)]
+            if not pages:
+                pages = [reader.query(f"SELECT * FROM {table} LIMIT 0")]
+            con.register(table, pa.concat_tables(pages))
+        return
+    reader.close()
+    _attach_read_only(con, path)
 
 
 def _parquet_tables(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     from workbench.store.schema import MIGRATIONS
 
+    _read_only_default(con)
     found = False
     for table in TABLES:
         tdir = path / table
         if tdir.is_dir() and any(tdir.glob("**/*.parquet")):
-            glob = "'" + str(tdir / "**" / "*.parquet").replace("'", "''") + "'"
-            con.execute(f"CREATE VIEW {table} AS SELECT * EXCLUDE (date) FROM read_parquet({glob}, "
+            glob = "'" + str((tdir / "**" / "*.parquet").resolve()).replace("'", "''") + "'"
+            con.execute(f"CREATE TEMP VIEW {table} AS SELECT * EXCLUDE (date) FROM read_parquet({glob}, "
                         "hive_partitioning = true, union_by_name = true, "
                         "hive_types = {'date': DATE, 'session_id': VARCHAR})")
             found = found or table == "frames"
@@ -182,6 +215,6 @@ def _parquet_tables(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             # An empty table of the right shape keeps every view valid.
             for stmt in MIGRATIONS[0]:
                 if f"EXISTS {table} (" in stmt:
-                    con.execute(stmt.replace(f"EXISTS {table} (", f"EXISTS {table} (", 1))
+                    con.execute(stmt.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
     if not found:
         raise NotebookError(f"{path}: not a 'workbench export --parquet' directory (no frames/*.parquet)")

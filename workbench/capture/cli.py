@@ -128,6 +128,9 @@ def cmd_capture(args: argparse.Namespace) -> int:
         if extra.startswith("confdir="):
             confdir = Path(os.path.expanduser(extra.split("=", 1)[1]))
     db = str(Path(args.db).expanduser())
+    from workbench.store.db import check_readable
+
+    check_readable(db)  # a damaged file: exit 2 naming it, not a capture that can only spool
     statsdir = tempfile.mkdtemp(prefix="workbench-capture-")
     stats_path = Path(statsdir) / "stats.json"
     cmd = [mitmdump, "-s", str(ENTRY), "--listen-host", host, "--listen-port", str(port),

@@ -22,6 +22,10 @@ from workbench.commands.common import (
 from workbench.decode import frame_to_json
 from workbench.decode.classify import DIRECTIONS, TRANSPORTS, Decoder, Frame
 from workbench.store.db import StoreError
+from workbench.store.reader import open_reader
+from workbench.store.readonly import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_S, ReadLimits
+
+MIB = 1024 * 1024
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,10 +62,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_proto_arg(p)
     p.set_defaults(func=cmd_frames)
 
-    p = sub.add_parser("sql", help="run a SQL query against the capture database")
+    p = sub.add_parser("sql", help="run a read-only SQL query against the capture database",
+                       description="Run read-only SQL (SELECT, or EXPLAIN [ANALYZE] of a SELECT) on the capture "
+                       "database, or through a running capture's live read service. SQL cannot read or write "
+                       "files or the network, change settings, or write the database.")
     p.add_argument("query")
     add_db_arg(p)
     p.add_argument("--json", action="store_true", help="one JSON object per row")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help=f"interrupt the query after this long (default {DEFAULT_TIMEOUT_S:g})")
+    p.add_argument("--max-result-mb", type=float, default=DEFAULT_MAX_RESULT_BYTES / MIB, metavar="MB",
+                   help=f"refuse results larger than this many MiB of Arrow data "
+                        f"(default {DEFAULT_MAX_RESULT_BYTES // MIB})")
     p.set_defaults(func=cmd_sql)
 
 
@@ -178,10 +190,14 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
-_FRAME_COLS = "seq, ts, direction, transport, kind, summary, payload, flags, msg_type, error, ref_id, call_id, append_seqno, request_id"
+_FRAME_COLS = "seq, ts, direction, transport, kind, summary, flags, msg_type, error, ref_id, call_id, append_seqno, request_id"
+# Reading a session never holds all its payloads: rows come in pages of at most this many rows and
+# (with --json, which needs the payloads) this many payload bytes, a single larger frame alone.
+PAGE_ROWS = 20_000
+PAGE_BYTES = 64 * 1024 * 1024
 
 
-def _frame_query(args: argparse.Namespace, session_id: str, after: int) -> tuple[str, list[Any]]:
+def _frame_filter(args: argparse.Namespace, session_id: str, after: int) -> tuple[str, list[Any]]:
     where = ["session_id = ?", "seq > ?"]
     params: list[Any] = [session_id, after]
     if args.direction:
@@ -190,10 +206,27 @@ def _frame_query(args: argparse.Namespace, session_id: str, after: int) -> tuple
     if args.kind:
         where.append("(" + " OR ".join("starts_with(kind, ?)" for _ in args.kind) + ")")
         params += args.kind
-    sql = f"SELECT {_FRAME_COLS} FROM frames WHERE {' AND '.join(where)} ORDER BY seq"
-    if args.limit:
-        sql += f" LIMIT {int(args.limit)}"
-    return sql, params
+    return " AND ".join(where), params
+
+
+def _frame_page(reader: Any, args: argparse.Namespace, session_id: str, after: int, want: int) -> list[dict[str, Any]]:
+    """The next page of matching frames after seq ``after`` (at most ``want`` rows)."""
+    where, params = _frame_filter(args, session_id, after)
+    if not args.json:
+        sql = f"SELECT {_FRAME_COLS} FROM frames WHERE {where} ORDER BY seq LIMIT {int(want)}"
+        return list(reader.query(sql, params).to_pylist())
+    sizes = reader.query(f"SELECT seq, coalesce(octet_length(payload), 0) AS n FROM frames WHERE {where} "
+                         f"ORDER BY seq LIMIT {int(want)}", params).to_pylist()
+    if not sizes:
+        return []
+    total, last = 0, sizes[0]["seq"]
+    for r in sizes:
+        if total and total + r["n"] > PAGE_BYTES:
+            break
+        total += r["n"]
+        last = r["seq"]
+    return list(reader.query(f"SELECT {_FRAME_COLS}, payload FROM frames WHERE {where} AND seq <= ? ORDER BY seq",
+                             [*params, last]).to_pylist())
 
 
 def cmd_frames(args: argparse.Namespace) -> int:
@@ -203,9 +236,9 @@ def cmd_frames(args: argparse.Namespace) -> int:
     last = -1
     printed = 0
     while True:
-        sql, params = _frame_query(args, session_id, last)
+        want = PAGE_ROWS if not args.limit else min(PAGE_ROWS, args.limit - printed)
         try:
-            rows = reader.query(sql, params).to_pylist()
+            rows = _frame_page(reader, args, session_id, last, want)
             status = reader.query("SELECT status FROM sessions WHERE session_id = ?", [session_id]).to_pylist()
         except StoreError:
             if not args.follow:
@@ -221,9 +254,11 @@ def cmd_frames(args: argparse.Namespace) -> int:
             if args.limit and printed >= args.limit:
                 return 0
         sys.stdout.flush()
+        if rows:
+            continue  # the next page, without waiting
         if not args.follow:
             return 0
-        if not rows and status and status[0]["status"] != "open":
+        if status and status[0]["status"] != "open":
             return 0
         time.sleep(0.3)
 
@@ -247,7 +282,10 @@ def _print_frame(row: dict[str, Any], dec: Decoder | None) -> None:
         out = {k: v for k, v in row.items() if k != "payload" and v is not None}
         out["ts"] = str(row["ts"])
         out["fields"] = fields_of(dec, row["kind"], row["payload"] or b"", row["msg_type"], row["flags"] or 0)
-        print(json.dumps(out, ensure_ascii=False, default=str))
+        # json.dump writes in pieces: a frame inflated on view (up to 256 MiB) is not copied again
+        # into one string before it reaches stdout.
+        json.dump(out, sys.stdout, ensure_ascii=False, default=str)
+        sys.stdout.write("\n")
         return
     arrow = "→" if row["direction"] == "client" else "←"
     ts = row["ts"].strftime("%H:%M:%S.%f")[:-3] if row["ts"] else ""
@@ -256,11 +294,20 @@ def _print_frame(row: dict[str, Any], dec: Decoder | None) -> None:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    reader = reader_from(args)
+    if not args.timeout > 0:
+        raise CliError(f"--timeout {args.timeout:g}: must be a positive number of seconds")
+    if not args.max_result_mb > 0:
+        raise CliError(f"--max-result-mb {args.max_result_mb:g}: must be positive")
+    limits = ReadLimits(args.timeout, int(args.max_result_mb * MIB))
+    reader = open_reader(args.db, limits)
     try:
         table = reader.query(args.query)
+    except StoreError:
+        raise
     except Exception as exc:  # duckdb errors carry the useful text
-        raise CliError(f"query failed: {str(exc).splitlines()[0]}") from exc
+        raise CliError(f"query failed: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from exc
+    finally:
+        reader.close()
     if args.json:
         for row in table.to_pylist():
             print(json.dumps(row, default=_json_default))

@@ -7,15 +7,28 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from workbench.decode.classify import Decoder, Frame, StreamDecoder, default_decoder
+from workbench.decode.classify import COMPRESSED, Decoder, Frame, StreamDecoder, default_decoder
 from workbench.decode.tree import decode_unknown, message_to_tree
 from workbench.wire.endstream import parse_end_stream, parse_grpc_web_trailer
+from workbench.wire.envelope import FLAG_COMPRESSED
 
 __all__ = ["Decoder", "Frame", "StreamDecoder", "default_decoder", "fields_of", "frame_to_json"]
 
 
 def fields_of(decoder: Decoder, kind: str, payload: bytes, msg_type: str | None, flags: int = 0) -> Any:
-    """The named tree of one stored or freshly classified frame."""
+    """The named tree of one stored or freshly classified frame.
+
+    A frame kept compressed over an inflate budget (kind ``compressed``) is inflated now, up to
+    ``LOOK_LIMIT``: ``$inflated`` tells what it turned out to be.
+    """
+    if kind == COMPRESSED and flags & FLAG_COMPRESSED:
+        try:
+            inner = decoder.inflate_compressed(payload, msg_type)
+        except ValueError as exc:
+            return {"$error": f"cannot inflate: {exc}", "$compressed_size": len(payload)}
+        tree = fields_of(decoder, inner.kind, inner.payload, inner.msg_type)
+        head = {"$inflated": {"kind": inner.kind, "summary": inner.summary, "size": len(inner.payload)}}
+        return {**head, **tree} if isinstance(tree, dict) else {**head, "$value": tree}
     if kind.startswith("end_stream"):
         if flags & 0x80:
             return parse_grpc_web_trailer(payload)

@@ -18,7 +18,16 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from workbench.decode import summary as S
 from workbench.schema.loader import Schema, load_schema
 from workbench.wire.endstream import b64decode_loose, parse_end_stream, parse_grpc_web_trailer
-from workbench.wire.envelope import Envelope, EnvelopeParser, split_frames, split_unary
+from workbench.wire.envelope import (
+    FLAG_COMPRESSED,
+    LOOK_LIMIT,
+    Envelope,
+    EnvelopeParser,
+    inflate,
+    split_frames,
+    split_unary,
+)
+from workbench.wire.inflate import current_budget
 
 SERVER_MSG = "agent.v1.AgentServerMessage"
 CLIENT_MSG = "agent.v1.AgentClientMessage"
@@ -29,6 +38,9 @@ BIDI_POLL_RESP = "aiserver.v1.BidiPollResponse"
 ERROR_DETAILS = "aiserver.v1.ErrorDetails"
 
 TRANSPORTS = ("run", "runsse", "bidi_append", "runpoll", "unary")
+# Kind of a gzip frame kept compressed because it would inflate past a budget (workbench.wire.inflate);
+# its msg_type is the type the transport carries, so it can be inflated and classified when viewed.
+COMPRESSED = "compressed"
 DIRECTIONS = ("client", "server")
 
 # Top-level message type carried by each (transport, direction), before any unwrapping.
@@ -403,25 +415,42 @@ class Decoder:
             kind = "end_stream" if status == "0" else "end_stream.error"
             return Frame(kind, f"grpc-web trailer status {status} {t.get('grpc-message', '')}".rstrip(),
                          env.payload, flags=env.flags, error=env.error)
+        if env.deferred:
+            # Over an inflate budget (workbench.wire.inflate): kept compressed, inflated when viewed.
+            return Frame(COMPRESSED, f"gzip frame {S.human_size(len(env.payload))} kept compressed (over an "
+                         "inflate budget)", env.payload, flags=env.flags,
+                         msg_type=CARRIED.get((transport, direction)), error=env.error)
         if env.is_end_stream:
             return self._end_stream(env)
         if env.error is not None:  # a gzip failure: keep the compressed bytes
             return Frame("malformed", f"undecodable compressed frame {S.human_size(len(env.payload))}",
                          env.payload, flags=env.flags, error=env.error)
-        carried = CARRIED.get((transport, direction))
-        if carried == BIDI_APPEND:
-            f = self.unwrap_append(env.payload)
-        elif carried == BIDI_POLL_RESP:
-            f = self.unwrap_poll(env.payload)
-        elif carried == BIDI_REQUEST_ID:
-            f = self._request_id(env.payload)
-        elif carried == BIDI_POLL_REQ:
-            f = self._poll_request(env.payload)
-        elif carried in (SERVER_MSG, CLIENT_MSG):
-            f = self.classify_agent(env.payload, carried)
-        else:
-            f = self.classify_other(env.payload, carried)
+        f = self.classify_carried(env.payload, CARRIED.get((transport, direction)))
         f.flags = env.flags if env.enveloped else 0
+        return f
+
+    def classify_carried(self, payload: bytes, carried: str | None) -> Frame:
+        """Classify one de-enveloped message of the type a transport carries (unwrapping wrappers)."""
+        if carried == BIDI_APPEND:
+            return self.unwrap_append(payload)
+        if carried == BIDI_POLL_RESP:
+            return self.unwrap_poll(payload)
+        if carried == BIDI_REQUEST_ID:
+            return self._request_id(payload)
+        if carried == BIDI_POLL_REQ:
+            return self._poll_request(payload)
+        if carried in (SERVER_MSG, CLIENT_MSG):
+            return self.classify_agent(payload, carried)
+        return self.classify_other(payload, carried)
+
+    def inflate_compressed(self, payload: bytes, msg_type: str | None, limit: int = LOOK_LIMIT) -> Frame:
+        """A ``compressed`` frame (kept compressed over a budget), inflated and classified now.
+
+        Raises ValueError when it does not inflate within ``limit``.
+        """
+        data = inflate(payload, limit)
+        f = self.classify_carried(data, msg_type)
+        f.flags = FLAG_COMPRESSED
         return f
 
     def _end_stream(self, env: Envelope) -> Frame:
@@ -524,12 +553,17 @@ class Decoder:
     # whole bodies ------------------------------------------------------------------------------
 
     def decode_body(self, data: bytes, transport: str, direction: str,
-                    msg_type: str | None = None) -> list[Frame]:
-        """Every frame in a complete body, as that transport carries it."""
+                    msg_type: str | None = None, session: str | None = None) -> list[Frame]:
+        """Every frame in a complete body, as that transport carries it.
+
+        ``session`` names the session whose inflate budget gzip frames are charged to
+        (``workbench.wire.inflate``; default: this body alone).
+        """
+        inflate = current_budget().session(session)
         if (transport, direction) in ENVELOPED:
-            envs = split_frames(data)
+            envs = split_frames(data, inflate=inflate)
         else:
-            envs = split_unary(data)
+            envs = split_unary(data, inflate)
         frames = [self.frames_from_envelope(e, transport, direction) for e in envs]
         if msg_type and transport == "unary":
             for f in frames:
@@ -537,18 +571,22 @@ class Decoder:
                     f.msg_type = msg_type
         return frames
 
-    def stream(self, transport: str, direction: str) -> StreamDecoder:
-        return StreamDecoder(self, transport, direction)
+    def stream(self, transport: str, direction: str, session: str | None = None) -> StreamDecoder:
+        return StreamDecoder(self, transport, direction, session)
 
 
 class StreamDecoder:
-    """Incremental: feed the chunks of one streamed body, get frames as they complete."""
+    """Incremental: feed the chunks of one streamed body, get frames as they complete.
+
+    ``session`` names the session whose inflate budget gzip frames are charged to (default: this
+    stream alone).
+    """
 
     __slots__ = ("_dec", "_parser", "transport", "direction")
 
-    def __init__(self, decoder: Decoder, transport: str, direction: str) -> None:
+    def __init__(self, decoder: Decoder, transport: str, direction: str, session: str | None = None) -> None:
         self._dec = decoder
-        self._parser = EnvelopeParser()
+        self._parser = EnvelopeParser(inflate=current_budget().session(session))
         self.transport = transport
         self.direction = direction
 

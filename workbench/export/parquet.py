@@ -76,7 +76,8 @@ def export_parquet(db: str | Path | Any, out_dir: str | Path, sessions: Sequence
 
     from workbench.store.reader import LocalReader, open_reader
 
-    reader = open_reader(db)
+    # A file reader's SQL may write only under the output directory (workbench.store.readonly).
+    reader = open_reader(db, allow_dir=out.resolve())
     try:
         if isinstance(reader, LocalReader):
             return _export_with(reader.con, threading.RLock(), out, sessions, str(db))
@@ -102,7 +103,7 @@ def _export_with(con: duckdb.DuckDBPyConnection, lock: Any, out: Path, sessions:
                 res.rows[table] = count
                 if not count:
                     continue
-                target = out / table
+                target = (out / table).resolve()
                 cur.execute(f"COPY ({src}) TO {_sql_str(str(target))} (FORMAT PARQUET, "
                             f"PARTITION_BY (date, session_id), OVERWRITE_OR_IGNORE, "
                             f"FILENAME_PATTERN 'part-{{i}}')", params or None)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.ingest.progress import Progress
+from workbench.wire.inflate import InflateBudget, use_budget
 
 if TYPE_CHECKING:
     from workbench.decode.classify import Decoder
@@ -165,8 +166,12 @@ def already_imported(store: Store, sha: str) -> list[str]:
 def import_file(path: str | Path, store: Store, fmt: str = "auto", *,
                 decoder_factory: Callable[[], Decoder] | None = None,
                 progress: Progress | None = None,
-                warn: Callable[[str], None] | None = None) -> ImportResult:
-    """Import one file (or directory, for plug-in formats) into ``store``."""
+                warn: Callable[[str], None] | None = None,
+                inflate: InflateBudget | None = None) -> ImportResult:
+    """Import one file (or directory, for plug-in formats) into ``store``.
+
+    Gzip frames are inflated within ``inflate`` (default: ``InflateBudget.for_import()``).
+    """
     p = Path(path)
     if fmt == "auto":
         fmt = detect_format(p)
@@ -185,7 +190,8 @@ def import_file(path: str | Path, store: Store, fmt: str = "auto", *,
                             f"{', '.join(earlier[:3])}{'…' if len(earlier) > 3 else ''}")
     ctx = ImportContext(path=p, store=store, progress=progress or Progress(str(p), enabled=False),
                         warn=warn or (lambda _msg: None), decoder_factory=decoder_factory, file_sha256=sha)
-    return IMPORTERS[fmt].run(ctx)
+    with use_budget(inflate or InflateBudget.for_import()):
+        return IMPORTERS[fmt].run(ctx)
 
 
 def discard_sessions(store: Store, session_ids: list[str]) -> None:

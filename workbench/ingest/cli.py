@@ -22,6 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", default="auto",
                    help=f"auto (default) or one of: {', '.join(IMPORTERS)}")
     add_proto_arg(p)
+    for what, default in (("frame", "32"), ("session", "256"), ("import", "512")):
+        p.add_argument(f"--inflate-{what}-mb", type=float, default=None, metavar="MB",
+                       help=f"inflate gzip frames up to this many MiB per {what} (default {default}); a frame "
+                            "past it is stored compressed and inflated when viewed")
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser(
@@ -37,7 +41,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from workbench.ingest import IngestError, Progress, import_file, open_store
+    from workbench.wire.inflate import MIB, InflateBudget
 
+    sizes = {}
+    for what in ("frame", "session", "import"):
+        value = getattr(args, f"inflate_{what}_mb")
+        if value is not None and value <= 0:
+            raise CliError(f"--inflate-{what}-mb {value:g}: must be positive")
+        sizes[what] = int(value * MIB) if value is not None else None
     store = open_store(args.db)
     failed = 0
     try:
@@ -46,7 +57,9 @@ def cmd_import(args: argparse.Namespace) -> int:
             try:
                 result = import_file(name, store, args.format, decoder_factory=lambda: decoder_from(args),
                                      progress=progress,
-                                     warn=lambda msg: print(f"workbench import: {msg}", file=sys.stderr))
+                                     warn=lambda msg: print(f"workbench import: {msg}", file=sys.stderr),
+                                     inflate=InflateBudget.for_import(sizes["frame"], sizes["session"],
+                                                                      sizes["import"]))
             except IngestError as exc:
                 failed += 1
                 print(f"workbench import: {exc}", file=sys.stderr)

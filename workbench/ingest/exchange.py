@@ -126,7 +126,8 @@ def _decode(dec: Decoder, ex: Exchange, route: Route) -> _Part:
         if route.transport == "unary" and secret_method(ex.path):
             part.client = [Frame("unary", "credential RPC body (redacted)", marker(ex.req_body).encode())]
         else:
-            part.client = dec.decode_body(ex.req_body, transport, "client", msg_type=route.request_type)
+            part.client = dec.decode_body(ex.req_body, transport, "client", msg_type=route.request_type,
+                                          session=ex.session_key)
     elif ex.req_body is not None and ex.req_missing is not None:  # present but unusable (mangled text in a HAR)
         # A client body can hold model credentials, and one we cannot parse cannot be redacted:
         # keep its hash only (the bytes are corrupt anyway).
@@ -143,9 +144,10 @@ def _decode(dec: Decoder, ex: Exchange, route: Route) -> _Part:
                 part.server = [Frame("unary", "credential RPC body (redacted)", marker(ex.resp_body).encode())]
         elif transport == "bidi_append":
             if ex.resp_body:
-                part.server = dec.decode_body(ex.resp_body, "bidi_append", "server")
+                part.server = dec.decode_body(ex.resp_body, "bidi_append", "server", session=ex.session_key)
         elif ex.resp_body or transport in STREAM_TRANSPORTS:
-            part.server = dec.decode_body(ex.resp_body, transport, "server", msg_type=route.response_type)
+            part.server = dec.decode_body(ex.resp_body, transport, "server", msg_type=route.response_type,
+                                          session=ex.session_key)
     elif ex.resp_body is not None:
         part.server = [Frame("malformed", f"response body unusable: {ex.resp_missing}", ex.resp_body,
                              error=f"{ex.ident}: response body {ex.resp_missing}")]

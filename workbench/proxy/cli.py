@@ -72,6 +72,7 @@ def register(sub: Any) -> None:
     _common(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0 = a free port")
+    _access_args(p)
     p.add_argument("--quiet", action="store_true", help="do not log each request on stderr")
     p.add_argument("--model", action="append", default=[], dest="models",
                    help="model id to list on /v1/models instead of asking GetUsableModels (repeatable)")
@@ -101,6 +102,33 @@ def register(sub: Any) -> None:
     c.set_defaults(func=run_client)
 
 
+API_KEY_ENV = "WORKBENCH_PROXY_API_KEY"
+
+
+def _access_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="also accept requests whose Host is NAME (repeatable). By default only loopback "
+                        "names and addresses (and the --host address) are accepted: anything else is refused "
+                        "with 403 (DNS rebinding)")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="accept requests carrying this browser Origin, e.g. http://localhost:3000 "
+                        "(repeatable). By default any request with an Origin header is refused with 403, and "
+                        "CORS preflights always are")
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help=f"require 'Authorization: Bearer KEY' on every request (401 otherwise); "
+                        f"${API_KEY_ENV} does the same without showing the key in the process list")
+
+
+def access_policy(args: argparse.Namespace) -> Any:
+    """The proxy's AccessPolicy from --host, --allow-host, --allow-origin, --api-key / $WORKBENCH_PROXY_API_KEY."""
+    from workbench.security.origin import AccessPolicy
+
+    key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)
+    if key is not None and not key.strip():
+        raise _cli_error("--api-key is empty")
+    return AccessPolicy.build(args.host, args.allow_host, args.allow_origin, key.strip() if key else None)
+
+
 def _check_common(args: argparse.Namespace) -> None:
     if args.execute_locally and not args.workspace:
         raise _cli_error("--execute-locally needs --workspace DIR")
@@ -120,7 +148,8 @@ def run_proxy(args: argparse.Namespace) -> int:
                          host=args.host, port=args.port, verify=args.ca_file, faults=frozenset(args.fault),
                          heartbeat_budget=args.heartbeat_budget, heartbeat_interval=args.heartbeat_interval,
                          execute_locally=args.execute_locally, workspace=args.workspace, models=args.models,
-                         framing=args.framing)
+                         framing=args.framing,
+                         access=access_policy(args))
     if not args.quiet:
         # One line per request on stderr (never the token: it is not in any log call).
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)

@@ -25,6 +25,7 @@ from workbench.client.events import Error, ExecRequest, TextDelta, ThinkingDelta
 from workbench.client.net import Verify, cancel_and_wait
 from workbench.client.transport import list_usable_models
 from workbench.proxy import mapping as M
+from workbench.security.origin import AccessPolicy
 
 log = logging.getLogger("workbench.proxy")
 
@@ -52,6 +53,8 @@ class ProxyConfig:
     workspace: str | None = None
     models: list[str] = field(default_factory=list)
     framing: str = "connect"  # connect | grpc-web (mode D)
+    # Who may call the proxy (Host/Origin checks, optional API key); None = loopback only, no key.
+    access: AccessPolicy | None = None
 
     def __repr__(self) -> str:  # the token must never reach a log line
         return (f"ProxyConfig(upstream={self.upstream!r}, transport={self.transport!r}, framing={self.framing!r}, "
@@ -190,6 +193,7 @@ class ProxyServer:
         # tool_call id handed out → (conversation_id, last checkpoint) of the run it came from
         self._issued: OrderedDict[str, tuple[str, bytes | None]] = OrderedDict()
         self.port = config.port
+        self.access = config.access or AccessPolicy.build(config.host)
 
     @property
     def url(self) -> str:
@@ -249,10 +253,23 @@ class ProxyServer:
                         headers[name.strip().lower()] = value.strip()
                 conn_hdr = headers.get("connection", "").lower()
                 keep_alive = conn_hdr != "close" and (version == "HTTP/1.1" or conn_hdr == "keep-alive")
+                refusal = self.access.refusal(method, headers)
+                if refusal is not None:
+                    # Before reading the body: a refused request gets nothing buffered, and the
+                    # connection closes (its body, unread, cannot be mistaken for a next request).
+                    status, why = refusal
+                    log.info("refused %s %s: %s", method, target.split("?", 1)[0], why)
+                    await send_json(writer, status, M.error_body(
+                        "permission_denied" if status == 403 else "unauthenticated", why), False)
+                    return
                 try:
                     body = await self._read_body(reader, headers)
                 except _HttpError as exc:
                     await send_json(writer, exc.status, M.error_body(exc.code, exc.message), False)
+                    return
+                except asyncio.LimitOverrunError:
+                    await send_json(writer, 400, M.error_body("invalid_argument", "malformed chunked body: "
+                                                              "line too long"), False)
                     return
                 await self._route(method, target.split("?", 1)[0], body, writer, keep_alive)
                 if not keep_alive:
@@ -274,16 +291,25 @@ class ProxyServer:
         if "chunked" in headers.get("transfer-encoding", "").lower():
             out = bytearray()
             while True:
-                size_line = await reader.readuntil(b"\r\n")
-                size = int(size_line.split(b";")[0].strip() or b"0", 16)
+                try:
+                    size_line = await reader.readuntil(b"\r\n")
+                except asyncio.LimitOverrunError as exc:
+                    raise _HttpError(400, "invalid_argument", "malformed chunked body: chunk size line too long") from exc
+                size = _hex_size(size_line.split(b";")[0].strip())
                 if size == 0:
-                    await reader.readuntil(b"\r\n")
+                    # trailer fields (ignored) up to the empty line
+                    while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                        pass
                     return bytes(out)
                 if len(out) + size > _MAX_BODY:
                     raise _HttpError(413, "invalid_argument", "request body too large")
                 out += await reader.readexactly(size)
-                await reader.readexactly(2)
-        length = int(headers.get("content-length", "0") or 0)
+                if await reader.readexactly(2) != b"\r\n":
+                    raise _HttpError(400, "invalid_argument", "malformed chunked body: chunk not followed by CRLF")
+        raw_length = headers.get("content-length", "0").strip() or "0"
+        if not raw_length.isdigit():
+            raise _HttpError(400, "invalid_argument", f"bad content-length {raw_length[:40]!r}")
+        length = int(raw_length)
         if length > _MAX_BODY:
             raise _HttpError(413, "invalid_argument", "request body too large")
         return await reader.readexactly(length) if length else b""
@@ -452,6 +478,14 @@ class ProxyServer:
     async def _drop(self, parked: _Parked) -> None:
         await _aclose(parked.events)
         await parked.client.aclose()
+
+
+def _hex_size(text: bytes) -> int:
+    """A chunk size: hex digits only (``int(…, 16)`` would also take "0x", "+", "_" and spaces)."""
+    if not text or len(text) > 16 or any(c not in b"0123456789abcdefABCDEF" for c in text):
+        shown = text[:20].decode("latin-1")
+        raise _HttpError(400, "invalid_argument", f"malformed chunked body: bad chunk size {shown!r}")
+    return int(text, 16)
 
 
 async def _aclose(events: AsyncIterator[Any]) -> None:

@@ -174,7 +174,7 @@ class Store:
         except duckdb.IOException as exc:
             raise StoreError(_lock_message(self.path, exc)) from exc
         except duckdb.Error as exc:
-            raise StoreError(f"{self.path}: cannot open as a DuckDB database: {exc}") from exc
+            raise StoreError(open_message(self.path, exc)) from exc
         self.lock = threading.RLock()
         try:
             if not read_only:
@@ -189,6 +189,7 @@ class Store:
         except (SchemaVersionError, duckdb.Error) as exc:
             self.con.close()
             raise StoreError(str(exc) if isinstance(exc, SchemaVersionError)
+                             else damage_message(self.path, exc) if is_damage(exc)
                              else f"{self.path}: cannot prepare the database: {exc}") from exc
 
     # writing ---------------------------------------------------------------------------------
@@ -307,10 +308,64 @@ def _arrow(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | Non
     return rel.to_arrow_table()
 
 
+def open_message(path: str, exc: BaseException) -> str:
+    """What to tell the user when DuckDB cannot open or read ``path`` (a damaged or foreign file)."""
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return (f"{path}: cannot open as a capture database (damaged, truncated or not a DuckDB file?): "
+            f"{text}")
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Does this DuckDB error say the file itself is bad (rather than the SQL)?
+
+    A truncated file opens fine and fails on the first read of a missing block (IOException); a
+    block with a wrong checksum fails when it is read (a plain ``duckdb.Error`` "Corrupt database
+    file"); after such an error DuckDB may invalidate the whole database (FatalException).
+    """
+    if isinstance(exc, duckdb.IOException | duckdb.FatalException | duckdb.InternalException):
+        return True
+    text = str(exc)
+    return isinstance(exc, duckdb.Error) and ("Corrupt database file" in text or "invalidated" in text)
+
+
+def check_readable(path: str | Path) -> None:
+    """StoreError when ``path`` exists but is not a readable capture database (damaged or foreign).
+
+    For commands that hand the file to another process (``workbench capture``): they check before
+    starting, so a damaged file is an error naming it, exit 2. A file another process holds is
+    not an error here (the capture spools then). Reads the small tables only.
+    """
+    p = str(path)
+    if p == ":memory:" or not Path(p).exists():
+        return
+    try:
+        con = duckdb.connect(p, read_only=True)
+    except duckdb.IOException as exc:
+        if "lock" in str(exc).lower():
+            return
+        raise StoreError(open_message(p, exc)) from exc
+    except duckdb.Error as exc:
+        raise StoreError(open_message(p, exc)) from exc
+    try:
+        tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        for table in ("meta", "sessions"):
+            if table in tables:
+                con.execute(f"SELECT * FROM {table}").fetchall()
+    except duckdb.Error as exc:
+        raise StoreError(damage_message(p, exc) if is_damage(exc) else open_message(p, exc)) from exc
+    finally:
+        con.close()
+
+
+def damage_message(path: str, exc: BaseException) -> str:
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"{path}: the capture database is damaged (truncated or corrupt?): {text}"
+
+
 def _lock_message(path: str, exc: Exception) -> str:
     text = str(exc)
     if "lock" in text.lower():
         return (f"{path}: the database is held by another process (a capture in progress?). "
                 f"Live readers go through the capture's read service; see README 'Following a capture'. "
                 f"DuckDB said: {text.splitlines()[0]}")
-    return f"{path}: {text}"
+    return open_message(path, exc)

@@ -31,16 +31,22 @@ def cmd_tui(args: argparse.Namespace) -> int:
     db = Path(args.db)
     if not db.exists() and not sidecar_path(db).exists():
         raise CliError(f"{db}: no such capture database (give one with --db)")
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise CliError("needs an interactive terminal (stdin and stdout must be a TTY); "
-                       "for scripts use 'workbench sessions' / 'workbench frames' / 'workbench sql'")
     if args.poll <= 0:
         raise CliError(f"--poll must be positive, not {args.poll}")
     # Imported here so that other subcommands do not pay for loading Textual.
-    from workbench.tui.app import WorkbenchApp
     from workbench.tui.data import TuiData
 
     data = TuiData(db, decoder_from(args), transient=args.follow)
+    if db.exists():
+        # Read the session list before the screen takes over: a damaged file (one that opens but
+        # fails on its first real read) is then a plain error naming it, exit 2.
+        data.sessions()
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        data.close()
+        raise CliError("needs an interactive terminal (stdin and stdout must be a TTY); "
+                       "for scripts use 'workbench sessions' / 'workbench frames' / 'workbench sql'")
+    from workbench.tui.app import WorkbenchApp
+
     session = None
     if args.session:
         session = data.resolve(args.session)

@@ -33,6 +33,8 @@ HEARTBEAT_KINDS = ("interaction_update.heartbeat", "client_heartbeat", "exec_cli
 _HB_SQL = "kind IN (" + ", ".join(f"'{k}'" for k in HEARTBEAT_KINDS) + ")"
 # Runs shorter than this stay unfolded: folding two heartbeats saves one row and hides detail.
 MIN_FOLD = 2
+# Payload bytes one read of full frame rows may bring (``frames_after``).
+PAGE_BYTES = 64 * 1024 * 1024
 SEVERITIES = ("error", "warning", "info")
 
 Reader = LocalReader | RemoteReader
@@ -579,9 +581,22 @@ class TuiData:
         return t.to_pylist()
 
     def frames_after(self, session_id: str, seq: int, limit: int = 50_000) -> pa.Table:
-        """Full frame rows after ``seq`` (what a live analyzer is fed), in seq order."""
-        return self.query("SELECT * FROM frames WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                          [session_id, seq, limit])
+        """Full frame rows after ``seq`` (what a live analyzer is fed), in seq order: at most ``limit``
+        rows and ``PAGE_BYTES`` of payload (a single larger frame alone), so reading never holds a
+        whole session's payloads."""
+        sizes = self.query("SELECT seq, coalesce(octet_length(payload), 0) + coalesce(octet_length(raw), 0) AS n "
+                           "FROM frames WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                           [session_id, seq, limit])
+        if not sizes.num_rows:
+            return self.query("SELECT * FROM frames WHERE false")
+        total, last = 0, -1
+        for s, n in zip(sizes.column("seq").to_pylist(), sizes.column("n").to_pylist(), strict=True):
+            if total and total + n > PAGE_BYTES:
+                break
+            total += n
+            last = s
+        return self.query("SELECT * FROM frames WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+                          [session_id, seq, last])
 
     def blob_data(self, session_id: str, blob_id: str) -> bytes | None:
         t = self.query("SELECT data FROM blobs WHERE session_id = ? AND blob_id = ? AND data IS NOT NULL "

@@ -13,6 +13,19 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from workbench.wire.inflate import (
+    LOOK_LIMIT,
+    InflateBudget,
+    InflateOverBudget,
+    SessionInflate,
+    current_budget,
+    inflate_limited,
+)
+
+__all__ = ["DEFAULT_MAX_FRAME", "FLAG_COMPRESSED", "FLAG_END_STREAM", "FLAG_TRAILER", "HEADER_LEN", "LOOK_LIMIT",
+           "Envelope", "EnvelopeParser", "InflateBudget", "InflateOverBudget", "encode", "inflate",
+           "looks_enveloped", "split_frames", "split_unary"]
+
 FLAG_COMPRESSED = 0x01
 FLAG_END_STREAM = 0x02
 FLAG_TRAILER = 0x80
@@ -20,7 +33,6 @@ KNOWN_FLAGS = FLAG_COMPRESSED | FLAG_END_STREAM
 
 HEADER_LEN = 5
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
-_MAX_INFLATED = 256 * 1024 * 1024
 _HEADER = struct.Struct(">BI")
 _BAD_FLAGS = 0xFF & ~(KNOWN_FLAGS | FLAG_TRAILER)
 
@@ -40,6 +52,9 @@ class Envelope:
     error: str | None = None
     raw: bytes | None = None
     enveloped: bool = True
+    # A gzip frame left compressed because inflating it would exceed an inflate budget
+    # (``error`` names the budget); ``payload`` holds the compressed bytes.
+    deferred: bool = False
 
     @property
     def is_end_stream(self) -> bool:
@@ -63,15 +78,12 @@ def encode(payload: bytes, flags: int = 0, compress: bool = False) -> bytes:
     return bytes((flags,)) + len(payload).to_bytes(4, "big") + payload
 
 
-def inflate(data: bytes) -> bytes:
-    """Gunzip one envelope's payload, refusing decompression bombs."""
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    out = d.decompress(data, _MAX_INFLATED)
-    if d.unconsumed_tail:
-        raise ValueError(f"gzip payload inflates past {_MAX_INFLATED} bytes")
-    if not d.eof:
-        raise ValueError("truncated gzip payload")
-    return out
+def inflate(data: bytes, limit: int = LOOK_LIMIT) -> bytes:
+    """Gunzip one envelope's payload (at most ``limit`` bytes: decompression bombs are refused).
+
+    For frames that were kept compressed, when somebody looks at them.
+    """
+    return inflate_limited(data, limit)
 
 
 class EnvelopeParser:
@@ -81,9 +93,12 @@ class EnvelopeParser:
     framing and returns the remaining bytes as malformed envelopes so nothing is lost.
     """
 
-    __slots__ = ("_buf", "_offset", "_max", "_desynced", "_ended", "_need")
+    __slots__ = ("_buf", "_offset", "_max", "_desynced", "_ended", "_need", "_inflate")
 
-    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME, inflate: SessionInflate | None = None) -> None:
+        # Inflation of gzip frames is charged to a session's budget (``workbench.wire.inflate``):
+        # the one given, else a fresh one of the budget in scope (per stream).
+        self._inflate = inflate if inflate is not None else current_budget().session()
         self._buf = bytearray()
         self._offset = 0
         self._max = max_frame
@@ -151,7 +166,7 @@ class EnvelopeParser:
             if plain and not flags:
                 out.append(view[pos + HEADER_LEN : end])
             else:
-                out.append(self._make(flags, view[pos + HEADER_LEN : end], base + pos))
+                out.append(self._make(flags, view[pos + HEADER_LEN : end], base + pos, self._inflate))
             pos = end
             if flags & FLAG_END_STREAM and not flags & FLAG_TRAILER:
                 self._ended = True
@@ -193,18 +208,21 @@ class EnvelopeParser:
         return Envelope(flags=-1, payload=data, offset=offset, error=error, raw=data)
 
     @staticmethod
-    def _make(flags: int, payload: bytes, offset: int) -> Envelope:
+    def _make(flags: int, payload: bytes, offset: int, budget: SessionInflate) -> Envelope:
         if flags & FLAG_COMPRESSED and not flags & FLAG_TRAILER:
             try:
-                return Envelope(flags, inflate(payload), offset, raw=payload)
+                return Envelope(flags, budget.inflate(payload), offset, raw=payload)
+            except InflateOverBudget as exc:
+                return Envelope(flags, payload, offset, error=str(exc), deferred=True)
             except (OSError, ValueError, zlib.error) as exc:
                 return Envelope(flags, payload, offset, error=f"gzip: {exc}", raw=payload)
         return Envelope(flags, payload, offset)
 
 
-def split_frames(data: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> list[Envelope]:
+def split_frames(data: bytes, max_frame: int = DEFAULT_MAX_FRAME,
+                 inflate: SessionInflate | None = None) -> list[Envelope]:
     """Parse a complete enveloped body (all frames plus any truncated tail)."""
-    p = EnvelopeParser(max_frame)
+    p = EnvelopeParser(max_frame, inflate)
     return p.feed(data) + p.close()
 
 
@@ -225,8 +243,8 @@ def looks_enveloped(body: bytes) -> bool:
     return pos == len(body)
 
 
-def split_unary(body: bytes) -> list[Envelope]:
+def split_unary(body: bytes, inflate: SessionInflate | None = None) -> list[Envelope]:
     """A unary body as envelopes: bare protobuf becomes one un-enveloped frame."""
     if looks_enveloped(body):
-        return split_frames(body)
+        return split_frames(body, inflate=inflate)
     return [Envelope(0, body, 0, enveloped=False)]

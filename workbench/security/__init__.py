@@ -1,0 +1,1 @@
+"""Security checks shared by workbench's local servers (see README "Reliability and security")."""

@@ -1,0 +1,243 @@
+"""Read-only SQL for real: the one implementation behind every read path.
+
+The live read service (``reader.LiveService``), ``workbench sql``, ``workbench.notebook.connect()``
+and the TUI all run SQL a user (or a page the user opened) may have written. "Read-only" there
+means four things, each enforced by DuckDB itself rather than by matching text:
+
+1. **Statements are classified with DuckDB's own parser** (``duckdb.extract_statements``): only
+   ``SELECT`` (which includes ``FROM``-first queries, ``DESCRIBE``, ``SHOW``, ``SUMMARIZE``,
+   ``VALUES``) and ``EXPLAIN [ANALYZE]`` *of a SELECT* pass. ``EXPLAIN ANALYZE`` executes its
+   statement, so the explained statement is parsed again and must be a SELECT too.
+2. **Every query runs in a ``READ ONLY`` transaction** on its own cursor. A parse can say
+   ``SELECT`` and still write (DuckDB runs data-modifying CTEs:
+   ``WITH d AS (DELETE FROM frames RETURNING *) SELECT …``); the transaction refuses any write.
+3. **No file or network access from SQL**: the database instance runs with
+   ``enable_external_access = false`` and then ``lock_configuration = true``, so ``read_csv``,
+   ``read_text``, ``read_blob``, ``glob``, ``COPY … TO``, ``ATTACH``, ``INSTALL``/``LOAD`` and any
+   ``SET``/``PRAGMA`` that changes a setting fail inside DuckDB whatever the function is called.
+   These are instance-wide settings. A capture's writer serves live reads from its own instance
+   (DuckDB refuses a second instance on a file a process holds, even read-only, and refuses a
+   differently configured connection to the same file within the process: measured on DuckDB 2.0),
+   so the writer's instance is confined when its read service starts. The writer needs neither: it
+   inserts registered Arrow tables, which stay allowed.
+4. **Limits**: a per-query time limit (default 30 s) that interrupts the query
+   (``cursor.interrupt()`` from a timer), and a cap on the result's size (default 256 MiB of Arrow
+   data), checked batch by batch while the result streams, so a huge result is refused before it
+   is in memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_MAX_RESULT_BYTES = 256 * 1024 * 1024
+_BATCH_ROWS = 256  # the cap is checked at least this often (DuckDB still computes a vector of 2048)
+
+# StatementType names that read. EXPLAIN is allowed only around a SELECT (checked separately).
+_READ_TYPES = frozenset({"SELECT"})
+
+
+class QueryRefused(Exception):
+    """A read-only path refused or stopped a query; the message says why and what to change."""
+
+
+class ReadOnlyError(QueryRefused, ValueError):
+    """The SQL is not read-only (or does not parse)."""
+
+
+class QueryTimeout(QueryRefused):
+    """The query ran past its time limit and was interrupted."""
+
+
+class ResultTooLarge(QueryRefused):
+    """The result is larger than the cap."""
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """How long one query may run and how large its result may be (None = no limit)."""
+
+    timeout_s: float | None = DEFAULT_TIMEOUT_S
+    max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES
+
+    def as_json(self) -> dict[str, Any]:
+        return {"timeout_s": self.timeout_s, "max_result_bytes": self.max_result_bytes}
+
+    @classmethod
+    def from_json(cls, doc: Any, max_result_ceiling: int | None = None) -> ReadLimits:
+        """Limits a client asked for (defaults for what it left out), the result cap at most
+        ``max_result_ceiling``."""
+        doc = doc if isinstance(doc, dict) else {}
+
+        def positive(key: str) -> float | None:
+            value = doc.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+                return float(value)
+            return None
+
+        timeout = positive("timeout_s") or DEFAULT_TIMEOUT_S
+        size = int(positive("max_result_bytes") or DEFAULT_MAX_RESULT_BYTES)
+        if max_result_ceiling is not None:
+            size = min(size, max_result_ceiling)
+        return cls(timeout, size)
+
+
+def _type_name(statement: Any) -> str:
+    return str(statement.type).rsplit(".", 1)[-1]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _explained(query: str) -> str:
+    """The statement text an ``EXPLAIN [ANALYZE] [(options)]`` wraps ('' when there is none)."""
+    tokens = [(pos, kind) for pos, kind in duckdb.tokenize(query) if str(kind).rsplit(".", 1)[-1] != "comment"]
+    i = 0
+    if i < len(tokens) and query[tokens[i][0]:].upper().startswith("EXPLAIN"):
+        i += 1
+    if i < len(tokens) and query[tokens[i][0]:tokens[i][0] + 7].upper() in ("ANALYZE", "ANALYSE"):
+        i += 1
+    if i < len(tokens) and query[tokens[i][0]] == "(":
+        depth = 0
+        while i < len(tokens):
+            ch = query[tokens[i][0]]
+            depth += ch == "("
+            depth -= ch == ")"
+            i += 1
+            if depth == 0:
+                break
+    return query[tokens[i][0]:] if i < len(tokens) else ""
+
+
+def read_statements(sql: str) -> list[Any]:
+    """The statements of ``sql``, parsed by DuckDB; ReadOnlyError unless every one only reads."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise ReadOnlyError(f"SQL does not parse: {_first_line(exc)}") from exc
+    if not statements:
+        raise ReadOnlyError("no SQL statement given")
+    for st in statements:
+        name = _type_name(st)
+        if name in _READ_TYPES:
+            continue
+        if name == "EXPLAIN":
+            inner_sql = _explained(st.query)
+            try:
+                inner = duckdb.extract_statements(inner_sql) if inner_sql.strip() else []
+            except duckdb.Error:
+                inner = []
+            kinds = [_type_name(s) for s in inner]
+            if kinds == ["SELECT"]:
+                continue
+            what = kinds[0] if len(kinds) == 1 else "a statement that is not one SELECT"
+            raise ReadOnlyError(f"only read-only SQL is allowed here: EXPLAIN ANALYZE runs the statement it "
+                                f"explains, so EXPLAIN [ANALYZE] is allowed only of a SELECT (got EXPLAIN of {what})")
+        hint = ""
+        if name in ("PRAGMA", "CALL"):
+            hint = " (table functions work in a SELECT: SELECT * FROM pragma_table_info('frames'))"
+        raise ReadOnlyError(f"only read-only SQL is allowed here: SELECT, or EXPLAIN [ANALYZE] of a SELECT "
+                            f"(got {name}){hint}")
+    return statements
+
+
+def check_read_only(sql: str) -> None:
+    """Raise ReadOnlyError unless every statement of ``sql`` only reads."""
+    read_statements(sql)
+
+
+def confine(con: duckdb.DuckDBPyConnection, allowed_dirs: Iterable[str] = ()) -> None:
+    """No file or network access from SQL on ``con``'s database instance, and no setting changes.
+
+    ``allowed_dirs`` stay readable and writable (``workbench export`` writes its Parquet under its
+    output directory). Idempotent: an instance that is already confined is left as it is.
+    """
+    external, locked = con.execute(
+        "SELECT current_setting('enable_external_access'), current_setting('lock_configuration')").fetchone() or (True, False)
+    if locked:
+        if external:
+            raise duckdb.InvalidInputException("the database's configuration is locked with external access on")
+        return
+    dirs = [_sql_str(str(d).rstrip("/") + "/") for d in allowed_dirs]
+    if dirs:
+        con.execute(f"SET allowed_directories = [{', '.join(dirs)}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def run_read(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | None = None,
+             limits: ReadLimits | None = None) -> pa.Table:
+    """Run read-only ``sql`` on ``con`` within ``limits``; the last statement's rows.
+
+    ``con`` is a connection (or cursor) nobody else uses meanwhile, with no transaction open. Its
+    instance must already be confined (``confine``): this function checks the statements, runs
+    them in a read-only transaction and enforces the limits.
+    """
+    limits = limits or ReadLimits()
+    statements = read_statements(sql)
+    if params and len(statements) > 1:
+        raise ReadOnlyError("parameters need a single statement")
+    cur = con
+    fired = threading.Event()
+
+    def stop() -> None:
+        fired.set()
+        cur.interrupt()
+
+    timer = threading.Timer(limits.timeout_s, stop) if limits.timeout_s is not None else None
+    try:
+        cur.execute("BEGIN TRANSACTION READ ONLY")
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        table = pa.table({})
+        for st in statements:
+            table = _fetch(cur, st, list(params) if params else None, limits.max_result_bytes)
+        return table
+    except duckdb.InterruptException as exc:
+        if fired.is_set():
+            raise QueryTimeout(f"query interrupted: it ran past the {limits.timeout_s:g} s time limit "
+                               f"(workbench sql --timeout SECONDS raises it)") from exc
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+        try:
+            cur.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+
+
+def _fetch(cur: duckdb.DuckDBPyConnection, statement: Any, params: list[Any] | None,
+           cap: int | None) -> pa.Table:
+    rel = cur.sql(statement, params=params)
+    if rel is None:
+        return pa.table({})
+    reader = rel.to_arrow_reader(_BATCH_ROWS)
+    batches: list[pa.RecordBatch] = []
+    total = 0
+    for batch in reader:
+        total += batch.nbytes
+        if cap is not None and total > cap:
+            raise ResultTooLarge(f"result larger than the {_mib(cap)} cap (stopped after {sum(b.num_rows for b in batches)} "
+                                 f"rows): select fewer rows or columns (LIMIT, no payload/raw), or raise the cap "
+                                 f"(workbench sql --max-result-mb N)")
+        batches.append(batch)
+    return pa.Table.from_batches(batches, schema=reader.schema)
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):g} MiB"
