@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,8 +40,14 @@ def sdk(rig: Rig) -> openai.OpenAI:
     return openai.OpenAI(base_url=rig.base_url, api_key="unused", max_retries=0, timeout=60)
 
 
-def sim_log(rig: Rig) -> list[str]:
-    return [line for line in rig.sim.stderr if line.startswith("run ")]
+def sim_log(rig: Rig, at_least: int = 0, timeout: float = 30.0) -> list[str]:
+    """The sim's run lines; a run logs its line when it finishes, which may trail the SDK's answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [line for line in rig.sim.stderr if line.startswith("run ")]
+        if len(lines) >= at_least or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)
 
 
 def test_text_tool_call_and_followup(framed_rig: Rig) -> None:
@@ -59,8 +66,9 @@ def test_text_tool_call_and_followup(framed_rig: Rig) -> None:
             text += chunk.choices[0].delta.content or ""
     assert text == "The bash call returned: hello from workbench"
     framing = "grpc_web" if framed_rig.framing == "grpc-web" else None  # type: ignore[attr-defined]
-    logged = sim_log(framed_rig)
-    assert len(logged) >= 2 and all((framing in line) if framing else ("grpc" not in line) for line in logged)
+    logged = sim_log(framed_rig, at_least=2)
+    assert len(logged) >= 2
+    assert all((framing in line) if framing else ("grpc" not in line) for line in logged)
 
 
 def test_errors_become_openai_errors(framed_rig: Rig) -> None:
