@@ -41,14 +41,16 @@ def controls(ch: RecordingChannel) -> list[tuple[str, int]]:
 
 async def test_unknown_exec_kinds_are_thrown() -> None:
     client, run, ch = setup()
-    ev = await client._exec(run, pb.ExecServerMessage(id=5, exec_id="x5", computer_use_args=b"\x0a\x00"))
+    # a member the schema types but the client has no feature for
+    ev = await client._exec(run, pb.ExecServerMessage(id=5, exec_id="x5", computer_use_args=pb.ComputerUseArgs(
+        tool_call_id="t5")))
     assert isinstance(ev, ExecHandled) and not ev.ok
     # a member this schema does not know at all (field 99)
     raw = pb.ExecServerMessage(id=6, exec_id="x6").SerializeToString() + b"\x9a\x06\x00"
     ev = await client._exec(run, pb.ExecServerMessage.FromString(raw))
     assert isinstance(ev, ExecHandled) and not ev.ok
     assert controls(ch) == [("throw", 5), ("throw", 6)]
-    assert ch.sent[-1].exec_client_control_message.throw.error_code == "UNIMPLEMENTED"
+    assert [m.exec_client_control_message.throw.error_code for m in ch.sent] == ["UNIMPLEMENTED"] * 2
 
 
 async def test_caller_answer_is_result_then_stream_close() -> None:
