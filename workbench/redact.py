@@ -6,12 +6,14 @@ still correlate (the same token in two sessions gets the same marker) without be
 
 Two levels:
 
-- ``secrets`` (always on): credential headers (``SECRET_HEADERS``), model credentials inside
-  ``run_request`` / ``prewarm_request`` (``ModelDetails`` / ``RequestedModel`` credentials oneof),
-  and whole payloads of RPCs that carry tokens or plaintext environments.
+- ``secrets`` (always on): credential headers (``SECRET_HEADERS``), model credentials in any
+  ``credentials`` oneof (``ModelDetails`` / ``RequestedModel`` in ``run_request`` /
+  ``prewarm_request`` and their subagent model lists; ``SubagentArgs`` the server sends with the
+  user's own key), and whole payloads of RPCs that carry tokens or plaintext environments.
 - ``content``: additionally prompts, rules, file contents, command lines and output, tool
   arguments and results, KV blobs (JSON prompt blobs keep their structure, their text becomes
-  markers), and the model's text.
+  markers), and the model's text: every string/bytes field except the structure names
+  (``STRUCTURE_FIELDS``: ids, names, paths, kinds), so newly typed fields start out hidden.
 """
 
 from __future__ import annotations
@@ -62,6 +64,48 @@ CONTENT_FIELDS = frozenset({
     "original_args", "selected_context", "summary", "message", "reason", "hook_message", "description",
     "query", "url", "pattern", "error_message", "model_visible_error",
 })
+# String/bytes fields kept in clear at the content level: ids, names, paths, kinds and statuses, what a
+# diagnosis needs. Every other string or bytes field counts as content (``is_content_field``), so a
+# field the overlay learns later is hidden until it is listed here. Names ending in ``_id``/``_ids``
+# are kept too (call ids, blob ids, …).
+STRUCTURE_FIELDS = frozenset({
+    # names of the overlay before it typed the newer messages (their behaviour is unchanged)
+    "abs_path", "actual_type", "additional_info", "agent_conversation_notes_folder", "agent_shared_notes_folder",
+    "agent_transcripts_folder", "agent_type", "aliases", "artifacts_folder", "available_servers",
+    "available_tools", "base_url", "commit_attribution_message", "content_type", "cwd", "definition_path",
+    "deleted_file", "deployment", "dependencies", "directory", "display_model_id", "display_name",
+    "display_name_short", "encoding_hint", "error", "error_code", "file", "file_path", "file_states", "files",
+    "folder_path", "glob", "glob_pattern", "ignore", "input_schema_json", "mime_type", "model", "name",
+    "operation", "os_version", "output_mode", "path", "plan_file_uri", "pr_attribution_message",
+    "previous_workspace_uris", "project_folder", "provider_identifier", "read_only_pinned_tree_sha",
+    "read_only_plugin_cache_root", "read_paths", "region", "resume", "root_prompt_messages_json", "server_name",
+    "server_identifier", "shell", "signal", "sort", "stack_trace", "steps", "summary_archive", "summary_archives",
+    "target_directory", "terminals_folder", "time_zone", "todos", "tool_name", "trace_state", "turns",
+    "turns_old", "type", "type_url", "working_directory", "workspace_paths", "workspace_project_dir",
+    # structure in the messages typed from the public extractions
+    "additional_readonly_paths", "additional_readwrite_paths", "attachments", "base_branch", "base_ref",
+    "branch_name", "canonical_model_name", "category", "commit", "conflict_abs_path", "conflict_rel_path",
+    "content_path", "conversation_started_time_zone", "current_branch", "date", "debug_output_dir",
+    "dev_raw_model_slug", "disabled_environments", "download_path", "environments", "failure_type", "file_paths",
+    "full_output_path", "full_path", "ghe_application", "git_branch", "harness", "head_sha", "hook_event_name",
+    "journal_epoch", "kind", "level", "log_format", "log_path", "marketplace", "mcp_servers", "modifier_keys",
+    "operator", "original_abs_path", "original_rel_path", "output_file_path", "output_path", "owner", "paths",
+    "permission", "plan_file_path", "plan_uri", "plugin", "pr_url", "process_working_directory", "ref",
+    "relative_path", "relative_workspace_path", "remote_branch", "remote_names", "remote_url", "remote_urls",
+    "repo", "repo_name", "repo_owner", "repo_path", "repo_url", "role", "screenshot_path", "server",
+    "server_identifiers", "severity", "sha", "source", "source_path", "source_type", "status", "subagent_model",
+    "subagent_type", "subagent_type_name", "target_directories", "target_node_type", "target_paths", "tools",
+    "transcript_path", "trigger", "truncated_by", "uri", "uuid", "workspace_uri",
+})
+
+
+def is_content_field(name: str) -> bool:
+    """Whether a string/bytes field (or a map's scalar values) holds content, by field name."""
+    if name in CONTENT_FIELDS:
+        return True
+    return name not in STRUCTURE_FIELDS and not name.endswith(("_id", "_ids"))
+
+
 # JSON keys whose string values are content inside prompt/message JSON blobs.
 _JSON_CONTENT_KEYS = frozenset({"content", "text", "arguments", "args", "result", "output", "input", "reasoning"})
 
@@ -123,21 +167,46 @@ def _class(msg_type: str) -> type[Message] | None:
 
 
 def _scrub_credentials(msg: Message) -> bool:
-    """Replace every string in a credentials oneof (ModelDetails / RequestedModel) by a marker."""
+    """Replace every string in any credentials oneof below ``msg`` by a marker.
+
+    The holders are ModelDetails / RequestedModel (run_request, prewarm_request, the subagent model
+    lists) and SubagentArgs / SubagentCredentials (the server hands a subagent the user's own key).
+    """
     changed = False
-    for holder_name in ("model_details", "requested_model"):
-        if not msg.HasField(holder_name):
+    desc = msg.DESCRIPTOR
+    if _CREDENTIAL_ONEOF in desc.oneofs_by_name:
+        which = msg.WhichOneof(_CREDENTIAL_ONEOF)
+        if which is not None:
+            cred = getattr(msg, which)
+            for fd, value in cred.ListFields():
+                if fd.type == FieldDescriptor.TYPE_STRING and value and fd.name not in _NOT_SECRET:
+                    setattr(cred, fd.name, marker(value))
+                    changed = True
+    for fd, value in msg.ListFields():
+        if fd.type != FieldDescriptor.TYPE_MESSAGE:
             continue
-        holder = getattr(msg, holder_name)
-        which = holder.WhichOneof(_CREDENTIAL_ONEOF)
-        if which is None:
-            continue
-        cred = getattr(holder, which)
-        for fd, value in cred.ListFields():
-            if fd.type == FieldDescriptor.TYPE_STRING and value and fd.name not in _NOT_SECRET:
-                setattr(cred, fd.name, marker(value))
-                changed = True
+        if fd.containing_oneof is not None and fd.containing_oneof.name == _CREDENTIAL_ONEOF:
+            continue  # done above
+        if fd.message_type.GetOptions().map_entry:
+            if fd.message_type.fields_by_name["value"].type == FieldDescriptor.TYPE_MESSAGE:
+                for v in value.values():
+                    changed |= _scrub_credentials(v)
+        elif fd.is_repeated:
+            for v in value:
+                changed |= _scrub_credentials(v)
+        else:
+            changed |= _scrub_credentials(value)
     return changed
+
+
+def _may_carry_credentials(payload: bytes, msg_type: str) -> bool:
+    """Cheap pre-check on the capture path: run_request (1) / prewarm_request (8) from the client,
+    or an exec_server_message (2) holding subagent_args (field 28, tag ``e2 01``) from the server."""
+    if msg_type == _CLIENT_MSG:
+        return payload[:1] in (b"\x0a", b"\x42")
+    if msg_type == _SERVER_MSG:
+        return payload[:1] == b"\x12" and b"\xe2\x01" in payload
+    return False
 
 
 def _redact_json_text(value: Any) -> Any:
@@ -173,7 +242,7 @@ def _scrub_content(msg: Message) -> bool:
                 if vfd.type == FieldDescriptor.TYPE_MESSAGE:
                     for v in value.values():
                         changed |= _scrub_content(v)
-                elif fd.name in CONTENT_FIELDS:
+                elif is_content_field(fd.name):
                     for k in list(value.keys()):
                         v = value[k]
                         if v:
@@ -185,7 +254,7 @@ def _scrub_content(msg: Message) -> bool:
             else:
                 changed |= _scrub_content(value)
             continue
-        if fd.name not in CONTENT_FIELDS or fd.type not in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES):
+        if fd.type not in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES) or not is_content_field(fd.name):
             continue
         if fd.is_repeated:
             new = [_content_value(fd, v) for v in value]
@@ -216,10 +285,8 @@ def redact_payload(payload: bytes, msg_type: str | None, *, content: bool = Fals
         return marker(payload).encode()
     if msg_type is None:
         return marker(payload).encode() if content else payload
-    if not content and msg_type != _CLIENT_MSG:
+    if not content and not _may_carry_credentials(payload, msg_type):
         return payload
-    if not content and payload[:1] not in (b"\x0a", b"\x42"):
-        return payload  # not run_request (field 1) or prewarm_request (field 8): no credentials
     cls = _class(msg_type)
     if cls is None:
         return marker(payload).encode() if content else payload
@@ -228,10 +295,8 @@ def redact_payload(payload: bytes, msg_type: str | None, *, content: bool = Fals
     except DecodeError:
         return marker(payload).encode() if content else payload
     changed = False
-    if msg_type == _CLIENT_MSG:
-        which = msg.WhichOneof("message")
-        if which in ("run_request", "prewarm_request"):
-            changed = _scrub_credentials(getattr(msg, which))
+    if msg_type in (_CLIENT_MSG, _SERVER_MSG):
+        changed = _scrub_credentials(msg)
     if content:
         changed |= _scrub_content(msg)
     return msg.SerializeToString() if changed else payload

@@ -44,7 +44,9 @@ def controls(ch: RecordingChannel) -> list[tuple[str, int]]:
 
 async def test_unknown_exec_kinds_are_thrown() -> None:
     client, run, ch = setup()
-    ev = await client._exec(run, pb.ExecServerMessage(id=5, exec_id="x5", computer_use_args=b"\x0a\x00"))
+    # a member the schema types but the client has no feature for
+    ev = await client._exec(run, pb.ExecServerMessage(id=5, exec_id="x5", computer_use_args=pb.ComputerUseArgs(
+        tool_call_id="t5")))
     assert isinstance(ev, ExecHandled) and not ev.ok
     # a member this schema does not know at all (field 99)
     raw = pb.ExecServerMessage(id=6, exec_id="x6").SerializeToString() + b"\x9a\x06\x00"
@@ -52,7 +54,9 @@ async def test_unknown_exec_kinds_are_thrown() -> None:
     assert isinstance(ev, ExecHandled) and not ev.ok
     # Cursor's own executor: throw, then stream_close, for an exec it has no handler for
     assert controls(ch) == [("throw", 5), ("stream_close", 5), ("throw", 6), ("stream_close", 6)]
-    assert ch.sent[-2].exec_client_control_message.throw.error_code == "UNIMPLEMENTED"
+    throws = [m.exec_client_control_message.throw for m in ch.sent
+              if m.exec_client_control_message.WhichOneof("message") == "throw"]
+    assert [t.error_code for t in throws] == ["UNIMPLEMENTED"] * 2
 
 
 async def test_caller_answer_is_result_then_stream_close() -> None:

@@ -40,11 +40,9 @@ def _public_like(root: Path, mcp_args: str = "map<string, google.protobuf.Value>
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text((PROTO_ROOT / name).read_text())
     _edit(root / "agent/v1/agent.proto",
-          ("    bytes diagnostics_args = 9;", "    DiagnosticsArgs diagnostics_args = 9;"),
+          ("message DiagnosticsArgs {\n  string path = 1;", "message DiagnosticsArgs {\n  string file_path = 1;"),
           ("  map<string, bytes> args = 2;", "  " + mcp_args),
-          ("  bytes input_schema = 3;", "  " + input_schema),
-          ("message McpArgs {", "message DiagnosticsArgs {\n  string path = 1;\n  string tool_call_id = 2;\n}\n\n"
-                                "message McpArgs {"))
+          ("  bytes input_schema = 3;", "  " + input_schema))
     _edit(root / "aiserver/v1/aiserver.proto",
           ('package aiserver.v1;\n', 'package aiserver.v1;\n\nimport "agent/v1/agent.proto";\n'),
           ("  bytes data_bytes = 4;", ""),
@@ -65,11 +63,11 @@ def test_complete_folder_takes_effect(tmp_path: Path) -> None:
     root = _public_like(tmp_path / "schema")
     builtin = _decode(DIAGNOSTICS)
     assert json.loads(builtin.stdout)["fields"]["exec_server_message"]["diagnostics_args"] == {
-        "$hex": "0a05612e747874120474633031"}
+        "path": "a.txt", "tool_call_id": "tc01"}
     proc = _decode(DIAGNOSTICS, str(root))
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert json.loads(proc.stdout)["fields"]["exec_server_message"]["diagnostics_args"] == {
-        "path": "a.txt", "tool_call_id": "tc01"}
+        "file_path": "a.txt", "tool_call_id": "tc01"}
     schema = load_schema([root])
     ident = schema.identity
     assert ident.user_messages > 250 and ident.replaced > 250 and len(ident.hash) == 16
@@ -78,7 +76,7 @@ def test_complete_folder_takes_effect(tmp_path: Path) -> None:
     # the same two files named one by one: imports resolve from the package layout
     proc = _decode(DIAGNOSTICS, str(root / "agent/v1/agent.proto"), str(root / "aiserver/v1/aiserver.proto"))
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["fields"]["exec_server_message"]["diagnostics_args"]["path"] == "a.txt"
+    assert json.loads(proc.stdout)["fields"]["exec_server_message"]["diagnostics_args"]["file_path"] == "a.txt"
 
 
 def _mcp_frame(values: dict[str, object]) -> tuple[bytes, dict[str, object]]:

@@ -226,7 +226,7 @@ def _ids_ok(ids: Iterable[bytes]) -> bool:
 
 def _plausible(name: str, msg: Any) -> bool:
     if name == "UserMessage":
-        strings = (msg.text, msg.message_id, msg.rich_text, msg.correlation_id, msg.best_of_n_group_id)
+        strings = (msg.text, msg.message_id, msg.rich_text, msg.thread_id, msg.best_of_n_group_id)
         return bool(msg.text or msg.rich_text) and all(_printable(x) for x in strings)
     if name == "ConversationStep" and msg.WhichOneof("message") == "assistant_message":
         return _printable(msg.assistant_message.text)

@@ -325,8 +325,17 @@ _TEXT_RESULT_FIELD = {
 }
 
 
+# Exec kinds handed to the caller as ``ExecRequest``. The overlay types every exec member, but the
+# newer ones (computer use, subagents, hooks, the pi_* tools, allowlist prechecks, …) are features
+# this client does not have: like a real client without them, it throws UNIMPLEMENTED.
+CALLER_KINDS = frozenset({"shell", "shell_stream", "read", "write", "delete", "grep", "ls", "mcp", "fetch",
+                          "background_shell_spawn", "write_shell_stdin"})
+
+
 def result_field(kind: str) -> str | None:
-    """ExecClientMessage member answering ``<kind>_args`` (same number), None when unmodelled."""
+    """ExecClientMessage member answering ``<kind>_args``; None for kinds the client does not answer."""
+    if kind not in CALLER_KINDS:
+        return None
     name = f"{kind}_result"
     desc = pb.ExecClientMessage.DESCRIPTOR.fields_by_name.get(name)
     if desc is None or desc.message_type is None:

@@ -185,12 +185,17 @@ class Decoder:
             self._bytes_fast = False
 
     def _layout_is(self, full_name: str, numbers: dict[int, str]) -> bool:
-        """The byte-level fast paths hard-code these layouts; check the schema still has them."""
+        """The byte-level fast paths hard-code these numbers; check the schema still has them.
+
+        More fields are fine (ToolCallDelta has a fourth member now): every fast path rejects a tag
+        it does not know, so such frames take the protobuf path.
+        """
         try:
             desc = self.schema.descriptor(full_name)
         except KeyError:
             return False
-        return {f.number: f.name for f in desc.fields} == numbers
+        have = {f.number: f.name for f in desc.fields}
+        return all(have.get(number) == name for number, name in numbers.items())
 
     def info(self, full_name: str) -> _TypeInfo:
         ti = self._info.get(full_name)

@@ -21,6 +21,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 VALUE_BYTES = {
     ("agent.v1.McpArgs", "args"),
     ("agent.v1.McpToolDefinition", "input_schema"),
+    ("agent.v1.McpToolDescriptor", "input_schema"),
 }
 _MAX_GUESS = 1 << 20
 _TYPE_BYTES = FieldDescriptor.TYPE_BYTES
