@@ -10,9 +10,10 @@ same NDJSON format as ``node_agent_client.mjs``:
 
 It does not use ``workbench.client`` (whose behaviour it checks), only the generated message
 classes. Knobs for tests: ``half_close`` (end the request stream right after ``run_request``),
-``cancel_after`` (RST_STREAM(CANCEL) after N server frames), ``after_end`` (what to do with the
-request stream once the response ended: ``reset`` = RST_STREAM(NO_ERROR), the default, ``end`` =
-END_STREAM, ``close`` = drop the connection).
+``cancel_after`` (RST_STREAM(CANCEL) after N server frames), ``linger_frames`` (heartbeats still
+sent after the response ended), ``after_end`` (what to do with the request stream once the
+response ended: ``reset`` = RST_STREAM(NO_ERROR), the default, ``end`` = END_STREAM, ``close`` =
+drop the connection), ``extra_headers``.
 
 Usable from tests (``H2AgentClient(...).run_turn(prompt)``) or as a script
 (``python tests/clients/h2_agent_client.py --help``).
@@ -37,6 +38,7 @@ import h2.config
 import h2.connection
 import h2.errors
 import h2.events
+import h2.exceptions
 
 from workbench.schema import pb
 
@@ -102,7 +104,8 @@ class H2AgentClient:
     def __init__(self, base_url: str, *, token: str, ca_file: str | None = None, proxy: str | None = None,
                  model: str = "default", conversation_id: str | None = None, request_id: str | None = None,
                  heartbeat_interval: float = 5.0, timeout: float = 60.0, half_close: bool = False,
-                 cancel_after: int | None = None, after_end: str = "reset", log_path: str | Path | None = None):
+                 cancel_after: int | None = None, after_end: str = "reset", linger_frames: int = 0,
+                 extra_headers: list[tuple[str, str]] | None = None, log_path: str | Path | None = None):
         u = urlsplit(base_url)
         self.host = u.hostname or "127.0.0.1"
         self.port = u.port or 443
@@ -117,6 +120,8 @@ class H2AgentClient:
         self.half_close = half_close
         self.cancel_after = cancel_after
         self.after_end = after_end
+        self.linger_frames = linger_frames
+        self.extra_headers = list(extra_headers or [])
         self.log_path = Path(log_path) if log_path else None
 
     # connection ------------------------------------------------------------------------------
@@ -233,7 +238,7 @@ class H2AgentClient:
             (":method", "POST"), (":scheme", "https"), (":authority", f"{self.host}:{self.port}"), (":path", RUN_PATH),
             ("content-type", "application/connect+proto"), ("connect-protocol-version", "1"), ("te", "trailers"),
             ("authorization", f"Bearer {self.token}"), ("x-request-id", self.request_id),
-            ("x-cursor-client-version", CLIENT_VERSION), ("user-agent", "h2-agent-client/1")])
+            ("x-cursor-client-version", CLIENT_VERSION), ("user-agent", "h2-agent-client/1"), *self.extra_headers])
         stream_open = True  # our request side
 
         def send(payload: bytes) -> None:
@@ -311,30 +316,42 @@ class H2AgentClient:
                     done = True
                 elif isinstance(ev, h2.events.ConnectionTerminated):
                     raise ConnectionError(f"GOAWAY {ev.error_code!r}")
+        if stream_open and res.end_stream:
+            for _ in range(self.linger_frames):  # a client still talking after the answer ended
+                send(pb.AgentClientMessage(client_heartbeat=pb.ClientHeartbeat()).SerializeToString())
         self._finish(sock, conn, sid, res, stream_open)
 
     def _finish(self, sock: ssl.SSLSocket, conn: Any, sid: int, res: TurnResult, stream_open: bool) -> None:
-        """The response is over: let go of the request side the way ``after_end`` says."""
-        if stream_open and res.end_stream:
-            if self.after_end == "reset":
-                conn.reset_stream(sid, h2.errors.ErrorCodes.NO_ERROR)
-            elif self.after_end == "end":
-                conn.end_stream(sid)
-        if self.after_end != "close":
-            conn.close_connection()  # GOAWAY; then linger briefly for a reset that follows END_STREAM
-        out = conn.data_to_send()
+        """The response is over: let go of the request side the way ``after_end`` says.
+
+        First a short wait for a reset that follows END_STREAM (a server stopping the request body
+        with RST_STREAM(NO_ERROR)): a real client sees it before it gets round to closing.
+        """
         sock.setblocking(True)
         try:
+            if stream_open and res.end_stream:
+                sock.settimeout(0.3)
+                try:
+                    while res.reset_code is None:
+                        data = sock.recv(65536)
+                        if not data:
+                            break
+                        for ev in conn.receive_data(data):
+                            if isinstance(ev, h2.events.StreamReset) and ev.stream_id == sid:
+                                res.reset_code = int(ev.error_code)
+                                stream_open = False
+                except (TimeoutError, ssl.SSLError, OSError):
+                    pass
+            if stream_open and res.end_stream:
+                if self.after_end == "reset":
+                    conn.reset_stream(sid, h2.errors.ErrorCodes.NO_ERROR)
+                elif self.after_end == "end":
+                    conn.end_stream(sid)
+            if self.after_end != "close":
+                conn.close_connection()  # GOAWAY
+            out = conn.data_to_send()
             if out:
                 sock.sendall(out)
-            sock.settimeout(0.5)
-            while True:
-                data = sock.recv(65536)
-                if not data:
-                    break
-                for ev in conn.receive_data(data):
-                    if isinstance(ev, h2.events.StreamReset) and res.reset_code is None:
-                        res.reset_code = int(ev.error_code)
         except (OSError, h2.exceptions.ProtocolError):
             pass
         finally:

@@ -22,7 +22,9 @@ marked with ``flow.metadata[MARK] = True`` (agent flows whose request body strea
    ended (mitmproxy would not); forward resets with the peer's own error code; and tell the
    listeners about failures for which mitmproxy calls no hook (those after the response ended).
 4. ``Http2Connection.handle_h2_event``: remember the error code of a peer's RST_STREAM on the
-   protocol-error event it becomes (pure annotation, every flow).
+   protocol-error event it becomes (pure annotation, every flow); and deliver a reset that
+   arrives right behind the peer's END_STREAM, which mitmproxy drops (it forgets the stream once
+   it is closed), as a protocol-error event that only marked flows act on.
 5. ``Http2Connection._handle_event``: a protocol-error event that the stream layer marked for
    transparent forwarding is sent as RST_STREAM with that code.
 
@@ -61,6 +63,8 @@ RESET = "workbench_reset"            # set here: {side, code, h2_error_code, mes
 # Attributes carried on mitmproxy's protocol-error events (plain dataclasses without slots).
 _PEER_CODE = "workbench_peer_rst_code"   # the error code of the RST_STREAM this event came from
 _FORWARD_CODE = "workbench_forward_rst"  # send this event on as RST_STREAM with this code
+_RECOVERED = "workbench_recovered_reset"  # a reset mitmproxy would have dropped (END_STREAM + RST)
+_ENDED_CLOSED = "_workbench_ended_closed"  # per h2 connection: streams forgotten at END_STREAM
 
 HttpStream = http_layers.HttpStream
 Http2Connection = _http2.Http2Connection
@@ -184,6 +188,7 @@ def reset_info(event: Any, after_response_end: bool) -> dict[str, Any]:
             info["code"] = h2.errors.ErrorCodes(code).name
         except ValueError:
             info["code"] = str(code)
+        info["message"] = describe_reset(info)  # mitmproxy's text says "by client" for both sides
     return info
 
 
@@ -197,6 +202,8 @@ def describe_reset(info: dict[str, Any]) -> str:
 def _handle_protocol_error(self: Any, event: Any) -> Generator[Any, Any, None]:
     original = _originals["HttpStream.handle_protocol_error"]
     if not _marked(self):
+        if getattr(event, _RECOVERED, False):
+            return  # mitmproxy alone never delivers this reset: leave other flows as they were
         return (yield from original(self, event))
     flow = self.flow
     response_ended = self.server_state == self.state_done
@@ -232,16 +239,43 @@ def _handle_protocol_error(self: Any, event: Any) -> Generator[Any, Any, None]:
 
 def _handle_h2_event(self: Any, event: Any) -> Generator[Any, Any, bool]:
     original = _originals["Http2Connection.handle_h2_event"](self, event)
+    if isinstance(event, h2.events.StreamEnded):
+        tracked = event.stream_id in self.streams
+        result: bool = yield from original
+        if tracked and event.stream_id not in self.streams:
+            # mitmproxy forgets a stream that is closed once its END_STREAM is handled. When the peer
+            # sent END_STREAM and RST_STREAM back to back (Node's ``stream.close(code)`` does), h2
+            # has already applied the reset, so the StreamReset that follows would be dropped.
+            recent = self.__dict__.setdefault(_ENDED_CLOSED, set())
+            if len(recent) > 256:
+                recent.clear()
+            recent.add(event.stream_id)
+        return result
     if not isinstance(event, h2.events.StreamReset):
         return (yield from original)
     code = int(event.error_code)
+    recent = self.__dict__.get(_ENDED_CLOSED)
+    if recent and event.stream_id in recent and event.stream_id not in self.streams:
+        recent.discard(event.stream_id)
+        yield from original  # mitmproxy's own handling (it ignores the reset)
+        try:
+            name = h2.errors.ErrorCodes(code).name
+        except ValueError:
+            name = str(code)
+        err = self.ReceiveProtocolError(
+            event.stream_id, f"stream reset by client ({name})",
+            code=499 if code == h2.errors.ErrorCodes.CANCEL else self.ReceiveProtocolError.code)
+        setattr(err, _PEER_CODE, code)
+        setattr(err, _RECOVERED, True)  # only marked flows act on it (see _handle_protocol_error)
+        yield ReceiveHttp(err)
+        return False
 
     def annotate(cmd: Any) -> bool:
         if isinstance(cmd, ReceiveHttp) and isinstance(cmd.event, (RequestProtocolError, ResponseProtocolError)):
             setattr(cmd.event, _PEER_CODE, code)
         return True
 
-    result: bool = yield from _relay(original, annotate)
+    result = yield from _relay(original, annotate)
     return result
 
 
