@@ -46,6 +46,15 @@ class SinkConfig:
     hold_bytes: int = HOLD_BYTES
 
 
+def _remove_empty(path: str) -> None:
+    for p in (path, path + ".wal"):
+        try:
+            if os.path.getsize(p) == 0:
+                os.unlink(p)
+        except OSError:
+            pass
+
+
 def _record_size(rec: FrameRecord) -> int:
     f = rec[5]
     return len(f.payload) + len(f.raw or b"") + len(f.summary) + 200
@@ -54,9 +63,11 @@ def _record_size(rec: FrameRecord) -> int:
 class Sink:
     """Owns the store (or the spool) for one capture process; driven by the writer thread only."""
 
-    def __init__(self, config: SinkConfig, loud: Callable[[str], None]) -> None:
+    def __init__(self, config: SinkConfig, loud: Callable[[str], None],
+                 note: Callable[[str], None] | None = None) -> None:
         self.config = config
         self._loud = loud
+        self._note = note or loud
         self.store: Store | None = None
         self.recorder: Recorder | None = None
         self.live: LiveService | None = None
@@ -76,9 +87,12 @@ class Sink:
 
     def open(self) -> None:
         path = self.config.db_path
+        existed = os.path.exists(path)
         try:
             self.store = Store(path)
         except (StoreError, OSError) as exc:
+            if not existed:
+                _remove_empty(path)  # a failed create (full disk) must not leave a file DuckDB refuses later
             self.fail(f"cannot open capture database {path}: {exc}")
             return
         try:
@@ -240,7 +254,7 @@ class Sink:
             self._loud(f"spool write to {before} failed; frames now go to {self.spool.path} "
                        "(merged on the next start)")
         if self._holding_said:
-            self._loud(f"the spool {self.spool.path} takes writes again; {len(records)} held frames written")
+            self._note(f"the spool {self.spool.path} takes writes again; {len(records)} held frames written")
             self._holding_said = self._dropping_said = False
         self._dirty.clear()
         records.clear()
@@ -279,7 +293,7 @@ class Sink:
             "frames": self.frames_total,
             "committed": self.frames_committed,
             "spooled": spool.frames if spool is not None else 0,
-            "spool": str(spool.path) if spool is not None and spool.path else None,
+            "spool": str(spool.path) if spool is not None and spool.path and not spool.exhausted else None,
             "held": len(self._pending) if self.recorder is None else 0,
             "lost": self.lost,
             "db_ok": self.recorder is not None,

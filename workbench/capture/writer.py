@@ -114,7 +114,8 @@ class CaptureWriter:
         self.queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._on_error = on_error
         self.sink = Sink(SinkConfig(config.db_path, live=config.live, stats_path=config.stats_path,
-                                    hold_frames=config.hold_frames, hold_bytes=config.hold_bytes), self._loud)
+                                    hold_frames=config.hold_frames, hold_bytes=config.hold_bytes),
+                         self._loud, self._note)
         self.flows: dict[str, _Flow] = {}
         self.appends = AppendOrder(self._emit)
         self._live_run_ids: dict[str, str] = {}
@@ -171,6 +172,10 @@ class CaptureWriter:
         print(f"workbench capture: ERROR: {msg}", file=sys.stderr, flush=True)
         if self._on_error is not None:
             self._on_error(msg)
+
+    def _note(self, msg: str) -> None:
+        log.warning(msg)
+        print(f"workbench capture: {msg}", file=sys.stderr, flush=True)
 
     # the thread --------------------------------------------------------------------------------
 
