@@ -16,6 +16,9 @@
 //   --framing F            runsse only: connect (default; RunSSE application/connect+proto, appends
 //                          application/proto bare) or grpc-web (both application/grpc-web+proto,
 //                          appends enveloped, 0x80 trailer frames read)
+//   --append-content-type CT  runsse only: send BidiAppends with this content type whatever the
+//                          framing (e.g. an enveloped body as application/proto, which the real
+//                          service answers with 415)
 //   --prompt TEXT          user message; the simulator picks a scenario with [scenario:NAME] in it
 //   --model ID             model id (default "default")
 //   --model-field F        requested_model (default) or model_details
@@ -62,14 +65,14 @@ function parseArgs(argv) {
     transport: 'run', framing: 'connect', prompt: 'hello', model: 'default', modelField: 'requested_model',
     token: 'node-agent-client-token', conversationId: crypto.randomUUID(), requestId: crypto.randomUUID(),
     clientVersion: 'cli-2026.01.01-nodetest', heartbeatMs: 5000, timeoutMs: 60000, cancelAfter: null,
-    afterEnd: 'reset', log: null,
+    afterEnd: 'reset', log: null, appendContentType: null,
   };
   const names = {
     '--base-url': 'baseUrl', '--ca': 'ca', '--proxy': 'proxy', '--transport': 'transport', '--framing': 'framing',
     '--prompt': 'prompt', '--model': 'model', '--model-field': 'modelField', '--token': 'token',
     '--conversation-id': 'conversationId', '--request-id': 'requestId', '--client-version': 'clientVersion',
     '--heartbeat-ms': 'heartbeatMs', '--timeout-ms': 'timeoutMs', '--cancel-after': 'cancelAfter',
-    '--after-end': 'afterEnd', '--log': 'log',
+    '--after-end': 'afterEnd', '--log': 'log', '--append-content-type': 'appendContentType',
   };
   const numeric = new Set(['heartbeatMs', 'timeoutMs', 'cancelAfter']);
   for (let i = 0; i < argv.length; i++) {
@@ -530,7 +533,8 @@ async function runSse(o, s) {
       const r = https.request({
         agent, host, port, method: 'POST', path: `${prefix}/aiserver.v1.BidiService/BidiAppend`,
         headers: {
-          ...common, 'content-type': grpcWeb ? 'application/grpc-web+proto' : 'application/proto',
+          ...common,
+          'content-type': o.appendContentType || (grpcWeb ? 'application/grpc-web+proto' : 'application/proto'),
           ...(grpcWeb ? { 'x-grpc-web': '1' } : { 'connect-protocol-version': '1' }), 'content-length': body.length,
         },
       }, (res) => {
