@@ -17,10 +17,14 @@ from typing import Any
 
 import pytest
 from capture_rig import NODE_CLIENT, Sim, env_without_proxy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from workbench.capture.writer import (
     EV_BODY,
+    EV_CHUNK,
     EV_DONE,
+    EV_EOF,
     EV_OPEN,
     EV_RESPONSE,
     CaptureWriter,
@@ -139,6 +143,40 @@ def test_each_append_carries_its_exchange_and_refusals_follow_it(tmp_path: Path)
     assert KEY.encode() not in rows[0]["raw"]
 
 
+def test_an_append_keeps_its_place_and_gets_its_answer_later(tmp_path: Path) -> None:
+    """Recorded where it arrived, even when its answer comes after a commit and after server frames."""
+    w = CaptureWriter(WriterConfig(db_path=str(tmp_path / "late.duckdb"), flush_interval=0.05, live=False))
+    w.start()
+    now = time.time_ns() // 1000
+    q = w.queue.put
+    rid_env = encode(pb.BidiRequestId(request_id="gw-rid").SerializeToString())
+    q((EV_OPEN, FlowOpen(key="sse", transport="runsse", streaming=True, host="h",
+                         path="/agent.v1.AgentService/RunSSE", ts_us=now, request_id="gw-rid")))
+    q((EV_CHUNK, "sse", "client", now, rid_env))
+    q((EV_EOF, "sse", "client", now))
+    q((EV_OPEN, FlowOpen(key="a0", transport="bidi_append", streaming=False, host="h",
+                         path="/aiserver.v1.BidiService/BidiAppend", ts_us=now + 1, request_id="gw-rid",
+                         meta={"request_headers": [("content-type", GRPC_WEB)]}, content_type=GRPC_WEB)))
+    q((EV_BODY, "a0", "client", now + 1, encode(_append(0, _run_request()))))
+    deadline = time.monotonic() + 30
+    while w.frames_committed < 2 and time.monotonic() < deadline:  # the append is committed ...
+        time.sleep(0.01)
+    assert w.frames_committed == 2
+    text = pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(text_delta=pb.TextDelta(text="t")))
+    q((EV_RESPONSE, "sse", now + 2, 200, [], "HTTP/1.1", None))
+    q((EV_CHUNK, "sse", "server", now + 3, encode(text.SerializeToString())))  # ... a server frame passes ...
+    q((EV_RESPONSE, "a0", now + 4, 200, [], "HTTP/1.1", None))  # ... and then its answer comes
+    q((EV_BODY, "a0", "server", now + 4, encode(b"") + encode(b"grpc-status: 0\r\n", FLAG_TRAILER)))
+    q((EV_DONE, "a0", now + 5, None, {}))
+    w.stop()
+    r = open_reader(tmp_path / "late.duckdb")
+    rows = r.query("SELECT seq, kind, meta FROM frames WHERE session_id = 'gw-rid' ORDER BY seq").to_pylist()
+    r.close()
+    assert [x["kind"] for x in rows] == ["bidi_request_id", "run_request", "interaction_update.text_delta"]
+    meta = json.loads(rows[1]["meta"])
+    assert meta["http_status"] == 200 and meta["grpc_status"] == 0 and meta["content_type"] == GRPC_WEB
+
+
 # through real mitmdump + sim with the Node client in gRPC-Web mode ------------------------------
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node (v20+) is not installed")
@@ -177,3 +215,26 @@ def test_node_grpc_web_appends_are_recorded_with_their_envelope(capture_sim: Sim
         assert summary["error"] is None and summary["turn_ended"]
         assert all(json.loads(x["meta"]).get("grpc_status") in (None, 0) for x in appends)
     assert TOKEN.encode() not in b"".join(p.read_bytes() for p in m.db.parent.glob(m.db.name + "*"))
+
+
+# properties ------------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.text(max_size=200), seqno=st.integers(min_value=0, max_value=2**40), compress=st.booleans(),
+       bare=st.booleans())
+def test_append_framing_round_trips(text: str, seqno: int, compress: bool, bare: bool) -> None:
+    inner = pb.AgentClientMessage(run_request=pb.AgentRunRequest(
+        conversation_state=pb.ConversationStateStructure(),
+        action=pb.ConversationAction(user_message_action=pb.UserMessageAction(user_message=pb.UserMessage(text=text))),
+        requested_model=pb.RequestedModel(model_id="m", api_key_credentials=pb.ApiKeyCredentials(api_key=KEY)),
+    )).SerializeToString()
+    req = _append(seqno, inner)
+    body = req if bare else encode(req, compress=compress)
+    [f] = DEC.decode_body(body, "bidi_append", "client")
+    assert f.payload == inner and f.append_seqno == seqno and f.raw == body
+    assert f.flags == (0 if bare else int(compress))
+    stored = redact_frame(f)
+    assert stored.raw is not None and KEY.encode() not in stored.raw
+    [again] = DEC.decode_body(stored.raw, "bidi_append", "client")  # the stored wrapper still decodes
+    assert again.payload == stored.payload and again.flags == f.flags and again.append_seqno == seqno

@@ -8,8 +8,10 @@ small per-run window and releases them in seqno order; a gap that does not fill 
 ``append_seqno`` instead of stalling the capture. Frames keep their arrival time in ``ts``;
 ``seq`` follows seqno order.
 
-Evidence: each append frame carries the facts of the HTTP exchange that carried it in
-``Frame.meta`` (``frames.meta``), with the keys imports use too (``append_exchange_meta``).
+Evidence: each append frame is recorded where it arrived, and carries the facts of the HTTP
+exchange that carried it in ``Frame.meta`` (``frames.meta``), completed when the answer comes
+(``Sink.patch_meta``), with the keys imports use too (``append_exchange_meta``); the server's
+refusal follows the append it refuses.
 """
 
 from __future__ import annotations
@@ -81,6 +83,15 @@ class AppendOrder:
         ro.held[n] = (now, items)
         if len(ro.held) > REORDER_MAX:
             self._release(rid, ro)
+
+    def attach(self, rid: str, seqno: int | None, item: Held) -> bool:
+        """Add ``item`` behind the held append ``seqno`` (its answer); False if it is not held."""
+        ro = self._windows.get(rid)
+        held = ro.held.get(seqno if seqno is not None else 0) if ro is not None else None
+        if held is None:
+            return False
+        held[1].append(item)
+        return True
 
     def _put(self, rid: str, items: list[Held]) -> None:
         for item in items:

@@ -77,6 +77,7 @@ class Sink:
         self._pending: list[FrameRecord] = []
         self._held_bytes = 0
         self._dirty: set[str] = set()
+        self._meta_updates: list[tuple[str, str, int]] = []  # (meta JSON, session, seq) of flushed frames
         self.frames_total = 0
         self.frames_committed = 0
         self.lost = 0
@@ -171,6 +172,7 @@ class Sink:
                  if self.spool.path is not None else
                  f"and no spool location opens ({'; '.join(self.spool.errors)}): frames are held in memory")
         self._loud(f"{msg}; {where}")
+        self._meta_updates.clear()  # for frames the database has; it is gone for this run
         if self.recorder is not None:
             self.sessions.update(self.recorder.sessions)
             self._spool_seq.update({s: i.frame_count for s, i in self.recorder.sessions.items()})
@@ -210,9 +212,12 @@ class Sink:
         else:
             self._dirty.add(sid)
 
-    def emit(self, sid: str, ts_us: int, direction: str, transport: str, stream: str | None, f: Frame) -> None:
+    def emit(self, sid: str, ts_us: int, direction: str, transport: str, stream: str | None,
+             f: Frame) -> int | None:
+        """Record one frame; its ``seq`` when it went to the database (None in spool mode)."""
+        seq: int | None = None
         if self.recorder is not None:
-            self.recorder.add(sid, ts_us, direction, transport, stream, f)
+            seq = self.recorder.add(sid, ts_us, direction, transport, stream, f)
         else:
             info = self.sessions.get(sid) or self.open_session(SessionInfo(sid))
             n = self._spool_seq.get(sid, 0)
@@ -224,6 +229,25 @@ class Sink:
             self._dirty.add(sid)
         self._pending.append((sid, ts_us, direction, transport, stream, f))
         self.frames_total += 1
+        return seq
+
+    def patch_meta(self, sid: str, seq: int | None, f: Frame, meta: dict[str, Any]) -> None:
+        """Complete the ``meta`` of a frame already handed over (a BidiAppend whose answer came).
+
+        Still in the batch: replaced there. Already committed: updated at the next flush. In
+        spool mode the pending record holds ``f`` itself, whose meta the caller has set; a frame
+        already written to the spool keeps the meta it was written with.
+        """
+        text = json.dumps(meta)
+        rec = self.recorder
+        if rec is None or seq is None:
+            return
+        batch = rec.batch
+        for i in range(len(batch.seq) - 1, -1, -1):
+            if batch.seq[i] == seq and batch.session_id[i] == sid:
+                batch.meta[i] = text
+                return
+        self._meta_updates.append((text, sid, seq))
 
     # flushing ----------------------------------------------------------------------------------
 
@@ -234,6 +258,10 @@ class Sink:
                 self.recorder.flush()
                 self.frames_committed += len(records)
                 records.clear()
+                if self._meta_updates and self.store is not None:
+                    updates, self._meta_updates = self._meta_updates, []
+                    self.store.con.executemany("UPDATE frames SET meta = ? WHERE session_id = ? AND seq = ?",
+                                               updates)
             except Exception as exc:
                 self.fail(f"writing {len(records)} frames to {self.config.db_path} failed: {exc}")
         if self.recorder is None:

@@ -87,7 +87,8 @@ class _Flow:
     end_error: str | None = None
     eof: set[str] = field(default_factory=set)
     append_seqno: int | None = None
-    append_frames: list[tuple[int, Frame]] = field(default_factory=list)  # held until the exchange ends
+    append_frames: list[Frame] = field(default_factory=list)  # this append exchange's client frames
+    append_emitted: dict[int, tuple[str, int | None]] = field(default_factory=dict)  # id(frame) → (session, seq)
     append_response: bytes | None = None
     done: bool = False
     secret: bool = False  # an RPC whose bodies are credentials: store markers only
@@ -360,8 +361,14 @@ class CaptureWriter:
         if fo.transport == "bidi_append":
             if direction == "server":
                 fl.append_response = body  # judged with the status when the exchange ends
-            else:
-                fl.append_frames += [(ts_us, f) for f in self.decoder.decode_body(body, "bidi_append", "client")]
+                return
+            # Recorded where it arrived (its place among the run's frames); the answer's facts are
+            # filled into its meta when the exchange ends (``_finish_append``).
+            request_meta = append_exchange_meta(None, fo.meta.get("request_headers"), fo.content_type)
+            for f in self.decoder.decode_body(body, "bidi_append", "client"):
+                f.meta = dict(request_meta)
+                fl.append_frames.append(f)
+                self._append(fl, f, [(ts_us, "client", "bidi_append", fo.key, f)])
             return
         if direction == "server":
             if fl.http_status not in (None, 200):
@@ -387,7 +394,7 @@ class CaptureWriter:
         self._emit(fl.session_id, ts_us, direction, fl.open.transport, fl.open.key, f)  # type: ignore[arg-type]
 
     def _finish_append(self, fl: _Flow, ts_us: int, error: str | None, trailers: dict[str, str]) -> None:
-        """A BidiAppend exchange is over: its frames, with the exchange's facts, then any refusal."""
+        """A BidiAppend exchange is over: complete its frames' meta, then record any refusal."""
         fo = fl.open
         status = fl.http_status
         answer: list[Frame] = []
@@ -407,18 +414,21 @@ class CaptureWriter:
                                     grpc_status=int(grpc_status) if grpc_status and grpc_status.isdigit() else None,
                                     grpc_message=grpc.get("grpc-message"), error=error)
         frames, fl.append_frames = fl.append_frames, []
+        for f in frames:
+            f.meta = meta  # a frame still held for seqno order is emitted with it
+            where = fl.append_emitted.pop(id(f), None)
+            if where is not None:  # already recorded: complete its meta in place
+                self.sink.patch_meta(where[0], where[1], f, meta)
         if not frames:  # nothing decodable arrived (an empty body): the refusal still belongs somewhere
             for f in answer:
                 self._emit_flow(fl, ts_us, "server", f)
             return
-        for i, (client_ts, f) in enumerate(frames):
-            f.meta = {**(f.meta or {}), **meta}
-            items: list[Held] = [(client_ts, "client", "bidi_append", fo.key, f)]
-            if i == len(frames) - 1:
-                for a in answer:
-                    a.request_id, a.append_seqno = f.request_id, f.append_seqno
-                    items.append((ts_us, "server", "bidi_append", fo.key, a))
-            self._append(fl, f, items)
+        last = frames[-1]
+        for a in answer:
+            a.request_id, a.append_seqno = last.request_id, last.append_seqno
+            item: Held = (ts_us, "server", "bidi_append", fo.key, a)
+            if not self.appends.attach(last.request_id or "", last.append_seqno, item):
+                self._emit(last.request_id or "", *item)
 
     def _append(self, fl: _Flow, f: Frame, items: list[Held]) -> None:
         fo = fl.open
@@ -559,7 +569,11 @@ class CaptureWriter:
         f = redact_frame(f, content=self.config.content, decoder=self.decoder)
         if direction == "client" and f.kind in ("run_request", "prewarm_request"):
             self._learn_run(sid, f)
-        self.sink.emit(sid, ts_us, direction, transport, stream, f)
+        seq = self.sink.emit(sid, ts_us, direction, transport, stream, f)
+        if transport == "bidi_append" and direction == "client" and stream is not None:
+            fl = self.flows.get(stream)
+            if fl is not None and any(x is f for x in fl.append_frames):
+                fl.append_emitted[id(f)] = (sid, seq)  # its exchange is still open
 
     def _learn_run(self, sid: str, f: Frame) -> None:
         info = self.sink.get_session(sid)
