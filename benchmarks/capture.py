@@ -14,6 +14,18 @@ process tunnelling through the proxy with CONNECT.
    them through each proxy and how fast the addon got them committed to the database (goal
    ≥ 20,000 frames/s), the latter timed from the first frame leaving the upstream until the live
    reader sees the last one.
+3. End of stream (issue 10): the upstream stamps its last frame with the time and ends the
+   response at once (end-stream envelope + HTTP/2 END_STREAM); the client measures from that stamp
+   to its end-of-stream event, directly and through each proxy. Two clients: one that never
+   half-closes its request (as Node's http2 clients) and one that half-closes right after
+   run_request. Plain streaming mitmdump holds the end for the first kind: reported as "held" when
+   END_STREAM has not arrived after 2 s. Goal: median ≤ 5 ms added by the capture.
+4. A full turn of a client that never half-closes (two KV round trips, 40 text deltas paced 10 ms
+   apart, turn_ended, end-stream), on a warm connection: median wall time through the capture vs
+   direct (goal ≤ 1.1×); plain mitmdump never completes it.
+
+The override's dependencies on mitmproxy internals are listed in
+``workbench.capture.stream_end.DEPENDS_ON``.
 """
 
 from __future__ import annotations
@@ -73,6 +85,27 @@ async def _upstream() -> None:
             # the recorder, not the per-DATA-frame cost of the proxy.
             for i in range(0, n, 50):
                 await conn._ex.write(b"".join(encode(text(f"{j} {body}")) for j in range(i, min(n, i + 50))))
+            await conn.end()
+            return
+        if prompt == "endstamp":
+            # The last frame carries the time; the end-stream and END_STREAM follow immediately.
+            await conn.send(text(str(time.time_ns() // 1000)))
+            await conn.end()
+            return
+        if prompt == "turn":
+            for kid in (1, 2):
+                await conn.send(bytes(pb.AgentServerMessage(kv_server_message=pb.KvServerMessage(
+                    id=kid, set_blob_args=pb.SetBlobArgs(blob_id=bytes(32), blob_data=b'{"role":"system"}')))
+                    .SerializeToString()))
+                while True:
+                    m = await conn.receive()
+                    if m is None or pb.AgentClientMessage.FromString(m).WhichOneof("message") == "kv_client_message":
+                        break
+            for j in range(40):  # a fast model's pace: a text delta every 10 ms
+                await conn.send(text(f"delta {j} "))
+                await asyncio.sleep(0.01)
+            await conn.send(bytes(pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(
+                turn_ended=pb.TurnEnded())).SerializeToString()))
             await conn.end()
             return
         if prompt == "stamp":
@@ -136,15 +169,17 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-async def _open_run(url: str, proxy_port: int, ca: Path, prompt: str):  # type: ignore[no-untyped-def]
+async def _open_run(url: str, proxy_port: int | None, ca: Path, prompt: str,  # type: ignore[no-untyped-def]
+                    conn: Any = None):
     from workbench.client.net import H2Connection
     from workbench.schema import pb
     from workbench.wire.envelope import encode
 
-    os.environ["HTTPS_PROXY"] = f"http://127.0.0.1:{proxy_port}"
-    os.environ["NO_PROXY"] = ""
-    conn = H2Connection(url, verify=str(ca))
-    await conn.connect()
+    if conn is None:
+        os.environ["HTTPS_PROXY"] = f"http://127.0.0.1:{proxy_port}" if proxy_port else ""
+        os.environ["NO_PROXY"] = ""
+        conn = H2Connection(url, verify=str(ca))
+        await conn.connect()
     rid = str(uuid.uuid4())
     stream = await conn.request(RUN_PATH, [
         ("content-type", "application/connect+proto"), ("connect-protocol-version", "1"),
@@ -230,6 +265,87 @@ async def _flood(url: str, proxy_port: int, ca: Path, n: int, db: Path | None) -
     return client_rate, n / (t_db - t_first)
 
 
+async def _read_to_end(stream: Any) -> int:
+    """Read a stream to its END_STREAM; the µs stamp its first text frame carried."""
+    from workbench.schema import pb
+    from workbench.wire.envelope import EnvelopeParser
+
+    parser = EnvelopeParser()
+    stamp = 0
+    async for chunk in stream.chunks():
+        for env in parser.feed(chunk):
+            if not env.flags and not stamp:
+                stamp = int(pb.AgentServerMessage.FromString(env.payload).interaction_update.text_delta.text)
+    return stamp
+
+
+async def _play_turn(stream: Any) -> None:
+    """Answer the turn's KV requests; return at the response's END_STREAM (the request stays open)."""
+    from workbench.schema import pb
+    from workbench.wire.envelope import EnvelopeParser, encode
+
+    parser = EnvelopeParser()
+    async for chunk in stream.chunks():
+        for env in parser.feed(chunk):
+            if env.flags:
+                continue
+            msg = pb.AgentServerMessage.FromString(env.payload)
+            if msg.WhichOneof("message") == "kv_server_message":
+                await stream.send(encode(pb.AgentClientMessage(kv_client_message=pb.KvClientMessage(
+                    id=msg.kv_server_message.id, set_blob_result=pb.SetBlobResult())).SerializeToString()))
+
+
+async def _end_latency(url: str, proxy_port: int | None, ca: Path, runs: int, half_close: bool,
+                       hold: float = 2.0) -> list[float | None]:
+    """Milliseconds from the server's last frame (END_STREAM right behind it) to the client's end
+    of stream; None when the end did not arrive within ``hold`` seconds (held by the proxy)."""
+    out: list[float | None] = []
+    for _ in range(runs):
+        conn, stream, _ = await _open_run(url, proxy_port, ca, "endstamp")
+        if half_close:
+            await stream.end()
+        try:
+            stamp = await asyncio.wait_for(_read_to_end(stream), hold)
+            out.append((time.time_ns() // 1000 - stamp) / 1000)
+        except TimeoutError:
+            out.append(None)
+        await stream.end()
+        await conn.close()
+    return out
+
+
+async def _turns(url: str, proxy_port: int | None, ca: Path, turns: int, hold: float = 10.0) -> list[float | None]:
+    """Seconds per turn of a client that never half-closes, on one warm connection."""
+    from workbench.client.net import H2Connection
+
+    os.environ["HTTPS_PROXY"] = f"http://127.0.0.1:{proxy_port}" if proxy_port else ""
+    conn = H2Connection(url, verify=str(ca))
+    await conn.connect()
+    out: list[float | None] = []
+    for _ in range(turns):
+        t0 = time.perf_counter()
+        _, stream, _ = await _open_run(url, proxy_port, ca, "turn", conn=conn)
+        try:
+            await asyncio.wait_for(_play_turn(stream), hold)
+            out.append(time.perf_counter() - t0)
+        except TimeoutError:
+            out.append(None)
+            break  # a proxy that holds the end holds every turn
+        finally:
+            await stream.end()  # only now, once the response has ended
+    await conn.close()
+    return out
+
+
+def _fmt_ms(xs: list[float | None]) -> str:
+    got = sorted(x for x in xs if x is not None)
+    if not got:
+        return f"held ({len(xs)}/{len(xs)} runs: no END_STREAM within the wait)"
+    held = len(xs) - len(got)
+    return (f"median {statistics.median(got):6.2f} ms   p90 {got[int(len(got) * 0.9)]:6.2f} ms"
+            + (f"   ({held} held)" if held else ""))
+
+
 def _writer_only(n: int, tmp: Path) -> float:
     """Frames/s through the recording path alone (queue → decode → redact → commit), no proxy."""
     from workbench.capture.writer import (
@@ -269,6 +385,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=300, help="ping-pong round trips per pass")
     ap.add_argument("--passes", type=int, default=3, help="alternating passes per configuration")
     ap.add_argument("--flood", type=int, default=50_000, help="frames in the flood")
+    ap.add_argument("--end-runs", type=int, default=30, help="runs per end-of-stream measurement")
+    ap.add_argument("--turns", type=int, default=20, help="turns per full-turn measurement")
     args = ap.parse_args()
     if args.upstream:
         asyncio.run(_upstream())
@@ -279,7 +397,7 @@ def main() -> None:
     up = subprocess.Popen([sys.executable, __file__, "--upstream"], stdout=subprocess.PIPE, text=True, env=env)
     assert up.stdout is not None
     url = up.stdout.readline().strip()
-    up.stdout.readline()
+    up_cert = Path(up.stdout.readline().strip().split("cert: ", 1)[1])
     baseline_script = tmp / "baseline_stream.py"
     baseline_script.write_text(BASELINE_ADDON)
     confdir = tmp / "mitm"
@@ -309,6 +427,33 @@ def main() -> None:
         for name, (_, port) in procs.items():
             ms = sorted(asyncio.run(_first_frame(url, port, ca, 20)))
             print(f"  {name:<9} median {statistics.median(ms):6.1f} ms   max {ms[-1]:6.1f} ms (goal < 50 ms)")
+
+        runs = args.end_runs
+        print(f"end of stream: server's last frame + END_STREAM → client's end of stream, {runs} runs each")
+        ends: dict[tuple[str, bool], list[float | None]] = {}
+        for half in (False, True):
+            label = "client half-closes after run_request" if half else "client never half-closes"
+            print(f"  {label}:")
+            for name, port, cafile in (("direct", None, up_cert), ("baseline", procs["baseline"][1], ca),
+                                       ("capture", procs["capture"][1], ca)):
+                ends[(name, half)] = asyncio.run(_end_latency(url, port, cafile, runs, half))
+                print(f"    {name:<9} {_fmt_ms(ends[(name, half)])}")
+        for half, other in ((False, "direct"), (True, "baseline")):
+            cap = [x for x in ends[("capture", half)] if x is not None]
+            ref = [x for x in ends[(other, half)] if x is not None]
+            if cap and ref:
+                print(f"  added by capture vs {other} ({'half-closing' if half else 'never half-closing'} client): "
+                      f"{statistics.median(cap) - statistics.median(ref):+.2f} ms median (goal ≤ 5 ms)")
+
+        print(f"full turn of a client that never half-closes, {args.turns} turns on one warm connection")
+        turn_s: dict[str, list[float | None]] = {}
+        for name, port, cafile in (("direct", None, up_cert), ("capture", procs["capture"][1], ca),
+                                   ("baseline", procs["baseline"][1], ca)):
+            turn_s[name] = asyncio.run(_turns(url, port, cafile, args.turns if name != "baseline" else 1))
+            print(f"  {name:<9} {_fmt_ms([x * 1000 if x is not None else None for x in turn_s[name]])}")
+        d = statistics.median([x for x in turn_s["direct"] if x is not None])
+        c = statistics.median([x for x in turn_s["capture"] if x is not None])
+        print(f"  ratio capture/direct (median turn): {c / d:.3f}x (goal ≤ 1.1x)")
 
         print(f"flood: {args.flood:,} server frames on one Run")
         base_rate, _ = asyncio.run(_flood(url, procs["baseline"][1], ca, args.flood, None))

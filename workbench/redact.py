@@ -29,6 +29,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from workbench.decode.classify import Decoder, Frame
+from workbench.wire.envelope import FLAG_COMPRESSED, encode, split_unary
 
 LEVELS = ("secrets", "content")
 
@@ -313,7 +314,16 @@ def _parse_wrapper(msg_type: str, raw: bytes) -> Any | None:
 
 
 def rewrap_append(raw: bytes, new_inner: bytes) -> bytes:
-    """A BidiAppendRequest carrying ``new_inner`` in place of its data (hex field 1 or raw field 4)."""
+    """A BidiAppendRequest carrying ``new_inner`` in place of its data (hex field 1 or raw field 4).
+
+    A gRPC-Web append kept with its envelope (``raw`` = 5-byte header + request) is rebuilt with
+    the same envelope flags (gzipped again when flag 0x01 was set).
+    """
+    envs = split_unary(raw)
+    if len(envs) == 1 and envs[0].enveloped and envs[0].flags >= 0 and envs[0].error is None:
+        env = envs[0]
+        inner = rewrap_append(env.payload, new_inner)
+        return encode(inner, env.flags & ~FLAG_COMPRESSED, compress=bool(env.flags & FLAG_COMPRESSED))
     req = _parse_wrapper(_BIDI_APPEND, raw)
     if req is None:
         return marker(raw).encode()

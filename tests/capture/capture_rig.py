@@ -14,6 +14,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 ADDON = ROOT / "addons" / "cursor_capture.py"
 BIN = Path(sys.executable).parent
+CLIENTS = ROOT / "tests" / "clients"
+NODE_CLIENT = CLIENTS / "node_agent_client.mjs"
+if str(CLIENTS) not in sys.path:
+    sys.path.insert(0, str(CLIENTS))  # the shared test clients (h2_agent_client)
 
 # A long paced turn (~3 s at --pace 0.02) for the kill and follow tests.
 LONG_SCENARIO = {
@@ -25,6 +29,32 @@ LONG_SCENARIO = {
         {"turn_ended": True},
         {"end": "ok"},
     ],
+}
+
+
+# Every exec kind the test clients answer with a result alone, a streamed shell (closed with
+# stream_close), KV both ways. The waits ask only for what the clients send.
+NODE_TOOLS_SCENARIO = {
+    "description": "every exec kind the test clients answer",
+    "steps": [
+        {"kv_set": "system"}, {"kv_set": "user"}, {"kv_get": "state"},
+        {"tool": {"exec": "shell", "args": {"command": "echo one"}, "require_stream_close": False}},
+        {"tool": {"exec": "shell_stream", "args": {"command": "ls -la"}}},
+        {"tool": {"exec": "read", "args": {"path": "README.md"}, "require_stream_close": False}},
+        {"tool": {"exec": "write", "args": {"path": "NOTES.md", "contents": "x"}, "require_stream_close": False}},
+        {"tool": {"exec": "ls", "args": {"path": "."}, "require_stream_close": False}},
+        {"tool": {"exec": "grep", "args": {"pattern": "x", "path": "."}, "require_stream_close": False}},
+        {"tool": {"exec": "delete", "args": {"path": "NOTES.md"}, "require_stream_close": False}},
+        {"text": "All tools answered.", "chunks": 3},
+        {"checkpoint": True}, {"step_completed": True}, {"turn_ended": True}, {"end": "ok"},
+    ],
+}
+
+# A turn that asks the client nothing: for a client that half-closes its request at once.
+STREAM_ONLY_SCENARIO = {
+    "description": "server-only stream (no KV, no exec)",
+    "steps": [{"thinking": "thinking out loud", "chunks": 5}, {"text": "word " * 60, "chunks": 60},
+              {"step_completed": True}, {"turn_ended": True}, {"end": "ok"}],
 }
 
 

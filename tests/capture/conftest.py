@@ -9,7 +9,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from capture_rig import ADDON, BIN, LONG_SCENARIO, Mitm, Sim, free_port, wait_port
+from capture_rig import (
+    ADDON,
+    BIN,
+    LONG_SCENARIO,
+    NODE_TOOLS_SCENARIO,
+    STREAM_ONLY_SCENARIO,
+    Mitm,
+    Sim,
+    free_port,
+    wait_port,
+)
 
 
 @pytest.fixture(scope="session")
@@ -21,6 +31,8 @@ def capture_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
     longer = json.loads(json.dumps(LONG_SCENARIO))
     longer["steps"][2] = {"text": "word " * 400, "chunks": 400}
     (d / "scenarios" / "longer.json").write_text(json.dumps(longer))
+    (d / "scenarios" / "node_tools.json").write_text(json.dumps(NODE_TOOLS_SCENARIO))
+    (d / "scenarios" / "stream_only.json").write_text(json.dumps(STREAM_ONLY_SCENARIO))
     proc = subprocess.Popen(
         [str(BIN / "workbench"), "sim", "--port", "0", "--heartbeat-interval", "30", "--pace", "0.02",
          "--cert-dir", str(d / "certs"), "--scenario-dir", str(d / "scenarios"), "--quiet"],

@@ -6,26 +6,39 @@ side in ``responseheaders``), stamp each chunk with the time it passed and put i
 queue. The chunk is returned as it came: the wire is never modified. Reassembly, decoding,
 redaction and the database live in the writer thread (``writer.py``).
 
+Agent flows whose request body streams get a transparent end of stream (``stream_end.py``): the
+response's END_STREAM reaches the client the moment the server sends it, client frames keep being
+forwarded and recorded until the client ends or resets, and resets are forwarded with their own
+code and recorded with the side that reset.
+
 Options (``--set name=value``): ``cursor_db``, ``cursor_hosts``, ``cursor_paths``,
 ``cursor_redact`` (``secrets`` | ``content``), ``cursor_flush_ms``, ``cursor_live``,
-``cursor_stats_file``.
+``cursor_stats_file``. Values are checked here, whichever way they were given (mitmproxy itself
+does not enforce ``choices``): a bad one is an ``OptionsError`` naming it, logged as an error so
+mitmdump stops at start-up.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from mitmproxy import ctx, http
+from mitmproxy import ctx, exceptions, http
 
+from workbench.capture import stream_end
 from workbench.capture.match import DEFAULT_HOSTS, DEFAULT_PATHS, Matcher, Route
+from workbench.capture.sink import HOLD_FRAMES
 from workbench.capture.writer import (
     EV_BODY,
     EV_CHUNK,
     EV_DONE,
     EV_EOF,
+    EV_LATE,
     EV_OPEN,
     EV_RESPONSE,
     CaptureWriter,
@@ -36,6 +49,8 @@ from workbench.redact import LEVELS, bearer_hash, redact_headers
 from workbench.store.db import DEFAULT_DB
 
 log = logging.getLogger("workbench.capture")
+
+EXIT_FRAMES_LOST = 3  # the process exit status when frames were lost (see ``done``)
 
 
 def _alpn(conn: Any) -> str | None:
@@ -84,17 +99,41 @@ class CursorCapture:
                           "serve live readers (workbench frames --follow, the TUI) while capturing")
         loader.add_option("cursor_stats_file", str, "",
                           "write capture counters (JSON) to this file after every flush")
+        loader.add_option("cursor_hold_frames", int, HOLD_FRAMES,
+                          "frames held in memory when neither the database nor any spool location "
+                          "takes writes; beyond this they are counted as lost")
+        try:
+            stream_end.install(self._late_failure)
+        except stream_end.InternalsChanged as exc:
+            log.warning("cursor capture: %s; agent flows whose server ends first will be held open "
+                        "by mitmproxy until the client ends its request", exc)
 
     def configure(self, updated: set[str]) -> None:
         opts = ctx.options
+        try:
+            self._check_options(opts, updated)
+        except exceptions.OptionsError as exc:
+            # mitmproxy does not enforce ``choices``, and an OptionsError raised while a script
+            # loads is easily lost: log it too, so mitmdump stops at start-up with the message.
+            log.error("cursor capture: %s", exc)
+            raise
         if "cursor_hosts" in updated or "cursor_paths" in updated:
             self.matcher = Matcher(opts.cursor_hosts, opts.cursor_paths)
-        if "cursor_flush_ms" in updated and opts.cursor_flush_ms <= 0:
-            from mitmproxy import exceptions
-
-            raise exceptions.OptionsError("cursor_flush_ms must be a positive number of milliseconds")
         if self.writer is not None and "cursor_db" in updated and opts.cursor_db != self._db:
             log.warning("cursor_db cannot change while capturing; still writing %s", self._db)
+
+    @staticmethod
+    def _check_options(opts: Any, updated: set[str]) -> None:
+        if "cursor_redact" in updated and opts.cursor_redact not in LEVELS:
+            raise exceptions.OptionsError(
+                f"cursor_redact={opts.cursor_redact!r} is not a redaction level; use one of: {', '.join(LEVELS)}")
+        if "cursor_flush_ms" in updated and opts.cursor_flush_ms <= 0:
+            raise exceptions.OptionsError(
+                f"cursor_flush_ms={opts.cursor_flush_ms}: must be a positive number of milliseconds")
+        if "cursor_hold_frames" in updated and opts.cursor_hold_frames < 0:
+            raise exceptions.OptionsError(f"cursor_hold_frames={opts.cursor_hold_frames}: must be 0 or more")
+        if "cursor_db" in updated and not opts.cursor_db.strip():
+            raise exceptions.OptionsError("cursor_db is empty: give the capture database's path")
 
     def running(self) -> None:
         if self.writer is not None:
@@ -103,15 +142,26 @@ class CursorCapture:
         self._db = opts.cursor_db
         cfg = WriterConfig(db_path=opts.cursor_db, flush_interval=opts.cursor_flush_ms / 1000.0,
                            content=opts.cursor_redact == "content", live=opts.cursor_live,
-                           stats_path=opts.cursor_stats_file or None)
+                           stats_path=opts.cursor_stats_file or None, hold_frames=opts.cursor_hold_frames)
         self.writer = CaptureWriter(cfg)
         self.writer.start()
-        log.info("cursor capture: recording agent traffic into %s", opts.cursor_db)
+        log.info("cursor capture: recording agent traffic into %s (redaction: %s)",
+                 os.path.abspath(os.path.expanduser(opts.cursor_db)), opts.cursor_redact)
 
     def done(self) -> None:
-        if self.writer is not None:
-            self.writer.stop()
-            self.writer = None
+        if self.writer is None:
+            return
+        writer, self.writer = self.writer, None
+        writer.stop()
+        stream_end.remove_listener(self._late_failure)
+        if writer.lost:
+            msg = (f"{writer.lost:,} frames LOST: neither the database {self._db} nor any spool location "
+                   "took them (see the errors above)")
+            log.error("cursor capture: %s", msg)
+            print(f"workbench capture: ERROR: {msg}", file=sys.stderr, flush=True)
+            # mitmdump exits 0 whatever an addon's ``done`` does, and raising here would skip the
+            # other addons' ``done``: change the exit status once everything else has finished.
+            atexit.register(_exit_with, EXIT_FRAMES_LOST)
 
     # hooks -------------------------------------------------------------------------------------
 
@@ -141,12 +191,14 @@ class CursorCapture:
             path=req.path.split("?", 1)[0], ts_us=time.time_ns() // 1000,
             request_id=headers.get("x-request-id"), client_version=headers.get("x-cursor-client-version"),
             auth_hash=bearer_hash(headers.get("authorization")), request_type=route.request_type,
-            response_type=route.response_type, meta=meta,
+            response_type=route.response_type, meta=meta, content_type=headers.get("content-type"),
         )
         put = writer.queue.put
         put((EV_OPEN, fo))
         if route.streaming:
             req.stream = _stream_callable(put, key, "client")
+            # The response's end goes to the client at once, resets are forwarded and noted.
+            flow.metadata[stream_end.MARK] = True
 
     def request(self, flow: http.HTTPFlow) -> None:
         route = self._routes.get(flow.id)
@@ -195,5 +247,23 @@ class CursorCapture:
         self._answered.discard(flow.id)
         if route is None or self.writer is None:
             return
-        msg = flow.error.msg if flow.error else "flow failed"
-        self.writer.queue.put((EV_DONE, flow.id, time.time_ns() // 1000, msg, {}))
+        reset = flow.metadata.get(stream_end.RESET)
+        if reset is not None:
+            msg = stream_end.describe_reset(reset)
+        else:
+            msg = flow.error.msg if flow.error else "flow failed"
+        self.writer.queue.put((EV_DONE, flow.id, time.time_ns() // 1000, msg, {}, reset))
+
+    def _late_failure(self, flow: http.HTTPFlow, reset: dict[str, Any]) -> None:
+        """A side failed after the response ended (mitmproxy calls no hook for that)."""
+        route = self._routes.pop(flow.id, None)
+        self._answered.discard(flow.id)
+        if route is None or self.writer is None:
+            return
+        self.writer.queue.put((EV_LATE, flow.id, time.time_ns() // 1000, reset))
+
+
+def _exit_with(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

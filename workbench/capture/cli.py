@@ -22,6 +22,7 @@ from workbench.cli import CliError
 from workbench.commands.common import add_db_arg
 
 ENTRY = Path(__file__).with_name("mitm_entry.py")
+EXIT_FRAMES_LOST = 3  # = workbench.capture.addon.EXIT_FRAMES_LOST (kept here: the CLI imports no mitmproxy)
 CA_NAME = "mitmproxy-ca-cert.pem"
 CLI_CONFIG_HINT = '"network": {"useHttp1ForAgent": true}'
 
@@ -30,8 +31,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "capture", help="record agent traffic through mitmproxy (mitmdump + the capture addon)",
         description="Run mitmdump with the workbench capture addon. Prints the proxy URL first, then the "
-                    "CA certificate and the environment lines a client needs. Arguments after -- go to "
-                    "mitmdump unchanged (e.g. -- --set ssl_insecure=true in front of the simulator).")
+                    "CA certificate and the environment lines a client needs (in reverse mode, the base URL "
+                    "clients use instead of a proxy). Arguments after -- go to mitmdump unchanged (e.g. "
+                    "-- --set ssl_insecure=true in front of the simulator). Exit status 3: frames were lost "
+                    "because neither the database nor any spool location took them.")
     add_db_arg(p)
     p.add_argument("--port", type=int, default=8080, help="listen port (0 = a free port; default 8080)")
     p.add_argument("--listen-host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
@@ -88,9 +91,13 @@ def _url_and_hints(args: argparse.Namespace, host: str, port: int, ca: Path) -> 
     hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     first = modes[0]
     if first.startswith("reverse:"):
-        scheme = "https" if first.split(":", 1)[1].startswith(("https", "http2")) else "http"
+        target = first.split(":", 1)[1]
+        scheme = "https" if target.startswith(("https", "http2")) else "http"
         url = f"{scheme}://{hostport}"
-        env = [f"# reverse proxy: point the client's endpoint at {url} (e.g. CURSOR_API_ENDPOINT={url})"]
+        # Clients that never use a proxy for local or private addresses take the capture's own
+        # URL as their API base URL instead.
+        env = [f"base url: {url}  (reverse proxy to {target}: give clients this as their API base URL)",
+               f"export CURSOR_API_ENDPOINT={url}"]
     elif first.startswith("transparent") or first.startswith(("wireguard", "local")):
         url = f"http://{hostport}"
         env = [f"# {first} mode: redirect traffic to port {port} (iptables/nftables); no proxy variables needed"]
@@ -113,7 +120,12 @@ def _counter(stats: dict[str, Any]) -> str:
     line = (f"sessions {stats.get('sessions', 0)} ({stats.get('open', 0)} open) · "
             f"frames {stats.get('frames', 0):,} ({stats.get('committed', 0):,} committed)")
     if not stats.get("db_ok", True):
-        line += f" · DATABASE UNAVAILABLE, spooling to {stats.get('spool')}"
+        if stats.get("spool"):
+            line += f" · DATABASE UNAVAILABLE, spooling to {stats.get('spool')}"
+        else:
+            line += f" · DATABASE AND SPOOL UNAVAILABLE, {stats.get('held', 0):,} frames held in memory"
+    if stats.get("lost"):
+        line += f" · {stats['lost']:,} FRAMES LOST"
     return line
 
 
@@ -177,6 +189,11 @@ def cmd_capture(args: argparse.Namespace) -> int:
         if stats is not None:
             print(f"\nworkbench capture: {_counter(stats)} → {db}", file=sys.stderr, flush=True)
         shutil.rmtree(statsdir, ignore_errors=True)
+    lost = int((stats or {}).get("lost") or 0)
+    if lost or proc.returncode == EXIT_FRAMES_LOST:
+        print(f"workbench capture: ERROR: {lost:,} frames were lost (database and spool unavailable); "
+              f"exit status {EXIT_FRAMES_LOST}", file=sys.stderr, flush=True)
+        return EXIT_FRAMES_LOST
     if stopping["signal"]:
         return 0 if proc.returncode in (0, -signal.SIGINT, 130) else int(proc.returncode or 1)
     return int(proc.returncode or 0)

@@ -1,21 +1,29 @@
 """The spool: where capture puts frames when the database cannot be written.
 
-An append-only NDJSON file (one record per line, bytes as hex) next to the database
-(``<db>.spool``), or, when that directory is not writable either, under the user's state directory
-keyed by a hash of the database path. Records are what the writer would have given the recorder:
-``session`` (a SessionInfo row, latest wins) and ``frame`` (session, time, direction, transport,
-stream and the classified, already redacted frame). The next capture that can open the database
-replays them through a Recorder (so seq numbers continue the sessions already stored) and deletes
-the file. A torn last line (a crash mid-write) is skipped with a warning.
+An append-only NDJSON file (one record per line, bytes as hex). Its locations, in order: next to
+the database (``<db>.spool``), then under the user's state directory
+(``$XDG_STATE_HOME/workbench/spool`` or ``~/.local/state/workbench/spool``, keyed by a hash of the
+database path). The spool starts at the first location it can open and moves on to the next when a
+write fails there (a full disk, a directory that went away); it never moves back, so the files
+hold records in capture order, location by location. A failed write is cut back to the last whole
+batch (``ftruncate``), so a full disk never leaves half a batch behind.
+
+Records are what the writer would have given the recorder: ``session`` (a SessionInfo row, latest
+wins) and ``frame`` (session, time, direction, transport, stream and the classified, already
+redacted frame). The next capture that can open the database replays every location's file, in
+that order, through a Recorder (so seq numbers continue the sessions already stored) and deletes
+them. A torn last line (a crash mid-write) is skipped with a warning.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, fields
 from datetime import datetime
 from pathlib import Path
@@ -70,35 +78,89 @@ def _frame_from(d: dict[str, Any]) -> FrameRecord:
     return d["session_id"], int(d["ts_us"]), d["direction"], d["transport"], d.get("stream"), Frame(**fd)
 
 
+class SpoolError(OSError):
+    """No spool location accepts writes."""
+
+
 class Spool:
-    """Append-only writer; ``path`` is the first candidate location that accepts writes."""
+    """Append-only writer over the candidate locations; ``path`` is the location in use (or None)."""
 
     def __init__(self, db_path: str | Path) -> None:
+        self.candidates = spool_candidates(db_path)
         self.path: Path | None = None
+        self.frames = 0
+        self.errors: list[str] = []  # one line per location given up, for the user
+        self._index = -1  # index of ``path`` in ``candidates``
         self._fd: int | None = None
-        errors = []
-        for cand in spool_candidates(db_path):
+        self._open_next()
+
+    def _open_next(self, start: int | None = None) -> bool:
+        """Open the first location from ``start`` (default: after the current one) that opens."""
+        first = self._index + 1 if start is None else start
+        for i in range(first, len(self.candidates)):
+            cand = self.candidates[i]
             try:
                 cand.parent.mkdir(parents=True, exist_ok=True)
-                self._fd = os.open(cand, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-                self.path = cand
-                break
+                fd = os.open(cand, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             except OSError as exc:
-                errors.append(f"{cand}: {exc.strerror or exc}")
-        if self._fd is None:
-            raise OSError("no writable spool location: " + "; ".join(errors))
-        self.frames = 0
+                self.errors.append(f"{cand}: {exc.strerror or exc}")
+                continue
+            self.close()
+            self._fd, self.path, self._index = fd, cand, i
+            return True
+        return False
 
-    def write(self, sessions: Iterable[SessionInfo], frames: Iterable[FrameRecord]) -> None:
-        lines = [json.dumps({"t": "session", "info": _session_json(s)}) for s in sessions]
-        n = len(lines)
-        lines += [json.dumps(_frame_json(r)) for r in frames]
-        if len(lines) == 0:
+    @property
+    def exhausted(self) -> bool:
+        """True when no location is open (every one failed)."""
+        return self._fd is None
+
+    def write(self, sessions: Iterable[SessionInfo], frames: Iterable[FrameRecord],
+              all_sessions: Callable[[], Iterable[SessionInfo]] | None = None) -> None:
+        """Append one batch, moving to the next location when this one fails.
+
+        A new location gets ``all_sessions()`` instead of ``sessions``, so every file is complete
+        on its own. Raises SpoolError (nothing of the batch written) when no location takes it;
+        the last location is tried again on the next call, since space may come back.
+        """
+        frame_lines = [json.dumps(_frame_json(r)) for r in frames]
+        session_lines = [json.dumps({"t": "session", "info": _session_json(s)}) for s in sessions]
+        if not frame_lines and not session_lines:
             return
+        if self._fd is None and not self._open_next(max(0, len(self.candidates) - 1)):
+            raise SpoolError("no writable spool location: " + "; ".join(self.errors[-len(self.candidates):]))
+        moved = False
+        while True:
+            if moved and all_sessions is not None:
+                session_lines = [json.dumps({"t": "session", "info": _session_json(s)}) for s in all_sessions()]
+            try:
+                self._append(("\n".join(session_lines + frame_lines) + "\n").encode())
+            except OSError as exc:
+                self.errors.append(f"{self.path}: {exc.strerror or exc}")
+                last = self._index >= len(self.candidates) - 1
+                if last or not self._open_next():
+                    self.close()
+                    raise SpoolError(f"spool write failed ({'; '.join(self.errors[-2:])})") from exc
+                moved = True
+                continue
+            self.frames += len(frame_lines)
+            return
+
+    def _append(self, data: bytes) -> None:
+        """Write all of ``data`` or none of it (a partial write is cut back off)."""
         assert self._fd is not None
-        # One write per batch: a kill leaves at most one torn line, which the merge skips.
-        os.write(self._fd, ("\n".join(lines) + "\n").encode())
-        self.frames += len(lines) - n
+        size = os.fstat(self._fd).st_size
+        view = memoryview(data)
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[n:]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size)
+            raise
 
     def close(self) -> None:
         if self._fd is not None:
@@ -141,6 +203,8 @@ def merge_spools(store: Store, db_path: str | Path) -> int:
                 # Frames already stored stay; the spool's later metadata wins.
                 info.frame_count = known.frame_count
                 info.started_at = min(filter(None, [known.started_at, info.started_at]), default=None)
+            else:
+                info.frame_count = 0  # counted again from the frames that follow
             rec.open_session(info)
             rec.sessions[info.session_id] = info
             rec.touch(info.session_id)

@@ -2,27 +2,22 @@
 
 The proxy side (``addon.py``) only stamps and enqueues; everything else happens here, off the
 proxy's event loop: envelope reassembly, classification, session bookkeeping, BidiAppend joining
-and reordering, redaction, and batched commits (at most one commit per flush interval, each a
-committed transaction, so live readers see whole batches and ``seq > last`` polling never
-duplicates or skips a frame).
+and reordering (``appends.py``), redaction, and batched commits through ``sink.py`` (at most one
+commit per flush interval, each a committed transaction, so live readers see whole batches and
+``seq > last`` polling never duplicates or skips a frame).
 
-When the database cannot be opened or a commit fails, the writer says so loudly and switches to
-the spool (``spool.py``) for the rest of the run; nothing is dropped.
+When the database cannot be opened or a commit fails, the sink says so loudly and switches to the
+spool, then to a second spool location, then to memory up to a bound; frames beyond that are
+counted as lost and reported at stop (``CaptureWriter.lost``), never dropped silently.
 
-BidiAppend ordering: up to 16 appends of one run are in flight at once, so they reach the proxy
-out of order. The writer holds appends that arrive ahead of the next expected ``append_seqno`` in
-a small per-run window and releases them in seqno order; a gap that does not fill within
-``REORDER_WINDOW_S`` (``REORDER_AFTER_END_S`` once the run's stream has ended, or more than
-``REORDER_MAX`` held appends) is released as is, so a lost
-append shows up as a gap in ``append_seqno`` instead of stalling the capture. Frames keep their
-arrival time in ``ts``; ``seq`` follows seqno order.
+A BidiAppend frame is emitted once its HTTP exchange is over, carrying the exchange's facts in
+``Frame.meta`` (status, redacted request headers, content type, gRPC status), followed by the
+server's error frame if it refused the append.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import queue
 import sys
 import threading
@@ -30,10 +25,10 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from workbench.capture.spool import FrameRecord, Spool, merge_spools
+from workbench.capture.appends import AppendOrder, Held, append_exchange_meta
+from workbench.capture.sink import HOLD_BYTES, HOLD_FRAMES, Sink, SinkConfig
 from workbench.decode.classify import (
     CLIENT_MSG,
     Decoder,
@@ -43,15 +38,11 @@ from workbench.decode.classify import (
     http_error_frame,
 )
 from workbench.redact import marker, redact_frame, secret_method
-from workbench.store.db import SESSION_FIELDS, FrameBatch, SessionInfo, Store, StoreError, us_to_datetime
-from workbench.store.reader import LiveService
+from workbench.store.db import SessionInfo, Store, us_to_datetime
 from workbench.store.recorder import Recorder
+from workbench.wire.endstream import parse_grpc_web_trailer
 
 log = logging.getLogger("workbench.capture")
-
-REORDER_WINDOW_S = 10.0
-REORDER_AFTER_END_S = 2.0
-REORDER_MAX = 64
 
 # Event tags (tuples keep the proxy-side cost to one allocation per chunk).
 EV_OPEN = 0       # (EV_OPEN, FlowOpen)
@@ -59,8 +50,9 @@ EV_CHUNK = 1      # (EV_CHUNK, key, direction, ts_us, bytes)
 EV_EOF = 2        # (EV_EOF, key, direction, ts_us)
 EV_RESPONSE = 3   # (EV_RESPONSE, key, ts_us, status, headers, http_version, alpn)
 EV_BODY = 4       # (EV_BODY, key, direction, ts_us, bytes)  whole body of a buffered message
-EV_DONE = 5       # (EV_DONE, key, ts_us, error or None, trailers dict)
+EV_DONE = 5       # (EV_DONE, key, ts_us, error or None, trailers dict[, reset dict or None])
 EV_STOP = 6       # (EV_STOP,)
+EV_LATE = 7       # (EV_LATE, key, ts_us, reset dict)  a side failed after the response ended
 
 
 @dataclass(slots=True)
@@ -79,6 +71,7 @@ class FlowOpen:
     request_type: str | None = None
     response_type: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    content_type: str | None = None
 
 
 @dataclass(slots=True)
@@ -88,22 +81,17 @@ class _Flow:
     decoders: dict[str, StreamDecoder] = field(default_factory=dict)
     pending: list[tuple[int, str, Frame]] = field(default_factory=list)
     http_status: int | None = None
+    response_headers: list[tuple[str, str]] = field(default_factory=list)
     error_body: bytearray | None = None
     saw_end: bool = False
     end_error: str | None = None
     eof: set[str] = field(default_factory=set)
     append_seqno: int | None = None
+    append_frames: list[Frame] = field(default_factory=list)  # this append exchange's client frames
+    append_emitted: dict[int, tuple[str, int | None]] = field(default_factory=dict)  # id(frame) → (session, seq)
+    append_response: bytes | None = None
     done: bool = False
     secret: bool = False  # an RPC whose bodies are credentials: store markers only
-
-
-@dataclass(slots=True)
-class _Reorder:
-    next: int = 0
-    started: bool = False
-    held: dict[int, tuple[float, int, str, str, str | None, Frame]] = field(default_factory=dict)
-    oldest: float = 0.0
-    ended: float | None = None  # when the run's stream finished
 
 
 @dataclass
@@ -113,10 +101,12 @@ class WriterConfig:
     content: bool = False
     live: bool = True
     stats_path: str | None = None
+    hold_frames: int = HOLD_FRAMES
+    hold_bytes: int = HOLD_BYTES
 
 
 class CaptureWriter:
-    """Owns the store (or the spool) for one capture process."""
+    """Turns one capture process's proxy events into sessions and frames (through a ``Sink``)."""
 
     def __init__(self, config: WriterConfig, decoder: Decoder | None = None,
                  on_error: Callable[[str], None] | None = None) -> None:
@@ -124,27 +114,49 @@ class CaptureWriter:
         self.decoder = decoder or default_decoder()
         self.queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._on_error = on_error
-        self.store: Store | None = None
-        self.recorder: Recorder | None = None
-        self.live: LiveService | None = None
-        self.spool: Spool | None = None
-        self.sessions: dict[str, SessionInfo] = {}
-        self._spool_seq: dict[str, int] = {}
-        self._pending_records: list[FrameRecord] = []
-        self._dirty: set[str] = set()
+        self.sink = Sink(SinkConfig(config.db_path, live=config.live, stats_path=config.stats_path,
+                                    hold_frames=config.hold_frames, hold_bytes=config.hold_bytes),
+                         self._loud, self._note)
         self.flows: dict[str, _Flow] = {}
-        self._reorder: dict[str, _Reorder] = {}
+        self.appends = AppendOrder(self._emit)
         self._live_run_ids: dict[str, str] = {}
-        self.frames_total = 0
-        self.frames_committed = 0
         self._thread = threading.Thread(target=self._run, name="workbench-capture-writer", daemon=True)
         self._stopped = threading.Event()
         self._wake = threading.Event()
 
+    # the sink's state, under the names callers know ----------------------------------------------
+
+    @property
+    def store(self) -> Store | None:
+        return self.sink.store
+
+    @property
+    def recorder(self) -> Recorder | None:
+        return self.sink.recorder
+
+    @property
+    def frames_total(self) -> int:
+        return self.sink.frames_total
+
+    @property
+    def frames_committed(self) -> int:
+        return self.sink.frames_committed
+
+    @property
+    def lost(self) -> int:
+        """Frames that reached the writer but are in neither the database nor a spool file."""
+        return self.sink.lost
+
+    def stats(self) -> dict[str, Any]:
+        return self.sink.stats()
+
+    def flush(self) -> None:
+        self.sink.flush()
+
     # lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._open()
+        self.sink.open()
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
@@ -152,75 +164,7 @@ class CaptureWriter:
             self.queue.put((EV_STOP,))
             self._wake.set()
             self._thread.join(timeout)
-        self._close()
-
-    def _open(self) -> None:
-        path = self.config.db_path
-        try:
-            self.store = Store(path)
-        except (StoreError, OSError) as exc:
-            self._fail(f"cannot open capture database {path}: {exc}")
-            return
-        try:
-            merge_spools(self.store, path)
-            # A previous capture killed mid-stream left sessions marked open; nobody else can be
-            # writing them now that we hold the file.
-            self.store.con.execute(
-                "UPDATE sessions SET status = 'incomplete', "
-                "error = coalesce(error, 'capture ended before the stream finished') "
-                "WHERE status = 'open' AND source = 'capture'")
-        except Exception as exc:  # a broken spool must not stop the capture
-            self._loud(f"could not merge the spool into {path}: {exc}")
-        self.recorder = Recorder(self.store)
-        self._warm_up()
-        if self.config.live:
-            try:
-                self.live = LiveService(self.store.con, path)
-                self.live.start()
-            except OSError as exc:
-                self._loud(f"live read service not started ({exc}); readers must wait for the capture to end")
-                self.live = None
-
-    def _warm_up(self) -> None:
-        """Pay the first insert's one-time cost (~0.3 s of lazy Arrow/DuckDB set-up) before traffic.
-
-        Otherwise the first commit of a capture lags by that much, and a crash right then loses
-        frames that were older than one flush interval.
-        """
-        assert self.store is not None
-        con = self.store.con
-        try:
-            batch = FrameBatch()
-            batch.add("warm-up", 0, time.time_ns() // 1000, "server", "run", None, Frame("empty", "", b""))
-            con.register("_wb_warm", batch.to_arrow())
-            try:
-                con.execute("INSERT INTO frames SELECT * FROM _wb_warm WHERE false")
-            finally:
-                con.unregister("_wb_warm")
-            cols = ", ".join(SESSION_FIELDS)
-            con.execute("BEGIN")
-            try:
-                con.execute(f"INSERT OR REPLACE INTO sessions ({cols}) VALUES ({', '.join('?' for _ in SESSION_FIELDS)})",
-                            SessionInfo("warm-up").row())
-            finally:
-                con.execute("ROLLBACK")
-        except Exception as exc:  # only an optimisation
-            log.debug("warm-up failed: %s", exc)
-
-    def _close(self) -> None:
-        if self.live is not None:
-            self.live.stop()
-            self.live = None
-        if self.store is not None:
-            try:
-                self.store.checkpoint()
-            except Exception:
-                pass
-            self.store.close()
-            self.store = None
-        if self.spool is not None:
-            self.spool.close()
-        self._write_stats()
+        self.sink.close()
 
     def _loud(self, msg: str) -> None:
         # mitmdump exits when an error is logged during its start-up, and a capture that cannot
@@ -230,29 +174,9 @@ class CaptureWriter:
         if self._on_error is not None:
             self._on_error(msg)
 
-    def _fail(self, msg: str) -> None:
-        """Switch to the spool: the database is unusable for the rest of this run."""
-        if self.spool is None:
-            try:
-                self.spool = Spool(self.config.db_path)
-            except OSError as exc:
-                self._loud(f"{msg}; and {exc}: frames are kept in memory only")
-                return
-        self._loud(f"{msg}; frames go to the spool {self.spool.path} and are merged on the next start")
-        if self.recorder is not None:
-            self.sessions.update(self.recorder.sessions)
-            self._spool_seq.update({s: i.frame_count for s, i in self.recorder.sessions.items()})
-            self._dirty.update(self.recorder.sessions)
-            self.recorder = None
-        if self.live is not None:
-            self.live.stop()
-            self.live = None
-        if self.store is not None:
-            try:
-                self.store.close()
-            except Exception:
-                pass
-            self.store = None
+    def _note(self, msg: str) -> None:
+        log.warning(msg)
+        print(f"workbench capture: {msg}", file=sys.stderr, flush=True)
 
     # the thread --------------------------------------------------------------------------------
 
@@ -290,7 +214,7 @@ class CaptureWriter:
                 except Exception as exc:  # keep recording whatever one bad event did
                     log.exception("capture writer: event failed")
                     self._loud(f"internal error on a capture event: {exc!r}")
-            self._release_reorder(time.monotonic(), force=stop)
+            self.appends.release_due(time.monotonic(), force=stop)
             if stop:
                 self._finish_all()
             self.flush()
@@ -313,7 +237,9 @@ class CaptureWriter:
         elif tag == EV_BODY:
             self._body(ev[1], ev[2], ev[3], ev[4])
         elif tag == EV_DONE:
-            self._done(ev[1], ev[2], ev[3], ev[4])
+            self._done(ev[1], ev[2], ev[3], ev[4], ev[5] if len(ev) > 5 else None)
+        elif tag == EV_LATE:
+            self._late(ev[1], ev[2], ev[3])
 
     def _open_flow(self, fo: FlowOpen) -> None:
         fl = _Flow(fo, secret=fo.transport == "unary" and secret_method(fo.path))
@@ -342,9 +268,9 @@ class CaptureWriter:
         """Attach a flow to its session (creating or completing the session row)."""
         fl.session_id = sid
         fo = fl.open
-        info = self._get_session(sid)
+        info = self.sink.get_session(sid)
         if info is None:
-            info = self._open_session(self._session_info(fl, sid))
+            info = self.sink.open_session(self._session_info(fl, sid))
         else:
             # Appends may have created the row first: the stream flow fills in the rest.
             info.transport = fo.transport
@@ -357,7 +283,7 @@ class CaptureWriter:
             start = us_to_datetime(fo.ts_us)
             if info.started_at is None or start < info.started_at:
                 info.started_at = start
-            self._touch(sid)
+            self.sink.touch(sid)
         for ts_us, direction, f in fl.pending:
             self._emit(sid, ts_us, direction, fo.transport, fo.key, f)
         fl.pending.clear()
@@ -411,17 +337,18 @@ class CaptureWriter:
         if fl is None:
             return
         fl.http_status = status
+        fl.response_headers = list(headers)
         meta = {"response_headers": headers, "response_http_version": http_version}
         if alpn:
             meta["server_alpn"] = alpn
         if fl.open.transport != "bidi_append":
             fl.open.meta.update(meta)
             if fl.session_id is not None:
-                info = self._get_session(fl.session_id)
+                info = self.sink.get_session(fl.session_id)
                 if info is not None:
                     info.http_status = status
                     info.meta.update(meta)
-                    self._touch(fl.session_id)
+                    self.sink.touch(fl.session_id)
         if status != 200 and fl.open.streaming:
             fl.error_body = bytearray()
 
@@ -431,19 +358,25 @@ class CaptureWriter:
         if fl is None:
             return
         fo = fl.open
+        if fo.transport == "bidi_append":
+            if direction == "server":
+                fl.append_response = body  # judged with the status when the exchange ends
+                return
+            # Recorded where it arrived (its place among the run's frames); the answer's facts are
+            # filled into its meta when the exchange ends (``_finish_append``).
+            request_meta = append_exchange_meta(None, fo.meta.get("request_headers"), fo.content_type)
+            for f in self.decoder.decode_body(body, "bidi_append", "client"):
+                f.meta = dict(request_meta)
+                fl.append_frames.append(f)
+                self._append(fl, f, [(ts_us, "client", "bidi_append", fo.key, f)])
+            return
         if direction == "server":
             if fl.http_status not in (None, 200):
                 self._http_error_frame(fl, ts_us, body)
                 return
-            if fo.transport == "bidi_append":
-                return  # empty BidiAppendResponse: one per client message, nothing to learn
             frames = self.decoder.decode_body(body, "unary", "server", fo.response_type)
             for f in frames:
                 self._emit_flow(fl, ts_us, direction, self._typed(f, fo.response_type))
-            return
-        if fo.transport == "bidi_append":
-            for f in self.decoder.decode_body(body, "bidi_append", "client"):
-                self._append(fl, ts_us, f)
             return
         for f in self.decoder.decode_body(body, "unary", "client", fo.request_type):
             self._emit_flow(fl, ts_us, direction, self._typed(f, fo.request_type))
@@ -460,77 +393,73 @@ class CaptureWriter:
             self._bind(fl, fl.open.request_id or str(uuid.uuid4()))
         self._emit(fl.session_id, ts_us, direction, fl.open.transport, fl.open.key, f)  # type: ignore[arg-type]
 
-    def _append(self, fl: _Flow, ts_us: int, f: Frame) -> None:
+    def _finish_append(self, fl: _Flow, ts_us: int, error: str | None, trailers: dict[str, str]) -> None:
+        """A BidiAppend exchange is over: complete its frames' meta, then record any refusal."""
+        fo = fl.open
+        status = fl.http_status
+        answer: list[Frame] = []
+        grpc: dict[str, str] = {k: v for k, v in fl.response_headers if k.lower() in ("grpc-status", "grpc-message")}
+        grpc.update({k: v for k, v in trailers.items() if k in ("grpc-status", "grpc-message")})
+        body = fl.append_response or b""
+        if status is not None and status != 200:
+            answer.append(http_error_frame(status, body))
+        elif body:
+            for f in self.decoder.decode_body(body, "bidi_append", "server"):
+                if f.kind.startswith("end_stream") and f.flags & 0x80:
+                    grpc.update(parse_grpc_web_trailer(f.payload))  # a gRPC-Web trailer frame
+                if f.kind == "end_stream.error" or not (f.kind.startswith("end_stream") or f.kind == "empty"):
+                    answer.append(f)  # a refusal, or something other than the empty BidiAppendResponse
+        grpc_status = grpc.get("grpc-status")
+        meta = append_exchange_meta(status, fo.meta.get("request_headers"), fo.content_type,
+                                    grpc_status=int(grpc_status) if grpc_status and grpc_status.isdigit() else None,
+                                    grpc_message=grpc.get("grpc-message"), error=error)
+        frames, fl.append_frames = fl.append_frames, []
+        for f in frames:
+            f.meta = meta  # a frame still held for seqno order is emitted with it
+            where = fl.append_emitted.pop(id(f), None)
+            if where is not None:  # already recorded: complete its meta in place
+                self.sink.patch_meta(where[0], where[1], f, meta)
+        if not frames:  # nothing decodable arrived (an empty body): the refusal still belongs somewhere
+            for f in answer:
+                self._emit_flow(fl, ts_us, "server", f)
+            return
+        last = frames[-1]
+        for a in answer:
+            a.request_id, a.append_seqno = last.request_id, last.append_seqno
+            item: Held = (ts_us, "server", "bidi_append", fo.key, a)
+            if not self.appends.attach(last.request_id or "", last.append_seqno, item):
+                self._emit(last.request_id or "", *item)
+
+    def _append(self, fl: _Flow, f: Frame, items: list[Held]) -> None:
         fo = fl.open
         rid = f.request_id or fo.request_id or str(uuid.uuid4())
         f.request_id = rid
         fl.session_id = rid
         fl.append_seqno = f.append_seqno
-        if self._get_session(rid) is None:
+        if self.sink.get_session(rid) is None:
             info = SessionInfo(session_id=rid, source="capture", transport=None, request_id=rid,
                                client_version=fo.client_version, started_at=us_to_datetime(fo.ts_us),
                                host=fo.host, auth_hash=fo.auth_hash)
-            self._open_session(info)
-        ro = self._reorder.get(rid)
-        if ro is None:
-            ro = self._reorder[rid] = _Reorder()
-        seqno = f.append_seqno if f.append_seqno is not None else 0
-        if not ro.started and seqno == 0:
-            ro.started = True
-        if seqno < ro.next or (seqno == ro.next):
-            self._emit(rid, ts_us, "client", "bidi_append", fo.key, f)
-            if seqno == ro.next:
-                ro.next += 1
-                ro.started = True
-                self._drain(rid, ro)
-            return
-        if not ro.held:
-            ro.oldest = time.monotonic()
-        ro.held[seqno] = (time.monotonic(), ts_us, "client", "bidi_append", fo.key, f)
-        if len(ro.held) > REORDER_MAX:
-            self._release(rid, ro)
-
-    def _drain(self, rid: str, ro: _Reorder) -> None:
-        while ro.next in ro.held:
-            _, ts_us, direction, transport, stream, f = ro.held.pop(ro.next)
-            self._emit(rid, ts_us, direction, transport, stream, f)
-            ro.next += 1
-        if ro.held:
-            ro.oldest = min(v[0] for v in ro.held.values())
-
-    def _release(self, rid: str, ro: _Reorder) -> None:
-        """Give up waiting for a gap: emit what is held, in seqno order."""
-        for seqno in sorted(ro.held):
-            _, ts_us, direction, transport, stream, f = ro.held.pop(seqno)
-            self._emit(rid, ts_us, direction, transport, stream, f)
-            ro.next = seqno + 1
-
-    def _release_reorder(self, now: float, force: bool = False) -> None:
-        for rid in [r for r, ro in self._reorder.items() if not ro.held and ro.ended and now - ro.ended > 60]:
-            del self._reorder[rid]  # a finished run: forget its counter
-        for rid, ro in self._reorder.items():
-            if not ro.held:
-                continue
-            if (force or now - ro.oldest >= REORDER_WINDOW_S
-                    or (ro.ended is not None and now - ro.ended >= REORDER_AFTER_END_S)):
-                self._release(rid, ro)
+            self.sink.open_session(info)
+        self.appends.add(rid, f.append_seqno, items)
 
     def _http_error_frame(self, fl: _Flow, ts_us: int, body: bytes) -> None:
         status = fl.http_status
         f = http_error_frame(status, body)
-        text = f.summary
-        if fl.open.transport == "bidi_append":
-            f.request_id = fl.session_id
-            f.append_seqno = fl.append_seqno
         self._emit_flow(fl, ts_us, "server", f)
-        if fl.open.transport != "bidi_append":
-            info = self._get_session(fl.session_id) if fl.session_id else None
-            if info is not None:
-                info.error = text
-                info.http_status = status
-                self._touch(info.session_id)
+        info = self.sink.get_session(fl.session_id) if fl.session_id else None
+        if info is not None:
+            info.error = f.summary
+            info.http_status = status
+            self.sink.touch(info.session_id)
 
-    def _done(self, key: str, ts_us: int, error: str | None, trailers: dict[str, str]) -> None:
+    def _done(self, key: str, ts_us: int, error: str | None, trailers: dict[str, str],
+              reset: dict[str, Any] | None = None) -> None:
+        """The response finished (or the flow failed); for a bidi Run the request side may go on.
+
+        ``reset`` says which side failed and how (``stream_end.reset_info``); it is kept in the
+        session's ``meta.reset``.
+        """
         fl = self.flows.get(key)
         if fl is None:
             return
@@ -549,17 +478,20 @@ class CaptureWriter:
         self._live_run_ids.pop(key, None)
         fo = fl.open
         if fo.transport == "bidi_append":
+            self._finish_append(fl, ts_us, error, trailers)
             return
         if fl.session_id is None:
             self._bind(fl, fo.request_id or str(uuid.uuid4()))
         sid = fl.session_id
         assert sid is not None
-        info = self._get_session(sid)
+        info = self.sink.get_session(sid)
         if info is None:
             return
         grpc_status = trailers.get("grpc-status")
         if trailers:
             info.meta["trailers"] = trailers
+        if reset is not None:
+            info.meta["reset"] = reset
         if fl.http_status is not None:
             info.http_status = fl.http_status
         if error is not None:
@@ -581,12 +513,30 @@ class CaptureWriter:
         end = us_to_datetime(ts_us)
         if info.ended_at is None or end > info.ended_at:
             info.ended_at = end
-        self._touch(sid)
-        ro = self._reorder.get(sid)
-        if ro is not None and fo.transport in ("runsse", "runpoll"):
-            # Appends still in flight when the stream ends (closing messages) may yet fill a gap:
-            # wait a little longer, not the whole window.
-            ro.ended = time.monotonic()
+        self.sink.touch(sid)
+        if fo.transport in ("runsse", "runpoll"):
+            self.appends.ended(sid)
+
+    def _late(self, key: str, ts_us: int, reset: dict[str, Any]) -> None:
+        """A side failed (reset, connection lost) after the response had ended.
+
+        The session keeps the status its response earned (a server may answer END_STREAM and
+        then RST_STREAM(NO_ERROR) to stop a request body; a client may reset its request stream
+        once it has the whole answer); the failure is kept in ``meta.reset``, and the request side
+        is over.
+        """
+        fl = self.flows.get(key)
+        if fl is None:
+            return
+        if not fl.done:
+            self._done(key, ts_us, None, {}, reset)
+        elif fl.session_id is not None:
+            info = self.sink.get_session(fl.session_id)
+            if info is not None:
+                info.meta["reset"] = reset
+                self.sink.touch(fl.session_id)
+        self._eof_flow(fl, "client", ts_us)
+        self.flows.pop(key, None)
 
     def _eof_flow(self, fl: _Flow, direction: str, ts_us: int) -> None:
         """End of one direction's body (idempotent: the stream callable sees b"" more than once)."""
@@ -613,50 +563,20 @@ class CaptureWriter:
                 self._done(key, now, None, {})
             self._eof_flow(fl, "client", now)
 
-    # sessions and frames -------------------------------------------------------------------------
-
-    def _get_session(self, sid: str) -> SessionInfo | None:
-        if self.recorder is not None:
-            return self.recorder.sessions.get(sid)
-        return self.sessions.get(sid)
-
-    def _open_session(self, info: SessionInfo) -> SessionInfo:
-        if self.recorder is not None:
-            try:
-                return self.recorder.open_session(info)
-            except Exception as exc:
-                self._fail(f"cannot read session {info.session_id} from {self.config.db_path}: {exc}")
-        self.sessions.setdefault(info.session_id, info)
-        self._spool_seq.setdefault(info.session_id, 0)
-        self._dirty.add(info.session_id)
-        return self.sessions[info.session_id]
-
-    def _touch(self, sid: str) -> None:
-        if self.recorder is not None:
-            self.recorder.touch(sid)
-        else:
-            self._dirty.add(sid)
+    # frames ------------------------------------------------------------------------------------
 
     def _emit(self, sid: str, ts_us: int, direction: str, transport: str, stream: str | None, f: Frame) -> None:
         f = redact_frame(f, content=self.config.content, decoder=self.decoder)
         if direction == "client" and f.kind in ("run_request", "prewarm_request"):
             self._learn_run(sid, f)
-        if self.recorder is not None:
-            self.recorder.add(sid, ts_us, direction, transport, stream, f)
-        else:
-            info = self.sessions.get(sid) or self._open_session(SessionInfo(sid))
-            n = self._spool_seq.get(sid, 0)
-            self._spool_seq[sid] = n + 1
-            info.frame_count = n + 1
-            when = us_to_datetime(ts_us)
-            info.started_at = min(info.started_at or when, when)
-            info.ended_at = max(info.ended_at or when, when)
-            self._dirty.add(sid)
-        self._pending_records.append((sid, ts_us, direction, transport, stream, f))
-        self.frames_total += 1
+        seq = self.sink.emit(sid, ts_us, direction, transport, stream, f)
+        if transport == "bidi_append" and direction == "client" and stream is not None:
+            fl = self.flows.get(stream)
+            if fl is not None and any(x is f for x in fl.append_frames):
+                fl.append_emitted[id(f)] = (sid, seq)  # its exchange is still open
 
     def _learn_run(self, sid: str, f: Frame) -> None:
-        info = self._get_session(sid)
+        info = self.sink.get_session(sid)
         if info is None:
             return
         try:
@@ -673,48 +593,5 @@ class CaptureWriter:
             info.model = model
         if run.conversation_id:
             info.conversation_id = run.conversation_id
-        self._touch(sid)
-
-    # flushing ------------------------------------------------------------------------------------
-
-    def flush(self) -> None:
-        records = self._pending_records
-        if self.recorder is not None:
-            try:
-                self.recorder.flush()
-                self.frames_committed += len(records)
-                records.clear()
-            except Exception as exc:
-                self._fail(f"writing {len(records)} frames to {self.config.db_path} failed: {exc}")
-        if self.recorder is None and self.spool is not None:
-            try:
-                self.spool.write([self.sessions[s] for s in sorted(self._dirty) if s in self.sessions], records)
-                self._dirty.clear()
-                records.clear()
-            except OSError as exc:
-                self._loud(f"spool write to {self.spool.path} failed: {exc}; retrying at the next flush")
-        self._write_stats()
-
-    def stats(self) -> dict[str, Any]:
-        sessions = self.recorder.sessions if self.recorder is not None else self.sessions
-        return {
-            "sessions": len(sessions),
-            "open": sum(1 for s in sessions.values() if s.status == "open"),
-            "frames": self.frames_total,
-            "committed": self.frames_committed,
-            "spooled": self.spool.frames if self.spool is not None else 0,
-            "spool": str(self.spool.path) if self.spool is not None and self.spool.path else None,
-            "db_ok": self.recorder is not None,
-        }
-
-    def _write_stats(self) -> None:
-        path = self.config.stats_path
-        if not path:
-            return
-        try:
-            tmp = path + ".tmp"
-            Path(tmp).write_text(json.dumps(self.stats()))
-            os.replace(tmp, path)
-        except OSError:
-            pass
+        self.sink.touch(sid)
 

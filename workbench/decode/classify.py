@@ -20,6 +20,7 @@ from workbench.schema.loader import Schema, load_schema
 from workbench.wire.endstream import b64decode_loose, parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import (
     FLAG_COMPRESSED,
+    HEADER_LEN,
     LOOK_LIMIT,
     Envelope,
     EnvelopeParser,
@@ -67,7 +68,9 @@ class Frame:
     """One classified frame, ready for the store.
 
     ``payload`` is the agent message (unwrapped from BidiAppend/BidiPoll), ``raw`` the
-    de-enveloped wrapper bytes when they differ from ``payload`` (so nothing is ever lost).
+    de-enveloped wrapper bytes when they differ from ``payload`` (so nothing is ever lost); for a
+    gRPC-Web enveloped BidiAppend, ``raw`` is the whole body with its 5-byte envelope and
+    ``flags`` the envelope's flags.
     """
 
     kind: str
@@ -570,6 +573,12 @@ class Decoder:
         else:
             envs = split_unary(data, inflate)
         frames = [self.frames_from_envelope(e, transport, direction) for e in envs]
+        if transport == "bidi_append" and direction == "client":
+            for e, f in zip(envs, frames, strict=True):
+                if e.enveloped and e.flags >= 0:
+                    # A gRPC-Web append (mode D): keep the envelope as it crossed the wire, so the
+                    # recording shows how the body was framed (a 415 is often about exactly that).
+                    f.raw = data[e.offset : e.offset + HEADER_LEN + len(e.wire_bytes)]
         if msg_type and transport == "unary":
             for f in frames:
                 if f.kind == "unary":

@@ -229,15 +229,24 @@ def split_frames(data: bytes, max_frame: int = DEFAULT_MAX_FRAME,
 def looks_enveloped(body: bytes) -> bool:
     """True when a unary body is in fact a sequence of envelopes.
 
-    Cursor sometimes envelopes unary responses: a first byte of 0x00-0x03 cannot start a protobuf
-    message (no valid tag is lower than 0x08), so if the lengths also add up it is an envelope.
+    Cursor sometimes envelopes unary responses, and gRPC-Web envelopes every unary body (a
+    BidiAppend request, its response and the 0x80 trailer frame): a first byte of 0x00-0x03
+    cannot start a protobuf message (no valid tag is lower than 0x08), so if the lengths also add
+    up exactly it is envelopes. A body that starts with a trailer frame (a gRPC-Web
+    "trailers-only" answer) must also hold header text, since 0x80 can start a protobuf tag.
     """
-    if len(body) < HEADER_LEN or body[0] > 0x03:
+    if len(body) < HEADER_LEN:
+        return False
+    if body[0] == FLAG_TRAILER:
+        text = body[HEADER_LEN:]
+        if not (b":" in text and all(0x20 <= c < 0x7F or c in (0x09, 0x0A, 0x0D) for c in text)):
+            return False
+    elif body[0] > 0x03:
         return False
     pos = 0
     while pos + HEADER_LEN <= len(body):
         flags = body[pos]
-        if flags & ~KNOWN_FLAGS:
+        if flags & ~KNOWN_FLAGS and flags != FLAG_TRAILER:
             return False
         pos += HEADER_LEN + int.from_bytes(body[pos + 1 : pos + 5], "big")
     return pos == len(body)
