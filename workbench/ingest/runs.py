@@ -103,6 +103,27 @@ def _units(parts: Sequence[Part]) -> list[str]:
     return [p.ex.unit for p in parts if p.ex.unit and (p.client or p.server)]
 
 
+def _moment(it: _Item) -> float | None:
+    """When an append's message was seen: its request start, or its response's end."""
+    ex = it.part.ex
+    if not it.append:
+        return None
+    return ex.t_req_start if it.direction == "client" else (ex.t_resp_end or ex.t_resp_start)
+
+
+def _with_late_answers(ordered: list[_Item], late: list[_Item], tail_from: int) -> list[_Item]:
+    """Put append answers that arrived after the stream's end among the frames after it, by time."""
+    keyed = []
+    last = float("-inf")
+    for it in ordered[tail_from:]:  # already in order: keep it, times made non-decreasing
+        t = _moment(it)
+        last = max(last, t) if t is not None else last
+        keyed.append((last, it))
+    keyed += [(_moment(it) or last, it) for it in late]
+    keyed.sort(key=lambda p: p[0])
+    return ordered[:tail_from] + [it for _, it in keyed]
+
+
 class PlanBuilder:
     """Builds the SessionPlans of one file (``source``, ``file_meta``) with one decoder."""
 
@@ -125,7 +146,7 @@ class PlanBuilder:
             info.meta["request_id_mismatch"] = {"header": rid_header, "body": part.request_id}
         return info
 
-    def _note_appends(self, info: SessionInfo, appends: list[Part]) -> None:
+    def _note_appends(self, info: SessionInfo, appends: list[Part], stream_end: float | None = None) -> None:
         appends.sort(key=lambda a: (a.seqno if a.seqno is not None else -1, a.ex.t_req_start or 0.0))
         seqnos = [a.seqno for a in appends if a.seqno is not None]
         info.meta["appends"] = [{"exchange": a.ex.ident, "append_seqno": a.seqno, "http_status": a.ex.status}
@@ -140,6 +161,9 @@ class PlanBuilder:
         for a in appends:
             learn_run(self.dec, info, a.client)
             st, err = exchange_status(a)
+            last_seen = a.ex.t_resp_end or a.ex.t_resp_start or a.ex.t_req_end or a.ex.t_req_start
+            if stream_end is not None and last_seen is not None and last_seen > stream_end:
+                continue  # refused or cut off once the run was over: the run is not at fault
             if st != "complete" and info.status == "complete":
                 info.status, info.error = "error", f"{a.ex.ident} (append_seqno {a.seqno}): {err}"
 
@@ -148,13 +172,15 @@ class PlanBuilder:
         transport = part.route.transport
         info = self.session_info(part, transport)
         learn_run(self.dec, info, part.client)
-        self._note_appends(info, appends)
+        self._note_appends(info, appends, part.ex.t_resp_end)
         s_client, s_server = _items(part)
         body: list[_Item] = list(s_client)
         clients: list[ClientMessage] = [ClientMessage(it.frame) for it in s_client]
         client_items: list[_Item] = list(s_client)
         follow: list[list[_Item]] = [[] for _ in s_client]  # an append's response right after its request
         lead: list[_Item] = []
+        late: list[_Item] = []  # append answers that arrived after the stream had ended
+        end = part.ex.t_resp_end
         for a in appends:
             a_client, a_server = _items(a, append=True)
             body += a_client + a_server
@@ -162,7 +188,11 @@ class PlanBuilder:
                 clients.append(ClientMessage(it.frame, a.ex.t_req_start))
                 client_items.append(it)
                 follow.append([])
-            (follow[-1] if follow else lead).extend(a_server)
+            answered = a.ex.t_resp_end or a.ex.t_resp_start or a.ex.t_req_end
+            if end is not None and answered is not None and answered > end:
+                late += a_server
+            else:
+                (follow[-1] if follow else lead).extend(a_server)
         body += s_server
         body_index = {id(it): i for i, it in enumerate(body)}
 
@@ -183,6 +213,9 @@ class PlanBuilder:
             else:
                 ordered.append(client_items[i])
                 ordered.extend(follow[i])
+        if late:
+            ordered = _with_late_answers(ordered, late, len(ordered) - ordered[::-1].index(s_server[-1])
+                                         if s_server else 0)
         times = []
         last = 0
         final = s_server[-1] if s_server else None

@@ -4,8 +4,9 @@ The agent protocol pairs messages by ids, never by position:
 
 - **exec**: ``exec_server_message{id, exec_id}`` is answered by one or more
   ``exec_client_message{id, exec_id}`` (a streamed shell sends several), optionally followed by
-  ``exec_client_control_message.stream_close{id}``; ``throw{id}`` answers an exec the client cannot
-  run. ``exec_client_control_message.heartbeat{id}`` says a local exec is still running.
+  ``exec_client_control_message.stream_close{id}``; ``throw{id}`` (usually followed by
+  ``stream_close``) answers an exec the client cannot run. ``exec_client_control_message.heartbeat{id}``
+  says a local exec is still running.
 - **kv**: ``kv_server_message{id}`` (get_blob / set_blob) gets exactly one ``kv_client_message{id}``.
 - **query**: ``interaction_query{id}`` gets exactly one ``interaction_response{id}``.
 - **turn**: a follow-up on the same run (a later ``run_request``, or a ``conversation_action`` with a
@@ -60,8 +61,9 @@ class FrameLike(Protocol):
 class Correlation:
     """What one message means for pairing.
 
-    ``role``: ``request`` (the server asks), ``answer`` (a result), ``close`` (stream_close or
-    throw: ends the answers to that exec), ``progress`` (an exec heartbeat: the exec still runs).
+    ``role``: ``request`` (the server asks), ``answer`` (a result), ``throw`` (the client cannot run
+    it), ``close`` (stream_close: ends the answers to that exec), ``progress`` (an exec heartbeat:
+    the exec still runs).
     """
 
     family: str
@@ -110,8 +112,10 @@ def client_correlation(f: FrameLike) -> Correlation | None:
         return Correlation(family, int(f.ref_id), "answer", exec_id_of(kind, f.payload) if family == "exec" else None)
     if top == "exec_client_control_message":
         member = kind.rsplit(".", 1)[-1]
-        if member in ("stream_close", "throw"):
+        if member == "stream_close":
             return Correlation("exec", int(f.ref_id), "close")
+        if member == "throw":  # Cursor's own executor follows it with stream_close
+            return Correlation("exec", int(f.ref_id), "throw")
         if member == "heartbeat":
             return Correlation("exec", int(f.ref_id), "progress")
     return None

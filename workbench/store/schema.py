@@ -76,7 +76,8 @@ MIGRATION_3 = [
     """DELETE FROM tool_calls WHERE session_id IN (SELECT session_id FROM _m3_touched)""",
     """DELETE FROM blobs WHERE session_id IN (SELECT session_id FROM _m3_touched)""",
     """INSERT INTO _m3_report SELECT 'sessions_changed', count(DISTINCT session_id) FROM _m3_touched""",
-    """INSERT OR REPLACE INTO meta SELECT 'migration_3', CAST(json_group_object(item, n) AS VARCHAR) FROM _m3_report""",
+    """INSERT OR REPLACE INTO meta SELECT 'migration_3', CAST(json_group_object(item, n) AS VARCHAR) FROM _m3_report
+        HAVING sum(n) > 0""",
     # DuckDB builds an index only in a transaction without pending updates. Every step above is
     # idempotent, so a crash between the two transactions just repeats the migration.
     COMMIT_POINT,
