@@ -14,20 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from import_rig import HEALTHY, Recording, closes_follow_results, record, wire_view
+from import_rig import Recording, closes_follow_results, wire_view
 from mitmproxy import http, io
 
 from workbench.cli import main
 from workbench.schema import pb
 from workbench.store import open_reader
 from workbench.wire.envelope import encode, split_frames
-
-TRANSPORTS = ("run", "runsse")
-
-
-@pytest.fixture(scope="module")
-def ingest_live(tmp_path_factory: pytest.TempPathFactory) -> Recording:
-    return record(tmp_path_factory.mktemp("ingest-live"), [(s, t) for t in TRANSPORTS for s in HEALTHY])
 
 
 def _q(db: Path, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:

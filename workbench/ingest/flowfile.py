@@ -63,6 +63,7 @@ def read_exchanges(path: Path, progress: Any = None) -> tuple[list[Exchange], in
     from workbench.ingest import IngestError
 
     out: dict[str, Exchange] = {}
+    position: dict[str, int] = {}
     other = 0
     repeats = 0
     n = 0
@@ -72,9 +73,10 @@ def read_exchanges(path: Path, progress: Any = None) -> tuple[list[Exchange], in
             for flow in reader.stream():
                 n += 1
                 if isinstance(flow, http.HTTPFlow):
-                    if flow.id in out:
+                    first = position.setdefault(flow.id, n)
+                    if first != n:
                         repeats += 1
-                    out[flow.id] = to_exchange(flow, n)
+                    out[flow.id] = to_exchange(flow, first)  # the last copy, named by its first place
                 else:
                     other += 1
                 if progress is not None:

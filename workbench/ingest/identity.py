@@ -171,8 +171,10 @@ def _add_plan(batch: FrameBatch, plan: SessionPlan) -> None:
 
 def write_plans(store: Store, plans: Sequence[SessionPlan], *, warn: Callable[[str], None],
                 progress: Callable[[int], None] = lambda _n: None,
-                batch_frames: int = BATCH_FRAMES, batch_sessions: int = BATCH_SESSIONS) -> WriteOutcome:
+                batch_frames: int | None = None, batch_sessions: int | None = None) -> WriteOutcome:
     """Write what is new of ``plans``; whole sessions per transaction."""
+    batch_frames = batch_frames or BATCH_FRAMES
+    batch_sessions = batch_sessions or BATCH_SESSIONS
     out = WriteOutcome()
     all_units = [u for p in plans for u in p.units]
     present = stored_units(store, all_units)

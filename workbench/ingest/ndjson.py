@@ -409,6 +409,8 @@ class NdjsonRecorder:
             if not ok:
                 msg = err.get("message") if isinstance(err, dict) else err
                 info.error = str(msg or ev.get("result") or kind)
+            else:
+                info.error = None  # e.g. "stream ended without a result event" of a shorter import
             if isinstance(ev.get("request_id"), str):
                 info.request_id = ev["request_id"]
             for k in ("usage", "duration_ms", "duration_api_ms"):

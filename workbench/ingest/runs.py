@@ -162,8 +162,10 @@ class PlanBuilder:
             learn_run(self.dec, info, a.client)
             st, err = exchange_status(a)
             last_seen = a.ex.t_resp_end or a.ex.t_resp_start or a.ex.t_req_end or a.ex.t_req_start
-            if stream_end is not None and last_seen is not None and last_seen > stream_end:
-                continue  # refused or cut off once the run was over: the run is not at fault
+            if st == "aborted" or (stream_end is not None and last_seen is not None and last_seen > stream_end):
+                # cut off by the client, or refused once the run was over (no stream left to join):
+                # the run's outcome is its stream's, as in live capture
+                continue
             if st != "complete" and info.status == "complete":
                 info.status, info.error = "error", f"{a.ex.ident} (append_seqno {a.seqno}): {err}"
 
