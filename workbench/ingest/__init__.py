@@ -53,8 +53,8 @@ class ImportResult:
         if not self.sessions and not self.frames and self.skipped_sessions:
             ss = "" if self.skipped_sessions == 1 else "s"
             fs = "" if self.skipped_frames == 1 else "s"
-            frames = f", {self.skipped_frames:,} frame{fs}" if self.skipped_frames else ""
-            return f"skipped {self.file}: already imported ({self.skipped_sessions:,} session{ss}{frames})"
+            frames = f", {self.skipped_frames} frame{fs}" if self.skipped_frames else ""
+            return f"skipped {self.file}: already imported ({self.skipped_sessions} session{ss}{frames})"
         s = "" if self.sessions == 1 else "s"
         f = "" if self.frames == 1 else "s"
         line = f"imported {self.file}: {self.sessions} session{s}, {self.frames} frame{f}"

@@ -48,9 +48,12 @@ def cmd_import(args: argparse.Namespace) -> int:
         for name in args.files:
             progress = Progress(name, stream=sys.stderr)
             try:
+                def warn(msg: str, progress: Progress = progress) -> None:
+                    progress.finish()  # a warning gets a line of its own; the progress line comes back
+                    print(f"workbench import: {msg}", file=sys.stderr)
+
                 result = import_file(name, store, args.format, decoder_factory=lambda: decoder_from(args),
-                                     progress=progress,
-                                     warn=lambda msg: print(f"workbench import: {msg}", file=sys.stderr))
+                                     progress=progress, warn=warn)
             except IngestError as exc:
                 failed += 1
                 print(f"workbench import: {exc}", file=sys.stderr)

@@ -15,6 +15,7 @@ from typing import Any
 from workbench.capture.match import DEFAULT_PATHS, Matcher, Route
 from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, http_error_frame
 from workbench.ingest.identity import WriteOutcome
+from workbench.ingest.progress import Progress
 from workbench.redact import marker, redact_frame, redact_headers, secret_method
 from workbench.store.db import SessionInfo, Store
 
@@ -222,8 +223,11 @@ def exchange_meta(ex: Exchange) -> dict[str, Any]:
 
 def write_exchanges(store: Store, dec: Decoder, exchanges: Sequence[Exchange], *, source: str,
                     file_meta: dict[str, Any], warn: Callable[[str], None],
-                    progress: Callable[[int], None] = lambda _n: None) -> ExchangeImport:
-    """Decode every agent exchange and write what is new of its session(s); others are counted only."""
+                    progress: Progress | None = None) -> ExchangeImport:
+    """Decode every agent exchange and write what is new of its session(s); others are counted only.
+
+    ``progress`` (a terminal progress line) shows the decoding, then the sessions written and skipped.
+    """
     from workbench.ingest.identity import write_plans
     from workbench.ingest.runs import PlanBuilder
 
@@ -231,9 +235,12 @@ def write_exchanges(store: Store, dec: Decoder, exchanges: Sequence[Exchange], *
     streams: list[Part] = []
     appends: list[Part] = []
     singles: list[Part] = []
+    if progress is not None:
+        progress.total, progress.unit = len(exchanges), "exchanges decoded"
     for i, ex in enumerate(exchanges):
         route = ex.route
-        progress(i + 1)
+        if progress is not None:
+            progress.update(i + 1)
         if route is None:
             out.skipped += 1
             continue
@@ -274,7 +281,20 @@ def write_exchanges(store: Store, dec: Decoder, exchanges: Sequence[Exchange], *
         plans.append(builder.orphan_appends(rid, parts))
         out.orphans += 1
     plans += [builder.single(p) for p in singles]
-    out.result = write_plans(store, plans, warn=lambda msg: warn(f"{file_meta['file']}: {msg}"))
+
+    def written(done: int, skipped: int) -> None:
+        if progress is not None:
+            progress.note = f"{skipped} already imported" if skipped else ""
+            progress.update(done)
+
+    if progress is not None:
+        progress.total, progress.unit = len(plans), "sessions"
+    try:
+        out.result = write_plans(store, plans, warn=lambda msg: warn(f"{file_meta['file']}: {msg}"),
+                                 progress=written)
+    finally:
+        if progress is not None:
+            progress.finish()
     out.session_ids = out.result.session_ids
     out.frames = out.result.frames
     return out

@@ -99,7 +99,7 @@ def run_import(ctx: Any) -> Any:
         ctx.progress.finish()
     file_meta = {"file": str(path), "file_sha256": ctx.file_sha256, "format": "mitmproxy-flows"}
     res = write_exchanges(ctx.store, ctx.decoder, exchanges, source="import:flow", file_meta=file_meta,
-                          warn=ctx.warn)
+                          warn=ctx.warn, progress=ctx.progress)
     result = ImportResult(str(path), "flow", sessions=len(res.session_ids), frames=res.frames,
                           session_ids=res.session_ids)
     if repeats:

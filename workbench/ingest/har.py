@@ -227,7 +227,7 @@ def run_import(ctx: Any) -> Any:
         ctx.progress.finish()
     file_meta = {"file": str(path), "file_sha256": ctx.file_sha256, "format": "har"}
     res = write_exchanges(ctx.store, ctx.decoder, list(exchanges.values()), source="import:har",
-                          file_meta=file_meta, warn=ctx.warn)
+                          file_meta=file_meta, warn=ctx.warn, progress=ctx.progress)
     result = ImportResult(str(path), "har", sessions=len(res.session_ids), frames=res.frames,
                           session_ids=res.session_ids)
     if repeats:

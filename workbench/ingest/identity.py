@@ -77,7 +77,7 @@ class WriteOutcome:
 
     def notes(self) -> list[str]:
         def n(k: int, one: str, many: str) -> str:
-            return f"{k:,} {one if k == 1 else many}"
+            return f"{k} {one if k == 1 else many}"
 
         out = []
         if self.skipped:
@@ -170,7 +170,7 @@ def _add_plan(batch: FrameBatch, plan: SessionPlan) -> None:
 
 
 def write_plans(store: Store, plans: Sequence[SessionPlan], *, warn: Callable[[str], None],
-                progress: Callable[[int], None] = lambda _n: None,
+                progress: Callable[[int, int], None] = lambda _done, _skipped: None,
                 batch_frames: int | None = None, batch_sessions: int | None = None) -> WriteOutcome:
     """Write what is new of ``plans``; whole sessions per transaction."""
     batch_frames = batch_frames or BATCH_FRAMES
@@ -230,6 +230,6 @@ def write_plans(store: Store, plans: Sequence[SessionPlan], *, warn: Callable[[s
                     stored.pop(s, None)
         if len(batch) >= batch_frames or len(infos) >= batch_sessions:
             commit()
-        progress(done)
+        progress(done, len(out.skipped))
     commit()
     return out

@@ -484,7 +484,7 @@ def run_import(ctx: Any) -> Any:
                           session_ids=list(sink.session_ids), skipped_sessions=len(sink.skipped_sessions),
                           skipped_frames=sink.skipped_lines)
     if sink.skipped_lines and sink.frames:
-        result.notes.append(f"resumed: {sink.skipped_lines:,} line{'s' if sink.skipped_lines != 1 else ''} "
+        result.notes.append(f"resumed: {sink.skipped_lines} line{'s' if sink.skipped_lines != 1 else ''} "
                             f"already imported, skipped")
     if sink.malformed:
         result.notes.append(f"{sink.malformed} malformed line{'s' if sink.malformed != 1 else ''}")
