@@ -68,22 +68,34 @@ def read_exchanges(path: Path, progress: Any = None) -> tuple[list[Exchange], in
     repeats = 0
     n = 0
     with path.open("rb") as fh:
-        reader = io.FlowReader(fh)
-        try:
-            for flow in reader.stream():
-                n += 1
-                if isinstance(flow, http.HTTPFlow):
-                    first = position.setdefault(flow.id, n)
-                    if first != n:
-                        repeats += 1
+        flows = io.FlowReader(fh).stream()
+        while True:
+            try:
+                flow = next(flows, None)
+            except (exceptions.FlowReadException, ValueError, KeyError, TypeError, AttributeError,
+                    IndexError, UnicodeDecodeError, OverflowError) as exc:
+                # mitmproxy raises more than FlowReadException on corrupt state (a missing key, a
+                # wrong type): all of them mean this flow cannot be read
+                what = str(exc) if isinstance(exc, exceptions.FlowReadException) else f"{type(exc).__name__}: {exc}"
+                raise IngestError(f"{path}: flow {n + 1} (after byte {fh.tell()}) cannot be read: {what} "
+                                  f"— truncated, damaged or not a mitmproxy flow file; nothing imported from it"
+                                  ) from exc
+            if flow is None:
+                break
+            n += 1
+            if isinstance(flow, http.HTTPFlow):
+                first = position.setdefault(flow.id, n)
+                if first != n:
+                    repeats += 1
+                try:
                     out[flow.id] = to_exchange(flow, first)  # the last copy, named by its first place
-                else:
-                    other += 1
-                if progress is not None:
-                    progress.update(fh.tell(), n)
-        except exceptions.FlowReadException as exc:
-            raise IngestError(f"{path}: flow {n + 1} (after byte {fh.tell()}) cannot be read: {exc} "
-                              f"— truncated or not a mitmproxy flow file; nothing imported from it") from exc
+                except (ValueError, TypeError, AttributeError, KeyError) as exc:
+                    raise IngestError(f"{path}: flow {n} (id {flow.id}) is damaged: {type(exc).__name__}: {exc}; "
+                                      f"nothing imported from it") from exc
+            else:
+                other += 1
+            if progress is not None:
+                progress.update(fh.tell(), n)
     return list(out.values()), other, repeats
 
 
