@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from workbench.decode.classify import CLIENT_MSG, SERVER_MSG, Frame, default_decoder
-from workbench.protocol.matching import START, client_correlation, exec_id_of, pair_messages, server_correlation
+from workbench.protocol.matching import (
+    START,
+    client_correlation,
+    exec_id_of,
+    pair_messages,
+    server_correlation,
+)
 from workbench.schema import pb
 
 

@@ -68,7 +68,7 @@ def read_exchanges(path: Path, progress: Any = None) -> tuple[list[Exchange], in
     repeats = 0
     n = 0
     with path.open("rb") as fh:
-        flows = io.FlowReader(fh).stream()
+        flows = iter(io.FlowReader(fh).stream())
         while True:
             try:
                 flow = next(flows, None)
