@@ -91,6 +91,7 @@ def test_grown_flow_file_adds_only_what_is_new(ingest_live: Recording, tmp_path:
     cut = streams[1] - 1  # the second RunSSE's appends so far, without the stream
     assert flows[cut - 1].request.path.endswith("/BidiAppend")
     part = _write_flows(tmp_path / "grown.flows", flows[:cut])
+    snapshot = _write_flows(tmp_path / "snapshot.flows", flows[:cut])
     db, clean = tmp_path / "grown.duckdb", tmp_path / "clean.duckdb"
     first = _import(db, part, capsys)
     assert "BidiAppend group without a stream" in first
@@ -102,6 +103,9 @@ def test_grown_flow_file_adds_only_what_is_new(ingest_live: Recording, tmp_path:
     (absorbed,) = [json.loads(r["meta"]) for r in _q(db, "SELECT meta FROM sessions")
                    if "absorbed_sessions" in json.loads(r["meta"])]
     assert len(absorbed["absorbed_sessions"]) == 1
+    # the old snapshot again: everything in it is stored (its appends now inside their stream)
+    assert _import(db, snapshot, capsys).startswith(f"skipped {snapshot}: already imported")
+    assert tables(db) == tables(clean)
 
 
 def test_interrupted_import_resumes(ingest_live: Recording, tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -9,7 +9,7 @@ no path can write a frame twice.
 Flow and HAR imports build whole sessions (``SessionPlan``) and compare each with the database:
 
 - none of its units stored → written;
-- the stored session holds exactly its units → skipped (already imported);
+- all of its units are stored (in it, or in a fuller session) → skipped (already imported);
 - the stored session holds some of them (a grown file, an import that was killed) → the session is
   rebuilt from the file: its frames are replaced, in one transaction, keeping its label;
 - its appends were stored earlier as a group without their stream (``appends_without_stream``) →
@@ -135,6 +135,8 @@ def _decide(plan: SessionPlan, present: dict[str, str], stored: dict[str, _Store
     """(action, sessions to delete first, message): action is new | skip | rebuild | conflict."""
     sid = plan.info.session_id
     units = set(plan.units)
+    if units and units <= set(present):
+        return "skip", [], ""  # all stored already (perhaps inside a fuller session: appends joined to their stream)
     mine = stored.get(sid)
     others = sorted({s for u, s in present.items() if s != sid})
     blocked = [s for s in others if not (s in stored and stored[s].absorbable and stored[s].units <= units)]

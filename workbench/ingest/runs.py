@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +39,7 @@ TIMING_BODY = ("the file has no per-frame timing and its order could not be rebu
                "that carried a frame")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Item:
     """One decoded frame and where it came from."""
 
@@ -76,11 +77,27 @@ def _earliest(it: _Item, last_server: bool) -> int:
 
 
 def _append_meta(part: Part, client: bool) -> dict[str, Any]:
+    """The facts of a BidiAppend's exchange, with live capture's keys and shapes (``http_status``;
+    on its request frame also ``request_headers`` as a dict of lower-cased names, repeats joined
+    with ", ", ``content_type``, and ``grpc_status``/``grpc_message``/``error`` when there are any)."""
     ex = part.ex
     meta: dict[str, Any] = {"http_status": ex.status}
-    if client:
-        meta["content_type"] = ex.header("content-type")
-        meta["request_headers"] = dict(redact_headers(ex.req_headers))
+    if not client:
+        return meta
+    headers: dict[str, str] = {}
+    for name, value in redact_headers(ex.req_headers):
+        key = name.lower()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    meta["request_headers"] = headers
+    meta["content_type"] = ex.header("content-type")
+    grpc = {k.lower(): v for k, v in [*ex.resp_headers, *ex.trailers] if k.lower() in ("grpc-status", "grpc-message")}
+    status = grpc.get("grpc-status")
+    if status is not None and status.isdigit():
+        meta["grpc_status"] = int(status)
+    if grpc.get("grpc-message"):
+        meta["grpc_message"] = grpc["grpc-message"]
+    if ex.error:
+        meta["error"] = ex.error
     return meta
 
 
@@ -152,7 +169,7 @@ class PlanBuilder:
         info.meta["appends"] = [{"exchange": a.ex.ident, "append_seqno": a.seqno, "http_status": a.ex.status}
                                 for a in appends]
         if seqnos:
-            dup = sorted({s for s in seqnos if seqnos.count(s) > 1})
+            dup = sorted(s for s, k in Counter(seqnos).items() if k > 1)
             gaps = sorted(set(range(min(seqnos), max(seqnos) + 1)) - set(seqnos))
             if dup:
                 info.meta["append_duplicates"] = dup
@@ -216,8 +233,9 @@ class PlanBuilder:
                 ordered.append(client_items[i])
                 ordered.extend(follow[i])
         if late:
-            ordered = _with_late_answers(ordered, late, len(ordered) - ordered[::-1].index(s_server[-1])
-                                         if s_server else 0)
+            final_server = s_server[-1] if s_server else None
+            tail_from = next((len(ordered) - k for k, it in enumerate(reversed(ordered)) if it is final_server), 0)
+            ordered = _with_late_answers(ordered, late, tail_from)
         times = []
         last = 0
         final = s_server[-1] if s_server else None
