@@ -8,6 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from import_rig import HEALTHY, Recording, record
 
 DATA = Path(__file__).parent / "data"
 
@@ -46,3 +47,9 @@ def ingest_copy(tmp_path: Path):
 @pytest.fixture
 def ingest_sample() -> Path:
     return DATA / "stream-json.ndjson"
+
+
+@pytest.fixture(scope="session")
+def ingest_live(tmp_path_factory: pytest.TempPathFactory) -> Recording:
+    """Healthy turns (Run and RunSSE + BidiAppend) recorded live, as a whole-body flow file and as HAR."""
+    return record(tmp_path_factory.mktemp("ingest-live"), [(s, t) for t in ("run", "runsse") for s in HEALTHY])

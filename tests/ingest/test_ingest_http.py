@@ -80,16 +80,35 @@ def test_bidi_append_join_and_reorder(tmp_path: Path, ingest_recorded: tuple[Pat
     frames = _q(db, "SELECT f.* FROM frames f JOIN sessions s USING (session_id) "
                     "WHERE s.request_id = ? AND s.transport = 'runsse' ORDER BY seq", [m.RID_OK])
     got = [(f["direction"], f["transport"], f["kind"], f["append_seqno"]) for f in frames]
-    assert got[:4] == [
+    # causal order: each answer right after what it answers, appends by seqno whatever their capture order
+    assert got == [
         ("client", "runsse", "bidi_request_id", None),
         ("client", "bidi_append", "run_request", 0),          # captured second, ordered first
-        ("client", "bidi_append", "exec_client_message.shell_result", 1),
+        ("server", "runsse", "interaction_update.thinking_delta", None),
+        ("server", "runsse", "interaction_update.text_delta", None),
+        ("server", "runsse", "interaction_update.tool_call_started", None),
+        ("server", "runsse", "exec_server_message.shell_args", None),
+        ("client", "bidi_append", "exec_client_message.shell_result", 1),  # answers exec 1
         ("client", "bidi_append", "client_heartbeat", 2),     # captured first
+        ("server", "runsse", "interaction_update.text_delta", None),
+        ("server", "runsse", "interaction_update.turn_ended", None),
+        ("server", "runsse", "end_stream", None),
     ]
-    assert [k for _, _, k, _ in got[4:]] == [
-        "interaction_update.thinking_delta", "interaction_update.text_delta",
-        "interaction_update.tool_call_started", "exec_server_message.shell_args",
-        "interaction_update.text_delta", "interaction_update.turn_ended", "end_stream"]
+    (session,) = _q(db, "SELECT meta FROM sessions WHERE request_id = ? AND transport = 'runsse'", [m.RID_OK])
+    assert json.loads(session["meta"])["order"] == "causal"
+    # body order stays recoverable: the stream's client frames, the appends by seqno, the server frames
+    metas = [json.loads(f["meta"]) for f in frames]
+    by_body = [f["kind"] for _, f in sorted(zip([x["body_index"] for x in metas], frames, strict=True),
+                                             key=lambda p: p[0])]
+    assert by_body[:4] == ["bidi_request_id", "run_request", "exec_client_message.shell_result", "client_heartbeat"]
+    # each append keeps its HTTP evidence, as live capture writes it
+    for f, meta in zip(frames, metas, strict=True):
+        if f["transport"] == "bidi_append":
+            assert meta["http_status"] == 200 and meta["content_type"] == "application/proto"
+            assert meta["request_headers"]["x-request-id"] == m.RID_OK
+            assert meta["request_headers"]["authorization"].startswith("Bearer [redacted sha256:")
+        else:
+            assert set(meta) == {"body_index"}
     assert {f["request_id"] for f in frames if f["transport"] == "bidi_append"} == {m.RID_OK}
     started = next(f for f in frames if f["kind"] == "interaction_update.tool_call_started")
     assert started["call_id"] == m.CALL_ID
@@ -272,5 +291,5 @@ def test_har_request_body_left_out(tmp_path: Path, ingest_recorded: tuple[Path, 
     assert _import(db, edited) == 0
     assert "entry 7 (POST /agent.v1.AgentService/RunSSE): request body not recorded in the HAR" in \
         capsys.readouterr().err
-    (s,) = _q(db, "SELECT status, error FROM sessions WHERE session_id LIKE 'har-%-7'")
+    (s,) = _q(db, "SELECT status, error FROM sessions WHERE meta->>'exchange' = 'entry 7'")
     assert s["status"] == "incomplete" and "request body not recorded" in s["error"]

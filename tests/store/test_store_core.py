@@ -372,14 +372,16 @@ def test_recorder_background_write_error_is_raised_and_frames_kept(tmp_path: Pat
         rec.add("e", now_us(), "server", "run", "1", frame(0))
         rec.flush()
         rec.wait()
-        s.con.execute("ALTER TABLE frames RENAME TO frames_gone")
+        # another writer took seq 1: the unique key (session_id, seq) refuses the recorder's insert
+        s.con.execute("INSERT INTO frames (session_id, seq, ts, direction, transport, kind) "
+                      "VALUES ('e', 1, now(), 'server', 'run', 'intruder')")
         rec.add("e", now_us(), "server", "run", "1", frame(1))
         rec.flush()
         with pytest.raises(duckdb.Error):
             rec.wait()
         assert [t.num_rows for t in rec.unwritten] == [1]
         assert rec.unwritten[0].column("seq").to_pylist() == [1]
-        s.con.execute("ALTER TABLE frames_gone RENAME TO frames")
+        s.con.execute("DELETE FROM frames WHERE kind = 'intruder'")
         rec.add("e", now_us(), "server", "run", "1", frame(2))
         rec.close()  # a fresh writer thread carries on
         assert s.query("SELECT seq FROM frames ORDER BY seq").column("seq").to_pylist() == [0, 2]
