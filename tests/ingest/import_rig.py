@@ -141,10 +141,22 @@ def record(out: Path, runs: Sequence[tuple[str, str]], *, pace: float = 0.01, he
 
 
 def wire_view(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, int | None]]:
-    """(direction, kind, id) in seq order without timing-only frames and stream_close: the part of
-    a session's order the protocol determines (a close may follow its results at any distance)."""
-    return [(r["direction"], r["kind"], r["ref_id"]) for r in rows
-            if r["kind"] not in TIMING_ONLY and r["kind"] != "exec_client_control_message.stream_close"]
+    """(direction, kind, id) in seq order without timing-only frames and trailing answers: the part
+    of a session's order the protocol determines. A close may follow its results at any distance, and
+    so may the final ``shell_result`` a client sends after a shell stream's exit (the stream already
+    completed the exec, so the server goes on without waiting for it)."""
+    streamed: set[int] = set()
+    view = []
+    for r in rows:
+        kind = r["kind"]
+        if kind.startswith("exec_client_message.shell_stream"):
+            streamed.add(r["ref_id"])
+        if kind in TIMING_ONLY or kind == "exec_client_control_message.stream_close":
+            continue
+        if kind == "exec_client_message.shell_result" and r["ref_id"] in streamed:
+            continue
+        view.append((r["direction"], kind, r["ref_id"]))
+    return view
 
 
 def closes_follow_results(rows: Sequence[dict[str, Any]]) -> bool:
