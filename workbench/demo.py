@@ -91,12 +91,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
             capture.start()
             say(f"      proxy {capture.url}, CA {capture.ca_path}")
             say("[3/5] running the scenario suite through the capture")
-            results = asyncio.run(run_suite(sim.url, capture))
+            labels: dict[str, str] = {}
+            results = asyncio.run(run_suite(sim.url, capture, labels))
         finally:
             capture.stop()
     say(f"      capture stopped; {db} written")
     say("[4/5] diagnosing (the broken sessions are broken on purpose: their findings are the point)")
-    diagnose(db)
+    diagnose(db, labels)
     failed = [name for name, outcome in results if outcome.startswith(("error:", "stalled"))]
     say(f"[5/5] done in {time.monotonic() - started:.1f} s — browse it with: workbench tui --db {db}")
     if failed:
@@ -165,7 +166,9 @@ def _wait_for_port(url: str, proc: subprocess.Popen[str]) -> None:
     raise CliError(f"capture proxy {url} is not accepting connections")
 
 
-async def run_suite(sim_url: str, capture: CaptureProcess) -> list[tuple[str, str]]:
+async def run_suite(sim_url: str, capture: CaptureProcess,
+                    labels: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """Drive every scenario through the capture; ``labels`` collects session id → scenario name."""
     from workbench.client.agent import AgentClient
 
     # The built-in client honours HTTPS_PROXY like any other client: that is how it is captured.
@@ -176,16 +179,20 @@ async def run_suite(sim_url: str, capture: CaptureProcess) -> list[tuple[str, st
     for sc in SUITE:
         client = AgentClient(sim_url, DEMO_TOKEN, transport=sc.transport, faults=sc.faults,
                              heartbeat_budget=15, heartbeat_interval=1.0, verify=capture.ca_path)
+        sessions: list[str] = []
         try:
-            outcome = await _drive(client, sc)
+            outcome = await _drive(client, sc, sessions)
         finally:
             await client.aclose()
+        if labels is not None:
+            labels.update(dict.fromkeys(sessions, sc.name))
         say(f"      {sc.title}: {outcome}")
         results.append((sc.name, outcome))
     return results
 
 
-async def _drive(client: Any, sc: Scenario) -> str:
+async def _drive(client: Any, sc: Scenario, sessions: list[str]) -> str:
+    """Run the scenario's turns; ``sessions`` gets the id of each run it started (its request id)."""
     from workbench.client.agent import AgentError
 
     on_exec: Callable[[Any], Awaitable[Any]] = _answer_exec
@@ -199,6 +206,9 @@ async def _drive(client: Any, sc: Scenario) -> str:
             return f"error as expected: {exc}" if sc.expect_error else f"error: {exc}"
         except TimeoutError:
             return "stalled (gave up after 30 s)"
+        finally:
+            if client.last_request_id and client.last_request_id not in sessions:
+                sessions.append(client.last_request_id)
         outcome = f"{len(res.text)} chars of text, {len(res.tool_calls)} tool call(s)"
         if not res.ended:
             outcome += ", no turn_ended"
@@ -215,11 +225,14 @@ async def _answer_exec(ev: Any) -> Any:
     return f"todo_write received: {text}"
 
 
-def diagnose(db: Path) -> int:
+def diagnose(db: Path, labels: dict[str, str] | None = None) -> int:
+    """Label the demo's sessions with their scenario names, then analyse and report."""
     from workbench.analysis import analyze
     from workbench.analysis.report import print_report
+    from workbench.protocol.labels import store_labels
     from workbench.store.db import Store
 
     with Store(db) as store:
+        store_labels(store, labels or {})
         results = analyze(store)
     return print_report(results)

@@ -46,7 +46,7 @@ from workbench.capture.writer import (
     WriterConfig,
 )
 from workbench.redact import LEVELS, bearer_hash, redact_headers
-from workbench.store.db import DEFAULT_DB
+from workbench.store.paths import default_db
 
 log = logging.getLogger("workbench.capture")
 
@@ -86,7 +86,9 @@ class CursorCapture:
     # options -----------------------------------------------------------------------------------
 
     def load(self, loader: Any) -> None:
-        loader.add_option("cursor_db", str, DEFAULT_DB, "workbench capture database (DuckDB file)")
+        loader.add_option("cursor_db", str, default_db(),
+                          "workbench capture database (DuckDB file; default: $WORKBENCH_DB, else "
+                          "captures/workbench.duckdb in the nearest captures/ folder up from here)")
         loader.add_option("cursor_hosts", str, ",".join(DEFAULT_HOSTS),
                           "comma-separated host globs on which every Connect/gRPC RPC path is recorded")
         loader.add_option("cursor_paths", str, ",".join(DEFAULT_PATHS),

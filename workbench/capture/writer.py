@@ -37,6 +37,7 @@ from workbench.decode.classify import (
     default_decoder,
     http_error_frame,
 )
+from workbench.protocol.labels import fill_label
 from workbench.redact import marker, redact_frame, secret_method
 from workbench.store.db import SessionInfo, Store, us_to_datetime
 from workbench.store.recorder import Recorder
@@ -579,6 +580,7 @@ class CaptureWriter:
         info = self.sink.get_session(sid)
         if info is None:
             return
+        fill_label(info, kind=f.kind, payload=f.payload)  # the frame is already redacted
         try:
             msg: Any = self.decoder.info(CLIENT_MSG).cls.FromString(f.payload)
             run = getattr(msg, f.kind)

@@ -64,6 +64,7 @@ from workbench.client.transport import (
     TransportError,
     unary,
 )
+from workbench.protocol.labels import prompt_label
 
 FAULTS = frozenset({"no_stream_close", "naive_args_concat", "reuse_session", "omit_conversation_state",
                     "reset_append_seqno"})
@@ -173,7 +174,7 @@ class AgentClient(ExecAnswers):
 
     # recording ------------------------------------------------------------------------------
 
-    def _record_session(self, run: _Run) -> None:
+    def _record_session(self, run: _Run, prompt: str) -> None:
         if self._journal is None:
             return
         meta: dict[str, Any] = {"close_policy": self.close_policy}
@@ -182,7 +183,8 @@ class AgentClient(ExecAnswers):
         rid = run.channel.request_id
         self._journal.open_session(
             rid, transport=self.transport, request_id=rid, conversation_id=self.conversation_id, model=run.model,
-            client_version=f"workbench-client ({self.transport})", host=self.base_url, meta=meta)
+            client_version=f"workbench-client ({self.transport})", host=self.base_url, meta=meta,
+            label=prompt_label(prompt))
 
     def _finish_session(self, run: _Run, error: Error | None) -> None:
         if self._journal is not None:
@@ -286,7 +288,7 @@ class AgentClient(ExecAnswers):
                 channel = await self._channel()
                 run = _Run(channel, defs, model)
                 self.last_request_id = channel.request_id
-                self._record_session(run)
+                self._record_session(run, prompt)
                 await channel.open(self.build_run_request(prompt, model, defs, self.conversation_id))
                 run.hb_task = asyncio.create_task(self._heartbeats(run))
                 run.iterator = channel.incoming()

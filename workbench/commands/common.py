@@ -10,12 +10,15 @@ import pyarrow as pa
 from workbench.cli import CliError
 from workbench.decode.classify import Decoder
 from workbench.schema.loader import load_schema
-from workbench.store.db import DEFAULT_DB
+from workbench.store.paths import default_db, describe_rule
 from workbench.store.reader import LocalReader, RemoteReader, open_reader
 
 
 def add_db_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default=DEFAULT_DB, help=f"capture database (default {DEFAULT_DB})")
+    # Resolved when the parser is built (once per command, in the directory it runs in), so that
+    # --help shows the file a command would open.
+    p.add_argument("--db", default=default_db(), metavar="PATH",
+                   help=f"capture database (default: {describe_rule()}; here: %(default)s)")
 
 
 def add_proto_arg(p: argparse.ArgumentParser) -> None:

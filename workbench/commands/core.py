@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from workbench.cli import CliError
 from workbench.commands.common import (
     add_db_arg,
@@ -44,9 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_proto_arg(p)
     p.set_defaults(func=cmd_decode)
 
-    p = sub.add_parser("sessions", help="list captured sessions")
+    p = sub.add_parser("sessions", help="list captured sessions",
+                       description="One row per session: id, label (scenario name or an excerpt of the "
+                       "first prompt), source, transport, model, start, duration, frames, status, the number "
+                       "of findings and the top finding (the root cause, when one finding explains others).")
     add_db_arg(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per session, with top_finding and top_finding_message")
     p.set_defaults(func=cmd_sessions)
 
     p = sub.add_parser("frames", help="list the frames of one session")
@@ -171,7 +177,7 @@ def _decode_batch(args: argparse.Namespace, dec: Decoder) -> int:
 # sessions / frames / sql ----------------------------------------------------------------------
 
 SESSION_LIST_SQL = """
-SELECT s.session_id, s.source, s.transport, s.model, s.started_at,
+SELECT s.session_id, s.label, s.source, s.transport, s.model, s.started_at,
        round(epoch(s.ended_at) - epoch(s.started_at), 2) AS duration_s,
        s.frame_count, s.status,
        (SELECT count(*) FROM findings f WHERE f.session_id = s.session_id) AS findings
@@ -180,13 +186,22 @@ FROM sessions s ORDER BY s.started_at NULLS LAST, s.session_id
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
+    from workbench.overview import query_top_findings
+
     reader = reader_from(args)
     table = reader.query(SESSION_LIST_SQL)
+    # The top finding is the root cause (workbench.analysis.causes.order_findings), not the worst
+    # symptom: it is what to look at first.
+    top = query_top_findings(reader.query)
+    codes = [top.get(sid, {}).get("code") for sid in table.column("session_id").to_pylist()]
     if args.json:
-        for row in table.to_pylist():
+        for row, code in zip(table.to_pylist(), codes, strict=True):
+            f = top.get(row["session_id"])
+            row["top_finding"] = code
+            row["top_finding_message"] = f.get("message") or None if f else None
             print(json.dumps(row, default=str))
     else:
-        print_table(table)
+        print_table(table.append_column("top_finding", pa.array(codes, pa.string())))
     return 0
 
 

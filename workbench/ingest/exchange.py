@@ -16,6 +16,7 @@ from workbench.capture.match import DEFAULT_PATHS, Matcher, Route
 from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, http_error_frame
 from workbench.ingest.identity import WriteOutcome
 from workbench.ingest.progress import Progress
+from workbench.protocol.labels import fill_label
 from workbench.redact import marker, redact_frame, redact_headers, secret_method
 from workbench.store.db import SessionInfo, Store
 
@@ -197,6 +198,7 @@ def learn_run(dec: Decoder, info: SessionInfo, frames: Sequence[Frame]) -> None:
     for f in frames:
         if f.kind not in ("run_request", "prewarm_request"):
             continue
+        fill_label(info, kind=f.kind, payload=f.payload)  # frames are redacted by now
         try:
             msg: Any = dec.info(CLIENT_MSG).cls.FromString(f.payload)
             run = getattr(msg, f.kind)

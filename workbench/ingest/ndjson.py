@@ -23,6 +23,7 @@ from typing import Any
 from workbench.decode.classify import Frame
 from workbench.decode.summary import quote
 from workbench.ingest.lineage import FileLines, Lineage, choose_lineage
+from workbench.protocol.labels import fill_label
 from workbench.store.db import SessionInfo, now_us
 from workbench.store.recorder import Recorder
 
@@ -393,7 +394,9 @@ class NdjsonRecorder:
             self.malformed += 1
         ev = parsed.event or {}
         kind = parsed.frame.kind
-        if kind == "system.init":
+        if kind == "user":
+            fill_label(info, prompt=message_text(ev))
+        elif kind == "system.init":
             if isinstance(ev.get("model"), str):
                 info.model = ev["model"]
             for k in ("cwd", "apiKeySource", "permissionMode"):

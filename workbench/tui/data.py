@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from workbench.decode import fields_of
 from workbench.decode.classify import ENVELOPED, Decoder
+from workbench.overview import FINDING_COLUMNS, top_findings
 from workbench.store.db import StoreError
 from workbench.store.reader import LocalReader, RemoteReader, open_reader, sidecar_path
 
@@ -321,6 +322,8 @@ class SessionSummary:
     frame_count: int
     status: str
     findings: dict[str, int] = field(default_factory=dict)
+    label: str = ""
+    top_finding: dict[str, Any] | None = None  # the root cause first (workbench.overview)
 
     def findings_text(self) -> str:
         parts = [f"{self.findings[s]}{s[0].upper()}" for s in SEVERITIES if self.findings.get(s)]
@@ -417,17 +420,22 @@ class TuiData:
             "SELECT session_id, coalesce(source, '') AS source, coalesce(transport, '') AS transport, "
             "coalesce(model, '') AS model, epoch_us(started_at) AS started_us, "
             "epoch_us(ended_at) - epoch_us(started_at) AS dur_us, coalesce(frame_count, 0) AS frame_count, "
-            f"coalesce(status, '') AS status FROM sessions {where} ORDER BY started_at, session_id", params)
+            f"coalesce(status, '') AS status, coalesce(label, '') AS label FROM sessions {where} "
+            "ORDER BY started_at, session_id", params)
+        rows = self.query(f"SELECT {FINDING_COLUMNS} FROM findings {where}", params).to_pylist()
         counts: dict[str, dict[str, int]] = {}
-        for r in self.query(f"SELECT session_id, severity, count(*) AS n FROM findings {where} GROUP BY ALL",
-                            params).to_pylist():
-            counts.setdefault(r["session_id"], {})[r["severity"]] = int(r["n"])
+        for r in rows:
+            by_sev = counts.setdefault(r["session_id"], {})
+            by_sev[r["severity"]] = by_sev.get(r["severity"], 0) + 1
+        top = top_findings(rows)
         out = []
         for r in t.to_pylist():
             dur = r["dur_us"]
-            out.append(SessionSummary(r["session_id"], r["source"], r["transport"], r["model"],
+            sid = r["session_id"]
+            out.append(SessionSummary(sid, r["source"], r["transport"], r["model"],
                                       r["started_us"], None if dur is None else dur / 1e6,
-                                      int(r["frame_count"]), r["status"], counts.get(r["session_id"], {})))
+                                      int(r["frame_count"]), r["status"], counts.get(sid, {}),
+                                      r["label"], top.get(sid)))
         return out
 
     def session(self, session_id: str) -> SessionSummary | None:
@@ -553,10 +561,12 @@ class TuiData:
     def findings(self, session_id: str) -> list[dict[str, Any]]:
         t = self.query(
             "SELECT code, severity, coalesce(message, '') AS message, first_seq, last_seq, evidence, "
-            "coalesce(suggested_fix, '') AS suggested_fix FROM findings WHERE session_id = ? "
-            "ORDER BY CASE severity WHEN 'error' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, first_seq, code",
+            "coalesce(suggested_fix, '') AS suggested_fix FROM findings WHERE session_id = ?",
             [session_id])
-        out = t.to_pylist()
+        from workbench.analysis.causes import order_findings  # not at import: it loads the analysis
+
+        # root cause first, each follower after the finding that explains it ("cause" set on it)
+        out = order_findings(t.to_pylist())
         for f in out:
             ev = [int(s) for s in (f["evidence"] or []) if s is not None]
             if not ev and f["first_seq"] is not None:
@@ -647,9 +657,9 @@ class LiveFindings:
             out.append({"code": d["code"], "severity": d["severity"], "message": d.get("message") or "",
                         "first_seq": d.get("first_seq"), "last_seq": d.get("last_seq"), "evidence": ev,
                         "suggested_fix": d.get("suggested_fix") or ""})
-        rank = {"error": 0, "warning": 1, "info": 2}
-        out.sort(key=lambda f: (rank.get(f["severity"], 3), f["first_seq"] or 0, f["code"]))
-        return out
+        from workbench.analysis.causes import order_findings
+
+        return order_findings(out)
 
 
 # helpers used by the views -----------------------------------------------------------------------

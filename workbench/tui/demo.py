@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from workbench.decode.classify import Decoder, Frame, default_decoder
+from workbench.protocol.labels import fill_label
 from workbench.schema import pb
 from workbench.store.db import SessionInfo, Store, us_to_datetime
 from workbench.store.recorder import Recorder
@@ -132,6 +133,8 @@ def _record(rec: Recorder, dec: Decoder, info: SessionInfo, msgs: Iterator[Msg],
     for offset, direction, data in msgs:
         for f in streams[direction].feed(data):
             rec.add(info.session_id, start_us + int(offset * 1_000_000), direction, info.transport or "run", "1", f)
+            if direction == "client":
+                fill_label(info, kind=f.kind, payload=f.payload)
             n += 1
     return n
 
@@ -158,7 +161,7 @@ def build_demo_db(path: str | Path, decoder: Decoder | None = None) -> Path:
         _record(rec, dec, SessionInfo(OK_SESSION, source="client", transport="run", model="claude-4-sonnet",
                                       status="complete"), ok_turn(), BASE_US + 600_000_000)
         _record(rec, dec, SessionInfo(ERR_SESSION, source="sim", transport="runsse", model="gpt-5",
-                                      status="error", error="resource_exhausted"), err_turn(),
+                                      status="error", error="resource_exhausted", label="rate_limit"), err_turn(),
                 BASE_US + 900_000_000)
         rec.flush()
         kinds = {int(r["seq"]): r["kind"] for r in store.query(

@@ -16,47 +16,105 @@ def _seqs(first: Any, last: Any) -> str:
     return str(first) if last is None or last == first else f"{first}…{last}"
 
 
+FINDING_COLUMNS = (("lit", " "), ("severity", "severity"), ("code", "code"), ("frames", "frames"),
+                   ("message", "message"))
+# A pane too narrow to give the message this much in its own column shows each finding on two
+# lines instead: severity, code and frames, then the message under them.
+MIN_MESSAGE = 30
+NARROW_COLUMNS = (("lit", " "), ("finding", "finding"))
+
+
+def finding_code(f: dict[str, Any]) -> str:
+    """The code, marked ``↳`` when another finding of the session explains it (``order_findings``)."""
+    return f"↳ {f['code']}" if f.get("cause") else str(f["code"])
+
+
 class FindingsTable(DataTable[Any]):
-    """Findings of the session; in replay, the ones whose evidence was reached light up."""
+    """Findings of the session, root cause first (each follower after the finding that explains
+    it); in replay, the ones whose evidence was reached light up. The message column takes what
+    the pane has left, so it stays readable on a 120-column terminal."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self.findings: list[dict[str, Any]] = []
         self.lit: set[int] | None = None   # None = not replaying: all shown plainly
+        self._widths: dict[str, int] = {}
 
     def on_mount(self) -> None:
-        self.add_column(" ", key="lit", width=1)
-        self.add_column("severity", key="severity")
-        self.add_column("code", key="code")
-        self.add_column("frames", key="frames")
-        self.add_column("message", key="message")
+        self._layout()
+
+    def on_resize(self) -> None:
+        if self._layout():
+            self._rows()
+
+    @property
+    def narrow(self) -> bool:
+        return "finding" in self._widths
+
+    def _layout(self) -> bool:
+        """Fit the columns to the pane; True when they changed (and the rows need adding again)."""
+        codes = [len(finding_code(f)) for f in self.findings]
+        frames = [len(_seqs(f["first_seq"], f["last_seq"])) for f in self.findings]
+        widths = {"lit": 1, "severity": 8, "code": min(30, max([4, *codes])), "frames": max([6, *frames])}
+        width = (self.size.width or 80) - 2  # the scrollbar
+        room = width - 2 * len(FINDING_COLUMNS) - sum(widths.values())  # cells are padded by 2
+        if room >= MIN_MESSAGE:
+            widths["message"] = room
+            columns = FINDING_COLUMNS
+        else:
+            widths = {"lit": 1, "finding": max(MIN_MESSAGE, width - 4 - 1)}
+            columns = NARROW_COLUMNS
+        if widths == self._widths and self.columns:
+            return False
+        self._widths = widths
+        self.clear(columns=True)
+        for key, header in columns:
+            self.add_column(header, key=key, width=widths[key])
+        return True
 
     def set_findings(self, findings: list[dict[str, Any]]) -> None:
         if findings == self.findings:
             return
-        keep = self.cursor_row
         self.findings = findings
-        self.clear()
-        for i, f in enumerate(findings):
-            self.add_row(*self._cells(i, f), key=str(i))
-        if findings:
-            self.move_cursor(row=min(keep, len(findings) - 1))
+        self._layout()
+        self._rows()
 
-    def _cells(self, i: int, f: dict[str, Any]) -> list[Any]:
+    def _rows(self) -> None:
+        keep = self.cursor_row
+        self.clear()
+        height = 2 if self.narrow else 1
+        for i, f in enumerate(self.findings):
+            self.add_row(*self._cells(i, f).values(), key=str(i), height=height)
+        if self.findings:
+            self.move_cursor(row=min(max(keep, 0), len(self.findings) - 1))
+
+    def _cells(self, i: int, f: dict[str, Any]) -> dict[str, Any]:
         sev = f["severity"]
         lit = self.lit is None or i in self.lit
         dim = "" if lit else "dim"
         mark = Text("●", SEVERITY_STYLE.get(sev, "")) if self.lit is not None and lit else Text(
             "○" if self.lit is not None else " ", "dim")
-        return [mark, Text(sev, SEVERITY_STYLE.get(sev, "") if lit else "dim"), Text(f["code"], dim),
-                Text(_seqs(f["first_seq"], f["last_seq"]), dim), Text(f["message"], dim)]
+        sev_text = Text(sev, SEVERITY_STYLE.get(sev, "") if lit else "dim")
+        if self.narrow:
+            width = self._widths["finding"]
+            line = Text.assemble(sev_text, "  ", (finding_code(f), dim), "  ",
+                                 (_seqs(f["first_seq"], f["last_seq"]), "dim"))
+            message = Text(f["message"], dim)
+            line.truncate(width, overflow="ellipsis")
+            message.truncate(width, overflow="ellipsis")
+            return {"lit": mark, "finding": Text("\n").join([line, message])}
+        cells = {"lit": mark, "severity": sev_text,
+                 "code": Text(finding_code(f), dim, no_wrap=True, overflow="ellipsis"),
+                 "frames": Text(_seqs(f["first_seq"], f["last_seq"]), dim),
+                 "message": Text(f["message"], dim, no_wrap=True, overflow="ellipsis")}
+        return cells
 
     def set_lit(self, lit: set[int] | None) -> None:
         if lit == self.lit:
             return
         self.lit = lit
         for i, f in enumerate(self.findings):
-            for col, cell in zip(("lit", "severity", "code", "frames", "message"), self._cells(i, f), strict=True):
+            for col, cell in self._cells(i, f).items():
                 self.update_cell(str(i), col, cell)
 
     def lit_by(self, seq: int) -> set[int]:

@@ -22,7 +22,7 @@ from workbench.tui.loading import Loader
 from workbench.tui.modals import BlobScreen, KindPicker, ToolCallScreen
 from workbench.tui.panels import BlobsTable, FindingsTable, ToolCallsTable
 from workbench.tui.replay import ReplayClock
-from workbench.tui.sessions_screen import fmt_duration
+from workbench.tui.sessions_screen import STATUS_STYLE, fmt_duration
 from workbench.tui.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -256,15 +256,20 @@ class SessionScreen(Loader, Screen[None]):
     def _update_status(self) -> None:
         s = self.summary
         t = Text()
-        t.append(self.session_id, "bold")
+        # status and label first: they are what a narrow pane must not cut
         if s is not None:
-            t.append(f"  {s.source} · {s.transport} · {s.model or '?'} · {fmt_duration(s.duration_s)} · ", "dim")
-            t.append(s.status, "green" if s.status == "complete" else "yellow")
+            t.append(s.status, STATUS_STYLE.get(s.status, "yellow"))
+            t.append("  ")
+        t.append(self.session_id, "bold")
+        if s is not None and s.label:
+            t.append(f"  “{s.label}”")
         if self.index is not None:
             shown = self.index.total
             t.append(f"\n{shown} frames" if not self.flt.active else
                      f"\n{shown} of {self.max_seq + 1} frames match {self.flt.describe()}")
             t.append(f" · {len(self.index)} rows", "dim")
+        if s is not None:
+            t.append(f" · {s.source} · {s.transport} · {s.model or '?'} · {fmt_duration(s.duration_s)}", "dim")
         if self.app.data.live:
             t.append("  ● live", "bold green")
         self.query_one("#session-status", Static).update(t)

@@ -14,15 +14,22 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from workbench.tui.data import SEVERITIES, SessionSummary
 from workbench.tui.loading import Loader
+from workbench.tui.panels import SEVERITY_STYLE
 
 if TYPE_CHECKING:
     from workbench.tui.app import WorkbenchApp
 
+# (key, header): the display order; ``s`` cycles through the sort keys in this order.
 COLUMNS: list[tuple[str, str]] = [
-    ("session", "session"), ("source", "source"), ("transport", "transport"), ("model", "model"),
-    ("start", "start (UTC)"), ("duration", "duration"), ("frames", "frames"), ("findings", "findings"),
-    ("status", "status"),
+    ("session", "session"), ("label", "label"), ("status", "status"), ("findings", "findings"),
+    ("top", "top finding"), ("source", "source"), ("transport", "transport"), ("model", "model"),
+    ("start", "start (UTC)"), ("duration", "duration"), ("frames", "frames"),
 ]
+# Columns that share what is left after the others, with the least width each keeps.
+FLEX_MIN = {"session": 9, "label": 14, "top": 20}
+# When the screen is too narrow for every column, these go first (left to right).
+DROP_ORDER = ("source", "duration", "model", "frames", "transport", "start")
+CELL_PADDING = 2  # DataTable pads each cell by one on both sides
 STATUS_STYLE = {"complete": "green", "open": "cyan", "incomplete": "yellow", "error": "bold red", "aborted": "red"}
 
 
@@ -44,9 +51,45 @@ def fmt_duration(s: float | None) -> str:
 def sort_value(s: SessionSummary, key: str) -> Any:
     if key == "findings":
         return tuple(-s.findings.get(sev, 0) for sev in SEVERITIES)
-    return {"session": s.session_id, "source": s.source, "transport": s.transport, "model": s.model,
-            "start": s.started_us or 0, "duration": s.duration_s or 0.0, "frames": s.frame_count,
-            "status": s.status}[key]
+    return {"session": s.session_id, "label": s.label, "source": s.source, "transport": s.transport,
+            "model": s.model, "start": s.started_us or 0, "duration": s.duration_s or 0.0,
+            "frames": s.frame_count, "status": s.status, "top": (s.top_finding or {}).get("code", "")}[key]
+
+
+def top_text(s: SessionSummary) -> str:
+    return (s.top_finding or {}).get("code", "")
+
+
+def cell_texts(s: SessionSummary) -> dict[str, str]:
+    """Each column's plain text for one session (widths are measured on these)."""
+    return {"session": s.session_id, "label": s.label, "status": s.status, "findings": s.findings_text(),
+            "top": top_text(s), "source": s.source, "transport": s.transport, "model": s.model,
+            "start": fmt_start(s.started_us), "duration": fmt_duration(s.duration_s),
+            "frames": str(s.frame_count)}
+
+
+def layout(width: int, natural: dict[str, int]) -> dict[str, int]:
+    """Column key → width for a table ``width`` cells wide: every column at its natural width when
+    that fits; else the flexible ones (session, label, top finding) shrink to their minimum, then
+    the least important columns are left out (``DROP_ORDER``). Status and findings always stay."""
+    keys = [k for k, _ in COLUMNS]
+
+    def need(ks: list[str]) -> int:
+        return sum(min(natural[k], FLEX_MIN[k]) if k in FLEX_MIN else natural[k] for k in ks) \
+            + CELL_PADDING * len(ks)
+
+    for drop in DROP_ORDER:
+        if need(keys) <= width:
+            break
+        keys.remove(drop)
+    widths = {k: (min(natural[k], FLEX_MIN[k]) if k in FLEX_MIN else natural[k]) for k in keys}
+    spare = width - need(keys)
+    for k in ("label", "top", "session"):  # what is left goes to the label first
+        if k in widths and spare > 0:
+            grow = min(spare, natural[k] - widths[k])
+            widths[k] += grow
+            spare -= grow
+    return widths
 
 
 class SessionsScreen(Loader, Screen[None]):
@@ -71,6 +114,7 @@ class SessionsScreen(Loader, Screen[None]):
         self.sort_key = "start"
         self.sort_reverse = False
         self.text_filter = ""
+        self._widths: dict[str, int] = {}
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -78,15 +122,13 @@ class SessionsScreen(Loader, Screen[None]):
         yield Static("", id="sessions-status")
         table: DataTable[Any] = DataTable(id="sessions", cursor_type="row", zebra_stripes=True)
         yield table
+        yield Static("", id="session-info")
         yield Footer()
 
     def on_mount(self) -> None:
         self.title = "workbench"
         self.sub_title = Path(self.app.data.path).name
-        table = self.query_one("#sessions", DataTable)
-        for key, label in COLUMNS:
-            table.add_column(label, key=key)
-        table.focus()
+        self.query_one("#sessions", DataTable).focus()
         if self.app.follow:
             self.set_interval(self.app.poll_interval, self._poll, name="sessions-follow")
 
@@ -118,32 +160,79 @@ class SessionsScreen(Loader, Screen[None]):
         if self.text_filter:
             needle = self.text_filter.lower()
             rows = [s for s in rows if needle in " ".join(
-                [s.session_id, s.source, s.transport, s.model, s.status, fmt_start(s.started_us),
-                 s.findings_text()]).lower()]
+                [s.session_id, s.label, s.source, s.transport, s.model, s.status, fmt_start(s.started_us),
+                 s.findings_text(), top_text(s)]).lower()]
         return sorted(rows, key=lambda s: sort_value(s, self.sort_key), reverse=self.sort_reverse)
+
+    def on_resize(self) -> None:
+        if self.sessions:
+            self._fill()
+
+    def _columns(self, table: DataTable[Any], texts: list[dict[str, str]]) -> list[str]:
+        """Fit the columns to the table's width (``layout``); rebuild them when that changes."""
+        natural = {k: max([len(h)] + [len(t[k]) for t in texts]) for k, h in COLUMNS}
+        # the vertical scrollbar takes two cells once the rows outgrow the table
+        width = (table.size.width or self.app.size.width) - 2
+        widths = layout(width, natural)
+        if widths != self._widths or not table.columns:
+            table.clear(columns=True)
+            for key, header in COLUMNS:
+                if key in widths:
+                    table.add_column(header, key=key, width=widths[key])
+            self._widths = widths
+        else:
+            table.clear()
+        return [k for k, _ in COLUMNS if k in widths]
 
     def _fill(self) -> None:
         table = self.query_one("#sessions", DataTable)
         current = self.selected_id()
-        table.clear()
         rows = self.visible_sessions()
-        for s in rows:
+        texts = [cell_texts(s) for s in rows]
+        keys = self._columns(table, texts)
+        for s, text in zip(rows, texts, strict=True):
+            cells = {k: Text(v, no_wrap=True, overflow="ellipsis") for k, v in text.items()}
             fcell = Text()
             for sev, style in (("error", "bold red"), ("warning", "yellow"), ("info", "cyan")):
                 if s.findings.get(sev):
                     fcell.append(f"{s.findings[sev]}{sev[0].upper()} ", style)
-            table.add_row(s.session_id, s.source, s.transport, s.model, fmt_start(s.started_us),
-                          fmt_duration(s.duration_s), str(s.frame_count), fcell or Text("-", "dim"),
-                          Text(s.status, STATUS_STYLE.get(s.status, "")), key=s.session_id)
+            cells["findings"] = fcell or Text("-", "dim")
+            cells["status"] = Text(s.status, STATUS_STYLE.get(s.status, ""))
+            if s.top_finding:
+                cells["top"].stylize(SEVERITY_STYLE.get(s.top_finding.get("severity", ""), ""))
+            table.add_row(*(cells[k] for k in keys), key=s.session_id)
         if current is not None:
             for i, s in enumerate(rows):
                 if s.session_id == current:
                     table.move_cursor(row=i)
+        self._show_info()
         arrow = "↓" if self.sort_reverse else "↑"
         flt = f'  filter "{self.text_filter}"' if self.text_filter else ""
         live = "  ● live" if self.app.data.live else ""
         self.query_one("#sessions-status", Static).update(
             f"{len(rows)} of {len(self.sessions)} sessions  sorted by {self.sort_key} {arrow}{flt}{live}")
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_info()
+
+    def _show_info(self) -> None:
+        """The selected session in full: id, where it came from, label, top finding and its message."""
+        sid = self.selected_id()
+        s = next((x for x in self.sessions if x.session_id == sid), None)
+        t = Text()
+        if s is not None:
+            t.append(s.session_id, "bold")
+            t.append(f"  {s.source} · {s.transport} · {s.model or '?'} · ", "dim")
+            t.append(s.status, STATUS_STYLE.get(s.status, ""))
+            if s.label:
+                t.append(f"  “{s.label}”")
+            f = s.top_finding
+            if f:
+                t.append("\n")
+                t.append(f["code"], SEVERITY_STYLE.get(f.get("severity", ""), "bold"))
+                if f.get("message"):
+                    t.append(f": {f['message']}")
+        self.query_one("#session-info", Static).update(t)
 
     def selected_id(self) -> str | None:
         table = self.query_one("#sessions", DataTable)

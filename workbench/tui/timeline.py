@@ -21,7 +21,10 @@ from textual.strip import Strip
 
 from workbench.tui.data import FrameIndex, RowRef
 
-KIND_WIDTH = 40
+KIND_WIDTH = 40       # the kind column on a wide screen
+MIN_KIND_WIDTH = 22   # on a narrow one, where kinds are written compactly (``compact_kind``)
+MIN_SUMMARY = 32      # the summary keeps at least this much before the kind column shrinks
+ROW_PREFIX = 16       # evidence mark, time offset, direction arrow
 CACHE_LIMIT = 50_000
 
 _FAMILY_STYLES: list[tuple[str, Style]] = [
@@ -53,6 +56,21 @@ _CURSOR = Style(bgcolor="grey30", bold=True)
 _CURSOR_FOCUS = Style(bgcolor="dark_blue", bold=True)
 _EVIDENCE = Style(bgcolor="dark_red")
 _LIT = Style(color="bright_yellow", bold=True)
+
+
+def kind_width(width: int) -> int:
+    """The kind column for a timeline ``width`` cells wide: 40, less when the summary would get
+    fewer than ``MIN_SUMMARY`` cells (a 120-column terminal), never under ``MIN_KIND_WIDTH``."""
+    return max(MIN_KIND_WIDTH, min(KIND_WIDTH, width - ROW_PREFIX - MIN_SUMMARY))
+
+
+def compact_kind(kind: str, width: int) -> str:
+    """``kind`` in at most ``width`` cells: as stored when it fits, else without the
+    ``interaction_update.`` prefix and with ``_message.`` shortened to ``.``, then cut."""
+    if len(kind) <= width:
+        return kind
+    short = kind.removeprefix("interaction_update.").replace("_message.", ".")
+    return short if len(short) <= width else short[: width - 1] + "…"
 
 
 def kind_style(kind: str) -> Style:
@@ -258,7 +276,8 @@ class Timeline(ScrollView, can_focus=True):
         indent = "  " if rr.member else ""
         kind = data.get("kind") or ""
         direction = data.get("direction") or ""
-        kind_cell = (indent + kind)[:KIND_WIDTH].ljust(KIND_WIDTH)
+        kw = kind_width(self.scrollable_content_region.width)
+        kind_cell = (indent + compact_kind(kind, kw - len(indent))).ljust(kw)
         summary = str(data.get("summary") or "").replace("\n", "⏎")
         segs = [mark, off, Segment(arrow(direction) + " ", Style(color="bright_cyan" if direction == "client"
                                                                    else "bright_green")),
