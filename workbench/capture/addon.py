@@ -13,7 +13,9 @@ code and recorded with the side that reset.
 
 Options (``--set name=value``): ``cursor_db``, ``cursor_hosts``, ``cursor_paths``,
 ``cursor_redact`` (``secrets`` | ``content``), ``cursor_flush_ms``, ``cursor_live``,
-``cursor_stats_file``. Values are checked here, whichever way they were given (mitmproxy itself
+``cursor_stats_file``, ``cursor_hold_frames``, ``cursor_view_bytes`` (the copy of each streamed body
+kept for the "Cursor agent" contentview, which the addon registers: ``contentview.py``). Values are
+checked here, whichever way they were given (mitmproxy itself
 does not enforce ``choices``): a bad one is an ``OptionsError`` naming it, logged as an error so
 mitmdump stops at start-up.
 """
@@ -30,7 +32,7 @@ from typing import Any
 
 from mitmproxy import ctx, exceptions, http
 
-from workbench.capture import stream_end
+from workbench.capture import contentview, stream_end
 from workbench.capture.match import DEFAULT_HOSTS, DEFAULT_PATHS, Matcher, Route
 from workbench.capture.sink import HOLD_FRAMES
 from workbench.capture.writer import (
@@ -45,6 +47,7 @@ from workbench.capture.writer import (
     FlowOpen,
     WriterConfig,
 )
+from workbench.decode.classify import Decoder, default_decoder
 from workbench.redact import LEVELS, bearer_hash, redact_headers
 from workbench.store.paths import default_db
 
@@ -82,6 +85,7 @@ class CursorCapture:
         self._routes: dict[str, Route] = {}
         self._answered: set[str] = set()
         self._db: str | None = None
+        self._view_dec: Decoder | None = None
 
     # options -----------------------------------------------------------------------------------
 
@@ -104,6 +108,11 @@ class CursorCapture:
         loader.add_option("cursor_hold_frames", int, HOLD_FRAMES,
                           "frames held in memory when neither the database nor any spool location "
                           "takes writes; beyond this they are counted as lost")
+        loader.add_option("cursor_view_bytes", int, contentview.VIEW_BYTES,
+                          "bytes of each streamed agent body kept for mitmproxy's views (the Cursor agent "
+                          "contentview, -w flow files); 0 keeps none")
+        # mitmproxy's console, mitmweb and mitmdump show agent bodies decoded (contentview.py)
+        contentview.register(self._view_decoder, lambda: self.matcher)
         try:
             stream_end.install(self._late_failure)
         except stream_end.InternalsChanged as exc:
@@ -134,6 +143,8 @@ class CursorCapture:
                 f"cursor_flush_ms={opts.cursor_flush_ms}: must be a positive number of milliseconds")
         if "cursor_hold_frames" in updated and opts.cursor_hold_frames < 0:
             raise exceptions.OptionsError(f"cursor_hold_frames={opts.cursor_hold_frames}: must be 0 or more")
+        if "cursor_view_bytes" in updated and opts.cursor_view_bytes < 0:
+            raise exceptions.OptionsError(f"cursor_view_bytes={opts.cursor_view_bytes}: must be 0 or more")
         if "cursor_db" in updated and not opts.cursor_db.strip():
             raise exceptions.OptionsError("cursor_db is empty: give the capture database's path")
 
@@ -150,7 +161,16 @@ class CursorCapture:
         log.info("cursor capture: recording agent traffic into %s (redaction: %s)",
                  os.path.abspath(os.path.expanduser(opts.cursor_db)), opts.cursor_redact)
 
+    def _view_decoder(self) -> Decoder:
+        """The contentview's decoder: its own (the writer's runs on the writer thread), with the
+        schema the writer decodes with."""
+        schema = self.writer.decoder.schema if self.writer is not None else default_decoder().schema
+        if self._view_dec is None or self._view_dec.schema is not schema:
+            self._view_dec = Decoder(schema)
+        return self._view_dec
+
     def done(self) -> None:
+        contentview.unregister()
         if self.writer is None:
             return
         writer, self.writer = self.writer, None
@@ -198,7 +218,8 @@ class CursorCapture:
         put = writer.queue.put
         put((EV_OPEN, fo))
         if route.streaming:
-            req.stream = _stream_callable(put, key, "client")
+            req.stream = contentview.keep_for_view(flow, "client", _stream_callable(put, key, "client"),
+                                                   ctx.options.cursor_view_bytes)
             # The response's end goes to the client at once, resets are forwarded and noted.
             flow.metadata[stream_end.MARK] = True
 
@@ -225,7 +246,8 @@ class CursorCapture:
         put((EV_RESPONSE, flow.id, time.time_ns() // 1000, resp.status_code,
              redact_headers(resp.headers.items(multi=True)), resp.http_version, _alpn(flow.server_conn)))
         if route.streaming:
-            resp.stream = _stream_callable(put, flow.id, "server")
+            resp.stream = contentview.keep_for_view(flow, "server", _stream_callable(put, flow.id, "server"),
+                                                    ctx.options.cursor_view_bytes)
 
     def response(self, flow: http.HTTPFlow) -> None:
         route = self._routes.get(flow.id)
@@ -245,6 +267,7 @@ class CursorCapture:
         put((EV_DONE, flow.id, now, None, trailers))
 
     def error(self, flow: http.HTTPFlow) -> None:
+        contentview.publish_kept(flow)
         route = self._routes.pop(flow.id, None)
         self._answered.discard(flow.id)
         if route is None or self.writer is None:
@@ -258,6 +281,7 @@ class CursorCapture:
 
     def _late_failure(self, flow: http.HTTPFlow, reset: dict[str, Any]) -> None:
         """A side failed after the response ended (mitmproxy calls no hook for that)."""
+        contentview.publish_kept(flow)
         route = self._routes.pop(flow.id, None)
         self._answered.discard(flow.id)
         if route is None or self.writer is None:

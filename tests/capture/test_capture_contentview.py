@@ -1,0 +1,212 @@
+"""The "Cursor agent" contentview: mitmproxy shows agent bodies decoded frame by frame.
+
+Real traffic: the simulated backend (gzip on for clients that accept it), a real mitmdump with the
+capture addon writing a flow file (``-w``) and printing every body (``flow_detail=4``), and real
+clients (the built-in client over Run / RunSSE + BidiAppend / RunPoll / gRPC-Web, and the plain-h2
+test client asking for gzip). The flow file is then rendered through mitmproxy's own
+``contentviews.get_message_content_view``, the function mitmweb and the console call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from capture_rig import ADDON, BIN, free_port, wait_port
+from h2_agent_client import H2AgentClient
+from mitmproxy import contentviews, http, io
+from mitmproxy.test import tflow, tutils
+
+from workbench.capture import contentview
+from workbench.capture.contentview import NAME, CursorAgentView
+from workbench.schema import pb
+from workbench.wire.envelope import encode
+
+TOKEN = "view-test-token"
+
+
+@dataclass
+class Recorded:
+    flows: list[http.HTTPFlow]
+    dump: str           # what mitmdump printed with flow_detail=4
+    prompts: dict[str, str]
+
+
+def _lines(message: http.Message, flow: http.HTTPFlow) -> tuple[str, str]:
+    desc, lines, error = contentviews.get_message_content_view("auto", message, flow)
+    assert error is None, error
+    return desc, "\n".join("".join(text for _, text in line) for line in lines)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
+    d = tmp_path_factory.mktemp("contentview")
+    sim = subprocess.Popen([str(BIN / "workbench"), "sim", "--port", "0", "--gzip-over", "16",
+                            "--heartbeat-interval", "30", "--cert-dir", str(d / "certs"), "--quiet"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert sim.stdout is not None
+    url = sim.stdout.readline().strip()
+    assert url.startswith("https://127.0.0.1:"), url
+    port = free_port()
+    flows_file = d / "agent.flows"
+    log_path = d / "mitmdump.log"
+    with log_path.open("w") as log:
+        mitm = subprocess.Popen(
+            [str(BIN / "mitmdump"), "-s", str(ADDON), "--listen-host", "127.0.0.1", "--listen-port", str(port),
+             "--set", f"confdir={d / 'mitm'}", "--set", "ssl_insecure=true", "--set", f"cursor_db={d / 'c.duckdb'}",
+             "--set", "flow_detail=4", "-w", str(flows_file)],
+            stdout=log, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_port(port, mitm)
+        proxy = f"http://127.0.0.1:{port}"
+        ca = str(d / "mitm" / "mitmproxy-ca-cert.pem")
+        prompts = {"run": "[scenario:text] hello from the view test",
+                   "runsse": "[scenario:tool_flow] list the files",
+                   "runpoll": "[scenario:text] poll me",
+                   "grpc-web": "[scenario:text] mode d",
+                   "error": "[scenario:rate_limit] too much"}
+        asyncio.run(_drive(url, proxy, ca, prompts))
+        # the plain-h2 client asks for gzip: the simulator compresses its frames
+        res = H2AgentClient(url, token=TOKEN, ca_file=ca, proxy=proxy,
+                            extra_headers=[("connect-accept-encoding", "gzip")]).run_turn("[scenario:text] gzip please")
+        assert res.status == 200
+    finally:
+        mitm.send_signal(signal.SIGINT)
+        mitm.wait(60)
+        sim.send_signal(signal.SIGTERM)
+        sim.wait(30)
+    with flows_file.open("rb") as fh:
+        flows = [f for f in io.FlowReader(fh).stream() if isinstance(f, http.HTTPFlow)]
+    contentview.register()
+    try:
+        yield Recorded(flows, log_path.read_text(errors="replace"), prompts)
+    finally:
+        contentview.unregister()
+
+
+async def _drive(url: str, proxy: str, ca: str, prompts: dict[str, str]) -> None:
+    from workbench.client.agent import AgentClient
+
+    saved = {k: os.environ.get(k) for k in ("HTTPS_PROXY", "NO_PROXY", "no_proxy")}
+    os.environ["HTTPS_PROXY"] = proxy
+    os.environ.pop("NO_PROXY", None)
+    os.environ.pop("no_proxy", None)
+    try:
+        for name, transport, framing in (("run", "run", "connect"), ("runsse", "runsse", "connect"),
+                                         ("runpoll", "runpoll", "connect"), ("grpc-web", "runsse", "grpc-web"),
+                                         ("error", "run", "connect")):
+            async with AgentClient(url, TOKEN, transport=transport, framing=framing, verify=ca) as client:
+                await asyncio.wait_for(client.run_turn(prompts[name], raise_on_error=False), 60)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _flows(rec: Recorded, path_end: str) -> list[http.HTTPFlow]:
+    return [f for f in rec.flows if f.request.path.endswith(path_end)]
+
+
+def _flow_with_prompt(rec: Recorded, path_end: str, prompt: str) -> http.HTTPFlow:
+    for f in _flows(rec, path_end):
+        if prompt.encode() in (f.request.raw_content or b""):
+            return f
+    raise AssertionError(f"no {path_end} flow carries {prompt!r}")
+
+
+def test_run_request_and_response_are_shown_frame_by_frame(recorded: Recorded) -> None:
+    flow = _flow_with_prompt(recorded, "/Run", recorded.prompts["run"])
+    desc, text = _lines(flow.request, flow)
+    assert desc.startswith(f"{NAME}: Run client→server")
+    assert "#0 → run_request" in text and recorded.prompts["run"] in text
+    assert "user_message:" in text and "text:" in text      # the named tree
+    assert flow.response is not None
+    desc, text = _lines(flow.response, flow)
+    assert desc.startswith(f"{NAME}: Run server→client")
+    assert "← interaction_update.text_delta" in text and "← interaction_update.turn_ended" in text
+    assert "← end_stream" in text and "[end-stream]" in text
+    assert "interaction_update:" in text                     # fields under their schema names
+
+
+def test_runsse_and_bidiappend_are_unwrapped(recorded: Recorded) -> None:
+    sse = [f for f in _flows(recorded, "/RunSSE") if f.request.headers.get("content-type", "").startswith(
+        "application/connect")]
+    assert sse
+    desc, text = _lines(sse[0].request, sse[0])
+    assert "bidi_request_id" in text
+    appends = _flows(recorded, "/BidiAppend")
+    rendered = [_lines(f.request, f) for f in appends]
+    assert all(d.startswith(f"{NAME}: BidiAppend client→server") for d, _ in rendered)
+    # the AgentClientMessage inside the BidiAppendRequest, with its seqno
+    first = next(t for _, t in rendered if recorded.prompts["runsse"] in t)
+    assert "#0 → run_request" in first and "seqno 0" in first
+    assert any("exec_client_message" in t for _, t in rendered)
+    responses = [_lines(f.response, f)[1] for f in _flows(recorded, "/RunSSE") if f.response is not None]
+    assert any("exec_server_message" in t for t in responses)
+
+
+def test_runpoll_responses_are_unwrapped(recorded: Recorded) -> None:
+    polls = _flows(recorded, "/RunPoll")
+    assert polls
+    texts = [_lines(f.response, f)[1] for f in polls if f.response is not None]
+    assert any("interaction_update.text_delta" in t for t in texts)
+
+
+def test_gzip_frames_are_inflated_and_marked(recorded: Recorded) -> None:
+    flows = [f for f in _flows(recorded, "/Run") if b"gzip please" in (f.request.raw_content or b"")]
+    assert flows and flows[0].response is not None
+    _, text = _lines(flows[0].response, flows[0])
+    # the frame was inflated and classified: its kind, summary and fields, marked as gzip
+    gz = [block for block in text.split("\n#") if "[gzip]" in block.splitlines()[0]]
+    assert gz and "set_blob_args" in gz[0] and "blob_data:" in gz[0]
+
+
+def test_error_end_stream_and_grpc_web_trailer(recorded: Recorded) -> None:
+    flow = _flow_with_prompt(recorded, "/Run", recorded.prompts["error"])
+    assert flow.response is not None
+    _, text = _lines(flow.response, flow)
+    assert "end_stream.error" in text and "resource_exhausted" in text
+    trailers = [(_lines(f.response, f)[1]) for f in _flows(recorded, "/RunSSE")
+                if f.response is not None and "grpc-web" in f.response.headers.get("content-type", "")]
+    assert trailers and any("[grpc-web trailer]" in t and "grpc-status" in t for t in trailers)
+
+
+def test_mitmdump_picks_the_view_for_agent_flows(recorded: Recorded) -> None:
+    """mitmdump's own output (flow_detail=4) went through the view: frame lines, decoded trees."""
+    assert "#0 → run_request" in recorded.dump
+    assert recorded.prompts["run"] in recorded.dump
+    assert "← interaction_update.text_delta" in recorded.dump
+    assert "← end_stream" in recorded.dump
+
+
+def test_priority_only_for_agent_flows() -> None:
+    view = CursorAgentView()
+    body = encode(pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(
+        text_delta=pb.TextDelta(text="hi"))).SerializeToString())
+    agent = tflow.tflow(req=tutils.treq(host="api2.cursor.sh", path="/agent.v1.AgentService/Run",
+                                        headers=http.Headers(content_type="application/connect+proto")),
+                        resp=tutils.tresp(content=body))
+    other = tflow.tflow(resp=tutils.tresp(content=body))
+    assert view.render_priority(body, flow=agent, http_message=agent.response) > 1.5
+    assert view.render_priority(body, flow=other, http_message=other.response) == 0
+    assert view.render_priority(b"", flow=agent, http_message=agent.response) == 0
+    desc, lines = view(body, flow=agent, http_message=agent.response)
+    text = "\n".join("".join(t for _, t in line) for line in lines)
+    assert "← interaction_update.text_delta" in text and '"hi"' in text
+
+
+def test_undecodable_bytes_are_shown_with_an_error_not_dropped() -> None:
+    view = CursorAgentView()
+    body = encode(b"\xff\xff\xff not protobuf")
+    flow = tflow.tflow(req=tutils.treq(host="api2.cursor.sh", path="/agent.v1.AgentService/Run"),
+                       resp=tutils.tresp(content=body))
+    desc, lines = view(body, flow=flow, http_message=flow.response)
+    text = "\n".join("".join(t for _, t in line) for line in lines)
+    assert "malformed" in text and "error:" in text and "$hex" in text

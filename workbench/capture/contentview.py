@@ -1,0 +1,262 @@
+"""The "Cursor agent" contentview: mitmproxy's console, mitmweb and ``mitmdump --flow-detail 4``
+show agent bodies decoded frame by frame with our decoder.
+
+For each frame of a request or response body: its number, direction, kind, size and envelope flags
+(gzip, end-stream, gRPC-Web trailer), the one-line summary, then the named field tree (the schema's
+names, unknown fields by number). Both directions of every transport: Run / RunSSE / RunPoll
+envelopes, BidiAppend requests and BidiPoll responses unwrapped to the agent message they carry,
+end-stream JSON and gRPC-Web trailers, unary calls, HTTP errors. Secrets are redacted as in the
+database (``workbench.redact``); a credential RPC's body is not shown.
+
+The view is registered by the capture addon (``CursorCapture.load``) and picks the same flows the
+addon records (its ``Matcher``, so ``cursor_hosts`` / ``cursor_paths`` apply). It decodes with the
+schema the capture writer decodes with (the active schema), through a decoder of its own.
+
+Streamed bodies (Run, RunSSE, RunPoll) pass through mitmproxy chunk by chunk and are not kept by
+it; ``keep_for_view`` keeps a copy (up to ``cursor_view_bytes`` per direction) and hands it to the
+flow when the stream ends, so these flows have bodies to show (and ``-w`` flow files keep them).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from mitmproxy import contentviews, http
+from mitmproxy.contentviews.base import TViewLine, TViewResult
+
+from workbench.capture.match import DEFAULT_PATHS, Matcher, Route
+from workbench.decode import fields_of
+from workbench.decode.classify import Decoder, Frame, default_decoder, http_error_frame
+from workbench.redact import marker, redact_frame, secret_method
+from workbench.wire.envelope import FLAG_COMPRESSED, FLAG_END_STREAM, FLAG_TRAILER
+
+NAME = "Cursor agent"
+# Above mitmproxy's own gRPC/protobuf views (at most 1.5): agent flows open decoded by default.
+PRIORITY = 2.0
+VIEW_BYTES = 8 * 1024 * 1024       # default copy kept of each streamed body (cursor_view_bytes)
+MAX_FRAMES = 5000                   # frames listed per body; the rest are counted
+MAX_TREE_LINES = 400                # field-tree lines per frame
+MAX_VALUE = 400                     # characters of one string value
+# flow.metadata key (serializable: flow files keep metadata) naming the directions whose kept
+# copy stopped at cursor_view_bytes
+TRUNCATED = "workbench.view_truncated"
+
+
+def describe_flags(flags: int) -> str:
+    names = []
+    if flags & FLAG_COMPRESSED:
+        names.append("gzip")
+    if flags & FLAG_TRAILER:
+        names.append("grpc-web trailer")
+    elif flags & FLAG_END_STREAM:
+        names.append("end-stream")
+    return ", ".join(names)
+
+
+def decode_message(dec: Decoder, route: Route, direction: str, body: bytes, status: int | None,
+                   path: str = "") -> list[Frame]:
+    """The frames of one whole request (``client``) or response (``server``) body, as the capture
+    writer and the importers read them: a refusal as an ``http_error`` frame, BidiAppend and
+    BidiPoll unwrapped, unary bodies typed by their RPC; secrets redacted."""
+    transport = route.transport
+    if route.transport == "unary" and secret_method(path):
+        return [Frame("unary", "credential RPC body (not shown)", marker(body).encode())] if body else []
+    if direction == "server" and status is not None and status != 200:
+        return [http_error_frame(status, body)]
+    msg_type = route.request_type if direction == "client" else route.response_type
+    frames = dec.decode_body(body, transport, direction, msg_type=msg_type if transport == "unary" else None)
+    return [redact_frame(f, decoder=dec) for f in frames]
+
+
+def _scalar_text(value: Any) -> str:
+    if isinstance(value, str):
+        text = json.dumps(value if len(value) <= MAX_VALUE else value[:MAX_VALUE], ensure_ascii=False)
+        return text if len(value) <= MAX_VALUE else f"{text[:-1]}…\" ({len(value)} chars)"
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def tree_lines(value: Any, indent: int = 4, key: str | None = None) -> Iterator[TViewLine]:
+    """The named tree as indented ``name: value`` lines (lists as ``- item``)."""
+    pad = " " * indent
+    label = [("key", f"{pad}{key}:")] if key is not None else []
+    if isinstance(value, dict):
+        if not value:
+            yield [*label, ("text", " {}")] if label else [("text", pad + "{}")]
+            return
+        if label:
+            yield label
+        for k, v in value.items():
+            yield from tree_lines(v, indent + (2 if key is not None else 0), str(k))
+    elif isinstance(value, list):
+        if not value:
+            yield [*label, ("text", " []")] if label else [("text", pad + "[]")]
+            return
+        if label:
+            yield label
+        inner = indent + (2 if key is not None else 0)
+        for item in value:
+            if isinstance(item, dict | list) and item:
+                yield [("text", " " * inner + "-")]
+                yield from tree_lines(item, inner + 2)
+            else:
+                yield [("text", " " * inner + "- "), ("Token_Literal_String", _scalar_text(item))]
+    else:
+        style = "Token_Literal_String" if isinstance(value, str) else "Token_Literal_Number"
+        yield [*label, ("text", " " if label else pad), (style, _scalar_text(value))]
+
+
+def frame_lines(dec: Decoder, n: int, direction: str, f: Frame) -> Iterator[TViewLine]:
+    arrow = "→" if direction == "client" else "←"
+    head: TViewLine = [("header", f"#{n} {arrow} {f.kind}"), ("text", f"  {len(f.payload)} B")]
+    flags = describe_flags(f.flags)
+    if flags:
+        head.append(("highlight", f"  [{flags}]"))
+    if f.append_seqno is not None:
+        head.append(("text", f"  seqno {f.append_seqno}"))
+    yield head
+    yield [("text", f"  {f.summary}")]
+    if f.error:
+        yield [("error", f"  error: {f.error}")]
+    try:
+        tree = fields_of(dec, f.kind, f.payload, f.msg_type, f.flags)
+    except Exception as exc:  # a frame that does not decode is shown as bytes, never hidden
+        tree = {"$error": f"cannot decode: {exc}", "$hex": f.payload.hex()}
+    for i, line in enumerate(tree_lines(tree)):
+        if i == MAX_TREE_LINES:
+            yield [("warn", f"    … field tree cut at {MAX_TREE_LINES} lines (workbench frames --json has it all)")]
+            break
+        yield line
+
+
+class CursorAgentView(contentviews.View):
+    """Agent bodies frame by frame (see the module docstring)."""
+
+    name = NAME
+
+    def __init__(self, decoder: Callable[[], Decoder] = default_decoder,
+                 matcher: Callable[[], Matcher] | None = None) -> None:
+        self.decoder = decoder
+        self.matcher = matcher or (lambda: Matcher(paths=DEFAULT_PATHS))
+
+    def route(self, flow: Any) -> Route | None:
+        if not isinstance(flow, http.HTTPFlow):
+            return None
+        req = flow.request
+        return self.matcher().route(req.pretty_host, req.path, req.headers.get("content-type", ""))
+
+    def render_priority(self, data: bytes, *, content_type: str | None = None, flow: Any = None,
+                        http_message: http.Message | None = None, **unknown_metadata: Any) -> float:
+        return PRIORITY if data and self.route(flow) is not None else 0
+
+    def __call__(self, data: bytes, *, content_type: str | None = None, flow: Any = None,
+                 http_message: http.Message | None = None, **unknown_metadata: Any) -> TViewResult:
+        route = self.route(flow)
+        if route is None:
+            return "Cursor agent: not an agent flow (see the capture's cursor_hosts / cursor_paths)", iter(
+                [[("text", "This view decodes the flows the workbench capture records.")]])
+        assert isinstance(flow, http.HTTPFlow)
+        direction = "server" if http_message is not None and http_message is flow.response else "client"
+        status = flow.response.status_code if direction == "server" and flow.response is not None else None
+        dec = self.decoder()
+        frames = decode_message(dec, route, direction, data, status, flow.request.path)
+        side = "client→server" if direction == "client" else "server→client"
+        method = route.method or route.transport
+        desc = f"{NAME}: {method} {side}, {len(frames)} frame{'s' if len(frames) != 1 else ''}"
+        if direction in flow.metadata.get(TRUNCATED, ()):
+            desc += f" (first {len(data):,} bytes kept for viewing; the capture database has every frame)"
+
+        def lines() -> Iterator[TViewLine]:
+            for n, f in enumerate(frames):
+                if n == MAX_FRAMES:
+                    yield [("warn", f"… {len(frames) - MAX_FRAMES} more frames (workbench frames has them all)")]
+                    return
+                yield from frame_lines(dec, n, direction, f)
+        return desc, lines()
+
+
+# keeping streamed bodies for the view ------------------------------------------------------------
+
+class _Kept:
+    """A copy of one streamed body, handed to the message once the stream ends."""
+
+    __slots__ = ("buf", "limit", "truncated")
+
+    def __init__(self, limit: int) -> None:
+        self.buf = bytearray()
+        self.limit = limit
+        self.truncated = False
+
+
+# flow id → direction → the copy being kept (not in flow.metadata, which flow files serialize)
+_kept: dict[str, dict[str, _Kept]] = {}
+
+
+def keep_for_view(flow: http.HTTPFlow, direction: str, stream: Callable[[bytes], bytes],
+                  limit: int) -> Callable[[bytes], bytes]:
+    """Wrap a message's stream callable so that the body it passes on is also kept (its first
+    ``limit`` bytes) and set as the message's content at the end of the stream. ``limit`` 0: as is."""
+    if limit <= 0:
+        return stream
+    kept = _Kept(limit)
+    _kept.setdefault(flow.id, {})[direction] = kept
+
+    def wrapped(chunk: bytes) -> bytes:
+        out = stream(chunk)
+        if chunk:
+            room = kept.limit - len(kept.buf)
+            if room > 0:
+                kept.buf += chunk[:room]
+            if len(chunk) > room:
+                kept.truncated = True
+        else:
+            _publish(flow, direction, kept)
+        return out
+
+    return wrapped
+
+
+def _publish(flow: http.HTTPFlow, direction: str, kept: _Kept) -> None:
+    sides = _kept.get(flow.id, {})
+    if sides.get(direction) is not kept:
+        return  # handed over already
+    del sides[direction]
+    if not sides:
+        _kept.pop(flow.id, None)
+    message = flow.request if direction == "client" else flow.response
+    if message is not None and not message.raw_content:
+        message.raw_content = bytes(kept.buf)
+    if kept.truncated:
+        flow.metadata[TRUNCATED] = sorted({*flow.metadata.get(TRUNCATED, ()), direction})
+
+
+def publish_kept(flow: http.HTTPFlow) -> None:
+    """Hand over what was kept of bodies whose stream never ended (a reset, a failed flow)."""
+    for direction, kept in list(_kept.get(flow.id, {}).items()):
+        _publish(flow, direction, kept)
+
+
+# registration ------------------------------------------------------------------------------------
+
+_registered: CursorAgentView | None = None
+
+
+def register(decoder: Callable[[], Decoder] = default_decoder,
+             matcher: Callable[[], Matcher] | None = None) -> CursorAgentView:
+    """Add the view to mitmproxy (once; a later call re-points it at the new decoder and matcher)."""
+    global _registered
+    if _registered is None:
+        _registered = CursorAgentView(decoder, matcher)
+        contentviews.add(_registered)
+    else:
+        _registered.decoder = decoder
+        _registered.matcher = matcher or (lambda: Matcher(paths=DEFAULT_PATHS))
+    return _registered
+
+
+def unregister() -> None:
+    global _registered
+    if _registered is not None:
+        contentviews.remove(_registered)
+        _registered = None
