@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "workbench.demo",
     "workbench.commands.core",
     "workbench.tui.cli",
+    "workbench.web.cli",
     "workbench.capture.cli",
     "workbench.sim.cli",
     "workbench.proxy.cli",
