@@ -172,6 +172,12 @@ class Page:
             await self.call("Input.dispatchKeyEvent", type="keyDown", key=ch, text=ch)
             await self.call("Input.dispatchKeyEvent", type="keyUp", key=ch)
 
+    async def press_down(self) -> None:
+        await self.call("Input.dispatchKeyEvent", type="keyDown", key="ArrowDown", code="ArrowDown",
+                        windowsVirtualKeyCode=40)
+        await self.call("Input.dispatchKeyEvent", type="keyUp", key="ArrowDown", code="ArrowDown",
+                        windowsVirtualKeyCode=40)
+
     async def press_enter(self) -> None:
         await self.call("Input.dispatchKeyEvent", type="keyDown", key="Enter", code="Enter",
                         windowsVirtualKeyCode=13, text="\r")
@@ -217,13 +223,19 @@ class WebProcess:
         return int(self.proc.returncode)
 
 
-async def shoot(db: Path, out: Path, needles: Sequence[str]) -> None:
+async def shoot(db: Path, out: Path, needles: Sequence[str], down: int = 0, then: Sequence[str] = ()) -> None:
     web = WebProcess(db)
     browser = Browser()
     try:
         page = await browser.page()
         await page.navigate(web.url)
         await page.wait_for_text(*needles)
+        if down:
+            await page.focus_terminal()
+            mark = len(page.received)
+            for _ in range(down):
+                await page.press_down()
+            await page.wait_for_text(*then, since=mark)
         await asyncio.sleep(1.0)  # let the canvas draw the last frame it received
         await page.screenshot(out)
         await page.close()
@@ -237,8 +249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--db", type=Path, required=True)
     ap.add_argument("--out", type=Path, default=Path("docs/screenshots/web-sessions.png"))
     ap.add_argument("--wait-for", action="append", default=[], help="text to wait for (repeatable)")
+    ap.add_argument("--down", type=int, default=0, help="then move the cursor down this many rows")
+    ap.add_argument("--then", action="append", default=[], help="and wait for this text (repeatable)")
     args = ap.parse_args(argv)
-    asyncio.run(shoot(args.db, args.out, args.wait_for or ["sessions sorted by"]))
+    asyncio.run(shoot(args.db, args.out, args.wait_for or ["sessions sorted by"], args.down, args.then))
     print(args.out)
     return 0
 
