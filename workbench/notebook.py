@@ -2,9 +2,12 @@
 
 ::
 
-    from workbench.notebook import connect
-    con = connect("captures/demo.duckdb")       # or None: $WORKBENCH_DB, else captures/demo.duckdb
+    from workbench.notebook import connect, demo_db
+    con = connect()                   # the CLI's database: $WORKBENCH_DB, else captures/workbench.duckdb
+                                      # in the nearest captures/ folder from here up (workbench.store.paths)
+    con = connect(demo_db())          # what the shipped notebooks read: captures/demo.duckdb, same rule
     con.sql("SELECT * FROM v_heartbeat_gaps").df()   # pandas DataFrame
+    session_overview(con)             # sessions with their label and top finding (root cause first)
 
 The connection is a private in-memory DuckDB. It is read-only for real (``workbench.store.readonly``):
 its default database is read-only, so ``CREATE TABLE``/``INSERT``/``DELETE`` are refused, SQL has no
@@ -34,16 +37,20 @@ Either way the same names exist: the tables ``sessions``, ``frames``, ``blobs``,
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+from workbench.store import paths
 from workbench.store.readonly import confine
 
-DEFAULT_NOTEBOOK_DB = "captures/demo.duckdb"
+DEFAULT_NOTEBOOK_DB = "captures/demo.duckdb"  # what `workbench demo` writes; demo_db() finds it from any folder
 TABLES = ("sessions", "frames", "blobs", "tool_calls", "findings")
 # A live snapshot is fetched this many rows (and at most this many bytes) per request.
 SNAPSHOT_PAGE_ROWS = 20_000
@@ -130,11 +137,21 @@ class NotebookError(Exception):
 
 
 def default_db() -> str:
-    return os.environ.get("WORKBENCH_DB") or DEFAULT_NOTEBOOK_DB
+    """The database the CLI and the TUI use when given none (``workbench.store.paths``)."""
+    return paths.default_db()
+
+
+def demo_db() -> str:
+    """The database the shipped notebooks analyse: ``$WORKBENCH_DB``, else ``demo.duckdb`` in the
+    nearest ``captures/`` folder from the current directory up (so a kernel started in
+    ``notebooks/`` finds the repository's ``captures/demo.duckdb``)."""
+    return paths.default_db(paths.DEMO_DB_NAME)
 
 
 def connect(db: str | Path | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with the capture's tables and the convenience views (see module doc)."""
+    """An in-memory DuckDB with the capture's tables and the convenience views (see module doc).
+
+    ``db`` None: the CLI's default database (``default_db``)."""
     path = Path(db) if db is not None else Path(default_db())
     con = duckdb.connect(":memory:")
     try:
@@ -144,7 +161,8 @@ def connect(db: str | Path | None = None) -> duckdb.DuckDBPyConnection:
             allowed.append(str(path.resolve()))
         elif not path.exists():
             raise NotebookError(f"{path}: no such capture database (set WORKBENCH_DB or pass a path; "
-                                f"'workbench demo' writes {DEFAULT_NOTEBOOK_DB})")
+                                f"'workbench demo' writes {DEFAULT_NOTEBOOK_DB}; without a path: "
+                                f"{paths.describe_rule()})")
         else:
             _database_tables(con, path)
         for name, sql in VIEWS.items():
@@ -157,6 +175,21 @@ def connect(db: str | Path | None = None) -> duckdb.DuckDBPyConnection:
         con.close()
         raise
     return con
+
+
+def session_overview(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """One row per session: id, label, source, transport, status, frames, start, the number of
+    findings and the top finding with its message (root cause first, ``workbench.overview``)."""
+    from workbench.overview import FINDING_COLUMNS, top_findings
+
+    df = con.sql("""
+        SELECT s.session_id, s.label, s.source, s.transport, s.status, s.frame_count, s.started_at,
+               (SELECT count(*) FROM findings f WHERE f.session_id = s.session_id) AS findings
+        FROM sessions s ORDER BY s.started_at, s.session_id""").df()
+    top = top_findings(con.sql(f"SELECT {FINDING_COLUMNS} FROM findings").fetch_arrow_table().to_pylist())
+    df["top_finding"] = [top.get(sid, {}).get("code") for sid in df.session_id]
+    df["top_finding_message"] = [top.get(sid, {}).get("message") for sid in df.session_id]
+    return df
 
 
 def _attach_read_only(con: duckdb.DuckDBPyConnection, path: Path) -> None:

@@ -11,7 +11,6 @@ import asyncio
 from pathlib import Path
 
 import pytest
-
 from web_rig import chromium_path
 
 WEB_SCENARIOS = ("healthy_text", "tool_flow", "heartbeat_loop", "rate_limit")

@@ -16,9 +16,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-
 from web_rig import Browser, Page, WebProcess
-
 
 LABELS = ("healthy_text", "tool_flow", "heartbeat_loop", "rate_limit")
 

@@ -80,7 +80,7 @@ def _scalar_text(value: Any) -> str:
 def tree_lines(value: Any, indent: int = 4, key: str | None = None) -> Iterator[TViewLine]:
     """The named tree as indented ``name: value`` lines (lists as ``- item``)."""
     pad = " " * indent
-    label = [("key", f"{pad}{key}:")] if key is not None else []
+    label: TViewLine = [("key", f"{pad}{key}:")] if key is not None else []
     if isinstance(value, dict):
         if not value:
             yield [*label, ("text", " {}")] if label else [("text", pad + "{}")]

@@ -16,12 +16,12 @@ def _seqs(first: Any, last: Any) -> str:
     return str(first) if last is None or last == first else f"{first}…{last}"
 
 
-FINDING_COLUMNS = (("lit", " "), ("severity", "severity"), ("code", "code"), ("frames", "frames"),
-                   ("message", "message"))
+FINDING_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("lit", " "), ("severity", "severity"), ("code", "code"), ("frames", "frames"), ("message", "message"))
 # A pane too narrow to give the message this much in its own column shows each finding on two
 # lines instead: severity, code and frames, then the message under them.
 MIN_MESSAGE = 30
-NARROW_COLUMNS = (("lit", " "), ("finding", "finding"))
+NARROW_COLUMNS: tuple[tuple[str, str], ...] = (("lit", " "), ("finding", "finding"))
 
 
 def finding_code(f: dict[str, Any]) -> str:
