@@ -467,10 +467,12 @@ class FactsBuilder:
             msg = SERVER_CLS.FromString(payload or b"").exec_server_message
         except DecodeError:
             return
-        member = msg.WhichOneof("args") or "unknown"
+        known = msg.WhichOneof("args")
+        # A member the overlay lacks keeps the name the capture's schema gave its frame kind.
+        member = known or (kind.split(".", 1)[1] if "." in kind else "unknown")
         tcid = None
-        if member != "unknown":
-            args = getattr(msg, member)
+        if known:
+            args = getattr(msg, known)
             if hasattr(args, "DESCRIPTOR") and "tool_call_id" in args.DESCRIPTOR.fields_by_name:
                 tcid = args.tool_call_id or None
         req = ExecReq(self.facts.seg, msg.id, seq, ts, member, msg.exec_id, tcid, payload or b"")

@@ -17,6 +17,7 @@ from typing import Any
 from workbench.capture.match import DEFAULT_PATHS, Matcher, Route
 from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, http_error_frame
 from workbench.redact import bearer_hash, marker, redact_frame, redact_headers, secret_method
+from workbench.schema.active import schema_stamp
 from workbench.store.db import SessionInfo, Store
 from workbench.store.recorder import Recorder
 
@@ -281,7 +282,7 @@ def write_exchanges(store: Store, dec: Decoder, exchanges: Sequence[Exchange], *
                            path=ex.path.split("?", 1)[0], http_status=ex.status,
                            auth_hash=bearer_hash(ex.header("authorization")), status=status, error=error,
                            meta={**file_meta, "exchange": ex.ident, "timing": "per-message",
-                                 "timing_note": TIMING_NOTE, **_exchange_meta(ex)})
+                                 "timing_note": TIMING_NOTE, **_exchange_meta(ex), **schema_stamp(dec.schema)})
         rid_header = ex.header("x-request-id")
         if part.request_id and rid_header and rid_header != part.request_id:
             info.meta["request_id_mismatch"] = {"header": rid_header, "body": part.request_id}
