@@ -143,3 +143,46 @@ def extract_next_build(generators: Any, work: Path) -> Path:
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return out
+
+
+MITMDUMP = Path(sys.executable).with_name("mitmdump")
+ADDON = Path(__file__).resolve().parents[2] / "addons" / "cursor_capture.py"
+
+
+class Mitmdump:
+    """A real mitmdump on a free loopback port (``args``: the addon and its options, or ``-w FILE``)."""
+
+    def __init__(self, args: list[str], confdir: Path, env: dict[str, str] | None = None) -> None:
+        import os
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        self.log = confdir / f"mitmdump-{self.port}.log"
+        confdir.mkdir(parents=True, exist_ok=True)
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(
+                [str(MITMDUMP), "-q", "--listen-host", "127.0.0.1", "--listen-port", str(self.port),
+                 "--set", f"confdir={confdir}", *args],
+                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        import time
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mitmdump exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        self.proc.kill()
+        raise RuntimeError("mitmdump did not listen within 120 s")
+
+    def stop(self) -> int:
+        import signal
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(timeout=120)
