@@ -40,8 +40,8 @@ from workbench.analysis.status import grpc_code_name, status_in_text
 from workbench.schema import pb
 
 # Message classes looked up once (pb's lookup is a dict walk per attribute access).
-SERVER_CLS = pb.message("AgentServerMessage")
-CLIENT_CLS = pb.message("AgentClientMessage")
+SERVER_CLS = pb.AgentServerMessage
+CLIENT_CLS = pb.AgentClientMessage
 
 HEARTBEAT = "interaction_update.heartbeat"
 TURN_ENDED = "interaction_update.turn_ended"
@@ -418,6 +418,8 @@ class FactsBuilder:
         except DecodeError:
             return
         member = upd.WhichOneof("message")
+        if member is None:  # the kind came from another schema (a user's --proto) that numbers it differently
+            return
         inner = getattr(upd, member)
         call_id = inner.call_id or cid or f"?{seq}"
         st = self._call(call_id, seq, ts)
