@@ -186,3 +186,39 @@ class Mitmdump:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
         return self.proc.wait(timeout=120)
+
+
+def make_example(out: Path) -> None:
+    """The docs' example (docs/schema.md): the next build's bundle ``app.js``, and its turn recorded
+    by the capture addon (``capture.duckdb``, read with the overlay) and as a flow file (``turn.flows``)."""
+    import os
+    import shutil
+    import tempfile
+
+    from js_generators import Generators, install
+
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="wb-next-") as tmp:
+        work = Path(tmp)
+        root = write_next_build(work / "proto")
+        gen = Generators(install("v1"), install("v2"))
+        sources = gen.generate("v1", root, list(BUILTIN_FILES), work / "gen", "ts")
+        shutil.copyfile(gen.bundle("v1", sources, work / "gen", work / "app.js")[0], out / "app.js")
+        server = RunSseServer(root)
+        isolated = {"XDG_CONFIG_HOME": str(work / "config")}
+        try:
+            for args in (["-s", str(ADDON), "--set", f"cursor_db={out / 'capture.duckdb'}"],
+                         ["-w", str(out / "turn.flows")]):
+                m = Mitmdump(args, work / "mitm", {**os.environ, **isolated})
+                try:
+                    record(m.port, server.port)
+                finally:
+                    m.stop()
+        finally:
+            server.close()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    make_example(Path(sys.argv[1]))
+    print(f"wrote {sys.argv[1]}/app.js, capture.duckdb, turn.flows")
