@@ -160,7 +160,7 @@ class CursorCapture:
         self.writer = CaptureWriter(cfg, Decoder(self._schema or schema_for_option(opts.cursor_schema)))
         self.writer.start()
         ident = self.writer.decoder.schema.identity
-        log.info("cursor capture: recording agent traffic into %s (redaction: %s; schema: %s, hash %s)",
+        log.info("cursor capture: recording agent traffic into %s (redaction: %s), decoding with %s (hash %s)",
                  os.path.abspath(os.path.expanduser(opts.cursor_db)), opts.cursor_redact, ident.source, ident.hash)
 
     def done(self) -> None:

@@ -249,7 +249,7 @@ _TYPE_ENUM_NAMES = {v: k for k, v in vars(FieldDescriptor).items() if k.startswi
 Reader = LocalReader | RemoteReader
 
 
-def _pages(reader: Reader, sample: int | None) -> Iterator[list[dict[str, Any]]]:
+def payload_pages(reader: Reader, sample: int | None) -> Iterator[list[dict[str, Any]]]:
     """The walkable frames (with their session's client version), a bounded page at a time."""
     cols = "f.session_id, f.seq, f.ts, f.msg_type, f.payload"
     sessions = reader.query("SELECT session_id, client_version FROM sessions ORDER BY session_id").to_pylist()
@@ -292,7 +292,7 @@ def drift(reader: Reader, schema: Schema, *, against: Schema | None = None, samp
     total = int(reader.query(f"SELECT count(*) FROM frames WHERE {_WALKABLE}").column(0)[0].as_py())
     walker = _Walker(schema)
     walked = 0
-    for rows in _pages(reader, sample):
+    for rows in payload_pages(reader, sample):
         for r in rows:
             walker.frame(r["session_id"], r["seq"], r["ts"], r["client_version"], r["msg_type"], r["payload"])
         walked += len(rows)
