@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -122,7 +123,8 @@ def test_import_diagnose_and_tui_use_it_and_sessions_say_so(next_extracted: Path
     # diagnose reads the kinds each import gave its frames: the parked exec is named by the schema.
     imported = _wb(config, "diagnose", "--all", "--no-write", "--db", str(db))
     assert imported.returncode == 1, imported.stderr
-    assert "exec 3 (plan_review_args) at seq 5 was never answered" in imported.stdout
+    # (an import may order frames causally, so the seq is not pinned)
+    assert re.search(r"exec 3 \(plan_review_args\) at seq \d+ was never answered", imported.stdout), imported.stdout
     captured = _wb(config, "diagnose", "--all", "--no-write", "--db", str(capture_db))
     assert "exec 3 (56) at seq 5 was never answered" in captured.stdout
 
