@@ -171,7 +171,7 @@ def test_link_refers_to_the_folder_and_a_vanished_one_is_an_error(next_extracted
     _ok(_wb(config, "decode", "--batch", stdin=""))
 
 
-def test_bad_schemas_and_a_damaged_config_exit_2_naming_them(next_recording: tuple[Path, Path],
+def test_bad_schemas_and_a_damaged_config_exit_2_naming_them(next_recording: tuple[Path, Path], next_proto: Path,
                                                              tmp_path: Path) -> None:
     config = tmp_path / "config"
     missing = _wb(config, "schema", "use", str(tmp_path / "no-such-schema"))
@@ -197,5 +197,8 @@ def test_bad_schemas_and_a_damaged_config_exit_2_naming_them(next_recording: tup
         assert "schema.json" in proc.stderr, args
         assert "Traceback" not in proc.stderr
     assert not db.exists() or not _sql(db, "SELECT * FROM sessions")  # the import wrote nothing
-    _ok(_wb(config, "schema", "use", "--reset"))
+    _ok(_wb(config, "schema", "use", str(next_proto)))  # a new `use` replaces the damaged file
+    assert _show(config)["via"] == "schema use"
+    _ok(_wb(config, "schema", "use", "builtin"))  # the same as --reset
     assert _show(config)["via"] == "built-in"
+    assert list((config / "workbench" / "schemas").iterdir()) == []

@@ -152,7 +152,10 @@ def use(paths: Sequence[str | Path], *, link: bool = False) -> tuple[Choice, Sch
     cfg: dict[str, Any] = {"version": CONFIG_VERSION, "hash": schema.identity.hash,
                            "messages": schema.identity.messages,
                            "configured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    old = read_config() if config_path().exists() else None
+    try:
+        old = read_config()
+    except SchemaError:
+        old = None  # an unreadable configuration is simply replaced
     if link:
         cfg.update(paths=resolved, copied_from=None)
     else:

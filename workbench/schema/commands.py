@@ -75,8 +75,10 @@ def _identity(schema: Schema) -> dict[str, Any]:
 
 def _use(args: argparse.Namespace) -> int:
     from workbench.cli import CliError
-    from workbench.schema.active import config_path, reset, use
+    from workbench.schema.active import BUILTIN, config_path, reset, use
 
+    if args.paths == [BUILTIN]:  # `schema use builtin` is a reset
+        args.reset, args.paths = True, []
     if args.reset:
         if args.paths or args.link:
             raise CliError("--reset takes no PATH (and no --link)")
