@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -32,15 +33,15 @@ ERR_SESSION = "runsse-c4d0-rate-limit"
 Msg = tuple[float, str, bytes]  # (seconds after start, direction, enveloped bytes)
 
 
-def _server(**kw: object) -> bytes:
+def _server(**kw: Any) -> bytes:
     return encode(pb.AgentServerMessage(**kw).SerializeToString())
 
 
-def _client(**kw: object) -> bytes:
+def _client(**kw: Any) -> bytes:
     return encode(pb.AgentClientMessage(**kw).SerializeToString())
 
 
-def _update(**kw: object) -> bytes:
+def _update(**kw: Any) -> bytes:
     return _server(interaction_update=pb.InteractionUpdate(**kw))
 
 
