@@ -26,6 +26,8 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
+from workbench.errors import WorkbenchError
+
 # Advertised to the server: PROTOCOL.md §2.4 — a 16 KiB max frame size made MITMs GOAWAY.
 _MAX_FRAME = (1 << 24) - 1
 _WINDOW = (1 << 31) - 1
@@ -49,7 +51,7 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]]) -> None:
         await asyncio.gather(*pending, return_exceptions=True)
 
 
-class NetError(Exception):
+class NetError(WorkbenchError):
     """A transport-level failure (connect, TLS, proxy tunnel, HTTP/2 reset or GOAWAY)."""
 
 

@@ -36,6 +36,7 @@ from workbench import __version__
 from workbench.client._pb import pb
 from workbench.client.net import H2Connection, H2Stream, NetError, Verify, cancel_and_wait, ssl_context
 from workbench.decode.classify import Frame, default_decoder
+from workbench.errors import WorkbenchError
 from workbench.schema import pb as schema_pb
 from workbench.wire.endstream import EndStream, end_from_grpc, parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import Envelope, EnvelopeParser, encode, split_frames, split_unary
@@ -87,7 +88,7 @@ class Wire(Protocol):
     def frame(self, ts_us: int, direction: str, transport: str, frame: Frame) -> None: ...
 
 
-class TransportError(Exception):
+class TransportError(WorkbenchError):
     """The upstream refused or broke the exchange; ``code`` follows Connect (lower_snake)."""
 
     def __init__(self, code: str, message: str, details: list[dict[str, Any]] | None = None,

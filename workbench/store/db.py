@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,6 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from workbench.decode.classify import Frame
+from workbench.errors import WorkbenchError
 from workbench.store.schema import SCHEMA_VERSION, SchemaVersionError, current_version, migrate
 
 DEFAULT_DB = "captures/workbench.duckdb"
@@ -45,7 +47,7 @@ FRAME_SCHEMA = pa.schema(FRAME_COLUMNS)
 _FRAME_COLS_SQL = ", ".join(name for name, _ in FRAME_COLUMNS)
 
 
-class StoreError(Exception):
+class StoreError(WorkbenchError):
     """The database could not be opened or written; the message names the file."""
 
 
@@ -355,6 +357,24 @@ def check_readable(path: str | Path) -> None:
         raise StoreError(damage_message(p, exc) if is_damage(exc) else open_message(p, exc)) from exc
     finally:
         con.close()
+
+
+@contextlib.contextmanager
+def database_errors_named(path: str | Path | None) -> Iterator[None]:
+    """Turn a DuckDB error nobody anticipated into a :class:`StoreError` naming ``path``.
+
+    Most often a damaged file that opened fine and failed on a later read: the user gets the
+    file's name and what DuckDB said, not a traceback. Without a path the error passes unchanged.
+    """
+    try:
+        yield
+    except duckdb.Error as exc:
+        if not path:
+            raise
+        p = str(path)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        text = damage_message(p, exc) if is_damage(exc) else f"{p}: {first}"
+        raise StoreError(text) from exc
 
 
 def damage_message(path: str, exc: BaseException) -> str:

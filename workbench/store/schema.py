@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import duckdb
 
+from workbench.errors import WorkbenchError
+
 SCHEMA_VERSION = 2
 
 # Each entry upgrades from version i to i + 1 (index 0 creates version 1).
@@ -112,7 +114,7 @@ MIGRATIONS: list[list[str]] = [
 ]
 
 
-class SchemaVersionError(Exception):
+class SchemaVersionError(WorkbenchError):
     pass
 
 
