@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 
-from workbench.tui.demo import build_demo_db
+from workbench.tui.sample_db import build_sample_db
 
 
 @pytest.fixture(scope="session")
-def tui_demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tui_sample_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three sessions (a §13 #1 hang with findings/blobs/tool call, a clean turn, an error); read-only use."""
-    return build_demo_db(tmp_path_factory.mktemp("tui") / "capture.duckdb")
+    return build_sample_db(tmp_path_factory.mktemp("tui") / "capture.duckdb")
 
 
 async def tui_wait(pilot: Pilot[object], cond: Callable[[], object], timeout: float = 20.0, what: object = "") -> None:

@@ -15,9 +15,9 @@ from workbench.store.db import SessionInfo, Store
 from workbench.store.reader import LiveService
 from workbench.store.recorder import Recorder
 from workbench.tui.app import WorkbenchApp
-from workbench.tui.demo import BASE_US, ERR_SESSION, HANG_SESSION, _record, hang_turn, ok_turn
 from workbench.tui.detail import FrameDetailView
 from workbench.tui.modals import BlobScreen, HelpScreen, ToolCallScreen
+from workbench.tui.sample_db import BASE_US, ERR_SESSION, HANG_SESSION, _record, hang_turn, ok_turn
 from workbench.tui.session_screen import SessionScreen
 from workbench.tui.sessions_screen import SessionsScreen
 from workbench.tui.timeline import Timeline
@@ -57,8 +57,8 @@ def _text(app: WorkbenchApp, selector: str) -> str:
     return _plain(app.screen.query_one(selector, Static))
 
 
-async def test_open_session_from_list(tui_demo_db: Path, wait_for: Wait) -> None:
-    app = WorkbenchApp(tui_demo_db)
+async def test_open_session_from_list(tui_sample_db: Path, wait_for: Wait) -> None:
+    app = WorkbenchApp(tui_sample_db)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.screen.query_one("#sessions", DataTable).row_count == 3)
         assert isinstance(app.screen, SessionsScreen)
@@ -75,8 +75,8 @@ async def test_open_session_from_list(tui_demo_db: Path, wait_for: Wait) -> None
         assert not app.errors
 
 
-async def test_sessions_filter_and_sort(tui_demo_db: Path, wait_for: Wait) -> None:
-    app = WorkbenchApp(tui_demo_db)
+async def test_sessions_filter_and_sort(tui_sample_db: Path, wait_for: Wait) -> None:
+    app = WorkbenchApp(tui_sample_db)
     async with app.run_test(size=SIZE) as pilot:
         table = app.screen.query_one("#sessions", DataTable)
         await wait_for(pilot, lambda: table.row_count == 3)
@@ -94,8 +94,8 @@ async def test_sessions_filter_and_sort(tui_demo_db: Path, wait_for: Wait) -> No
         assert str(table.get_row_at(0)[0]) == HANG_SESSION
 
 
-async def test_filter_frames_by_kind_direction_and_text(tui_demo_db: Path, wait_for: Wait) -> None:
-    app = WorkbenchApp(tui_demo_db, HANG_SESSION)
+async def test_filter_frames_by_kind_direction_and_text(tui_sample_db: Path, wait_for: Wait) -> None:
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: _ready(app))
         tl = _timeline(app)
@@ -114,8 +114,8 @@ async def test_filter_frames_by_kind_direction_and_text(tui_demo_db: Path, wait_
         await wait_for(pilot, lambda: tl.index is not None and tl.index.total == 61, what="filter cleared")
 
 
-async def test_detail_tabs_on_a_frame(tui_demo_db: Path, wait_for: Wait) -> None:
-    app = WorkbenchApp(tui_demo_db, HANG_SESSION)
+async def test_detail_tabs_on_a_frame(tui_sample_db: Path, wait_for: Wait) -> None:
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: _ready(app))
         detail = app.screen.query_one("#detail", FrameDetailView)
@@ -141,8 +141,8 @@ async def test_detail_tabs_on_a_frame(tui_demo_db: Path, wait_for: Wait) -> None
         assert detail.active == "tab-tree"
 
 
-async def test_fold_expand_and_finding_jump(tui_demo_db: Path, wait_for: Wait) -> None:
-    app = WorkbenchApp(tui_demo_db, HANG_SESSION)
+async def test_fold_expand_and_finding_jump(tui_sample_db: Path, wait_for: Wait) -> None:
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: _ready(app))
         tl = _timeline(app)
@@ -165,8 +165,8 @@ async def test_fold_expand_and_finding_jump(tui_demo_db: Path, wait_for: Wait) -
         assert tl.index.row(tl.index.row_of_seq(17)).member
 
 
-async def test_finding_jump_clears_a_filter_that_hides_evidence(tui_demo_db: Path, wait_for: Wait) -> None:
-    app = WorkbenchApp(tui_demo_db, HANG_SESSION)
+async def test_finding_jump_clears_a_filter_that_hides_evidence(tui_sample_db: Path, wait_for: Wait) -> None:
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: _ready(app))
         tl = _timeline(app)
@@ -177,8 +177,8 @@ async def test_finding_jump_clears_a_filter_that_hides_evidence(tui_demo_db: Pat
         assert tl.index is not None and tl.index.total == 61
 
 
-async def test_tool_call_blob_help_and_palette(tui_demo_db: Path, wait_for: Wait) -> None:
-    app = WorkbenchApp(tui_demo_db, HANG_SESSION)
+async def test_tool_call_blob_help_and_palette(tui_sample_db: Path, wait_for: Wait) -> None:
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: _ready(app))
         await wait_for(pilot, lambda: app.screen.query_one("#tools-table", DataTable).row_count == 1)
@@ -204,8 +204,8 @@ async def test_tool_call_blob_help_and_palette(tui_demo_db: Path, wait_for: Wait
         await wait_for(pilot, lambda: detail.active == "tab-hex", what="palette command")
 
 
-async def test_replay_to_the_end(tui_demo_db: Path, wait_for: Wait) -> None:
-    app = WorkbenchApp(tui_demo_db, HANG_SESSION)
+async def test_replay_to_the_end(tui_sample_db: Path, wait_for: Wait) -> None:
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: _ready(app))
         screen = app.screen
@@ -266,7 +266,7 @@ async def test_follow_live_capture(tmp_path: Path, wait_for: Wait) -> None:
             assert tl.current is not None and tl.current.fold          # the cursor stayed on the tail
             import pyarrow as pa
 
-            from workbench.tui.demo import FINDING_TYPES
+            from workbench.tui.sample_db import FINDING_TYPES
             screen = app.screen
             assert isinstance(screen, SessionScreen)
             # no findings rows yet: the incremental analyzer diagnoses the live capture
@@ -305,12 +305,12 @@ async def test_database_errors_are_reported_not_raised(tmp_path: Path, wait_for:
         assert app.is_running
 
 
-async def test_kind_picker_and_direction_cycle(tui_demo_db: Path, wait_for: Wait) -> None:
+async def test_kind_picker_and_direction_cycle(tui_sample_db: Path, wait_for: Wait) -> None:
     from textual.widgets import OptionList
 
     from workbench.tui.modals import KindPicker
 
-    app = WorkbenchApp(tui_demo_db, HANG_SESSION)
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: _ready(app))
         tl = _timeline(app)

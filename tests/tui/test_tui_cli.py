@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from workbench.tui.demo import HANG_SESSION
+from workbench.tui.sample_db import HANG_SESSION
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -18,8 +18,8 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
                           stdin=subprocess.DEVNULL, timeout=120)
 
 
-def test_without_a_terminal_fails_clearly(tui_demo_db: Path) -> None:
-    r = _run("--db", str(tui_demo_db))
+def test_without_a_terminal_fails_clearly(tui_sample_db: Path) -> None:
+    r = _run("--db", str(tui_sample_db))
     assert r.returncode == 2
     assert "needs an interactive terminal" in r.stderr
 
@@ -46,12 +46,12 @@ def _read_until(fd: int, needle: bytes, timeout: float = 60) -> bytes:
     return buf
 
 
-def test_runs_in_a_terminal_and_quits(tui_demo_db: Path) -> None:
+def test_runs_in_a_terminal_and_quits(tui_sample_db: Path) -> None:
     pid, fd = pty.fork()
     if pid == 0:  # the child: the real command on a pseudo-terminal
         os.environ["TERM"] = "xterm-256color"
         os.environ["COLUMNS"], os.environ["LINES"] = "140", "40"
-        os.execv(sys.executable, [sys.executable, "-m", "workbench.cli", "tui", "--db", str(tui_demo_db),
+        os.execv(sys.executable, [sys.executable, "-m", "workbench.cli", "tui", "--db", str(tui_sample_db),
                                   HANG_SESSION[:8]])
     try:
         _read_until(fd, b"heartbeats over")          # the session screen with its folded run

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from workbench.tui.data import FrameFilter, FrameIndex, TuiData, blob_needle, pretty_blob, sha256_check
-from workbench.tui.demo import ERR_SESSION, HANG_SESSION, OK_SESSION
 from workbench.tui.replay import IDLE_CAP_US, ReplayClock
+from workbench.tui.sample_db import ERR_SESSION, HANG_SESSION, OK_SESSION
 from workbench.wire.envelope import encode
 
 
@@ -53,8 +53,8 @@ def test_frame_index_folds_expands_and_cuts() -> None:
     assert len(ix) == 12
 
 
-def test_sessions_and_finding_counts(tui_demo_db: Path) -> None:
-    data = TuiData(tui_demo_db)
+def test_sessions_and_finding_counts(tui_sample_db: Path) -> None:
+    data = TuiData(tui_sample_db)
     by_id = {s.session_id: s for s in data.sessions()}
     assert set(by_id) == {HANG_SESSION, OK_SESSION, ERR_SESSION}
     hang = by_id[HANG_SESSION]
@@ -67,8 +67,8 @@ def test_sessions_and_finding_counts(tui_demo_db: Path) -> None:
     data.close()
 
 
-def test_frame_filters_and_folded_page(tui_demo_db: Path) -> None:
-    data = TuiData(tui_demo_db)
+def test_frame_filters_and_folded_page(tui_sample_db: Path) -> None:
+    data = TuiData(tui_sample_db)
     assert data.frame_count(HANG_SESSION) == 61
     # text inside the protobuf payload (the shell command), not only in summaries
     hits = data.frame_index(HANG_SESSION, FrameFilter.parse('"working_directory"'))
@@ -87,8 +87,8 @@ def test_frame_filters_and_folded_page(tui_demo_db: Path) -> None:
     data.close()
 
 
-def test_frame_detail_rebuilds_envelope_header(tui_demo_db: Path) -> None:
-    data = TuiData(tui_demo_db)
+def test_frame_detail_rebuilds_envelope_header(tui_sample_db: Path) -> None:
+    data = TuiData(tui_sample_db)
     seq = data.findings(HANG_SESSION)[0]["evidence"][0]
     d = data.frame_detail(HANG_SESSION, seq)
     assert d is not None
@@ -103,8 +103,8 @@ def test_frame_detail_rebuilds_envelope_header(tui_demo_db: Path) -> None:
     data.close()
 
 
-def test_findings_tool_calls_blobs(tui_demo_db: Path) -> None:
-    data = TuiData(tui_demo_db)
+def test_findings_tool_calls_blobs(tui_sample_db: Path) -> None:
+    data = TuiData(tui_sample_db)
     findings = data.findings(HANG_SESSION)
     assert [f["severity"] for f in findings] == ["error", "warning", "info"]
     assert findings[0]["code"] == "exec_no_stream_close"

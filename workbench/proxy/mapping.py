@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from workbench.client import args as A
+from workbench.client import args as tool_args
 from workbench.client.events import ExecRequest
 
 PROVIDER = "openai-proxy"
@@ -115,10 +115,10 @@ def exec_to_tool_call(req: ExecRequest, offered: Mapping[str, Mapping[str, Any]]
         exec_args = a.get("args") if isinstance(a.get("args"), dict) else {}
         call = req.call
         if call is not None and call.args_text:
-            streamed = A.parse_args_text(call.args_text)
+            streamed = tool_args.parse_args_text(call.args_text)
             if streamed is None:
                 return name, call.args_text
-            return name, json.dumps(A.merge_mcp_args(streamed, exec_args), ensure_ascii=False)
+            return name, json.dumps(tool_args.merge_mcp_args(streamed, exec_args), ensure_ascii=False)
         return name, json.dumps(exec_args, ensure_ascii=False)
     values: dict[str, Any]
     if req.kind in ("shell", "shell_stream"):

@@ -32,7 +32,7 @@ from workbench.sim.exec_completion import (
     DEFAULT_POLICY,
     ExecRecord,
     ExecWait,
-    exec_ref,
+    exec_numeric_id_of,
     resolve,
     server_policy,
 )
@@ -548,7 +548,7 @@ class _Run:
 
     def _absorb(self, m: Any) -> bool:
         """An answer for an exec no longer waited on (or a stream_close its policy ignores)."""
-        ref = exec_ref(m)
+        ref = exec_numeric_id_of(m)
         w = self.waits.get(ref) if ref is not None else None
         return w is not None and w.absorb(m)
 

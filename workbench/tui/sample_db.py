@@ -146,7 +146,7 @@ FINDING_TYPES = {"session_id": pa.string(), "code": pa.string(), "severity": pa.
                  "created_at": pa.timestamp("us")}
 
 
-def build_demo_db(path: str | Path, decoder: Decoder | None = None) -> Path:
+def build_sample_db(path: str | Path, decoder: Decoder | None = None) -> Path:
     """Three sessions: a §13 #1 hang (with findings, blobs, a tool call), a clean turn, an error."""
     path = Path(path)
     dec = decoder or default_decoder()
