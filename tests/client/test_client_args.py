@@ -41,7 +41,7 @@ def test_naive_concat_garbles_cumulative_snapshots(doc: dict, cuts: list[int]) -
 
 def test_increments_are_appended() -> None:
     assert tool_args.accumulate_all(['{"pa', 'th": "', 'x.txt"}']) == '{"path": "x.txt"}'
-    # the garbled shape PROTOCOL.md §13 #4 describes
+    # the garbled shape docs/protocol.md §7 (args_cumulative_snapshots) describes
     assert tool_args.naive_concat(['{"pa', '{"path":']) == '{"pa{"path":'
     assert tool_args.accumulate_args_text("abc", "") == "abc"
 

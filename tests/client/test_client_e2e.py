@@ -165,7 +165,7 @@ async def test_reset_append_seqno_duplicates_seqno_zero(sim) -> None:
 
 async def test_answer_written_into_the_parked_run_is_hidden_in_kv(sim) -> None:
     # kv_only_on_reuse: the server wants a new run after the tool call; answering in place gets
-    # tool_call_completed, heartbeats and an assistant KV blob — no text, no turn_ended (§13 #3)
+    # tool_call_completed, heartbeats and an assistant KV blob — no text, no turn_ended (docs/protocol.md §7, kv_only_response)
     async with client(sim, heartbeat_budget=20, heartbeat_interval=0.02) as c:
         res = await c.run_turn("[scenario:kv_only_on_reuse] go", on_exec=_answer, raise_on_error=False)
     assert not res.ended and res.error is not None and res.error.code == "heartbeat_budget"

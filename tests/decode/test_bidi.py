@@ -1,4 +1,4 @@
-"""BidiService unwrapping (PROTOCOL.md §3): BidiAppend hex/raw data, RunSSE request id, RunPoll
+"""BidiService unwrapping (docs/protocol.md §3): BidiAppend hex/raw data, RunSSE request id, RunPoll
 base64, and transport-level frames (gzip, grpc-web trailer, unary)."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_bidi_append_hex_field_1() -> None:
 
 
 def test_bidi_append_seqno_0_and_heartbeat_text() -> None:
-    body = ld(1, "3a00") + ld(2, ld(1, UUID))  # §5: client heartbeat as BidiAppend data is the text 3a00
+    body = ld(1, "3a00") + ld(2, ld(1, UUID))  # docs/protocol.md §3: client heartbeat as BidiAppend data is the text 3a00
     [f] = DEC.decode_body(body, "bidi_append", "client")
     assert (f.kind, f.append_seqno, f.request_id) == ("client_heartbeat", 0, UUID)
 
@@ -49,7 +49,7 @@ def test_bidi_append_bad_hex_and_foreign_data() -> None:
     [f] = DEC.decode_body(body, "bidi_append", "client")
     assert f.kind == "malformed" and f.error and "hex" in f.error
     assert (f.request_id, f.append_seqno, f.payload, f.msg_type) == (UUID, 2, body, BIDI_APPEND)
-    # §3 rule 5: `0a 03 66 6f 6f` at IDE start-up is no AgentClientMessage
+    # docs/protocol.md §3 (5): `0a 03 66 6f 6f` at IDE start-up is no AgentClientMessage
     body = ld(1, "0a03666f6f") + ld(2, ld(1, UUID))
     [f] = DEC.decode_body(body, "bidi_append", "client")
     assert f.kind == "malformed" and "not an AgentClientMessage" in (f.error or "")

@@ -1,4 +1,4 @@
-"""Every message kind of PROTOCOL.md §5/§6, built with the real protobuf runtime, enveloped and
+"""Every message kind of docs/protocol.md §5, built with the real protobuf runtime, enveloped and
 decoded: kind, summary, named fields and values."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_cases_cover_every_container_of_section_6() -> None:
                 "prewarm_request"):
         assert ("client", top) in tops
     members = {m for *_, m in CASES}
-    # spot checks against §6 tables
+    # spot checks against the overlay's numbers
     assert {"text_delta", "step_completed", "shell_args", "mini_swe_agent_bash_result", "pi_ls_result",
             "set_blob_args", "get_blob_result", "stream_close", "throw", "abort",
             "web_fetch_request_query", "async_ask_question_completion_action"} <= members
@@ -115,7 +115,7 @@ def test_every_member_decodes(direction: str, top_type: str, top: str, member: s
     json.dumps(frame_to_json(DEC, f))
 
 
-# ---- §5 first-tag table and byte signatures --------------------------------------------------
+# ---- first-tag table and byte signatures (docs/protocol.md §5) --------------------------------------------------
 
 SERVER_TAGS = {0x0A: "interaction_update", 0x12: "exec_server_message", 0x1A: "conversation_checkpoint_update",
                0x22: "kv_server_message", 0x2A: "exec_server_control_message", 0x3A: "interaction_query"}
@@ -347,7 +347,7 @@ def test_run_request() -> None:
         model_details=pb.ModelDetails(model_id="claude-4-sonnet"),
         conversation_id="conv-1")
     payload = C(run_request=req)
-    assert payload[:4] == b"\x0a" + payload[1:2] + b"\x0a\x00"  # §5: a fresh run starts 0a <len> 0a 00
+    assert payload[:4] == b"\x0a" + payload[1:2] + b"\x0a\x00"  # docs/protocol.md §5: a fresh run starts 0a <len> 0a 00
     f = decode_one(payload, "client")
     assert f.kind == "run_request"
     assert f.summary == 'run_request "claude-4-sonnet" state "fix the bug"'

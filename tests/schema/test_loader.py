@@ -39,7 +39,7 @@ def test_pb_lookups() -> None:
 
 
 def test_overlay_numbers_match_protocol() -> None:
-    """Spot checks of §3/§6 numbers the classifier depends on."""
+    """Spot checks of numbers (docs/protocol.md §3, §5) the classifier depends on."""
     f = pb.AgentServerMessage.DESCRIPTOR.fields_by_name
     assert {n: f[n].number for n in ("interaction_update", "exec_server_message", "conversation_checkpoint_update",
                                      "kv_server_message", "exec_server_control_message", "interaction_query")} == {

@@ -15,7 +15,7 @@ from workbench.tui.sample_db import build_sample_db
 
 @pytest.fixture(scope="session")
 def tui_sample_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Three sessions (a §13 #1 hang with findings/blobs/tool call, a clean turn, an error); read-only use."""
+    """Three sessions (a missing_stream_close hang with findings/blobs/tool call, a clean turn, an error); read-only use."""
     return build_sample_db(tmp_path_factory.mktemp("tui") / "capture.duckdb")
 
 

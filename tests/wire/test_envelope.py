@@ -1,4 +1,4 @@
-"""Connect envelope framing (PROTOCOL.md §2): incremental parsing, gzip, end-stream, trailers, caps,
+"""Connect envelope framing (docs/protocol.md §2): incremental parsing, gzip, end-stream, trailers, caps,
 unary bodies."""
 
 from __future__ import annotations

@@ -200,7 +200,7 @@ class AgentClient(ExecAnswers):
     def build_run_request(self, prompt: str, model: str, tools: Sequence[Any], conversation_id: str) -> bytes:
         req = pb.AgentRunRequest(conversation_id=conversation_id)
         if "omit_conversation_state" not in self.faults:
-            # Always present, even empty (`0a 00`): the server rejects a run without it (§13 #6).
+            # Always present, even empty (`0a 00`): the server rejects a run without it (docs/protocol.md §7).
             req.conversation_state.SetInParent()
             if self.checkpoint:
                 req.conversation_state.ParseFromString(self.checkpoint)

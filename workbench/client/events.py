@@ -109,7 +109,7 @@ class Checkpoint:
 
 @dataclass(slots=True)
 class KvSet:
-    """A KV set_blob the server stored with us (used to spot an answer hidden in KV, §13 #3)."""
+    """A KV set_blob the server stored with us (used to spot an answer hidden in KV, docs/protocol.md §7)."""
 
     blob_id: bytes
     data: bytes

@@ -28,7 +28,7 @@ import h2.settings
 
 from workbench.errors import WorkbenchError
 
-# Advertised to the server: PROTOCOL.md §2.4 — a 16 KiB max frame size made MITMs GOAWAY.
+# Advertised to the server (docs/protocol.md §1, "HTTP/2 connections"): a 16 KiB max frame size made MITMs GOAWAY.
 _MAX_FRAME = (1 << 24) - 1
 _WINDOW = (1 << 31) - 1
 _PING_EVERY = 15.0
@@ -306,7 +306,7 @@ class H2Connection:
             self._flush_nowait()
 
     async def _ping_loop(self) -> None:
-        # Keep long thinking phases alive: servers GOAWAY idle connections (PROTOCOL.md §2.4).
+        # Keep long thinking phases alive: servers GOAWAY idle connections (docs/protocol.md §1).
         while not self.closed:
             await asyncio.sleep(_PING_EVERY)
             if self._streams and not self.closed:

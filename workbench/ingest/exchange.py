@@ -5,7 +5,7 @@ start/end), nothing per frame. So a frame's ``ts`` is the time of the HTTP messa
 it, ``seq`` follows body order, and sessions say ``"timing": "per-message"`` in their meta.
 Within one h2 ``Run`` the interleaving of client and server frames is unknown: client frames come
 first. BidiAppend exchanges join the RunSSE/RunPoll session with the same request id, ordered
-by ``append_seqno`` (they are captured out of order, PROTOCOL.md §3).
+by ``append_seqno`` (they are captured out of order, docs/protocol.md §3).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from workbench.store.db import SessionInfo, Store
 from workbench.store.recorder import Recorder
 
 STREAM_TRANSPORTS = ("run", "runsse", "runpoll")
-# Classify by path, never by host (PROTOCOL.md §1.1): every aiserver RPC counts as agent traffic.
+# Classify by path, never by host (docs/protocol.md §1): every aiserver RPC counts as agent traffic.
 _MATCHER = Matcher(hosts=(), paths=DEFAULT_PATHS + ("/aiserver.v1.*/*", "/agent.v1.*/*"))
 TIMING_NOTE = ("frame times are the HTTP request/response times of the exchange that carried them "
                "(the file has no per-frame timing); client frames of one Run precede its server frames")

@@ -248,7 +248,7 @@ def _chunks(text: str, n: int) -> list[str]:
 
 
 def _prefixes(text: str, n: int) -> list[str]:
-    """Cumulative snapshots, each a longer prefix, the last the whole text (PROTOCOL §13 #4)."""
+    """Cumulative snapshots, each a longer prefix, the last the whole text (docs/protocol.md §5, §7 args_cumulative_snapshots)."""
     n = max(1, n)
     cuts = sorted({max(1, len(text) * i // n) for i in range(1, n + 1)})
     return [text[:c] for c in cuts]
