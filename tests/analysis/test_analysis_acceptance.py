@@ -10,12 +10,11 @@ on hand-built sessions in test_analysis_rules.py.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from analysis_rig import echo_args_text, rig_session
+from support import run_workbench
 
 from workbench.analysis import analyze
 from workbench.store.db import Store
@@ -158,8 +157,7 @@ def test_imported_cli_ndjson_is_healthy(tmp_path: Path) -> None:
     tested in test_analysis_rules.py)."""
     db = tmp_path / "nd.duckdb"
     src = ROOT / "tests" / "ingest" / "data" / "stream-json.ndjson"
-    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "import", str(src), "--db", str(db)],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_workbench("import", str(src), "--db", str(db), timeout=120)
     assert proc.returncode == 0, proc.stderr
     store = Store(db)
     try:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from analysis_helpers import SessionBuilder, analysis_codes
+from support import run_workbench
 
 from workbench.analysis import IncrementalAnalyzer, analyze_session
 from workbench.cli import main
@@ -111,8 +110,7 @@ def test_cli_as_a_process(tmp_path: Path) -> None:
     store = Store(db)
     _stalled(store, "bad-2", status="incomplete")
     store.close()
-    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "diagnose", "--all", "--db", str(db)],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_workbench("diagnose", "--all", "--db", str(db), timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert "missing_stream_close" in proc.stdout
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import httpx
 import pytest
-from capture_rig import BIN, Mitm, Sim, env_without_proxy
+from capture_rig import BIN, Mitm, Sim
+from support import env_without_proxy, wait_until_async
 
 from workbench.client.agent import AgentClient
 from workbench.decode.classify import CLIENT_MSG, SERVER_MSG, default_decoder
@@ -233,9 +234,8 @@ async def test_follow_sees_frames_while_capturing(capture_sim: Sim, capture_mitm
             async for ev in c.stream_turn("[scenario:longer] follow me"):
                 if follower is None and type(ev).__name__ == "TextDelta":
                     sid = c.last_request_id
-                    deadline = time.monotonic() + 30
-                    while not _has_session(m.db, sid) and time.monotonic() < deadline:
-                        await asyncio.sleep(0.05)
+                    await wait_until_async(lambda sid=sid: _has_session(m.db, sid), timeout=30, interval=0.05,
+                                           what="the session in the database")
                     follower = subprocess.Popen(
                         [str(BIN / "workbench"), "frames", sid, "--db", str(m.db), "--follow"],
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_without_proxy())
@@ -243,9 +243,8 @@ async def test_follow_sees_frames_while_capturing(capture_sim: Sim, capture_mitm
             turn_done = time.monotonic()
             assert open_reader(m.db).live
         total = len(_session_frames(m.db, sid))
-        deadline = time.monotonic() + 60
-        while len(lines) < total and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await wait_until_async(lambda: len(lines) >= total, timeout=60, interval=0.05,
+                               what=lambda: f"{total} frames followed, got {len(lines)}")
     finally:
         if follower is not None:
             follower.terminate()
@@ -314,13 +313,12 @@ async def test_stream_error_and_client_abort(capture_sim: Sim, capture_mitm: Any
         async for ev in c2.stream_turn("[scenario:long] abandon me"):
             if type(ev).__name__ == "TextDelta":
                 break  # abandon the run mid-stream: the client resets its h2 stream
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def closed() -> bool:
         r = open_reader(m.db)
         rows = r.query("SELECT status FROM sessions WHERE session_id = ?", [c2.last_request_id]).to_pylist()
-        if rows and rows[0]["status"] != "open":
-            break
-        await asyncio.sleep(0.1)
+        return bool(rows and rows[0]["status"] != "open")
+
+    await wait_until_async(closed, timeout=60, interval=0.1, what="the abandoned session to close")
     assert m.stop() == 0
     s1 = _session(m.db, c1.last_request_id)
     assert s1["status"] == "error" and "resource_exhausted" in s1["error"]

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from capture_rig import NODE_CLIENT, Sim, env_without_proxy
+from capture_rig import NODE_CLIENT, Sim
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import env_without_proxy, wait_until
 
 from workbench.capture.writer import (
     EV_BODY,
@@ -158,9 +159,8 @@ def test_an_append_keeps_its_place_and_gets_its_answer_later(tmp_path: Path) -> 
                          path="/aiserver.v1.BidiService/BidiAppend", ts_us=now + 1, request_id="gw-rid",
                          meta={"request_headers": [("content-type", GRPC_WEB)]}, content_type=GRPC_WEB)))
     q((EV_BODY, "a0", "client", now + 1, encode(_append(0, _run_request()))))
-    deadline = time.monotonic() + 30
-    while w.frames_committed < 2 and time.monotonic() < deadline:  # the append is committed ...
-        time.sleep(0.01)
+    wait_until(lambda: w.frames_committed >= 2, timeout=30, interval=0.01,
+               what="the append to be committed")  # the append is committed ...
     assert w.frames_committed == 2
     text = pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(text_delta=pb.TextDelta(text="t")))
     q((EV_RESPONSE, "sse", now + 2, 200, [], "HTTP/1.1", None))

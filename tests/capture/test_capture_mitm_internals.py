@@ -8,7 +8,6 @@ tests drive a real ``HttpStream`` with mitmproxy's own events; the addon tests u
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from mitmproxy.proxy.layers.http._hooks import (
     HttpResponseHeadersHook,
 )
 from mitmproxy.test import taddons, tflow
+from support import wait_until
 
 from workbench.capture import stream_end
 from workbench.capture.addon import CursorCapture
@@ -238,11 +238,11 @@ def test_error_hook_records_the_side_and_code(addon: CursorCapture, tmp_path: Pa
     addon.error(f)
     writer = addon.writer
     assert writer is not None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def aborted() -> bool:
         info = writer.sink.get_session("rid-hooks")
-        if info is not None and info.status == "aborted":
-            break
-        time.sleep(0.02)
+        return info is not None and info.status == "aborted"
+
+    wait_until(aborted, timeout=30, interval=0.02, what="the session to be marked aborted")
+    info = writer.sink.get_session("rid-hooks")
     assert info is not None and info.status == "aborted" and info.error == "stream reset by client (CANCEL)"
     assert info.meta["reset"]["code"] == "CANCEL"

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from capture_rig import ADDON, BIN, NODE_CLIENT, Sim, env_without_proxy, free_port
+from capture_rig import ADDON, BIN, NODE_CLIENT, Sim
+from support import env_without_proxy, free_port
 
 from workbench.store import open_reader
 

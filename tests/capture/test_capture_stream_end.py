@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from capture_rig import NODE_CLIENT, Sim, env_without_proxy
+from capture_rig import NODE_CLIENT, Sim
 from h2_agent_client import H2AgentClient
 from h2_script_server import ScriptServer
+from support import env_without_proxy
 
 from workbench.redact import short_hash
 from workbench.store import open_reader

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from support import wait_until
+
 from workbench.capture.spool import spool_candidates
 from workbench.capture.writer import (
     EV_BODY,
@@ -250,9 +252,7 @@ def test_commit_failure_mid_capture_goes_to_the_spool(tmp_path: Path) -> None:
     now = time.time_ns() // 1000
     q(_open("f", "run", rid="mid-1"))
     q((EV_CHUNK, "f", "client", now, encode(_run_request())))
-    deadline = time.monotonic() + 30
-    while w.frames_committed < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: w.frames_committed >= 1, timeout=30, interval=0.01, what="the first frame to be committed")
     assert w.frames_committed == 1
     assert w.store is not None
     w.store.con.close()  # the database goes away under the writer (disk gone, file removed...)

@@ -6,15 +6,13 @@ with the old behaviour (close ~1 s after turn_ended) the problem stays hidden.""
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from support import env_without_proxy, free_port, port_open, wait_until
 
 from workbench.client.agent import AgentClient
 from workbench.sim.runner import SimServer, running_sim
@@ -26,27 +24,16 @@ ADDON = Path(__file__).resolve().parent / "stream_bodies_addon.py"
 @pytest.fixture(scope="module")
 def mitm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     conf = tmp_path_factory.mktemp("mitm")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    port = free_port()
     proc = subprocess.Popen([str(MITMDUMP), "-q", "-s", str(ADDON), "--listen-host", "127.0.0.1", "--listen-port",
                              str(port), "--set", f"confdir={conf}", "--set", "ssl_insecure=true"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    deadline = time.monotonic() + 90
-    while True:  # wait until it listens (and has written its CA)
-        if proc.poll() is not None:
-            raise RuntimeError(f"mitmdump exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            if (conf / "mitmproxy-ca-cert.pem").exists():
-                break
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("mitmdump did not start listening")
-        time.sleep(0.1)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env_without_proxy())
+    try:  # wait until it listens and has written its CA
+        wait_until(lambda: port_open(port) and (conf / "mitmproxy-ca-cert.pem").exists(), timeout=90,
+                   what=f"mitmdump listening on {port} with its CA written", proc=proc)
+    except AssertionError:
+        proc.kill()
+        raise
     yield f"http://127.0.0.1:{port}", conf / "mitmproxy-ca-cert.pem"
     proc.terminate()
     proc.wait(timeout=30)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support import wait_until_async
 
 from workbench.client.agent import AgentClient
 from workbench.client.events import (
@@ -34,12 +35,8 @@ async def sim():
 
 async def last_run(sim, timeout: float = 30.0):
     """The newest run record once the simulator has finished it (polled with a deadline)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not (sim.state.runs and sim.state.runs[-1].finished.is_set()):
-        if loop.time() > deadline:
-            raise TimeoutError("the simulator did not finish its run")
-        await asyncio.sleep(0.01)
+    await wait_until_async(lambda: sim.state.runs and sim.state.runs[-1].finished.is_set(), timeout=timeout,
+                           what="the simulator to finish its run")
     return sim.state.runs[-1]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import wait_until_async
 
 from workbench.client.agent import AgentClient
 from workbench.client.events import TextDelta
@@ -159,15 +160,6 @@ class AppendServer:
         await reader.read()  # open until the client closes it
 
 
-async def _wait(cond: Any, what: str, timeout: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 @pytest.mark.parametrize("delay", [None, 0.3], ids=["never_answered", "answered_while_closing"])
 async def test_frame_log_lists_only_answered_appends(delay: float | None) -> None:
     srv = AppendServer(prompt_until=2, delay=delay)
@@ -177,7 +169,7 @@ async def test_frame_log_lists_only_answered_appends(delay: float | None) -> Non
             turn = c.stream_turn("hello")
             assert isinstance(await anext(turn), TextDelta)
             # heartbeats 1 (answered) and 2 (held) are out; leave the turn with 2 in flight
-            await _wait(lambda: 2 in srv.received, "a held append")
+            await wait_until_async(lambda: 2 in srv.received, what="a held append")
             await turn.aclose()
             log = [e for e in c.frame_log if e.direction == "client"]
     finally:

@@ -6,9 +6,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from datetime import UTC
 from pathlib import Path
+
+from support import wait_until
 
 from workbench.ingest.run import redact_argv
 from workbench.store import StoreError, open_reader
@@ -35,9 +36,10 @@ def test_run_passthrough_and_live_recording(tmp_path: Path, ingest_sample: Path)
     try:
         # While the CLI is held at the gate, the first 8 lines must already be in the database,
         # read through the run's live service (the file itself is locked by the writer).
-        deadline = time.monotonic() + 90
-        seen, status = 0, []
-        while time.monotonic() < deadline:
+        seen, status, live_rows = 0, [], []
+
+        def eight_lines_live() -> bool:
+            nonlocal seen, status, live_rows
             if sidecar_path(db).exists():
                 try:
                     reader = open_reader(db)
@@ -50,9 +52,11 @@ def test_run_passthrough_and_live_recording(tmp_path: Path, ingest_sample: Path)
                 except StoreError:
                     seen = 0  # the service is starting or stopping
                 if seen >= 8 and status:
-                    break
+                    return True
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            time.sleep(0.05)
+            return False
+
+        wait_until(eight_lines_live, timeout=90, what="8 lines and the session row through the live service")
         assert seen == 8
         assert status == ["open"]
         assert [r["kind"] for r in live_rows][:2] == ["system.init", "user"]

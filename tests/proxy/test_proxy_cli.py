@@ -7,14 +7,13 @@ import os
 import subprocess
 from pathlib import Path
 
-from conftest import WORKBENCH, start_process
+from support import run_workbench, start_server
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     e = {k: v for k, v in os.environ.items() if k not in ("CURSOR_ACCESS_TOKEN", "HTTPS_PROXY")}
     e.update(env or {})
-    return subprocess.run([*WORKBENCH, *args], capture_output=True, text=True,
-                          env=e, timeout=120)
+    return run_workbench(*args, env=e, timeout=120)
 
 
 def test_proxy_without_a_token_names_the_variable() -> None:
@@ -33,7 +32,7 @@ def test_proxy_bad_options_name_themselves(tmp_path: Path) -> None:
 
 
 def test_client_command_streams_the_answer(tmp_path: Path) -> None:
-    sim = start_process(["sim", "--port", "0", "--cert-dir", str(tmp_path)], want_cert=True)
+    sim = start_server("sim", "--port", "0", "--cert-dir", str(tmp_path), want_cert=True)
     try:
         token = tmp_path / "token"
         token.write_text("file-token\n")
@@ -50,7 +49,7 @@ def test_client_command_streams_the_answer(tmp_path: Path) -> None:
 
 
 def test_proxy_prints_its_url_first_and_stops_on_sigterm(tmp_path: Path) -> None:
-    p = start_process(["proxy", "--port", "0", "--upstream", "https://127.0.0.1:9"],
-                      env={"CURSOR_ACCESS_TOKEN": "t"})
+    p = start_server("proxy", "--port", "0", "--upstream", "https://127.0.0.1:9",
+                     env={"CURSOR_ACCESS_TOKEN": "t"})
     assert p.url.startswith("http://127.0.0.1:") and int(p.url.rsplit(":", 1)[1]) > 0
     assert p.stop() == 0

@@ -209,7 +209,7 @@ def test_proxy_never_logs_the_token(tmp_path: Path) -> None:
     finally:
         r.proxy.stop()
         r.sim.stop()
-    out = "\n".join(r.proxy.lines + r.proxy.stderr)
+    out = "\n".join(r.proxy.out + r.proxy.err)
     assert "chat default stream -> stop" in out and "error resource_exhausted" in out  # it does log requests
     assert "sk-test-proxy-token" not in out
     assert r.proxy.proc.returncode == 0

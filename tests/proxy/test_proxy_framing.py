@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
-from conftest import WORKBENCH, Rig, start_rig
+from conftest import Rig, start_rig
+from support import WORKBENCH, wait_until
 
 from workbench.store.reader import open_reader
 
@@ -42,12 +42,11 @@ def sdk(rig: Rig) -> openai.OpenAI:
 
 def sim_log(rig: Rig, at_least: int = 0, timeout: float = 30.0) -> list[str]:
     """The sim's run lines; a run logs its line when it finishes, which may trail the SDK's answer."""
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = [line for line in rig.sim.stderr if line.startswith("run ")]
-        if len(lines) >= at_least or time.monotonic() > deadline:
-            return lines
-        time.sleep(0.05)
+    def lines() -> list[str]:
+        return [line for line in rig.sim.err if line.startswith("run ")]
+
+    wait_until(lambda: len(lines()) >= at_least, timeout=timeout, what=f"{at_least} run lines from the sim")
+    return lines()
 
 
 def test_text_tool_call_and_followup(framed_rig: Rig) -> None:

@@ -13,19 +13,16 @@ against a real ``workbench sim`` subprocess whose scenarios ask for exactly thes
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import queue
-import signal
 import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import WORKBENCH, start_sim
+from support import SimProcess as Sim
 
 from workbench.client.agent import AgentClient
 from workbench.client.events import ExecHandled
@@ -36,7 +33,6 @@ from workbench.store.reader import open_reader
 
 SECRET = "TOP-SECRET-OUTSIDE-42"
 TOKEN = "sk-local-tools-token-5f3a9c"
-WORKBENCH = [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())"]
 
 
 @dataclass
@@ -212,14 +208,6 @@ def test_scrubbed_env_keeps_the_basics_only() -> None:
 
 # through the real client and the real sim ----------------------------------------------------------
 
-@dataclass
-class Sim:
-    proc: subprocess.Popen[str]
-    url: str
-    cert: str
-    runs: queue.Queue[str]
-
-
 def tool(kind: str, **args: Any) -> dict[str, Any]:
     return {"tool": {"exec": kind, "args": args, "client_tools": "never"}}
 
@@ -243,39 +231,9 @@ def scenarios(lay: Layout) -> dict[str, Any]:
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Layout, Sim]]:
     root = tmp_path_factory.mktemp("local-tools")
     lay = make_layout(root)
-    folder = root / "scenarios"
-    folder.mkdir()
-    for name, doc in scenarios(lay).items():
-        (folder / f"{name}.json").write_text(json.dumps(doc))
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    proc = subprocess.Popen([*WORKBENCH, "sim", "--port", "0", "--heartbeat-interval", "0.05", "--cert-dir",
-                             str(root / "cert"), "--scenario-dir", str(folder)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    lines: queue.Queue[str | None] = queue.Queue()
-    runs: queue.Queue[str] = queue.Queue()
-
-    def pump(stream: Any, into: queue.Queue[Any], end: bool) -> None:
-        for line in stream:
-            into.put(line.rstrip("\n"))
-        if end:
-            into.put(None)
-
-    threading.Thread(target=pump, args=(proc.stdout, lines, True), daemon=True).start()
-    threading.Thread(target=pump, args=(proc.stderr, runs, False), daemon=True).start()
-    url = lines.get(timeout=60)
-    cert = lines.get(timeout=60) if url else None
-    if not url or not cert:
-        proc.kill()
-        raise RuntimeError("workbench sim did not start")
-    yield lay, Sim(proc, url, cert.split(":", 1)[1].strip(), runs)
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=30)
-
-
-def next_run(sim: Sim) -> str:
-    while not (line := sim.runs.get(timeout=120)).startswith("run "):
-        pass
-    return line
+    sim = start_sim(root, scenarios=scenarios(lay))
+    yield lay, sim
+    sim.stop(timeout=30)
 
 
 def client_payloads(db: Path) -> list[tuple[str, bytes]]:
@@ -306,7 +264,7 @@ async def test_escapes_through_the_client_are_refused_and_the_turn_goes_on(
     async with AgentClient(sim.url, TOKEN, transport=transport, verify=sim.cert, workspace=lay.ws,
                            execute_locally=True, record_to=db, heartbeat_budget=400) as c:
         res = await c.run_turn("[scenario:escapes] look around")
-    summary = await asyncio.to_thread(next_run, sim)
+    summary = await asyncio.to_thread(sim.next_run)
     assert res.ended and res.error is None and "-> turn_ended" in summary  # the model re-planned
     outcomes = exec_outcomes(db)
     n = len(escapes(lay))
@@ -334,7 +292,7 @@ def test_shell_is_refused_without_allow_shell_through_the_cli(world: tuple[Layou
     lay, sim = world
     db = tmp_path / "cli.duckdb"
     proc = run_cli(world, db, "[scenario:shell_escape] try the shell")
-    summary = next_run(sim)
+    summary = sim.next_run()
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("Carried on after") and "-> turn_ended" in summary
     assert [o for o in exec_outcomes(db) if o[0] == "shell_result"] == [("shell_result", "rejected")] * 2
@@ -347,7 +305,7 @@ def test_allowed_shell_runs_without_the_token(world: tuple[Layout, Sim], tmp_pat
     _, sim = world
     db = tmp_path / "env.duckdb"
     proc = run_cli(world, db, "[scenario:shell_env] show the environment", "--allow-shell")
-    summary = next_run(sim)
+    summary = sim.next_run()
     assert proc.returncode == 0, proc.stderr
     assert "-> turn_ended" in summary
     [env_out] = [pb.AgentClientMessage.FromString(p).exec_client_message.shell_result.success.stdout

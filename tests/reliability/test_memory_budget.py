@@ -13,13 +13,13 @@ import gzip
 import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import WORKBENCH, run_workbench
 
 from workbench.decode import fields_of
 from workbench.decode.classify import default_decoder
@@ -41,14 +41,6 @@ def _bench() -> ModuleType:
 MEM = _bench()
 
 
-def wb(*args: str) -> list[str]:
-    return [sys.executable, "-m", "workbench.cli", *args]
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(wb(*args), capture_output=True, text=True, timeout=600)
-
-
 @pytest.fixture(scope="module")
 def bomb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("bomb") / "bomb.flows"
@@ -59,11 +51,11 @@ def bomb(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_bomb_flow_file_imports_and_reads_back_under_1_gib(bomb: Path, tmp_path: Path) -> None:
     db = tmp_path / "bomb.duckdb"
-    r = MEM.measure(wb("import", str(bomb), "--db", str(db)))
+    r = MEM.measure([*WORKBENCH, "import", str(bomb), "--db", str(db)])
     assert r["rc"] == 0, r["err"]
     assert r["rss_kib"] < GIB_KIB, f"import peaked at {r['rss_kib'] // 1024} MiB"
     # nothing lost: eight frames, each with its compressed bytes and an error naming the budget
-    out = run("sql", "SELECT kind, flags, size, error FROM frames WHERE direction = 'server' ORDER BY seq",
+    out = run_workbench("sql", "SELECT kind, flags, size, error FROM frames WHERE direction = 'server' ORDER BY seq",
               "--db", str(db), "--json").stdout
     rows = [json.loads(line) for line in out.splitlines()]
     compressed = [row for row in rows if row["kind"] == "compressed"]
@@ -74,7 +66,7 @@ def test_bomb_flow_file_imports_and_reads_back_under_1_gib(bomb: Path, tmp_path:
     assert db.stat().st_size < 64 * MIB
     for args in (["frames", MEM.SESSION_KEY], ["diagnose", MEM.SESSION_KEY, "--no-write"],
                  ["export", "--parquet", str(tmp_path / "pq")]):
-        r = MEM.measure(wb(*args, "--db", str(db)))
+        r = MEM.measure([*WORKBENCH, *args, "--db", str(db)])
         assert r["rc"] in (0, 1), r["err"]
         assert r["rss_kib"] < GIB_KIB, f"{args[0]} peaked at {r['rss_kib'] // 1024} MiB"
 
@@ -82,10 +74,10 @@ def test_bomb_flow_file_imports_and_reads_back_under_1_gib(bomb: Path, tmp_path:
 def test_frames_json_inflates_each_frame_when_viewed(tmp_path: Path) -> None:
     flows = MEM.build_flow_file(tmp_path / "two.flows", frames=2, inflated_mb=40)
     db = tmp_path / "two.duckdb"
-    assert run("import", str(flows), "--db", str(db)).returncode == 0
+    assert run_workbench("import", str(flows), "--db", str(db)).returncode == 0
     out = tmp_path / "frames.jsonl"
     with out.open("w") as fh:
-        r = subprocess.run(wb("frames", MEM.SESSION_KEY, "--json", "--kind", "compressed", "--db", str(db)),
+        r = subprocess.run([*WORKBENCH, "frames", MEM.SESSION_KEY, "--json", "--kind", "compressed", "--db", str(db)],
                            stdout=fh, stderr=subprocess.PIPE, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     with out.open() as fh:
@@ -103,9 +95,9 @@ def test_each_budget_and_its_option(tmp_path: Path) -> None:
 
     def kinds(*options: str) -> list[tuple[str, str]]:
         db = tmp_path / f"db{len(list(tmp_path.glob('*.duckdb')))}.duckdb"
-        r = run("import", str(flows), "--db", str(db), *options)
+        r = run_workbench("import", str(flows), "--db", str(db), *options)
         assert r.returncode == 0, r.stderr
-        r = run("sql", "SELECT kind, coalesce(error, '') AS error FROM frames WHERE direction = 'server' "
+        r = run_workbench("sql", "SELECT kind, coalesce(error, '') AS error FROM frames WHERE direction = 'server' "
                 "AND kind <> 'end_stream' ORDER BY seq", "--db", str(db), "--json")
         return [(d["kind"], d["error"]) for d in map(json.loads, r.stdout.splitlines())]
 
@@ -118,7 +110,7 @@ def test_each_budget_and_its_option(tmp_path: Path) -> None:
     got = kinds("--inflate-import-mb", "7")
     assert [k for k, _ in got] == ["interaction_update.text_delta"] * 2 + ["compressed"] * 6
     assert "7 MiB per-import inflate budget" in got[2][1] and "--inflate-import-mb" in got[2][1]
-    r = run("import", str(flows), "--db", str(tmp_path / "bad.duckdb"), "--inflate-frame-mb", "0")
+    r = run_workbench("import", str(flows), "--db", str(tmp_path / "bad.duckdb"), "--inflate-frame-mb", "0")
     assert r.returncode == 2 and "--inflate-frame-mb" in r.stderr
 
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 import pytest
 from security_rig import live_writer
+from support import run_workbench
 
 from workbench.decode.classify import Frame
 from workbench.notebook import connect
@@ -97,11 +96,6 @@ def _file_state(db: Path) -> tuple[int, str]:
         con.close()
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True,
-                          timeout=180, stdin=subprocess.DEVNULL)
-
-
 def _refused_by_api(query: Callable[[str], object], sql: str) -> str:
     with pytest.raises((QueryRefused, StoreError, duckdb.Error)) as info:
         query(sql)
@@ -127,16 +121,16 @@ def test_closed_database_workbench_sql(work: Path) -> None:
     db = _closed_db(work / "closed.duckdb")
     before = _file_state(db)
     for name, sql in probes(work).items():
-        r = _cli("sql", sql, "--db", str(db))
+        r = run_workbench("sql", sql, "--db", str(db))
         assert r.returncode == 2, f"{name}: {r.stdout}{r.stderr}"
         assert "Traceback" not in r.stderr, name
         _intact(work, r.stdout + r.stderr)
     assert _file_state(db) == before
     # still usable, and the limits: a slow query is interrupted, a huge result refused
-    assert _cli("sql", "SELECT count(*) AS n FROM frames", "--json", "--db", str(db)).stdout.strip() == '{"n": 50}'
-    r = _cli("sql", SLOW, "--timeout", "1", "--db", str(db))
+    assert run_workbench("sql", "SELECT count(*) AS n FROM frames", "--json", "--db", str(db)).stdout.strip() == '{"n": 50}'
+    r = run_workbench("sql", SLOW, "--timeout", "1", "--db", str(db))
     assert r.returncode == 2 and "interrupted" in r.stderr and "1 s time limit" in r.stderr, r.stderr
-    r = _cli("sql", "SELECT repeat('x', 100000) AS s FROM range(1000)", "--max-result-mb", "5", "--db", str(db))
+    r = run_workbench("sql", "SELECT repeat('x', 100000) AS s FROM range(1000)", "--max-result-mb", "5", "--db", str(db))
     assert r.returncode == 2 and "larger than the 5 MiB cap" in r.stderr, r.stderr
 
 
@@ -205,7 +199,7 @@ def test_live_service_of_a_writer_process(work: Path) -> None:
         data = TuiData(db)
         assert data.live
         for name, sql in probes(work).items():
-            r = _cli("sql", sql, "--db", str(db))
+            r = run_workbench("sql", sql, "--db", str(db))
             assert r.returncode == 2, f"{name}: {r.stdout}{r.stderr}"
             assert "(live)" in r.stderr and "Traceback" not in r.stderr, name
             _intact(work, r.stdout + r.stderr)
@@ -215,12 +209,12 @@ def test_live_service_of_a_writer_process(work: Path) -> None:
         # the writer is unharmed: its frames and tables are all there and it keeps writing
         assert writer.ask("count").split() == [total, frames, tables]
         assert writer.ask("add") == "110"
-        r = _cli("sql", "SELECT count(*) AS n FROM frames", "--json", "--db", str(db))
+        r = run_workbench("sql", "SELECT count(*) AS n FROM frames", "--json", "--db", str(db))
         assert json.loads(r.stdout) == {"n": 110}
         # a slow query on the writer's instance is interrupted at the limit (and only that query)
-        r = _cli("sql", SLOW, "--timeout", "1", "--db", str(db))
+        r = run_workbench("sql", SLOW, "--timeout", "1", "--db", str(db))
         assert r.returncode == 2 and "interrupted" in r.stderr and "1 s time limit" in r.stderr, r.stderr
-        r = _cli("sql", "SELECT repeat('x', 100000) AS s FROM range(1000)", "--max-result-mb", "5", "--db", str(db))
+        r = run_workbench("sql", "SELECT repeat('x', 100000) AS s FROM range(1000)", "--max-result-mb", "5", "--db", str(db))
         assert r.returncode == 2 and "larger than the 5 MiB cap" in r.stderr, r.stderr
         assert writer.ask("add") == "120"
         assert writer.ask("count").split()[:2] == ["120", "120"]

@@ -9,12 +9,11 @@ enums, nested types, services).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from js_generators import SHAPE_FILES, SHAPES, Generators
+from support import run_workbench
 
 from workbench.schema.compare import facts
 from workbench.schema.extract import extract
@@ -42,10 +41,6 @@ def _case_id(case: tuple[str, ...]) -> str:
     return "-".join((*case[:4], label)).rstrip("-")
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True)
-
-
 def _source_facts(root: Path, files: list[str]) -> dict[str, object]:
     return facts(compile_protos([root / f for f in files], [root]).file)
 
@@ -66,7 +61,7 @@ def _build(gen: Generators, tmp: Path, root: Path, files: list[str], case: tuple
 def test_overlay_round_trips(generators: Generators, tmp_path: Path, case: tuple[str, ...]) -> None:
     bundle = _build(generators, tmp_path, PROTO_ROOT, list(BUILTIN_FILES), case)
     out = tmp_path / "out"
-    proc = _cli("schema", "extract", str(bundle), "-o", str(out), "--descriptor-set", str(tmp_path / "set.pb"))
+    proc = run_workbench("schema", "extract", str(bundle), "-o", str(out), "--descriptor-set", str(tmp_path / "set.pb"))
     assert proc.returncode == 0, proc.stderr
     source = _source_facts(PROTO_ROOT, list(BUILTIN_FILES))
     assert _extracted_facts(out) == source
@@ -101,7 +96,7 @@ def test_many_chunks_with_renamed_exports(generators: Generators, tmp_path: Path
     chunks = generators.bundle("v1", sources, tmp_path / "gen", tmp_path / "dist", splitting=True)
     assert len(chunks) > 3
     out = tmp_path / "out"
-    proc = _cli("schema", "extract", str(tmp_path / "dist"), "-o", str(out))
+    proc = run_workbench("schema", "extract", str(tmp_path / "dist"), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert _extracted_facts(out) == _source_facts(SHAPES, SHAPE_FILES)
 

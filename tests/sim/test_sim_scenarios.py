@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 from typing import Any
 
@@ -18,6 +17,7 @@ from sim_h2 import (
     server_msg,
 )
 from sim_http1 import BidiRun, http1
+from support import wait_until_async
 
 from workbench.schema import pb
 from workbench.sim import SimThread
@@ -247,10 +247,7 @@ async def test_goaway_after_turn_and_network_drop(sim_factory: Any) -> None:
     await s.send(run_request("[scenario:goaway_after_turn] hi"))
     await s.until("interaction_update.turn_ended")
     assert (await s.next()).kind == "end_stream"  # type: ignore[union-attr]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while client.goaway is None and loop.time() < deadline:
-        await asyncio.sleep(0.01)
+    await wait_until_async(lambda: client.goaway is not None, timeout=30, what="the GOAWAY after the turn")
     assert client.goaway == 0
     await client.close()
 

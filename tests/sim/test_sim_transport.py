@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sim_h2 import H2Client
+from support import wait_until_async
 
 from workbench.sim.transport import AgentConnection, UnaryRequest, UnaryResponse, serve
 from workbench.wire.envelope import EnvelopeParser, encode
@@ -95,10 +96,7 @@ async def test_close_stops_running_handlers(sim_cert_dir: Path) -> None:
     server = await serve(forever, cert_dir=sim_cert_dir)
     client = await H2Client.connect(server.url, server.cert_path)
     await client.request(RUN, {"content-type": "application/connect+proto"})
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while not server._handler_tasks and loop.time() < deadline:
-        await asyncio.sleep(0.01)
+    await wait_until_async(lambda: server._handler_tasks, timeout=10, what="the handler to start")
     await server.close()
     assert cancelled.is_set()
     await client.close()

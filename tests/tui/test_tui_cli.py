@@ -5,28 +5,24 @@ from __future__ import annotations
 import os
 import pty
 import select
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from support import run_workbench
+
 from workbench.tui.sample_db import HANG_SESSION
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "workbench.cli", "tui", *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=120)
-
-
 def test_without_a_terminal_fails_clearly(tui_sample_db: Path) -> None:
-    r = _run("--db", str(tui_sample_db))
+    r = run_workbench("tui", "--db", str(tui_sample_db))
     assert r.returncode == 2
     assert "needs an interactive terminal" in r.stderr
 
 
 def test_missing_database_is_named(tmp_path: Path) -> None:
     missing = tmp_path / "nope.duckdb"
-    r = _run("--db", str(missing))
+    r = run_workbench("tui", "--db", str(missing))
     assert r.returncode == 2
     assert f"{missing}: no such capture database" in r.stderr
 

@@ -6,12 +6,11 @@ waits for the data workers to finish, so the pictures are deterministic.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from support import wait_until_async
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
@@ -27,12 +26,8 @@ Snap = Callable[..., bool]
 
 
 async def _until(pilot: Pilot[Any], cond: Callable[[], object], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("snapshot setup timed out")
-        await pilot.pause(0.02)
-        await asyncio.sleep(0)
+    await wait_until_async(cond, timeout=timeout, interval=0, what="the snapshot's set-up",
+                           pause=lambda: pilot.pause(0.02))
 
 
 async def _session_ready(pilot: Pilot[Any]) -> None:
