@@ -238,6 +238,7 @@ def test_error_hook_records_the_side_and_code(addon: CursorCapture, tmp_path: Pa
     addon.error(f)
     writer = addon.writer
     assert writer is not None
+
     def aborted() -> bool:
         info = writer.sink.get_session("rid-hooks")
         return info is not None and info.status == "aborted"
