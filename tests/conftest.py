@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 from collections.abc import Generator, Iterator
@@ -20,6 +21,7 @@ from support import ProcessGroup, process_group
 _started: list[str] = []
 _popen_execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
 _socket_listen = socket.socket.listen
+_forkpty = os.forkpty
 
 
 def _noting_execute_child(self: subprocess.Popen[Any], args: Any, *rest: Any, **kw: Any) -> Any:
@@ -32,6 +34,11 @@ def _noting_listen(self: socket.socket, *args: Any) -> None:
     _socket_listen(self, *args)
 
 
+def _noting_forkpty() -> tuple[int, int]:
+    _started.append("a process on a pseudo-terminal")
+    return _forkpty()
+
+
 @pytest.fixture
 def processes() -> Iterator[ProcessGroup]:
     """Processes a test starts with ``processes.workbench(...)``, ``.server(...)`` or ``.start(argv)``."""
@@ -41,11 +48,13 @@ def processes() -> Iterator[ProcessGroup]:
 def pytest_configure(config: pytest.Config) -> None:
     subprocess.Popen._execute_child = _noting_execute_child  # type: ignore[attr-defined]
     socket.socket.listen = _noting_listen  # type: ignore[method-assign]
+    os.forkpty = _noting_forkpty
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     subprocess.Popen._execute_child = _popen_execute_child  # type: ignore[attr-defined]
     socket.socket.listen = _socket_listen  # type: ignore[method-assign]
+    os.forkpty = _forkpty
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -16,6 +16,8 @@ from workbench.store import SessionInfo, Store, now_us
 from workbench.store.recorder import Recorder
 from workbench.wire.envelope import FLAG_END_STREAM, encode
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 EXE = shutil.which("workbench", path=str(Path(sys.executable).parent)) or "workbench"
 HEARTBEAT = "00000000040a026a00"
 TEXT = encode(pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(

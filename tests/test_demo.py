@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 import duckdb
+import pytest
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 
 def test_demo_runs_and_diagnoses_every_scenario(tmp_path: Path) -> None:

@@ -19,6 +19,8 @@ from support import run_workbench
 from workbench.analysis import analyze
 from workbench.store.db import Store
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 ROOT = Path(__file__).resolve().parents[2]
 HEALTHY_SCENARIOS = ("text", "tool_flow", "read_write", "explore", "shell_stream", "web_search", "exec_abort",
                      "goaway_after_turn", "mcp_large_args")

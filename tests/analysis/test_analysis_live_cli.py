@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from analysis_helpers import SessionBuilder, analysis_codes
 from support import run_workbench
 
@@ -43,6 +44,7 @@ def test_incremental_matches_batch_and_waits_for_answers(analysis_store: Store) 
     assert [f.evidence for f in inc.findings(final=True)] == [f.evidence for f in batch.findings]
 
 
+@pytest.mark.slow
 def test_analysis_through_a_live_capture_reader(tmp_path: Path, capsys) -> None:
     db = tmp_path / "live.duckdb"
     store = Store(db)
@@ -105,6 +107,7 @@ def test_cli_diagnose_exit_codes_json_and_written_findings(tmp_path: Path, capsy
     assert capsys.readouterr().out == ""  # no KV traffic in that session
 
 
+@pytest.mark.slow
 def test_cli_as_a_process(tmp_path: Path) -> None:
     db = tmp_path / "p.duckdb"
     store = Store(db)

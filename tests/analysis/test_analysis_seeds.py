@@ -15,11 +15,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from analysis_rig import echo_args_text, rig_session
 
 from workbench.analysis.argsutil import parse_json
 from workbench.client.events import TurnResult
 from workbench.store.reader import open_reader
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 
 async def test_seed_dec08_heartbeat_loop_after_missing_stream_close(tmp_path: Path) -> None:

@@ -26,6 +26,8 @@ from workbench.schema import pb
 from workbench.store import open_reader
 from workbench.store.reader import sidecar_path
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 TOKEN = "wb-test-token-7c1e0f9a2b"
 
 

@@ -179,6 +179,7 @@ def test_an_append_keeps_its_place_and_gets_its_answer_later(tmp_path: Path) -> 
 
 # through real mitmdump + sim with the Node client in gRPC-Web mode ------------------------------
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("node") is None, reason="node (v20+) is not installed")
 @pytest.mark.parametrize("append_ctype", [None, "application/proto"])
 def test_node_grpc_web_appends_are_recorded_with_their_envelope(capture_sim: Sim, capture_mitm: Any, tmp_path: Path,

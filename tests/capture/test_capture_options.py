@@ -15,6 +15,8 @@ from support import env_without_proxy, free_port
 
 from workbench.store import open_reader
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 
 def test_mitmdump_refuses_an_unknown_redaction_level(tmp_path: Path, capture_confdir: Path) -> None:
     db = tmp_path / "never.duckdb"

@@ -23,6 +23,8 @@ from support import env_without_proxy
 from workbench.redact import short_hash
 from workbench.store import open_reader
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 TOKEN = "wb-node-token-3f9a17c2"
 NODE = shutil.which("node")
 needs_node = pytest.mark.skipif(NODE is None, reason="node (v20+) is not installed")

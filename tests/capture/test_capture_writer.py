@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from support import wait_until
 
 from workbench.capture.spool import spool_candidates
@@ -193,6 +194,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.slow
 def test_locked_database_spools_then_merges(tmp_path: Path) -> None:
     db = tmp_path / "cap.duckdb"
     holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

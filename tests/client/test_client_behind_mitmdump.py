@@ -17,6 +17,8 @@ from support import env_without_proxy, free_port, port_open, wait_until
 from workbench.client.agent import AgentClient
 from workbench.sim.runner import SimServer, running_sim
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 MITMDUMP = Path(sys.executable).parent / "mitmdump"
 ADDON = Path(__file__).resolve().parent / "stream_bodies_addon.py"
 

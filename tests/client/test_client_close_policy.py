@@ -23,6 +23,8 @@ from client_sim_process import WORKBENCH, SimProcess, exec_answers, exec_kinds, 
 from workbench.client.agent import AgentClient
 from workbench.client.events import ExecRequest
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 NEVER = {"client_tools": "never"}
 SCENARIOS = {
     "policy_mix": {

@@ -44,6 +44,7 @@ def client(sim, **kw) -> AgentClient:
     return AgentClient(sim.url, "test-token", verify=str(sim.cert_path), **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_text_turn_on_every_transport(sim, transport: str) -> None:
     async with client(sim, transport=transport) as c:
@@ -65,6 +66,7 @@ async def test_text_turn_on_every_transport(sim, transport: str) -> None:
     assert pb.AgentServerMessage.FromString(server[-1].data).interaction_update.HasField("turn_ended")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_exec_handed_to_caller_gets_result_then_stream_close(sim, transport: str) -> None:
     seen: list[ExecRequest] = []
@@ -84,6 +86,7 @@ async def test_exec_handed_to_caller_gets_result_then_stream_close(sim, transpor
     assert not run.faults
 
 
+@pytest.mark.slow
 async def test_local_execution_read_then_write_in_workspace(sim, tmp_path: Path) -> None:
     (tmp_path / "README.md").write_text("# Readme\nline two\n")
     async with client(sim, transport="runsse", workspace=tmp_path, execute_locally=True) as c:
@@ -106,6 +109,7 @@ async def test_local_execution_is_confined_to_the_workspace(tmp_path: Path) -> N
         await ex.run("computer_use", b"")
 
 
+@pytest.mark.slow
 async def test_checkpoint_is_echoed_with_the_same_conversation_id(sim) -> None:
     async with client(sim) as c:
         first = await c.run_turn("[scenario:text] one")
@@ -126,6 +130,7 @@ STRICT_SHELL = {"description": "one shell exec that completes only with stream_c
     {"text": "{tool_result}"}, {"checkpoint": True}, {"step_completed": True}, {"turn_ended": True}, {"end": "ok"}]}
 
 
+@pytest.mark.slow
 async def test_no_stream_close_stalls_until_the_heartbeat_budget(tmp_path: Path) -> None:
     (tmp_path / "scenarios").mkdir()
     (tmp_path / "scenarios" / "strict_shell.json").write_text(json.dumps(STRICT_SHELL))
@@ -144,6 +149,7 @@ async def test_no_stream_close_stalls_until_the_heartbeat_budget(tmp_path: Path)
     assert shell.results == 1 and not shell.closed
 
 
+@pytest.mark.slow
 async def test_omit_conversation_state_is_rejected(sim) -> None:
     async with client(sim, faults={"omit_conversation_state"}) as c:
         res = await c.run_turn("[scenario:text] hi", raise_on_error=False)
@@ -151,6 +157,7 @@ async def test_omit_conversation_state_is_rejected(sim) -> None:
     assert "Conversation state is required" in res.error.message
 
 
+@pytest.mark.slow
 async def test_reset_append_seqno_duplicates_seqno_zero(sim) -> None:
     async with client(sim, transport="runsse", faults={"reset_append_seqno"}, heartbeat_budget=40) as c:
         res = await c.run_turn("[scenario:text] hi", raise_on_error=False)
@@ -160,6 +167,7 @@ async def test_reset_append_seqno_duplicates_seqno_zero(sim) -> None:
     assert res.error is not None and res.error.code == "heartbeat_budget"
 
 
+@pytest.mark.slow
 async def test_answer_written_into_the_parked_run_is_hidden_in_kv(sim) -> None:
     # kv_only_on_reuse: the server wants a new run after the tool call; answering in place gets
     # tool_call_completed, heartbeats and an assistant KV blob — no text, no turn_ended (docs/protocol.md §7, kv_only_response)
@@ -175,6 +183,7 @@ async def test_answer_written_into_the_parked_run_is_hidden_in_kv(sim) -> None:
     assert "client_heartbeat" in run.client_kinds  # the client kept beating while the server stalled
 
 
+@pytest.mark.slow
 async def test_reuse_session_fault_writes_the_next_turn_into_the_open_run(sim) -> None:
     async with client(sim, faults={"reuse_session"}, heartbeat_budget=20) as c:
         first = await c.run_turn("[scenario:kv_only_on_followup] one")
@@ -187,6 +196,7 @@ async def test_reuse_session_fault_writes_the_next_turn_into_the_open_run(sim) -
     assert len(sim.state.runs) == 1
 
 
+@pytest.mark.slow
 async def test_without_reuse_session_the_next_turn_is_a_new_run(sim) -> None:
     # This scenario's server keeps the run open after turn_ended for a follow-up; the client waits
     # for the end as real clients do, then says it never came (and names that possible cause).
@@ -202,6 +212,7 @@ async def _answer(req: ExecRequest) -> str:
     return "Hello from KV blob investigation"
 
 
+@pytest.mark.slow
 async def test_errors_are_surfaced(sim) -> None:
     async with client(sim) as c:
         res = await c.run_turn("[scenario:rate_limit] hi", raise_on_error=False)
@@ -221,12 +232,14 @@ async def _models_hint(c: AgentClient) -> str:
     return "no-such-model" if "no-such-model" not in models else ""
 
 
+@pytest.mark.slow
 async def test_bad_token_is_unauthenticated(sim) -> None:
     async with AgentClient(sim.url, " ", verify=str(sim.cert_path)) as c:
         res = await c.run_turn("[scenario:text] hi", raise_on_error=False)
     assert res.error is not None and res.error.code == "unauthenticated"
 
 
+@pytest.mark.slow
 async def test_events_stream_in_order(sim) -> None:
     async with client(sim, transport="runpoll") as c:
         kinds = [type(e).__name__ async for e in c.stream_turn("[scenario:text] order")]
@@ -234,6 +247,7 @@ async def test_events_stream_in_order(sim) -> None:
     assert kinds[-1] == "TurnEnded"
 
 
+@pytest.mark.slow
 async def test_record_to_store(sim, tmp_path: Path) -> None:
     from workbench.store.reader import open_reader
 
@@ -261,6 +275,7 @@ def test_bad_options_name_themselves() -> None:
 _ = (Error, TurnEnded)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["run", "runsse"])
 async def test_large_prompt_crosses_flow_control_windows(sim, transport: str) -> None:
     big = "[scenario:text] " + "x" * (3 * 1024 * 1024)
@@ -271,6 +286,7 @@ async def test_large_prompt_crosses_flow_control_windows(sim, transport: str) ->
     assert len(sent.run_request.action.user_message_action.user_message.text) == len(big)
 
 
+@pytest.mark.slow
 async def test_concurrent_turns_share_one_http2_connection(sim) -> None:
     from workbench.client.agent import Connections
 
@@ -289,6 +305,7 @@ async def test_concurrent_turns_share_one_http2_connection(sim) -> None:
     assert h2 is before and h2.alpn == "h2"  # all four runs were streams of one connection
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["run", "runsse"])
 async def test_goaway_after_turn_reconnects_and_drops_are_reported(sim, transport: str) -> None:
     async with client(sim, transport=transport) as c:
@@ -300,6 +317,7 @@ async def test_goaway_after_turn_reconnects_and_drops_are_reported(sim, transpor
     assert dropped.text == "This answer is cut off mid"
 
 
+@pytest.mark.slow
 async def test_interaction_query_is_answered(sim) -> None:
     async with client(sim) as c:
         res = await c.run_turn("[scenario:web_search] news")
@@ -308,6 +326,7 @@ async def test_interaction_query_is_answered(sim) -> None:
     assert "interaction_response.web_search_request_response" in run.client_kinds
 
 
+@pytest.mark.slow
 async def test_server_abort_cancels_a_local_exec(sim, tmp_path: Path) -> None:
     async with client(sim, workspace=tmp_path, execute_locally=True, allow_shell=True) as c:
         res = await c.run_turn("[scenario:exec_abort] slow")

@@ -18,6 +18,8 @@ from held_end_server import HeldEndServer
 from workbench.client.agent import AgentClient
 from workbench.client.events import StreamEndMissing, TextDelta, TurnEnded
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 
 @pytest.fixture
 async def held(tmp_path: Path) -> AsyncIterator[HeldEndServer]:

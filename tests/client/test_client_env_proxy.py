@@ -10,6 +10,8 @@ import pytest
 from workbench.client.agent import AgentClient
 from workbench.sim.runner import running_sim
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 
 class ConnectProxy:
     """A minimal HTTP CONNECT proxy on a free loopback port that records the tunnels it opened."""

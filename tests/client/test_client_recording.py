@@ -21,6 +21,8 @@ from workbench.sim.runner import running_sim
 from workbench.store.reader import open_reader
 from workbench.wire.envelope import encode
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 TRANSPORTS = ["run", "runsse", "runpoll"]
 
 

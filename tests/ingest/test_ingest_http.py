@@ -27,6 +27,7 @@ def _import(db: Path, *files: Path, extra: tuple[str, ...] = ()) -> int:
     return main(["import", *map(str, files), "--db", str(db), *extra])
 
 
+@pytest.mark.slow
 def test_detects_recorded_formats(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                                   capsys: pytest.CaptureFixture[str]) -> None:
     flows, har = ingest_recorded
@@ -39,6 +40,7 @@ def test_detects_recorded_formats(tmp_path: Path, ingest_recorded: tuple[Path, P
     assert capsys.readouterr().out.startswith(f"imported {zhar}: 6 sessions, 24 frames")
 
 
+@pytest.mark.slow
 def test_flow_import_sessions(tmp_path: Path, ingest_recorded: tuple[Path, Path], ingest_traffic_mod: ModuleType,
                               capsys: pytest.CaptureFixture[str]) -> None:
     flows, _ = ingest_recorded
@@ -71,6 +73,7 @@ def test_flow_import_sessions(tmp_path: Path, ingest_recorded: tuple[Path, Path]
     assert rows[f"{m.RID_OK}:unary"]["path"] == "/agent.v1.AgentService/GetUsableModels"
 
 
+@pytest.mark.slow
 def test_bidi_append_join_and_reorder(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                                       ingest_traffic_mod: ModuleType) -> None:
     flows, _ = ingest_recorded
@@ -105,6 +108,7 @@ def test_bidi_append_join_and_reorder(tmp_path: Path, ingest_recorded: tuple[Pat
         ("runpoll", "interaction_update.text_delta", 0), ("runpoll", "empty", 1), ("runpoll", "end_stream", None)]
 
 
+@pytest.mark.slow
 def test_secrets_never_stored(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                               ingest_traffic_mod: ModuleType) -> None:
     flows, har = ingest_recorded
@@ -134,6 +138,7 @@ def test_secrets_never_stored(tmp_path: Path, ingest_recorded: tuple[Path, Path]
     assert len(rows) == 1 and len(rows[0]["auth_hash"]) == 12
 
 
+@pytest.mark.slow
 def test_har_matches_flow_import(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                                  capsys: pytest.CaptureFixture[str]) -> None:
     flows, har = ingest_recorded
@@ -161,6 +166,7 @@ def _runsse_ok_entry(doc: dict, rid: str) -> dict:
     raise AssertionError("no RunSSE entry")
 
 
+@pytest.mark.slow
 def test_har_base64_bodies(tmp_path: Path, ingest_recorded: tuple[Path, Path], ingest_traffic_mod: ModuleType) -> None:
     _, har = ingest_recorded
     doc = _har_doc(har)
@@ -178,6 +184,7 @@ def test_har_base64_bodies(tmp_path: Path, ingest_recorded: tuple[Path, Path], i
     assert kinds[-1] == "end_stream" and "exec_server_message.shell_args" in kinds
 
 
+@pytest.mark.slow
 def test_har_mangled_binary_body_is_reported(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                                             ingest_traffic_mod: ModuleType,
                                             capsys: pytest.CaptureFixture[str]) -> None:
@@ -202,6 +209,7 @@ def test_har_mangled_binary_body_is_reported(tmp_path: Path, ingest_recorded: tu
     assert server[0]["payload"]  # the text we got is kept
 
 
+@pytest.mark.slow
 def test_truncated_flow_file_imports_nothing(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                                              capsys: pytest.CaptureFixture[str]) -> None:
     flows, _ = ingest_recorded
@@ -216,6 +224,7 @@ def test_truncated_flow_file_imports_nothing(tmp_path: Path, ingest_recorded: tu
     assert _q(db, "SELECT count(*) AS n FROM frames")[0]["n"] == 0
 
 
+@pytest.mark.slow
 def test_bad_har_entry_names_it(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                                 capsys: pytest.CaptureFixture[str]) -> None:
     _, har = ingest_recorded
@@ -241,6 +250,7 @@ def test_format_override_on_wrong_file(tmp_path: Path, ingest_sample: Path,
     assert str(ingest_sample) in err and "flow 1" in err
 
 
+@pytest.mark.slow
 def test_appends_without_their_stream(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                                       ingest_traffic_mod: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
     _, har = ingest_recorded
@@ -260,6 +270,7 @@ def test_appends_without_their_stream(tmp_path: Path, ingest_recorded: tuple[Pat
     assert frames == [{"kind": "run_request", "append_seqno": 0}]
 
 
+@pytest.mark.slow
 def test_har_request_body_left_out(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                                    ingest_traffic_mod: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
     _, har = ingest_recorded

@@ -9,6 +9,7 @@ import sys
 from datetime import UTC
 from pathlib import Path
 
+import pytest
 from support import wait_until
 
 from workbench.ingest.run import redact_argv
@@ -26,6 +27,7 @@ def _run_cmd(db: Path) -> list[str]:
             "--api-key", "sk-live-0123456789abcdef", "why does the test fail?"]
 
 
+@pytest.mark.slow
 def test_run_passthrough_and_live_recording(tmp_path: Path, ingest_sample: Path) -> None:
     db = tmp_path / "run.duckdb"
     gate = tmp_path / "gate"
@@ -92,6 +94,7 @@ def test_run_passthrough_and_live_recording(tmp_path: Path, ingest_sample: Path)
     assert meta["command"][-1] == "why does the test fail?"
 
 
+@pytest.mark.slow
 def test_run_without_result_and_missing_command(tmp_path: Path) -> None:
     script = tmp_path / "partial.ndjson"
     script.write_text('{"type":"system","subtype":"init","session_id":"s9","model":"auto"}\n'
@@ -122,6 +125,7 @@ def test_redact_argv() -> None:
     assert red[-4:] == ["-H", "x-trace: 1", "-p", "hello"]
 
 
+@pytest.mark.slow
 def test_run_unknown_program_creates_nothing(tmp_path: Path) -> None:
     db = tmp_path / "n.duckdb"
     done = subprocess.run([WORKBENCH, "run", "--db", str(db), "--", "no-such-cursor-agent-xyz", "-p"],

@@ -7,7 +7,10 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from support import run_workbench, start_server
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -65,12 +65,14 @@ def tool_round(messages: list[dict[str, Any]], call: Any, result: str) -> list[d
 
 # (a) and (f) ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_streamed_text(any_rig: Rig) -> None:
     text, finish, calls = stream_text(sdk(any_rig), [{"role": "user", "content": "[scenario:text] hello proxy"}])
     assert text == "Hello from the workbench simulator (default). You said: hello proxy"
     assert finish == "stop" and calls == []
 
 
+@pytest.mark.slow
 def test_non_streamed_text_with_usage(rig: Rig) -> None:
     r = sdk(rig).chat.completions.create(model="default", messages=[
         {"role": "system", "content": "be brief"}, {"role": "user", "content": "[scenario:text] hi"}])
@@ -79,6 +81,7 @@ def test_non_streamed_text_with_usage(rig: Rig) -> None:
     assert r.usage is not None and r.usage.completion_tokens > 0 and r.usage.prompt_tokens > 0
 
 
+@pytest.mark.slow
 def test_streamed_usage_chunk(rig: Rig) -> None:
     chunks = list(sdk(rig).chat.completions.create(
         model="default", stream=True, stream_options={"include_usage": True},
@@ -90,6 +93,7 @@ def test_streamed_usage_chunk(rig: Rig) -> None:
 
 # (b) and (f) ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_tool_flow(any_rig: Rig) -> None:
     client = sdk(any_rig)
     messages = [{"role": "user", "content": "[scenario:tool_flow] say hello with the shell"}]
@@ -105,6 +109,7 @@ def test_tool_flow(any_rig: Rig) -> None:
 
 # (c) ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_multi_step_read_then_write(rig: Rig) -> None:
     client = sdk(rig)
     tools = [READ, WRITE]
@@ -137,6 +142,7 @@ def large_args_call(rig: Rig) -> Any:
     return calls[0]
 
 
+@pytest.mark.slow
 def test_large_mcp_args_arrive_intact(rig: Rig) -> None:
     args = json.loads(large_args_call(rig).function.arguments)
     assert set(args) == {"description", "tasks", "options"}
@@ -144,6 +150,7 @@ def test_large_mcp_args_arrive_intact(rig: Rig) -> None:
     assert args["options"] == {"parallel": True, "max_concurrency": 4, "timeout_s": 600}
 
 
+@pytest.mark.slow
 def test_naive_args_concat_reproduces_garbled_json(tmp_path: Path) -> None:
     r = start_rig(tmp_path, proxy_args=["--fault", "naive_args_concat"])
     try:
@@ -159,6 +166,7 @@ def test_naive_args_concat_reproduces_garbled_json(tmp_path: Path) -> None:
 
 # (e) ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_no_stream_close_stalls_and_the_budget_gives_up(tmp_path: Path) -> None:
     """Against a strict simulator (the December 2025 service) a client without stream_close stalls."""
     ws = tmp_path / "ws"
@@ -181,6 +189,7 @@ def test_no_stream_close_stalls_and_the_budget_gives_up(tmp_path: Path) -> None:
 
 # errors, models ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_upstream_errors_become_openai_errors(rig: Rig) -> None:
     client = sdk(rig)
     with pytest.raises(openai.RateLimitError) as info:
@@ -194,11 +203,13 @@ def test_upstream_errors_become_openai_errors(rig: Rig) -> None:
         client.chat.completions.create(model="default", messages=[])
 
 
+@pytest.mark.slow
 def test_models_come_from_get_usable_models(rig: Rig) -> None:
     ids = [m.id for m in sdk(rig).models.list().data]
     assert "default" in ids and "gpt-5" in ids
 
 
+@pytest.mark.slow
 def test_proxy_never_logs_the_token(tmp_path: Path) -> None:
     r = start_rig(tmp_path)
     try:
@@ -226,6 +237,7 @@ def reuse_flow(rig: Rig) -> tuple[Any, list[dict[str, Any]]]:
     return client, tool_round(messages, call, "Hello from KV blob investigation")
 
 
+@pytest.mark.slow
 def test_tool_result_follow_up_is_a_new_run_on_the_same_conversation(rig: Rig) -> None:
     client, followup = reuse_flow(rig)
     text, finish, _ = stream_text(client, followup, tools=[BASH])
@@ -233,6 +245,7 @@ def test_tool_result_follow_up_is_a_new_run_on_the_same_conversation(rig: Rig) -
     assert text == "Picked up the tool result in a new run: the command ran fine."
 
 
+@pytest.mark.slow
 def test_reuse_session_fault_hides_the_answer_in_kv(tmp_path: Path) -> None:
     r = start_rig(tmp_path, proxy_args=["--fault", "reuse_session", "--heartbeat-budget", "20"])
     try:
@@ -245,6 +258,7 @@ def test_reuse_session_fault_hides_the_answer_in_kv(tmp_path: Path) -> None:
     assert info.value.status_code == 504 and info.value.body["code"] == "heartbeat_budget"
 
 
+@pytest.mark.slow
 def test_concurrent_requests(rig: Rig) -> None:
     from concurrent.futures import ThreadPoolExecutor
 

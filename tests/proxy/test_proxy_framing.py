@@ -49,6 +49,7 @@ def sim_log(rig: Rig, at_least: int = 0, timeout: float = 30.0) -> list[str]:
     return lines()
 
 
+@pytest.mark.slow
 def test_text_tool_call_and_followup(framed_rig: Rig) -> None:
     client = sdk(framed_rig)
     messages = [{"role": "user", "content": "[scenario:tool_flow] say hello with the shell"}]
@@ -70,6 +71,7 @@ def test_text_tool_call_and_followup(framed_rig: Rig) -> None:
     assert all((framing in line) if framing else ("grpc" not in line) for line in logged)
 
 
+@pytest.mark.slow
 def test_errors_become_openai_errors(framed_rig: Rig) -> None:
     with pytest.raises(openai.RateLimitError) as info:
         sdk(framed_rig).chat.completions.create(model="default", messages=[
@@ -79,11 +81,13 @@ def test_errors_become_openai_errors(framed_rig: Rig) -> None:
         sdk(framed_rig).chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "x"}])
 
 
+@pytest.mark.slow
 def test_models_listed_in_the_chosen_framing(framed_rig: Rig) -> None:
     ids = [m.id for m in sdk(framed_rig).models.list()]
     assert "gpt-5" in ids and "composer-1" in ids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("listing", ["agent", "aiserver"])
 def test_proxy_works_with_either_model_listing(tmp_path: Path, listing: str) -> None:
     r = start_rig(tmp_path, transport="runsse", proxy_args=["--framing", "grpc-web"],
@@ -95,6 +99,7 @@ def test_proxy_works_with_either_model_listing(tmp_path: Path, listing: str) -> 
         r.sim.stop()
 
 
+@pytest.mark.slow
 def test_client_command_in_grpc_web_framing(tmp_path: Path) -> None:
     r = start_rig(tmp_path, transport="runsse")
     try:

@@ -38,6 +38,8 @@ BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT / "tests" / "clients"))
 from h2_agent_client import H2AgentClient  # noqa: E402
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 LONG = {"description": "a long paced turn", "steps": [
     {"kv_set": "system"}, {"kv_set": "user"}, {"text": "word " * 150, "chunks": 150},
     {"turn_ended": True}, {"end": "ok"}]}

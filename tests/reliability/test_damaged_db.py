@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from support import run_workbench
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "captures" / "samples" / "cli-stream-json.ndjson"
 KINDS = ("truncated", "zero-filled", "checksum-all-blocks", "checksum-data-blocks", "not-duckdb")

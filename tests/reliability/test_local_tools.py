@@ -182,6 +182,7 @@ async def test_shell_is_refused_without_allow_shell(lay: Layout) -> None:
     assert not (lay.ws / "ran-anyway").exists()
 
 
+@pytest.mark.slow
 async def test_allowed_shell_gets_a_scrubbed_environment(lay: Layout, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in {"CURSOR_ACCESS_TOKEN": TOKEN, "CURSOR_API_KEY": "cursor-api-key-value",
                         "OPENAI_API_KEY": "sk-openai-value", "AWS_SECRET_ACCESS_KEY": "aws-secret-value",
@@ -256,6 +257,7 @@ def exec_outcomes(db: Path) -> list[tuple[str, str]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["run", "runsse"])
 async def test_escapes_through_the_client_are_refused_and_the_turn_goes_on(
         world: tuple[Layout, Sim], tmp_path: Path, transport: str) -> None:
@@ -288,6 +290,7 @@ def run_cli(world: tuple[Layout, Sim], db: Path, prompt: str, *extra: str) -> su
                            prompt], capture_output=True, text=True, timeout=180, env=env)
 
 
+@pytest.mark.slow
 def test_shell_is_refused_without_allow_shell_through_the_cli(world: tuple[Layout, Sim], tmp_path: Path) -> None:
     lay, sim = world
     db = tmp_path / "cli.duckdb"
@@ -301,6 +304,7 @@ def test_shell_is_refused_without_allow_shell_through_the_cli(world: tuple[Layou
     assert not any(SECRET.encode() in payload for _, payload in client_payloads(db))
 
 
+@pytest.mark.slow
 def test_allowed_shell_runs_without_the_token(world: tuple[Layout, Sim], tmp_path: Path) -> None:
     _, sim = world
     db = tmp_path / "env.duckdb"
@@ -316,6 +320,7 @@ def test_allowed_shell_runs_without_the_token(world: tuple[Layout, Sim], tmp_pat
     assert TOKEN not in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_allow_shell_needs_execute_locally(tmp_path: Path) -> None:
     proc = subprocess.run([*WORKBENCH, "client", "--upstream", "https://127.0.0.1:9", "--allow-shell", "hi"],
                           capture_output=True, text=True, timeout=60, env={**os.environ, "CURSOR_ACCESS_TOKEN": "t"})

@@ -49,6 +49,7 @@ def bomb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_bomb_flow_file_imports_and_reads_back_under_1_gib(bomb: Path, tmp_path: Path) -> None:
     db = tmp_path / "bomb.duckdb"
     r = MEM.measure([*WORKBENCH, "import", str(bomb), "--db", str(db)])
@@ -71,6 +72,7 @@ def test_bomb_flow_file_imports_and_reads_back_under_1_gib(bomb: Path, tmp_path:
         assert r["rss_kib"] < GIB_KIB, f"{args[0]} peaked at {r['rss_kib'] // 1024} MiB"
 
 
+@pytest.mark.slow
 def test_frames_json_inflates_each_frame_when_viewed(tmp_path: Path) -> None:
     flows = MEM.build_flow_file(tmp_path / "two.flows", frames=2, inflated_mb=40)
     db = tmp_path / "two.duckdb"
@@ -90,6 +92,7 @@ def test_frames_json_inflates_each_frame_when_viewed(tmp_path: Path) -> None:
         assert len(text) == 40 * MIB and text[:3] == letter * 3
 
 
+@pytest.mark.slow
 def test_each_budget_and_its_option(tmp_path: Path) -> None:
     flows = MEM.build_flow_file(tmp_path / "eight.flows", frames=8, inflated_mb=3)
 

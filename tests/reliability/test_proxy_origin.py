@@ -27,6 +27,8 @@ from support import WORKBENCH, Process, start_workbench
 from workbench.schema import pb
 from workbench.wire.envelope import encode
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 CHAT = json.dumps({"model": "default", "messages": [{"role": "user", "content": "hello"}]})
 
 

@@ -117,6 +117,7 @@ def test_parser_classification() -> None:
         assert word in str(info.value)
 
 
+@pytest.mark.slow
 def test_closed_database_workbench_sql(work: Path) -> None:
     db = _closed_db(work / "closed.duckdb")
     before = _file_state(db)
@@ -151,6 +152,7 @@ def test_closed_database_tui_data_layer_and_reader(work: Path) -> None:
     assert _file_state(db) == before
 
 
+@pytest.mark.slow
 def test_notebook_connect_file_and_live(work: Path) -> None:
     db = _closed_db(work / "closed.duckdb")
     before = _file_state(db)
@@ -189,6 +191,7 @@ def test_notebook_connect_file_and_live(work: Path) -> None:
         assert total == frames == "100"
 
 
+@pytest.mark.slow
 def test_live_service_of_a_writer_process(work: Path) -> None:
     db = work / "live.duckdb"
     with live_writer(db) as writer:

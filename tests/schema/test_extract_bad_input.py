@@ -6,10 +6,13 @@ import base64
 import json
 from pathlib import Path
 
+import pytest
 from js_generators import SHAPE_FILES, SHAPES, Generators
 from support import run_workbench
 
 from workbench.schema.extract import extract
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 
 def test_file_without_protobuf_es_code_exits_2(tmp_path: Path) -> None:

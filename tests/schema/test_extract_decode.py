@@ -13,11 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from js_generators import Generators
 from support import run_workbench
 
 from workbench.schema.loader import BUILTIN_FILES, PROTO_ROOT, compile_protos
 from workbench.wire.envelope import encode
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 
 def _next_build(root: Path) -> Path:

@@ -55,6 +55,7 @@ def test_overlay_numbers_match_protocol() -> None:
     assert (p["seqno"].number, p["data"].number, p["eof"].number) == (1, 2, 3)
 
 
+@pytest.mark.slow
 def test_user_proto_file_takes_precedence(tmp_path: Path) -> None:
     proto = tmp_path / "newer.proto"
     proto.write_text(USER_TEXT_DELTA)
@@ -77,6 +78,7 @@ def test_user_proto_file_takes_precedence(tmp_path: Path) -> None:
     assert "provider_chunk_id" not in pb.TextDelta.DESCRIPTOR.fields_by_name
 
 
+@pytest.mark.slow
 def test_user_proto_folder_with_new_types_importing_the_overlay(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "td.proto").write_text(USER_TEXT_DELTA)
@@ -90,6 +92,7 @@ def test_user_proto_folder_with_new_types_importing_the_overlay(tmp_path: Path) 
     assert cls.FromString(b"\x0a\x03\x0a\x01x").rid.request_id == "x"
 
 
+@pytest.mark.slow
 def test_bad_user_protos_name_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "broken.proto"
     bad.write_text('syntax = "proto3";\nmessage X { strin x = 1; }\n')

@@ -193,6 +193,7 @@ message Novel { string x = 1; }
 """
 
 
+@pytest.mark.slow
 def test_comparison_lists_what_another_schema_has_that_ours_lacks(overlay: object, tmp_path: Path) -> None:
     (tmp_path / "other.proto").write_text(OTHER)
     other = OC.load([tmp_path])

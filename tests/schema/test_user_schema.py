@@ -59,6 +59,7 @@ def _decode(hex_: str, *proto: str, transport: str = "run", direction: str = "se
     return subprocess.run(args, capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_complete_folder_takes_effect(tmp_path: Path) -> None:
     root = _public_like(tmp_path / "schema")
     builtin = _decode(DIAGNOSTICS)
@@ -87,6 +88,7 @@ def _mcp_frame(values: dict[str, object]) -> tuple[bytes, dict[str, object]]:
     return msg.SerializeToString(), values
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("declared", ["map<string, google.protobuf.Value> args = 2;",
                                       "map<string, bytes> args = 2;", "map<string, string> args = 2;"])
 def test_mcp_args_and_input_schema_stay_json(tmp_path: Path, declared: str) -> None:
@@ -97,6 +99,7 @@ def test_mcp_args_and_input_schema_stay_json(tmp_path: Path, declared: str) -> N
     assert fields_of(dec, f.kind, f.payload, f.msg_type)["exec_server_message"]["mcp_args"]["args"] == values
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("declared", ["google.protobuf.Value input_schema = 3;",
                                       "google.protobuf.Struct input_schema = 3;", "bytes input_schema = 3;"])
 def test_tool_input_schema_stays_json(tmp_path: Path, declared: str) -> None:
@@ -111,6 +114,7 @@ def test_tool_input_schema_stays_json(tmp_path: Path, declared: str) -> None:
     assert message_to_tree(cls.FromString(payload))["input_schema"] == doc
 
 
+@pytest.mark.slow
 def test_wrappers_blob_ids_and_appends_decode_as_before(tmp_path: Path) -> None:
     from workbench.schema import pb
 
@@ -129,6 +133,7 @@ def test_wrappers_blob_ids_and_appends_decode_as_before(tmp_path: Path) -> None:
         assert fields_of(user, a.kind, a.payload, a.msg_type) == fields_of(builtin, b.kind, b.payload, b.msg_type)
 
 
+@pytest.mark.slow
 def test_conflicts_name_files_and_types(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
@@ -146,6 +151,7 @@ def test_conflicts_name_files_and_types(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_unusable_schemas_are_errors(tmp_path: Path) -> None:
     root = _public_like(tmp_path / "s")
     _edit(root / "agent/v1/agent.proto", ("message ExecServerMessage {\n  uint32 id = 1;", "message ExecServerMessage {"))
@@ -165,6 +171,7 @@ def test_unusable_schemas_are_errors(tmp_path: Path) -> None:
     assert load_schema([dup_only]).identity.replaced > 0  # a copy of the overlay is still a schema
 
 
+@pytest.mark.slow
 def test_descriptor_set_as_proto(tmp_path: Path) -> None:
     root = _public_like(tmp_path / "s")
     out = tmp_path / "set.pb"

@@ -9,7 +9,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from support import WORKBENCH, ProcessGroup, run_workbench
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 
 def test_cli_prints_url_first_serves_and_stops_on_sigterm(tmp_path: Path, processes: ProcessGroup) -> None:

@@ -27,6 +27,7 @@ def texts(frames: list[Any]) -> str:
                    if f.kind == "interaction_update.text_delta")
 
 
+@pytest.mark.slow
 async def test_default_accepts_results_alone(sim_factory: Any) -> None:
     """The 2026 client style: request_context and shell answered by the result alone, never closed."""
     sim = await sim_factory()
@@ -47,6 +48,7 @@ async def test_default_accepts_results_alone(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_default_welcomes_a_later_stream_close(sim_factory: Any) -> None:
     """Our own client's style (result, then stream_close) is just as healthy under the default."""
     sim = await sim_factory()
@@ -63,6 +65,7 @@ async def test_default_welcomes_a_later_stream_close(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_shell_stream_completes_on_exit_and_welcomes_the_final_shell_result(sim_factory: Any) -> None:
     """exit → the turn goes on; the final shell_result and stream_close that follow are no faults."""
     sim = await sim_factory()
@@ -86,6 +89,7 @@ async def test_shell_stream_completes_on_exit_and_welcomes_the_final_shell_resul
     await client.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["server", "scenario"])
 async def test_strict_stalls_a_result_alone_client_until_it_closes(sim_factory: Any, how: str) -> None:
     """--strict-stream-close (or a scenario's stream_close: required): the December 2025 stall."""
@@ -112,6 +116,7 @@ async def test_strict_stalls_a_result_alone_client_until_it_closes(sim_factory: 
     await client.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["required", "accepted", "ignored"])
 async def test_throw_then_stream_close_completes_any_exec(sim_factory: Any, policy: str) -> None:
     """Cursor's own executor answers an exec it cannot handle with throw, then stream_close."""
@@ -138,6 +143,7 @@ async def test_throw_then_stream_close_completes_any_exec(sim_factory: Any, poli
     await client.close()
 
 
+@pytest.mark.slow
 async def test_ignored_policy_never_needs_or_counts_stream_close(sim_factory: Any) -> None:
     sim = await sim_factory(exec_stream_close=["shell=ignored"])
     client, s = await open_run(sim)
@@ -157,6 +163,7 @@ async def test_ignored_policy_never_needs_or_counts_stream_close(sim_factory: An
     await client.close()
 
 
+@pytest.mark.slow
 async def test_step_policy_beats_scenario_and_server(sim_factory: Any, tmp_path: Any) -> None:
     (tmp_path / "mixed.json").write_text("""{
       "stream_close": {"default": "required", "read": "ignored"},

@@ -51,6 +51,7 @@ def trailer_of(body: bytes) -> dict[str, str]:
 # BidiAppend: one live run, appends in every unary framing --------------------------------------
 
 
+@pytest.mark.slow
 async def test_bidi_append_accepts_every_unary_framing_and_415s_exactly_where_connect_does(sim_factory: Any) -> None:
     sim = await sim_factory()
     async with http1(sim) as http:
@@ -101,6 +102,7 @@ async def test_bidi_append_accepts_every_unary_framing_and_415s_exactly_where_co
 # streams --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_runsse_in_grpc_web_text(sim_factory: Any, tmp_path: Any) -> None:
     (tmp_path / "short.json").write_text('{"steps": [{"text": "text over base64", "chunks": 3}, {"end": "ok"}]}')
     sim = await sim_factory(append_grace=5, scenario_dirs=[tmp_path])
@@ -127,6 +129,7 @@ async def test_runsse_in_grpc_web_text(sim_factory: Any, tmp_path: Any) -> None:
     assert "end_stream" not in kinds[:-1]  # no Connect end-stream in a gRPC-Web answer
 
 
+@pytest.mark.slow
 async def test_unary_content_types_on_streams_get_415(sim_factory: Any) -> None:
     sim = await sim_factory()
     body = encode(pb.BidiRequestId(request_id=str(uuid.uuid4())).SerializeToString())
@@ -141,6 +144,7 @@ async def test_unary_content_types_on_streams_get_415(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_grpc_run_ends_with_real_http2_trailers(sim_factory: Any) -> None:
     sim = await sim_factory()
     client, s = await open_run(sim, **{"content-type": "application/grpc"})
@@ -189,6 +193,7 @@ PROTOCOLS = [(ProtocolType.CONNECT, False), (ProtocolType.CONNECT, True), (Proto
              (ProtocolType.GRPC, False)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("protocol", "json_codec"), PROTOCOLS, ids=["connect", "connect-json", "grpc-web", "grpc"])
 async def test_connect_python_reads_both_model_listings(sim_factory: Any, protocol: ProtocolType,
                                                        json_codec: bool) -> None:
@@ -212,6 +217,7 @@ async def test_connect_python_reads_both_model_listings(sim_factory: Any, protoc
     assert info.value.code.name == "UNIMPLEMENTED"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", [ProtocolType.GRPC_WEB, ProtocolType.GRPC], ids=["grpc-web", "grpc"])
 async def test_connect_python_server_stream_error_trailers(sim_factory: Any, protocol: ProtocolType) -> None:
     """A RunSSE refused at once (no token) ends with the status in the caller's trailers."""
@@ -225,6 +231,7 @@ async def test_connect_python_server_stream_error_trailers(sim_factory: Any, pro
     assert pb.ErrorDetails.FromString(info.value.details[0].value).details.title == "Not logged in"
 
 
+@pytest.mark.slow
 async def test_connect_python_drives_a_grpc_run_full_duplex(sim_factory: Any) -> None:
     """gRPC Run over HTTP/2: a third-party client needs the grpc-status trailer to accept the end."""
     sim = await sim_factory()

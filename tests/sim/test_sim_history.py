@@ -7,6 +7,7 @@ import json
 import uuid
 from typing import Any
 
+import pytest
 import sim_h2
 from sim_h2 import open_run, run_request, server_msg
 
@@ -71,6 +72,7 @@ def test_resume_points_come_from_the_scenario() -> None:
     assert resume_steps(steps, 0, None) is None and resume_steps(sc["text"].steps, 1, None) is None
 
 
+@pytest.mark.slow
 async def test_structured_history_in_root_prompt_blobs_is_fetched_and_resumed(sim_factory: Any) -> None:
     """A client holding its history as AI-SDK JSON blobs: the server asks for them (get_blob) and continues."""
     sim = await sim_factory()
@@ -101,6 +103,7 @@ async def test_structured_history_in_root_prompt_blobs_is_fetched_and_resumed(si
     await client.close()
 
 
+@pytest.mark.slow
 async def test_a_prompt_without_history_still_plays_the_scenario(sim_factory: Any) -> None:
     sim = await sim_factory()
     client, s = await open_run(sim)
@@ -110,6 +113,7 @@ async def test_a_prompt_without_history_still_plays_the_scenario(sim_factory: An
     await client.close()
 
 
+@pytest.mark.slow
 async def test_a_history_for_a_scenario_with_continuation_plays_it(sim_factory: Any) -> None:
     sim = await sim_factory()
     client, s = await open_run(sim)

@@ -8,12 +8,15 @@ import uuid
 from typing import Any
 
 import httpx
+import pytest
 from sim_h2 import run_request
 from sim_http1 import APPEND, AUTH, MODELS, RUNSSE, BidiRun, append_body, http1, trust
 
 from workbench.decode import default_decoder, fields_of
 from workbench.schema import pb
 from workbench.wire.envelope import encode
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 
 async def test_runsse_full_turn(sim_factory: Any) -> None:

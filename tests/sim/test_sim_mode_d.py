@@ -21,6 +21,8 @@ from grpcweb_mode_d_client import ModeDClient, flatten, tool_round  # noqa: E402
 
 from workbench.schema import pb  # noqa: E402
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 BASH = {"name": "bash", "description": "Run a shell command",
         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
 READ = {"name": "read", "parameters": {"type": "object", "properties": {"filePath": {"type": "string"}}}}

@@ -26,6 +26,7 @@ from workbench.schema import pb
 from workbench.sim.scenario import ScenarioError, load_scenarios
 
 
+@pytest.mark.slow
 async def test_text_turn_shape(sim_factory: Any) -> None:
     sim = await sim_factory()
     client, s = await open_run(sim)
@@ -66,6 +67,7 @@ async def test_text_turn_shape(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_run_is_full_duplex(sim_factory: Any) -> None:
     """The server's frames arrive while the request body is still open, and it needs our answers."""
     sim = await sim_factory()
@@ -83,6 +85,7 @@ async def test_run_is_full_duplex(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_tool_flow_exec_then_text(sim_factory: Any) -> None:
     sim = await sim_factory()
     client, s = await open_run(sim)
@@ -122,6 +125,7 @@ async def test_tool_flow_exec_then_text(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_client_tools_turn_shell_into_mcp(sim_factory: Any) -> None:
     sim = await sim_factory()
     schema = struct_pb2.Value()
@@ -149,6 +153,7 @@ async def test_client_tools_turn_shell_into_mcp(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_missing_stream_close_parks_with_heartbeats_when_strict(sim_factory: Any) -> None:
     """--strict-stream-close: the December 2025 stall (a result alone parks the run)."""
     sim = await sim_factory(scenario="tool_flow", stream_close="required")
@@ -170,6 +175,7 @@ async def test_missing_stream_close_parks_with_heartbeats_when_strict(sim_factor
     assert rec.outcome is not None and rec.outcome.startswith("disconnected while waiting for exec 2")
 
 
+@pytest.mark.slow
 async def test_unanswered_exec_hits_park_timeout(sim_factory: Any) -> None:
     sim = await sim_factory(park_timeout=0.3)
     client, s = await open_run(sim)
@@ -185,6 +191,7 @@ async def test_unanswered_exec_hits_park_timeout(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_read_write_two_execs(sim_factory: Any) -> None:
     sim = await sim_factory()
     client, s = await open_run(sim)
@@ -211,6 +218,7 @@ async def test_read_write_two_execs(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_mcp_large_args_completion_is_lossy(sim_factory: Any) -> None:
     sim = await sim_factory()
     client, s = await open_run(sim)
@@ -238,6 +246,7 @@ async def test_mcp_large_args_completion_is_lossy(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_kv_only_on_reuse_then_new_run(sim_factory: Any) -> None:
     sim = await sim_factory()
     conv = str(uuid.uuid4())
@@ -270,6 +279,7 @@ async def test_kv_only_on_reuse_then_new_run(sim_factory: Any) -> None:
     await client2.close()
 
 
+@pytest.mark.slow
 async def test_second_turn_reads_checkpoint_blobs(sim_factory: Any) -> None:
     sim = await sim_factory()
     conv = str(uuid.uuid4())
@@ -297,6 +307,7 @@ async def test_second_turn_reads_checkpoint_blobs(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_cancel_action_ends_the_stream(sim_factory: Any) -> None:
     sim = await sim_factory()
     client, s = await open_run(sim)
@@ -312,6 +323,7 @@ async def test_cancel_action_ends_the_stream(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("scenario", "last_kinds"), [
     ("no_turn_end", ["conversation_checkpoint_update", "end_stream"]),
 ])
@@ -332,6 +344,7 @@ async def test_marker_selects_scenario(sim_factory: Any, scenario: str, last_kin
     await client.close()
 
 
+@pytest.mark.slow
 async def test_rate_limit_end_stream_error(sim_factory: Any) -> None:
     sim = await sim_factory(scenario="rate_limit")
     client, s = await open_run(sim)
@@ -360,6 +373,7 @@ async def one_error(sim: Any, message: bytes, token: str | None = "test-token") 
     return s, err
 
 
+@pytest.mark.slow
 async def test_auth_errors(sim_factory: Any) -> None:
     sim = await sim_factory()
     _, err = await one_error(sim, run_request("hi"), token=None)
@@ -373,6 +387,7 @@ async def test_auth_errors(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_bad_model_missing_state_unknown_scenario(sim_factory: Any) -> None:
     sim = await sim_factory()
     _, err = await one_error(sim, run_request("hi", model="gpt-9000"))
@@ -385,6 +400,7 @@ async def test_bad_model_missing_state_unknown_scenario(sim_factory: Any) -> Non
     assert "does_not_exist" in err["message"] and "tool_flow" in err["message"]
 
 
+@pytest.mark.slow
 async def test_user_scenario_dir(sim_factory: Any, tmp_path: Path) -> None:
     (tmp_path / "haiku.json").write_text(json.dumps({
         "description": "a custom one",
@@ -417,6 +433,7 @@ def test_builtin_scenarios_load() -> None:
             "rate_limit"} <= names
 
 
+@pytest.mark.slow
 async def test_new_run_resumes_after_abandoned_tool_calls(sim_factory: Any) -> None:
     """A client that answers tool calls with a fresh run (history in the prompt), like the OpenAI proxy."""
     sim = await sim_factory()
@@ -448,6 +465,7 @@ async def test_new_run_resumes_after_abandoned_tool_calls(sim_factory: Any) -> N
     assert runs[1].path == "resumed"
 
 
+@pytest.mark.slow
 async def test_gzip_envelopes_for_clients_that_accept_them(sim_factory: Any) -> None:
     sim = await sim_factory(gzip_min=1000)
     client, s = await open_run(sim, **{"connect-accept-encoding": "gzip"})

@@ -6,6 +6,7 @@ import ssl
 from typing import Any
 
 import httpx
+import pytest
 from sim_h2 import (
     H2Client,
     RunSession,
@@ -21,6 +22,8 @@ from support import wait_until_async
 
 from workbench.schema import pb
 from workbench.sim import SimThread
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 
 def texts(frames: list[Any]) -> str:

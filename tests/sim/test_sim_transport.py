@@ -8,11 +8,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sim_h2 import H2Client
 from support import wait_until_async
 
 from workbench.sim.transport import AgentConnection, UnaryRequest, UnaryResponse, serve
 from workbench.wire.envelope import EnvelopeParser, encode
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 HEARTBEAT = bytes.fromhex("0a026a00")
 RUN = "/agent.v1.AgentService/Run"

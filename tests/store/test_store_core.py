@@ -269,6 +269,7 @@ def _poll_all(reader: RemoteReader | LocalReader, total: int, deadline: float) -
     return seen
 
 
+@pytest.mark.slow
 def test_live_service_thread_reader_while_writing(tmp_path: Path) -> None:
     db = tmp_path / "live.duckdb"
     store = Store(db)
@@ -322,6 +323,7 @@ print(",".join(map(str, seen)), flush=True)
 """
 
 
+@pytest.mark.slow
 def test_live_service_reader_in_another_process(tmp_path: Path) -> None:
     db = tmp_path / "proc.duckdb"
     store = Store(db)

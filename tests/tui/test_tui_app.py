@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.syntax import Syntax
 from rich.text import Text
 from textual.widgets import DataTable, Input, Static
@@ -235,6 +236,7 @@ async def test_replay_to_the_end(tui_sample_db: Path, wait_for: Wait) -> None:
         assert screen.replay is None and screen.findings_table.lit is None
 
 
+@pytest.mark.slow
 async def test_follow_live_capture(tmp_path: Path, wait_for: Wait) -> None:
     """A capture in progress (writer + LiveService in this process): frames, sessions, findings appear."""
     db = tmp_path / "live.duckdb"

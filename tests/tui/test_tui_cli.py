@@ -9,17 +9,20 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from support import run_workbench
 
 from workbench.tui.sample_db import HANG_SESSION
 
 
+@pytest.mark.slow
 def test_without_a_terminal_fails_clearly(tui_sample_db: Path) -> None:
     r = run_workbench("tui", "--db", str(tui_sample_db))
     assert r.returncode == 2
     assert "needs an interactive terminal" in r.stderr
 
 
+@pytest.mark.slow
 def test_missing_database_is_named(tmp_path: Path) -> None:
     missing = tmp_path / "nope.duckdb"
     r = run_workbench("tui", "--db", str(missing))
@@ -42,6 +45,7 @@ def _read_until(fd: int, needle: bytes, timeout: float = 60) -> bytes:
     return buf
 
 
+@pytest.mark.slow
 def test_runs_in_a_terminal_and_quits(tui_sample_db: Path) -> None:
     pid, fd = pty.fork()
     if pid == 0:  # the child: the real command on a pseudo-terminal

@@ -6,12 +6,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.widgets import DataTable
 
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.session_screen import SessionScreen
 from workbench.tui.sessions_screen import SessionsScreen
 from workbench.tui.timeline import Timeline
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 Wait = Callable[..., Any]
 
