@@ -58,7 +58,9 @@ def test_analysis_through_a_live_capture_reader(tmp_path: Path, capsys) -> None:
         assert analysis_codes(res.findings) == ["heartbeat_loop", "missing_stream_close"]
         rc = main(["diagnose", "live", "--db", str(db)])
         out = capsys.readouterr().out
-        assert rc == 1 and "findings not written" in out and "heartbeat_loop" in out
+        assert rc == 1
+        assert "findings not written" in out
+        assert "heartbeat_loop" in out
     finally:
         svc.stop()
         store.close()
@@ -80,15 +82,19 @@ def test_cli_diagnose_exit_codes_json_and_written_findings(tmp_path: Path, capsy
     assert "clean" in capsys.readouterr().out
     assert main(["diagnose", "--all", "--db", str(db)]) == 1
     out = capsys.readouterr().out
-    assert "ERROR   heartbeat_loop" in out and "evidence:" in out and "fix:" in out
+    assert "ERROR   heartbeat_loop" in out
+    assert "evidence:" in out
+    assert "fix:" in out
     assert main(["diagnose", "bad", "--json", "--db", str(db)]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert doc["session_id"] == "bad-1" and doc["failed"]
+    assert doc["session_id"] == "bad-1"
+    assert doc["failed"]
     assert {f["code"] for f in doc["findings"]} == {"heartbeat_loop", "missing_stream_close",
                                                      "stream_ended_without_turn_end"}
     assert main(["diagnose", "bad", "--heartbeats", "50", "--no-write", "--db", str(db)]) == 1
     out = capsys.readouterr().out
-    assert "missing_stream_close" in out and "heartbeat_loop" not in out
+    assert "missing_stream_close" in out
+    assert "heartbeat_loop" not in out
     assert main(["diagnose", "bad", "--heartbeats", "0", "--db", str(db)]) == 2
     assert main(["diagnose", "--db", str(db)]) == 2
     assert main(["diagnose", "nope", "--db", str(db)]) == 2
@@ -102,7 +108,8 @@ def test_cli_diagnose_exit_codes_json_and_written_findings(tmp_path: Path, capsy
 
     assert main(["tools", "ok", "--db", str(db)]) == 0
     out = capsys.readouterr().out
-    assert "call-1  shell  completed" in out and "naive:" in out
+    assert "call-1  shell  completed" in out
+    assert "naive:" in out
     assert main(["blobs", "bad", "--json", "--db", str(db)]) == 0
     assert capsys.readouterr().out == ""  # no KV traffic in that session
 
@@ -133,4 +140,5 @@ def test_live_exec_heartbeats_mean_still_running(analysis_store: Store) -> None:
     inc.feed(rows)
     assert inc.findings() == []
     final = {f.code: f for f in inc.findings(final=True)}
-    assert "unanswered_exec" in final and "still running" in final["unanswered_exec"].message
+    assert "unanswered_exec" in final
+    assert "still running" in final["unanswered_exec"].message

@@ -60,7 +60,9 @@ def via_mitm(mitm: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> Path:
 async def test_run_behind_mitmdump_reports_the_held_end(sim: SimServer, via_mitm: Path) -> None:
     async with AgentClient(sim.url, "t", verify=str(via_mitm), heartbeat_interval=0.2, end_timeout=3.0) as c:
         res = await c.run_turn("[scenario:text] through mitmdump")
-    assert res.ended and res.error is None and "through mitmdump" in res.text
+    assert res.ended
+    assert res.error is None
+    assert "through mitmdump" in res.text
     assert res.end_missing is not None
     assert "its end-stream frame came, the HTTP/2 END_STREAM flag did not" in res.end_missing.message
 
@@ -68,7 +70,9 @@ async def test_run_behind_mitmdump_reports_the_held_end(sim: SimServer, via_mitm
 async def test_the_old_behaviour_hides_it(sim: SimServer, via_mitm: Path) -> None:
     async with AgentClient(sim.url, "t", verify=str(via_mitm), heartbeat_interval=0.2, wait_for_end=False) as c:
         res = await c.run_turn("[scenario:text] through mitmdump")
-    assert res.ended and res.error is None and res.end_missing is None
+    assert res.ended
+    assert res.error is None
+    assert res.end_missing is None
 
 
 @pytest.mark.parametrize("transport", ["runsse", "runpoll"])
@@ -76,4 +80,6 @@ async def test_http1_transports_end_normally_behind_mitmdump(sim: SimServer, via
     async with AgentClient(sim.url, "t", transport=transport, verify=str(via_mitm), heartbeat_interval=0.2,
                            end_timeout=30.0) as c:
         res = await c.run_turn("[scenario:text] through mitmdump")
-    assert res.ended and res.error is None and res.end_missing is None
+    assert res.ended
+    assert res.error is None
+    assert res.end_missing is None

@@ -71,16 +71,20 @@ async def test_recording_keeps_the_wrappers(sim, tmp_path: Path, transport: str)
     rows = _frames(db)
     rid = res.request_id
     assert rows[0]["kind"] == ("bidi_request_id" if transport == "runsse" else "bidi_poll_request")
-    assert rows[0]["request_id"] == rid and rows[0]["transport"] == transport
+    assert rows[0]["request_id"] == rid
+    assert rows[0]["transport"] == transport
     appends = [r for r in rows if r["transport"] == "bidi_append"]
-    assert appends and all(r["direction"] == "client" for r in appends)
+    assert appends
+    assert all(r["direction"] == "client" for r in appends)
     assert [r["append_seqno"] for r in appends] == list(range(len(appends)))
     assert {r["request_id"] for r in appends} == {rid}
     for r in appends:  # the BidiAppendRequest as sent, the agent message inside it
         outer = pb.BidiAppendRequest.FromString(r["raw"])
-        assert bytes.fromhex(outer.data) == r["payload"] and outer.append_seqno == r["append_seqno"]
+        assert bytes.fromhex(outer.data) == r["payload"]
+        assert outer.append_seqno == r["append_seqno"]
     assert appends[0]["kind"] == "run_request"
-    assert rows[-1]["kind"] == "end_stream" and rows[-1]["direction"] == "server"
+    assert rows[-1]["kind"] == "end_stream"
+    assert rows[-1]["direction"] == "server"
     if transport == "runpoll":
         polls = [r["append_seqno"] for r in rows if r["direction"] == "server" and r["transport"] == "runpoll"
                  and not r["kind"].startswith("end_stream")]
@@ -179,12 +183,14 @@ async def test_frame_log_lists_only_answered_appends(delay: float | None) -> Non
     sent = [srv.received[s] for s in sorted(srv.answered)]
     assert [e.data for e in log] == sent
     kinds = [default_decoder().classify_agent(e.data, CLIENT_MSG).kind for e in log]
-    assert kinds[0] == "run_request" and set(kinds[1:]) == {"client_heartbeat"}
+    assert kinds[0] == "run_request"
+    assert set(kinds[1:]) == {"client_heartbeat"}
     assert [e.ts_us for e in c.frame_log] == sorted(e.ts_us for e in c.frame_log)
     if delay is None:
         assert len(srv.received) > len(log)  # the held ones went out but were never confirmed
     else:
-        assert 2 in srv.answered and len(log) == len(srv.received)  # the close waited for them
+        assert 2 in srv.answered
+        assert len(log) == len(srv.received)  # the close waited for them
     server = [e for e in c.frame_log if e.direction == "server"]
     assert [default_decoder().classify_agent(e.data, SERVER_MSG).kind for e in server] == [
         "interaction_update.text_delta"]

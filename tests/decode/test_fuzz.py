@@ -54,7 +54,8 @@ def test_stream_split_anywhere_decodes_identically(data: st.DataObject) -> None:
     end = data.draw(st.sampled_from([b"", corpus.END_OK, corpus.END_ERR]), label="end")
     body = b"".join(picked) + end
     whole = DEC.decode_body(body, *key)
-    assert whole and all(f.kind != "malformed" for f in whole)
+    assert whole
+    assert all(f.kind != "malformed" for f in whole)
     cuts = data.draw(st.lists(st.integers(0, len(body)), max_size=30), label="cuts")
     assert stream_decode(DEC, body, key, cuts) == whole
     one_byte = list(range(len(body))) if len(body) < 4000 else cuts
@@ -100,7 +101,9 @@ def _check(data: bytes, key: tuple[str, str], cuts: list[int]) -> None:
     if key[0] in ("run", "runsse", "runpoll"):
         assert [f.kind for f in streamed if f.kind != "malformed"] == [f.kind for f in frames if f.kind != "malformed"]
     for i, f in enumerate(frames):
-        assert isinstance(f.kind, str) and f.kind and isinstance(f.summary, str)
+        assert isinstance(f.kind, str)
+        assert f.kind
+        assert isinstance(f.summary, str)
         if f.kind == "malformed":
             assert f.error
         # the named tree (bbpb on the unknown parts) must not raise either; sampled, it is slow

@@ -98,17 +98,22 @@ def test_every_member_decodes(direction: str, top_type: str, top: str, member: s
     f = decode_one(payload, direction)
     assert f.kind == (f"{top}.{member}" if member else top)
     assert f.msg_type == (SERVER_MSG if direction == "server" else CLIENT_MSG)
-    assert f.error is None and f.flags == 0 and f.payload == payload
-    assert isinstance(f.summary, str) and f.summary
+    assert f.error is None
+    assert f.flags == 0
+    assert f.payload == payload
+    assert isinstance(f.summary, str)
+    assert f.summary
     t = tree(f)
     assert top in t
     if member is not None:
         assert member in t[top]
         if top in ("exec_server_message", "exec_client_message", "kv_server_message", "kv_client_message",
                    "interaction_query", "interaction_response"):
-            assert t[top]["id"] == 7 and f.ref_id == 7
+            assert t[top]["id"] == 7
+            assert f.ref_id == 7
         if top.endswith("control_message"):
-            assert t[top][member] == {"id": 7} and f.ref_id == 7
+            assert t[top][member] == {"id": 7}
+            assert f.ref_id == 7
         if fd is not None and fd.message_type is None:  # unmodelled bytes member
             assert t[top][member] == {"$hex": "010203"}
     # the JSON view is plain JSON
@@ -280,7 +285,8 @@ def test_exec_mcp_args_values_are_json() -> None:
     f = decode_one(exec_msg(mcp_args=pb.McpArgs(name="github___search", args=args, tool_name="search")), "server")
     assert (f.kind, f.summary) == ("exec_server_message.mcp_args", "exec#7 mcp_args github___search (4 args)")
     got = tree(f)["exec_server_message"]["mcp_args"]
-    assert got["name"] == "github___search" and got["tool_name"] == "search"
+    assert got["name"] == "github___search"
+    assert got["tool_name"] == "search"
     assert got["args"]["query"] == "foo"
     assert got["args"]["limit"] == 5
     assert got["args"]["opts"] == {"deep": True, "list": [1, "a"]}
@@ -311,7 +317,8 @@ def test_kv_set_and_get() -> None:
     blob_id = bytes.fromhex("3f2a") + bytes(30)
     f = decode_one(S(kv_server_message=pb.KvServerMessage(id=3, set_blob_args=pb.SetBlobArgs(
         blob_id=blob_id, blob_data=blob))), "server")
-    assert f.kind == "kv_server_message.set_blob_args" and f.ref_id == 3
+    assert f.kind == "kv_server_message.set_blob_args"
+    assert f.ref_id == 3
     assert f.summary == "set_blob#3 3f2a… 12.4 KB json/system"
     t = tree(f)["kv_server_message"]
     assert t["set_blob_args"]["blob_id"] == blob_id.hex()
@@ -383,7 +390,8 @@ def test_end_stream_ok() -> None:
     assert (f.kind, f.summary, f.flags) == ("end_stream", "end-stream ok", FLAG_END_STREAM)
     assert tree(f) == {}
     f = end_stream({"metadata": {"x-trace": ["1"]}})
-    assert f.kind == "end_stream" and tree(f) == {"metadata": {"x-trace": ["1"]}}
+    assert f.kind == "end_stream"
+    assert tree(f) == {"metadata": {"x-trace": ["1"]}}
 
 
 def _details() -> bytes:
@@ -400,7 +408,8 @@ def test_end_stream_error_with_value_details() -> None:
     assert f.kind == "end_stream.error"
     assert f.summary == 'resource_exhausted "Usage limit reached" ERROR_RATE_LIMITED_CHANGEABLE'
     err = tree(f)["error"]
-    assert err["code"] == "resource_exhausted" and err["message"] == "Usage limit reached"
+    assert err["code"] == "resource_exhausted"
+    assert err["message"] == "Usage limit reached"
     [d] = err["details"]
     assert d["type"] == "aiserver.v1.ErrorDetails"
     assert d["value_hex"] == raw.hex()
@@ -427,7 +436,8 @@ def test_end_stream_error_bad_base64_detail_is_kept() -> None:
 
 def test_end_stream_not_json_is_malformed() -> None:
     [f] = DEC.decode_body(encode(b"not json", FLAG_END_STREAM), "run", "server")
-    assert f.kind == "malformed" and "JSON" in (f.error or "")
+    assert f.kind == "malformed"
+    assert "JSON" in (f.error or "")
     assert tree(f) == {"$hex": b"not json".hex()}  # nothing lost
 
 
@@ -470,7 +480,9 @@ def test_unknown_fields_inside_known_messages() -> None:
 
 def test_malformed_and_empty() -> None:
     [f] = DEC.decode_body(encode(b"\x0a\x05ab"), "run", "server")  # length runs past the end
-    assert f.kind == "malformed" and f.error and "protobuf" in f.error
+    assert f.kind == "malformed"
+    assert f.error
+    assert "protobuf" in f.error
     assert f.payload == b"\x0a\x05ab"
     [f] = DEC.decode_body(encode(b""), "run", "server")
     assert f.kind == "empty"

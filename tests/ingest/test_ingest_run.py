@@ -81,7 +81,8 @@ def test_run_passthrough_and_live_recording(tmp_path: Path, ingest_sample: Path)
     r.close()
     lines = ingest_sample.read_bytes().splitlines()
     assert [f["payload"] for f in frames] == lines + [tail.encode()]
-    assert frames[-1]["kind"] == "malformed" and frames[-1]["error"].startswith("line 21:")
+    assert frames[-1]["kind"] == "malformed"
+    assert frames[-1]["error"].startswith("line 21:")
     assert [f["ts"] for f in frames] == sorted(f["ts"] for f in frames)
     assert (s["source"], s["transport"], s["status"], s["model"]) == (
         "run:ndjson", "cli_ndjson", "complete", "Claude 4.5 Sonnet")
@@ -107,12 +108,14 @@ def test_run_without_result_and_missing_command(tmp_path: Path) -> None:
     r = open_reader(db)
     (s,) = r.query("SELECT status, error FROM sessions").to_pylist()
     r.close()
-    assert s["status"] == "incomplete" and "exited with code 1 without a result" in s["error"]
+    assert s["status"] == "incomplete"
+    assert "exited with code 1 without a result" in s["error"]
 
     missing = subprocess.run([WORKBENCH, "run", "--db", str(db), "--",
                               str(tmp_path / "no-such-cli")], capture_output=True, timeout=120)
     assert missing.returncode == 2
-    assert b"cannot run" in missing.stderr and b"no-such-cli" in missing.stderr
+    assert b"cannot run" in missing.stderr
+    assert b"no-such-cli" in missing.stderr
 
 
 def test_redact_argv() -> None:

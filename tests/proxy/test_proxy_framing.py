@@ -84,7 +84,8 @@ def test_errors_become_openai_errors(framed_rig: Rig) -> None:
 @pytest.mark.slow
 def test_models_listed_in_the_chosen_framing(framed_rig: Rig) -> None:
     ids = [m.id for m in sdk(framed_rig).models.list()]
-    assert "gpt-5" in ids and "composer-1" in ids
+    assert "gpt-5" in ids
+    assert "composer-1" in ids
 
 
 @pytest.mark.slow
@@ -117,12 +118,15 @@ def test_client_command_in_grpc_web_framing(tmp_path: Path) -> None:
         finally:
             reader.close()
         appends = [row for row in rows if row["transport"] == "bidi_append"]
-        assert appends and all(row["raw"][:1] == b"\x00" and len(row["raw"]) == 5 + int.from_bytes(
+        assert appends
+        assert all(row["raw"][:1] == b"\x00" and len(row["raw"]) == 5 + int.from_bytes(
             row["raw"][1:5], "big") for row in appends)  # the whole gRPC-Web body, envelope included
-        assert rows[-1]["kind"] == "end_stream" and rows[-1]["flags"] == 0x80  # the trailer frame ended it
+        assert rows[-1]["kind"] == "end_stream"
+        assert rows[-1]["flags"] == 0x80  # the trailer frame ended it
         bad = subprocess.run([*WORKBENCH, "client", "--upstream", r.sim.url, "--framing", "grpc", "x"],
                              capture_output=True, text=True, timeout=60)
-        assert bad.returncode == 2 and "--framing" in bad.stderr
+        assert bad.returncode == 2
+        assert "--framing" in bad.stderr
     finally:
         r.proxy.stop()
         r.sim.stop()

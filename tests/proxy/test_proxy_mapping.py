@@ -44,7 +44,8 @@ def test_mcp_keeps_its_own_name_and_rebuilt_args() -> None:
     r = ExecRequest(3, "e3", "mcp", {"name": "openai-proxy___task", "tool_name": "task",
                                      "args": {"description": "d", "options": '{"parallel": true}'}}, call)
     name, arguments = mapping.exec_to_tool_call(r, {"task": {}})
-    assert name == "task" and json.loads(arguments) == full
+    assert name == "task"
+    assert json.loads(arguments) == full
     # what a client with the naive_args_concat bug forwards: the garbled text, verbatim
     call.args_text = tool_args.naive_concat([text[:5], text[:30], text])
     assert mapping.exec_to_tool_call(r, {"task": {}})[1] == call.args_text
@@ -58,7 +59,8 @@ def test_call_ids_are_openai_safe() -> None:
     assert mapping.openai_call_id(r) == "toolu_abc"
     r.call = CallState("call\nwith newline")
     cid = mapping.openai_call_id(r)
-    assert cid.startswith("call_") and "\n" not in cid
+    assert cid.startswith("call_")
+    assert "\n" not in cid
 
 
 def test_tools_become_mcp_definitions() -> None:

@@ -32,7 +32,8 @@ GIB_KIB = 1024 * 1024
 
 def _bench() -> ModuleType:
     spec = importlib.util.spec_from_file_location("memory_bench", ROOT / "benchmarks" / "memory.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -60,10 +61,13 @@ def test_bomb_flow_file_imports_and_reads_back_under_1_gib(bomb: Path, tmp_path:
               "--db", str(db), "--json").stdout
     rows = [json.loads(line) for line in out.splitlines()]
     compressed = [row for row in rows if row["kind"] == "compressed"]
-    assert len(compressed) == 8 and rows[-1]["kind"] == "end_stream"
+    assert len(compressed) == 8
+    assert rows[-1]["kind"] == "end_stream"
     for row in compressed:
-        assert row["flags"] & FLAG_COMPRESSED and 100_000 < row["size"] < 400_000
-        assert "32 MiB per-frame inflate budget" in row["error"] and "--inflate-frame-mb" in row["error"]
+        assert row["flags"] & FLAG_COMPRESSED
+        assert 100_000 < row["size"] < 400_000
+        assert "32 MiB per-frame inflate budget" in row["error"]
+        assert "--inflate-frame-mb" in row["error"]
     assert db.stat().st_size < 64 * MIB
     for args in (["frames", MEM.SESSION_KEY], ["diagnose", MEM.SESSION_KEY, "--no-write"],
                  ["export", "--parquet", str(tmp_path / "pq")]):
@@ -87,9 +91,11 @@ def test_frames_json_inflates_each_frame_when_viewed(tmp_path: Path) -> None:
     assert [d["kind"] for d in docs] == ["compressed", "compressed"]
     for d, letter in zip(docs, "ab", strict=True):
         inflated = d["fields"]["$inflated"]
-        assert inflated["kind"] == "interaction_update.text_delta" and inflated["size"] > 40 * MIB
+        assert inflated["kind"] == "interaction_update.text_delta"
+        assert inflated["size"] > 40 * MIB
         text = d["fields"]["interaction_update"]["text_delta"]["text"]
-        assert len(text) == 40 * MIB and text[:3] == letter * 3
+        assert len(text) == 40 * MIB
+        assert text[:3] == letter * 3
 
 
 @pytest.mark.slow
@@ -106,15 +112,18 @@ def test_each_budget_and_its_option(tmp_path: Path) -> None:
 
     assert {k for k, _ in kinds()} == {"interaction_update.text_delta"}          # 3 MiB each: under every default
     got = kinds("--inflate-frame-mb", "2")
-    assert {k for k, _ in got} == {"compressed"} and "2 MiB per-frame" in got[0][1]
+    assert {k for k, _ in got} == {"compressed"}
+    assert "2 MiB per-frame" in got[0][1]
     got = kinds("--inflate-session-mb", "10")                                    # three fit in 10 MiB
     assert [k for k, _ in got] == ["interaction_update.text_delta"] * 3 + ["compressed"] * 5
     assert "10 MiB per-session inflate budget" in got[3][1]
     got = kinds("--inflate-import-mb", "7")
     assert [k for k, _ in got] == ["interaction_update.text_delta"] * 2 + ["compressed"] * 6
-    assert "7 MiB per-import inflate budget" in got[2][1] and "--inflate-import-mb" in got[2][1]
+    assert "7 MiB per-import inflate budget" in got[2][1]
+    assert "--inflate-import-mb" in got[2][1]
     r = run_workbench("import", str(flows), "--db", str(tmp_path / "bad.duckdb"), "--inflate-frame-mb", "0")
-    assert r.returncode == 2 and "--inflate-frame-mb" in r.stderr
+    assert r.returncode == 2
+    assert "--inflate-frame-mb" in r.stderr
 
 
 def test_stream_decoder_keeps_an_over_budget_frame_and_inflates_it_on_view() -> None:
@@ -127,7 +136,8 @@ def test_stream_decoder_keeps_an_over_budget_frame_and_inflates_it_on_view() -> 
         stream = dec.stream("run", "server")
         frames = [f for i in range(0, len(body), 7000) for f in stream.feed(body[i:i + 7000])] + stream.close()
     assert [f.kind for f in frames] == ["interaction_update.text_delta", "compressed"]
-    assert frames[1].payload == big and "4 MiB per-frame" in (frames[1].error or "")
+    assert frames[1].payload == big
+    assert "4 MiB per-frame" in (frames[1].error or "")
     tree = fields_of(dec, frames[1].kind, frames[1].payload, frames[1].msg_type, frames[1].flags)
     assert tree["$inflated"]["kind"] == "interaction_update.text_delta"
     assert len(tree["interaction_update"]["text_delta"]["text"]) == 5 * MIB

@@ -115,7 +115,9 @@ def test_proxy_refuses_web_pages_and_foreign_hosts(sim: tuple[Process, str, str]
     status, body = raw(url, "OPTIONS", "/v1/chat/completions",
                        {"Origin": "https://evil.example", "Access-Control-Request-Method": "POST",
                         "Access-Control-Request-Headers": "content-type"})
-    assert status == 403 and "preflight" in body and "access-control-allow" not in body.lower()
+    assert status == 403
+    assert "preflight" in body
+    assert "access-control-allow" not in body.lower()
     status, body = raw(url, "GET", "/v1/models", {"Host": "evil.example"})
     assert status == 403
     # loopback names are the user's own
@@ -124,7 +126,8 @@ def test_proxy_refuses_web_pages_and_foreign_hosts(sim: tuple[Process, str, str]
     # a malformed chunked body is a 400, not a crash; the proxy keeps serving
     status, body = raw(url, "POST", "/v1/chat/completions",
                        {"Transfer-Encoding": "chunked", "content-type": "application/json"}, b"zz\r\nabc\r\n0\r\n\r\n")
-    assert status == 400 and "chunk size" in body
+    assert status == 400
+    assert "chunk size" in body
     assert _sdk_chat(url)
     sim_proc.wait_for(lambda: _runs(sim_proc) >= runs + 1)
     assert _runs(sim_proc) == runs + 1, "a refused request reached the upstream"
@@ -143,7 +146,8 @@ def test_proxy_allow_host_allow_origin_and_api_key(proxy_factory: Callable[..., 
 
     _, url = proxy_factory("--api-key", "s3cret-key")
     status, body = raw(url, "GET", "/v1/models", {})
-    assert status == 401 and "API key" in body
+    assert status == 401
+    assert "API key" in body
     assert raw(url, "GET", "/v1/models", {"Authorization": "Bearer wrong"})[0] == 401
     assert raw(url, "GET", "/v1/models", {"Authorization": "Bearer s3cret-key"})[0] == 200
     with pytest.raises(openai.AuthenticationError):
@@ -169,7 +173,8 @@ def test_live_service_checks_host_and_origin(tmp_path: Path) -> None:
         for extra in ({"Host": "evil.example"}, {"Host": "rebound.example:80"},
                       {"Origin": "https://evil.example"}, {"Origin": "null"}):
             status, body = raw(url, "POST", "/query", {**ok, **extra}, query)
-            assert status == 403 and ("Host" in body or "Origin" in body), (extra, status, body)
+            assert status == 403, (extra, status, body)
+            assert "Host" in body or "Origin" in body, (extra, status, body)
         status, body = raw(url, "OPTIONS", "/query", {"Origin": "https://evil.example",
                                                       "Access-Control-Request-Method": "POST"})
         assert status == 403
@@ -208,10 +213,13 @@ def test_replay_checks_host_and_origin(fixture_file: Path) -> None:
         for extra in ({"Host": "evil.example"}, {"Origin": "https://evil.example"}):
             headers = {"content-type": "application/connect+proto", **extra}
             status, body = raw(url, "POST", "/agent.v1.AgentService/RunSSE", headers, envelope, ctx)
-            assert status == 200 and "permission_denied" in body and "workbench replay" in body, (extra, status, body)
+            assert status == 200, (extra, status, body)
+            assert "permission_denied" in body, (extra, status, body)
+            assert "workbench replay" in body, (extra, status, body)
             status, body = raw(url, "POST", "/aiserver.v1.BidiService/BidiAppend",
                                {"content-type": "application/proto", **extra}, b"", ctx)
-            assert status == 403 and "workbench replay" in body, (extra, status, body)
+            assert status == 403, (extra, status, body)
+            assert "workbench replay" in body, (extra, status, body)
         assert raw(url, "OPTIONS", "/agent.v1.AgentService/Run",
                    {"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}, b"", ctx)[0] >= 400
         # none of that was a run: the real client still gets the recording as run 1
@@ -220,6 +228,8 @@ def test_replay_checks_host_and_origin(fixture_file: Path) -> None:
                            env={**os.environ, "CURSOR_ACCESS_TOKEN": "test-token-not-real"})
         assert r.returncode == 0, r.stderr
         p.wait_for(lambda: "run 1 (" in "\n".join(p.err))
-        assert "run 1 (" in "\n".join(p.err) and "FAILED" not in "\n".join(p.err) and "run 2 (" not in "\n".join(p.err)
+        assert "run 1 (" in "\n".join(p.err)
+        assert "FAILED" not in "\n".join(p.err)
+        assert "run 2 (" not in "\n".join(p.err)
     finally:
         p.stop()

@@ -130,9 +130,12 @@ def test_closed_database_workbench_sql(work: Path) -> None:
     # still usable, and the limits: a slow query is interrupted, a huge result refused
     assert run_workbench("sql", "SELECT count(*) AS n FROM frames", "--json", "--db", str(db)).stdout.strip() == '{"n": 50}'
     r = run_workbench("sql", SLOW, "--timeout", "1", "--db", str(db))
-    assert r.returncode == 2 and "interrupted" in r.stderr and "1 s time limit" in r.stderr, r.stderr
+    assert r.returncode == 2, r.stderr
+    assert "interrupted" in r.stderr, r.stderr
+    assert "1 s time limit" in r.stderr, r.stderr
     r = run_workbench("sql", "SELECT repeat('x', 100000) AS s FROM range(1000)", "--max-result-mb", "5", "--db", str(db))
-    assert r.returncode == 2 and "larger than the 5 MiB cap" in r.stderr, r.stderr
+    assert r.returncode == 2, r.stderr
+    assert "larger than the 5 MiB cap" in r.stderr, r.stderr
 
 
 def test_closed_database_tui_data_layer_and_reader(work: Path) -> None:
@@ -166,7 +169,8 @@ def test_notebook_connect_file_and_live(work: Path) -> None:
             with pytest.raises(duckdb.Error) as info:
                 con.execute(sql).fetchall()
             _intact(work, str(info.value))
-            assert name and con.sql("SELECT count(*) FROM frames").fetchall() == [(50,)]
+            assert name
+            assert con.sql("SELECT count(*) FROM frames").fetchall() == [(50,)]
         con.sql("CREATE TEMP TABLE mine AS SELECT 1 AS x")  # the documented scratch space still works
         assert con.sql("SELECT count(*) FROM v_frames").fetchall() == [(50,)]
     finally:
@@ -204,7 +208,8 @@ def test_live_service_of_a_writer_process(work: Path) -> None:
         for name, sql in probes(work).items():
             r = run_workbench("sql", sql, "--db", str(db))
             assert r.returncode == 2, f"{name}: {r.stdout}{r.stderr}"
-            assert "(live)" in r.stderr and "Traceback" not in r.stderr, name
+            assert "(live)" in r.stderr, name
+            assert "Traceback" not in r.stderr, name
             _intact(work, r.stdout + r.stderr)
             _intact(work, _refused_by_api(reader.query, sql))
             _intact(work, _refused_by_api(data.query, sql))
@@ -216,9 +221,12 @@ def test_live_service_of_a_writer_process(work: Path) -> None:
         assert json.loads(r.stdout) == {"n": 110}
         # a slow query on the writer's instance is interrupted at the limit (and only that query)
         r = run_workbench("sql", SLOW, "--timeout", "1", "--db", str(db))
-        assert r.returncode == 2 and "interrupted" in r.stderr and "1 s time limit" in r.stderr, r.stderr
+        assert r.returncode == 2, r.stderr
+        assert "interrupted" in r.stderr, r.stderr
+        assert "1 s time limit" in r.stderr, r.stderr
         r = run_workbench("sql", "SELECT repeat('x', 100000) AS s FROM range(1000)", "--max-result-mb", "5", "--db", str(db))
-        assert r.returncode == 2 and "larger than the 5 MiB cap" in r.stderr, r.stderr
+        assert r.returncode == 2, r.stderr
+        assert "larger than the 5 MiB cap" in r.stderr, r.stderr
         assert writer.ask("add") == "120"
         assert writer.ask("count").split()[:2] == ["120", "120"]
     assert _file_state(db)[0] == 120

@@ -20,13 +20,15 @@ def test_file_without_protobuf_es_code_exits_2(tmp_path: Path) -> None:
     js.write_text('export function add(a,b){return a+b}const typeName="not.a.Message";console.log(add(1,2));\n')
     proc = run_workbench("schema", "extract", str(js), "-o", str(tmp_path / "out"))
     assert proc.returncode == 2
-    assert "plain.js" in proc.stderr and "no protobuf-es code" in proc.stderr
+    assert "plain.js" in proc.stderr
+    assert "no protobuf-es code" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert run_workbench("schema", "extract", str(tmp_path / "missing.js")).returncode == 2
     empty = tmp_path / "empty"
     empty.mkdir()
     proc = run_workbench("schema", "extract", str(empty))
-    assert proc.returncode == 2 and "no .js" in proc.stderr
+    assert proc.returncode == 2
+    assert "no .js" in proc.stderr
 
 
 def test_truncated_v1_bundle_keeps_what_came_before(generators: Generators, tmp_path: Path) -> None:

@@ -73,7 +73,8 @@ def test_user_proto_file_takes_precedence(tmp_path: Path) -> None:
     # the user's type is the one embedded in the overlay's messages, and the rest still works
     upd = user.schema.descriptor("agent.v1.InteractionUpdate")
     assert "provider_chunk_id" in upd.fields_by_name["text_delta"].message_type.fields_by_name
-    assert user.schema.has(SERVER_MSG) and user.schema.has("aiserver.v1.BidiAppendRequest")
+    assert user.schema.has(SERVER_MSG)
+    assert user.schema.has("aiserver.v1.BidiAppendRequest")
     # the overlay itself (and pb) is unchanged
     assert "provider_chunk_id" not in pb.TextDelta.DESCRIPTOR.fields_by_name
 

@@ -66,12 +66,15 @@ def test_complete_folder_takes_effect(tmp_path: Path) -> None:
     assert json.loads(builtin.stdout)["fields"]["exec_server_message"]["diagnostics_args"] == {
         "path": "a.txt", "tool_call_id": "tc01"}
     proc = _decode(DIAGNOSTICS, str(root))
-    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr
     assert json.loads(proc.stdout)["fields"]["exec_server_message"]["diagnostics_args"] == {
         "file_path": "a.txt", "tool_call_id": "tc01"}
     schema = load_schema([root])
     ident = schema.identity
-    assert ident.user_messages > 250 and ident.replaced > 250 and len(ident.hash) == 16
+    assert ident.user_messages > 250
+    assert ident.replaced > 250
+    assert len(ident.hash) == 16
     assert str(root) in ident.source
     assert schema.has("aiserver.v1.RunEnvelope")
     # the same two files named one by one: imports resolve from the package layout
@@ -143,11 +146,15 @@ def test_conflicts_name_files_and_types(tmp_path: Path) -> None:
                                  "string extra = 2; }\n")
     proc = _decode(DIAGNOSTICS, str(a), str(b))
     assert proc.returncode == 2
-    assert "TextDelta" in proc.stderr and "one.proto" in proc.stderr and "two.proto" in proc.stderr
+    assert "TextDelta" in proc.stderr
+    assert "one.proto" in proc.stderr
+    assert "two.proto" in proc.stderr
     (b / "one.proto").write_text((b / "two.proto").read_text())
     (b / "two.proto").unlink()
     proc = _decode(DIAGNOSTICS, str(a), str(b))
-    assert proc.returncode == 2 and str(a / "one.proto") in proc.stderr and str(b / "one.proto") in proc.stderr
+    assert proc.returncode == 2
+    assert str(a / "one.proto") in proc.stderr
+    assert str(b / "one.proto") in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -157,14 +164,17 @@ def test_unusable_schemas_are_errors(tmp_path: Path) -> None:
     _edit(root / "agent/v1/agent.proto", ("message ExecServerMessage {\n  uint32 id = 1;", "message ExecServerMessage {"))
     proc = _decode(DIAGNOSTICS, str(root))
     assert proc.returncode == 2
-    assert "agent.v1.ExecServerMessage" in proc.stderr and "`id`" in proc.stderr
+    assert "agent.v1.ExecServerMessage" in proc.stderr
+    assert "`id`" in proc.stderr
     with pytest.raises(SchemaError, match="ExecServerMessage"):
         load_schema([root])
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "x.proto").write_text('syntax = "proto3";\npackage agent.v1;\nmessage X { strin y = 1; }\n')
     proc = _decode(DIAGNOSTICS, str(bad))
-    assert proc.returncode == 2 and "x.proto" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2
+    assert "x.proto" in proc.stderr
+    assert "Traceback" not in proc.stderr
     dup_only = tmp_path / "copy"
     (dup_only / "agent/v1").mkdir(parents=True)
     (dup_only / "agent/v1/agent.proto").write_text((PROTO_ROOT / "agent/v1/agent.proto").read_text())
@@ -184,7 +194,9 @@ def test_descriptor_set_as_proto(tmp_path: Path) -> None:
     junk = tmp_path / "junk.pb"
     junk.write_bytes(b"\xff\xff\xff")
     proc = _decode(DIAGNOSTICS, str(junk))
-    assert proc.returncode == 2 and "junk.pb" in proc.stderr and "FileDescriptorSet" in proc.stderr
+    assert proc.returncode == 2
+    assert "junk.pb" in proc.stderr
+    assert "FileDescriptorSet" in proc.stderr
 
 
 def _wkt() -> str:
@@ -200,8 +212,10 @@ def test_every_decoder_need_names_something_in_the_overlay() -> None:
     overlay = load_schema()
     for need in contract.NEEDS:
         found = contract._containers(overlay.descriptor(need.root), need.path, need.root)
-        assert isinstance(found, list) and found, need
+        assert isinstance(found, list), need
+        assert found, need
         for desc, _where in found:
             fd = desc.fields_by_name.get(need.name)
-            assert fd is not None and contract._kind_ok(fd, need.kind), (need, desc.full_name)
+            assert fd is not None, (need, desc.full_name)
+            assert contract._kind_ok(fd, need.kind), (need, desc.full_name)
     assert contract.check(overlay.descriptor) == []

@@ -34,24 +34,29 @@ def test_cli_prints_url_first_serves_and_stops_on_sigterm(tmp_path: Path, proces
     assert '"modelId": "claude-4-sonnet"' in out.stdout
     assert proc.stop(timeout=30) == 0
     err = "\n".join(proc.err)
-    assert "stopped" in err and "Traceback" not in err
+    assert "stopped" in err
+    assert "Traceback" not in err
 
 
 def test_cli_unknown_scenario_exits_2(tmp_path: Path) -> None:
     r = run_workbench("sim", "--scenario", "nope", "--cert-dir", str(tmp_path), timeout=60)
     err = r.stderr
     assert r.returncode == 2
-    assert "unknown scenario 'nope'" in err and "tool_flow" in err and "kv_only_on_reuse" in err
+    assert "unknown scenario 'nope'" in err
+    assert "tool_flow" in err
+    assert "kv_only_on_reuse" in err
 
 
 def test_cli_list_and_bad_scenario_dir(tmp_path: Path) -> None:
     (tmp_path / "mine.json").write_text('{"description": "mine", "steps": [{"text": "x"}]}')
     out = subprocess.run([*WORKBENCH, "sim", "--scenario-dir", str(tmp_path),
                           "--list-scenarios"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and re.search(r"^mine\s+mine$", out.stdout, re.M)
+    assert out.returncode == 0
+    assert re.search(r"^mine\s+mine$", out.stdout, re.M)
     out = subprocess.run([*WORKBENCH, "sim", "--scenario-dir", str(tmp_path / "x")],
                          capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "does not exist" in out.stderr
+    assert out.returncode == 2
+    assert "does not exist" in out.stderr
 
 
 def test_cli_policy_options_are_checked(tmp_path: Path) -> None:
@@ -61,7 +66,9 @@ def test_cli_policy_options_are_checked(tmp_path: Path) -> None:
                           (["--exec-stream-close", "shell=sometimes"], "must be one of required, accepted, ignored")]:
         out = subprocess.run([*WORKBENCH, "sim", "--cert-dir", str(tmp_path), *args],
                              capture_output=True, text=True, timeout=60)
-        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
+        assert out.returncode == 2, (args, out.stderr)
+        assert message in out.stderr, (args, out.stderr)
+        assert "Traceback" not in out.stderr, (args, out.stderr)
 
 
 def test_cli_strict_switch_and_listing_choice_are_announced(tmp_path: Path, processes: ProcessGroup) -> None:
@@ -84,5 +91,6 @@ def test_cli_strict_switch_and_listing_choice_are_announced(tmp_path: Path, proc
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     ai, agent = out.stdout.splitlines()
     assert '"modelId": "gpt-5"' in ai
-    assert agent.startswith("/agent.v1.AgentService/GetUsableModels 501") and '"unimplemented"' in agent
+    assert agent.startswith("/agent.v1.AgentService/GetUsableModels 501")
+    assert '"unimplemented"' in agent
     assert proc.stop(timeout=30) == 0

@@ -42,7 +42,8 @@ async def test_default_accepts_results_alone(sim_factory: Any) -> None:
     assert "interaction_update.heartbeat" not in [f.kind for f in rest]
     await s.stream.end()
     rec = (await sim.state.finished_runs(1))[0]
-    assert rec.outcome == "turn_ended" and not rec.faults
+    assert rec.outcome == "turn_ended"
+    assert not rec.faults
     assert [(e.kind, e.results, e.closed, e.policy) for e in rec.execs] == [
         ("request_context", 1, False, "accepted"), ("shell", 1, False, "accepted")]
     await client.close()
@@ -61,7 +62,8 @@ async def test_default_welcomes_a_later_stream_close(sim_factory: Any) -> None:
     await s.until("interaction_update.turn_ended")
     await s.stream.end()
     rec = (await sim.state.finished_runs(1))[0]
-    assert not rec.faults and [e.closed for e in rec.execs] == [True, True]
+    assert not rec.faults
+    assert [e.closed for e in rec.execs] == [True, True]
     await client.close()
 
 
@@ -84,8 +86,11 @@ async def test_shell_stream_completes_on_exit_and_welcomes_the_final_shell_resul
     assert "a.txt" in texts(rest)
     await s.stream.end()
     rec = (await sim.state.finished_runs(1))[0]
-    assert rec.outcome == "turn_ended" and rec.faults == []
-    assert rec.execs[0].results == 4 and rec.execs[0].closed and rec.execs[0].id == esm.id
+    assert rec.outcome == "turn_ended"
+    assert rec.faults == []
+    assert rec.execs[0].results == 4
+    assert rec.execs[0].closed
+    assert rec.execs[0].id == esm.id
     await client.close()
 
 
@@ -111,7 +116,9 @@ async def test_strict_stalls_a_result_alone_client_until_it_closes(sim_factory: 
     assert "late" in texts(rest)
     await s.stream.end()
     rec = (await sim.state.finished_runs(1))[0]
-    assert rec.outcome == "turn_ended" and not rec.faults and rec.heartbeats >= 6
+    assert rec.outcome == "turn_ended"
+    assert not rec.faults
+    assert rec.heartbeats >= 6
     assert [(e.closed, e.policy) for e in rec.execs] == [(True, "required"), (True, "required")]
     await client.close()
 
@@ -138,7 +145,8 @@ async def test_throw_then_stream_close_completes_any_exec(sim_factory: Any, poli
     await s.until("interaction_update.turn_ended")
     await s.stream.end()
     rec = (await sim.state.finished_runs(1))[0]
-    assert rec.outcome == "turn_ended" and rec.faults == []
+    assert rec.outcome == "turn_ended"
+    assert rec.faults == []
     assert rec.execs[1].thrown == "no handler for read_args"
     await client.close()
 
@@ -159,7 +167,8 @@ async def test_ignored_policy_never_needs_or_counts_stream_close(sim_factory: An
     assert "finally" in texts(rest)
     await s.stream.end()
     rec = (await sim.state.finished_runs(1))[0]
-    assert rec.faults == [] and rec.execs[1].policy == "ignored"
+    assert rec.faults == []
+    assert rec.execs[1].policy == "ignored"
     await client.close()
 
 
@@ -185,7 +194,8 @@ async def test_step_policy_beats_scenario_and_server(sim_factory: Any, tmp_path:
     await s.until("interaction_update.turn_ended")
     await s.stream.end()
     rec = (await sim.state.finished_runs(1))[0]
-    assert [e.policy for e in rec.execs] == ["accepted", "ignored", "accepted"] and not rec.faults
+    assert [e.policy for e in rec.execs] == ["accepted", "ignored", "accepted"]
+    assert not rec.faults
     await client.close()
 
 

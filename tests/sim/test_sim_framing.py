@@ -64,7 +64,8 @@ async def test_bidi_append_accepts_every_unary_framing_and_415s_exactly_where_co
 
         first = pb.AgentClientMessage.FromString(run_request("[scenario:text] every framing"))
         r = await post(append_body(rid, 0, first), "application/proto")  # Connect unary: bare
-        assert r.status_code == 200 and r.content == b""
+        assert r.status_code == 200
+        assert r.content == b""
         # The two 415s: an envelope sent as Connect unary, and connect+proto on a unary method.
         assert (await post(encode(append_body(rid, 1, HB)), "application/proto")).status_code == 415
         assert (await post(append_body(rid, 1, HB), "application/connect+proto")).status_code == 415
@@ -72,21 +73,26 @@ async def test_bidi_append_accepts_every_unary_framing_and_415s_exactly_where_co
         assert (await post(append_body(rid, 1, HB), "text/plain")).status_code == 415
         # gRPC-Web: enveloped by design, answered with an (empty) message and a 0x80 trailer frame.
         r = await post(encode(append_body(rid, 1, HB)), GRPC_WEB)
-        assert r.status_code == 200 and r.headers["content-type"] == GRPC_WEB
+        assert r.status_code == 200
+        assert r.headers["content-type"] == GRPC_WEB
         envs = split_frames(r.content)
-        assert [(e.flags, e.payload) for e in envs[:-1]] == [(0, b"")] and envs[-1].flags == FLAG_TRAILER
+        assert [(e.flags, e.payload) for e in envs[:-1]] == [(0, b"")]
+        assert envs[-1].flags == FLAG_TRAILER
         assert trailer_of(r.content) == {"grpc-status": "0"}
         # gRPC-Web text: the same bytes in base64 both ways.
         r = await post(base64.b64encode(encode(append_body(rid, 2, HB))), "application/grpc-web-text")
-        assert r.status_code == 200 and r.headers["content-type"] == "application/grpc-web-text+proto"
+        assert r.status_code == 200
+        assert r.headers["content-type"] == "application/grpc-web-text+proto"
         assert trailer_of(base64.b64decode(r.content[:8]) + base64.b64decode(r.content[8:])) == {"grpc-status": "0"}
         # Connect JSON unary.
         doc = {"data": HB.SerializeToString().hex(), "requestId": {"requestId": rid}, "appendSeqno": "3"}
         r = await post(json.dumps(doc).encode(), "application/json")
-        assert r.status_code == 200 and r.json() == {}
+        assert r.status_code == 200
+        assert r.json() == {}
         # A bare body under gRPC-Web breaks its own framing: answered in that framing, not 415.
         r = await post(append_body(rid, 4, HB), GRPC_WEB)
-        assert r.status_code == 200 and trailer_of(r.content)["grpc-status"] == "3"
+        assert r.status_code == 200
+        assert trailer_of(r.content)["grpc-status"] == "3"
         # An unknown request id: not_found, as gRPC status 5 for a gRPC-Web caller.
         r = await post(encode(append_body("no-such-run", 0, HB)), GRPC_WEB)
         assert trailer_of(r.content)["grpc-status"] == "5"
@@ -124,7 +130,8 @@ async def test_runsse_in_grpc_web_text(sim_factory: Any, tmp_path: Any) -> None:
     raw = dec.feed(r.content) + dec.close()
     frames = default_decoder().decode_body(raw, "runsse", "server")
     kinds = [f.kind for f in frames]
-    assert "interaction_update.text_delta" in kinds and kinds[-1] == "end_stream"  # a grpc-status 0 trailer
+    assert "interaction_update.text_delta" in kinds
+    assert kinds[-1] == "end_stream"  # a grpc-status 0 trailer
     assert split_frames(raw)[-1].flags == FLAG_TRAILER
     assert "end_stream" not in kinds[:-1]  # no Connect end-stream in a gRPC-Web answer
 
@@ -159,9 +166,11 @@ async def test_grpc_run_ends_with_real_http2_trailers(sim_factory: Any) -> None:
     await s.send(run_request("bad model", model="no-such-model"))
     assert [f async for f in _drain(s)] == []  # no end-stream envelope in the body
     t = s.stream.trailers
-    assert t["grpc-status"] == "5" and t["grpc-message"] == "Error"
+    assert t["grpc-status"] == "5"
+    assert t["grpc-message"] == "Error"
     status = pb.RpcStatus.FromString(base64.b64decode(t["grpc-status-details-bin"] + "=="))
-    assert status.code == 5 and status.details[0].type_url == "type.googleapis.com/aiserver.v1.ErrorDetails"
+    assert status.code == 5
+    assert status.details[0].type_url == "type.googleapis.com/aiserver.v1.ErrorDetails"
     assert pb.ErrorDetails.FromString(status.details[0].value).error == 5  # ERROR_BAD_MODEL_NAME
     await client.close()
 
@@ -227,7 +236,8 @@ async def test_connect_python_server_stream_error_trailers(sim_factory: Any, pro
         async for _ in _client(sim, protocol).execute_server_stream(request=pb.BidiRequestId(request_id="r"),
                                                                     method=sse):
             pass
-    assert info.value.code.name == "UNAUTHENTICATED" and info.value.message == "Not logged in"
+    assert info.value.code.name == "UNAUTHENTICATED"
+    assert info.value.message == "Not logged in"
     assert pb.ErrorDetails.FromString(info.value.details[0].value).details.title == "Not logged in"
 
 
@@ -258,7 +268,8 @@ async def test_connect_python_drives_a_grpc_run_full_duplex(sim_factory: Any) ->
             queue.put_nowait(None)
     assert text.endswith("You said: duplex")
     rec = (await sim.state.finished_runs(1))[0]
-    assert rec.outcome == "turn_ended" and not rec.faults
+    assert rec.outcome == "turn_ended"
+    assert not rec.faults
 
 
 # codecs --------------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ async def test_rig_session_finding_blobs_and_replay(tui_rig_db: tuple[Path, dict
         replay = screen.replay
         assert replay is not None
         await wait_for(pilot, lambda: replay.at_end, timeout=60, what="replay end")
-        assert tl.index is not None and tl.index.visible == tl.index.total
+        assert tl.index is not None
+        assert tl.index.visible == tl.index.total
         assert f"frame {len(replay)}/{len(replay)}" in replay.describe()
         assert not app.errors
