@@ -18,8 +18,8 @@ from types import FrameType
 from typing import Any
 
 from workbench.capture.match import DEFAULT_HOSTS, DEFAULT_PATHS
-from workbench.cli import CliError
 from workbench.commands.common import add_db_arg, add_proto_arg
+from workbench.errors import CliError
 
 ENTRY = Path(__file__).with_name("mitm_entry.py")
 EXIT_FRAMES_LOST = 3  # = workbench.capture.addon.EXIT_FRAMES_LOST (kept here: the CLI imports no mitmproxy)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from workbench.cli import CliError
 from workbench.decode.classify import Decoder
+from workbench.errors import CliError
 from workbench.schema.active import active_schema
 from workbench.store.db import DEFAULT_DB
 from workbench.store.reader import LocalReader, RemoteReader, open_reader

@@ -43,7 +43,7 @@ def register(sub: Any) -> None:
 
 
 def _extract(args: argparse.Namespace) -> int:
-    from workbench.cli import CliError
+    from workbench.errors import CliError
     from workbench.schema.extract import ExtractError, extract, report, write
 
     try:

@@ -27,6 +27,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError, Message
 
+from workbench.errors import WorkbenchError
 from workbench.schema import contract
 from workbench.schema.merge import MergeError, check_user_files, count_types, merged_pool
 
@@ -36,7 +37,7 @@ DESCRIPTOR_SET_SUFFIXES = (".pb", ".binpb", ".desc", ".fds", ".protoset")
 _MAX_PROTOC_LINES = 12
 
 
-class SchemaError(Exception):
+class SchemaError(WorkbenchError):
     """A schema could not be found, compiled or used; the message names the file (and type)."""
 
 
