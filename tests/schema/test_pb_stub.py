@@ -3,6 +3,8 @@ makes mypy catch a misspelt field."""
 
 from __future__ import annotations
 
+import pytest
+
 import keyword
 import re
 import subprocess
@@ -51,6 +53,7 @@ def test_every_class_is_what_pb_returns_with_the_same_fields() -> None:
         assert fields == want, name
 
 
+@pytest.mark.slow
 def test_mypy_checks_field_names_through_pb(tmp_path: Path) -> None:
     snippet = tmp_path / "uses_pb.py"
     snippet.write_text(

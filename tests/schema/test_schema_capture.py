@@ -75,6 +75,7 @@ async def _capture_turn(sim: str, tmp_path: Path, config: Path, monkeypatch: pyt
     return session, frames
 
 
+@pytest.mark.slow
 async def test_capture_uses_the_configured_schema_and_records_it(sim: str, next_extracted: Path, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     config = tmp_path / "config"
@@ -98,6 +99,7 @@ async def test_capture_uses_the_configured_schema_and_records_it(sim: str, next_
     assert 'text ""' not in deltas
 
 
+@pytest.mark.slow
 def test_capture_refuses_a_schema_it_cannot_use(tmp_path: Path) -> None:
     config = tmp_path / "config"
     proc = _wb(config, "capture", "--port", "0", "--db", str(tmp_path / "c.duckdb"), "--confdir", str(tmp_path / "m"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import shutil
 import subprocess
@@ -35,6 +37,7 @@ def _json(*args: str) -> tuple[int, dict[str, Any]]:
     return proc.returncode, json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_overlay_against_the_next_build_lists_exactly_its_changes(next_proto: Path) -> None:
     code, doc = _json("builtin", str(next_proto))
     assert code == 1
@@ -52,6 +55,7 @@ def test_overlay_against_the_next_build_lists_exactly_its_changes(next_proto: Pa
     assert lines[-1].startswith("5 changes:")
 
 
+@pytest.mark.slow
 def test_reversed_order_reverses_each_change(next_proto: Path) -> None:
     _, doc = _json(str(next_proto), "builtin")
     kinds = {(c["change"], c["type"], c.get("field")) for c in doc["changes"]}
@@ -62,6 +66,7 @@ def test_reversed_order_reverses_each_change(next_proto: Path) -> None:
                      ("field_renumbered", "agent.v1.TextDelta", "text")}
 
 
+@pytest.mark.slow
 def test_the_same_schema_in_three_forms_is_the_same(next_proto: Path, next_extracted: Path, tmp_path: Path) -> None:
     fds = compile_protos([next_proto / f for f in BUILTIN_FILES], [next_proto])
     desc = tmp_path / "next.pb"
@@ -73,6 +78,7 @@ def test_the_same_schema_in_three_forms_is_the_same(next_proto: Path, next_extra
     assert _json("builtin", str(PROTO_ROOT))[0] == 0
 
 
+@pytest.mark.slow
 def test_types_labels_oneofs_enums_and_services(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
@@ -102,6 +108,7 @@ def test_types_labels_oneofs_enums_and_services(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_bad_input_exits_2_naming_it(tmp_path: Path) -> None:
     missing = _cli("builtin", str(tmp_path / "gone"))
     assert missing.returncode == 2

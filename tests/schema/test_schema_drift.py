@@ -36,6 +36,7 @@ def _drift(db: Path, config: Path, *extra: str) -> dict[str, Any]:
     return json.loads(proc.stdout)  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 def test_drift_lists_every_path_the_overlay_does_not_name(next_recording: tuple[Path, Path], tmp_path: Path) -> None:
     db, _ = next_recording
     doc = _drift(db, tmp_path / "config")
@@ -63,6 +64,7 @@ def test_drift_lists_every_path_the_overlay_does_not_name(next_recording: tuple[
                                      "messages": doc["base"]["messages"], "sessions": 1}]
 
 
+@pytest.mark.slow
 def test_proto_says_whether_a_new_schema_names_each_path(next_recording: tuple[Path, Path], next_extracted: Path,
                                                         tmp_path: Path) -> None:
     db, _ = next_recording
@@ -81,6 +83,7 @@ def test_proto_says_whether_a_new_schema_names_each_path(next_recording: tuple[P
     assert "--proto: plan_review_args (agent.v1.PlanReviewArgs) in agent.v1.ExecServerMessage" in text.stdout
 
 
+@pytest.mark.slow
 def test_reading_with_the_new_schema_leaves_only_the_binary_bytes(next_recording: tuple[Path, Path],
                                                                    next_extracted: Path, tmp_path: Path) -> None:
     db, _ = next_recording
@@ -93,6 +96,7 @@ def test_reading_with_the_new_schema_leaves_only_the_binary_bytes(next_recording
     assert len(_drift(db, config, "--base", "builtin")["paths"]) == 4
 
 
+@pytest.mark.slow
 def test_sampling_walks_fewer_frames_and_still_counts_numbered_kinds_exactly(next_recording: tuple[Path, Path],
                                                                             tmp_path: Path) -> None:
     db, _ = next_recording
@@ -104,6 +108,7 @@ def test_sampling_walks_fewer_frames_and_still_counts_numbered_kinds_exactly(nex
     assert by_path[TEXT7]["frames"] == 1  # one of the two text deltas was walked
 
 
+@pytest.mark.slow
 def test_bad_input_exits_2_naming_it(next_recording: tuple[Path, Path], tmp_path: Path) -> None:
     config = tmp_path / "config"
     missing = _wb("schema", "drift", "--db", str(tmp_path / "none.duckdb"), config=config)
@@ -125,6 +130,7 @@ def test_bad_input_exits_2_naming_it(next_recording: tuple[Path, Path], tmp_path
     assert "nope" in no_schema.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sample", ["0", "-3"])
 def test_sample_must_be_positive(next_recording: tuple[Path, Path], tmp_path: Path, sample: str) -> None:
     proc = _wb("schema", "drift", "--db", str(next_recording[0]), "--sample", sample, config=tmp_path / "c")

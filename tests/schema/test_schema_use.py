@@ -56,6 +56,7 @@ def _sql(db: Path, sql: str) -> list[dict[str, Any]]:
         r.close()
 
 
+@pytest.mark.slow
 def test_use_show_reset_change_what_decode_reads(next_extracted: Path, next_proto: Path, tmp_path: Path) -> None:
     config = tmp_path / "config"
     before = _show(config)
@@ -100,6 +101,7 @@ def test_use_show_reset_change_what_decode_reads(next_extracted: Path, next_prot
     assert [d["kind"] for d in _decode(config, next_proto)] == kinds_before
 
 
+@pytest.mark.slow
 def test_import_diagnose_and_tui_use_it_and_sessions_say_so(next_extracted: Path, next_recording: tuple[Path, Path],
                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     capture_db, flows = next_recording
@@ -151,6 +153,7 @@ def test_import_diagnose_and_tui_use_it_and_sessions_say_so(next_extracted: Path
         overlay_data.close()
 
 
+@pytest.mark.slow
 def test_link_refers_to_the_folder_and_a_vanished_one_is_an_error(next_extracted: Path, next_proto: Path,
                                                                    tmp_path: Path) -> None:
     config = tmp_path / "config"
@@ -171,6 +174,7 @@ def test_link_refers_to_the_folder_and_a_vanished_one_is_an_error(next_extracted
     _ok(_wb(config, "decode", "--batch", stdin=""))
 
 
+@pytest.mark.slow
 def test_bad_schemas_and_a_damaged_config_exit_2_naming_them(next_recording: tuple[Path, Path], next_proto: Path,
                                                              tmp_path: Path) -> None:
     config = tmp_path / "config"

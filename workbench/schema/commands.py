@@ -74,7 +74,7 @@ def _identity(schema: Schema) -> dict[str, Any]:
 # use / show ----------------------------------------------------------------------------------
 
 def _use(args: argparse.Namespace) -> int:
-    from workbench.cli import CliError
+    from workbench.errors import CliError
     from workbench.schema.active import BUILTIN, config_path, reset, use
 
     if args.paths == [BUILTIN]:  # `schema use builtin` is a reset
@@ -176,7 +176,7 @@ def _diff(args: argparse.Namespace) -> int:
 def _drift(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from workbench.cli import CliError
+    from workbench.errors import CliError
     from workbench.commands.common import reader_from
     from workbench.schema.active import active_schema
     from workbench.schema.drift import drift
