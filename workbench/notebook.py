@@ -47,6 +47,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     import pandas as pd
 
+from workbench.errors import WorkbenchError
 from workbench.store import paths
 from workbench.store.readonly import confine
 
@@ -132,7 +133,7 @@ FROM findings f LEFT JOIN sessions s USING (session_id)""",
 }
 
 
-class NotebookError(Exception):
+class NotebookError(WorkbenchError):
     """The capture could not be opened; the message names the path."""
 
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from workbench.cli import CliError
 from workbench.commands.common import (
     add_db_arg,
     add_proto_arg,
@@ -23,6 +22,7 @@ from workbench.commands.common import (
 )
 from workbench.decode import frame_to_json
 from workbench.decode.classify import DIRECTIONS, TRANSPORTS, Decoder, Frame
+from workbench.errors import CliError
 from workbench.store.db import StoreError
 from workbench.store.reader import open_reader
 from workbench.store.readonly import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_S, ReadLimits

@@ -8,8 +8,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from workbench.cli import CliError
 from workbench.commands.common import add_db_arg, add_proto_arg
+from workbench.errors import CliError
 from workbench.store.reader import sidecar_path
 
 DEFAULT_PORT = 8765
