@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from workbench.notebook import default_db as notebook_default_db
 from workbench.notebook import demo_db
 from workbench.store.db import SessionInfo, Store
@@ -64,6 +66,7 @@ def _db_with_session(path: Path, sid: str) -> None:
         store.upsert_sessions([SessionInfo(sid, transport="run", status="complete", label="found it")])
 
 
+@pytest.mark.slow
 def test_cli_finds_the_database_from_a_subfolder_and_honours_the_variable(tmp_path: Path) -> None:
     root, deep = _tree(tmp_path)
     _db_with_session(root / "captures" / "workbench.duckdb", "from-captures")

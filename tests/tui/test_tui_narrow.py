@@ -19,7 +19,7 @@ from textual.widgets import DataTable
 from workbench.store.db import SessionInfo, Store
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.data import TuiData
-from workbench.tui.demo import ERR_SESSION, HANG_SESSION, OK_SESSION
+from workbench.tui.sample_db import ERR_SESSION, HANG_SESSION, OK_SESSION
 from workbench.tui.detail import FrameDetailView
 from workbench.tui.panels import FindingsTable
 from workbench.tui.session_screen import SessionScreen
@@ -61,8 +61,8 @@ async def _session_ready(pilot: Pilot[Any]) -> None:
     await pilot.pause(0.1)
 
 
-async def test_sessions_screen_at_120_columns_shows_status_label_and_top_finding(tui_demo_db: Path) -> None:
-    app = WorkbenchApp(tui_demo_db)
+async def test_sessions_screen_at_120_columns_shows_status_label_and_top_finding(tui_sample_db: Path) -> None:
+    app = WorkbenchApp(tui_sample_db)
     async with app.run_test(size=NARROW) as pilot:
         await _sessions_ready(pilot)
         lines = screen_lines(app)
@@ -83,8 +83,8 @@ async def test_sessions_screen_at_120_columns_shows_status_label_and_top_finding
         assert not app.errors
 
 
-async def test_session_screen_at_120_columns_shows_status_summaries_and_messages(tui_demo_db: Path) -> None:
-    app = WorkbenchApp(tui_demo_db, HANG_SESSION)
+async def test_session_screen_at_120_columns_shows_status_summaries_and_messages(tui_sample_db: Path) -> None:
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
     async with app.run_test(size=NARROW) as pilot:
         await _session_ready(pilot)
         lines = screen_lines(app)
@@ -105,7 +105,7 @@ def test_findings_are_listed_root_cause_first(tmp_path: Path) -> None:
     """A stall: the symptom (error) was recorded first; the cause (warning) still leads."""
     import pyarrow as pa
 
-    from workbench.tui.demo import FINDING_TYPES
+    from workbench.tui.sample_db import FINDING_TYPES
 
     db = tmp_path / "causes.duckdb"
     with Store(db) as store:
@@ -134,9 +134,9 @@ def test_findings_are_listed_root_cause_first(tmp_path: Path) -> None:
         data.close()
 
 
-def test_snapshot_sessions_screen_120x40(tui_demo_db: Path, snap_compare: Snap) -> None:
-    assert snap_compare(WorkbenchApp(tui_demo_db), terminal_size=NARROW, run_before=_sessions_ready)
+def test_snapshot_sessions_screen_120x40(tui_sample_db: Path, snap_compare: Snap) -> None:
+    assert snap_compare(WorkbenchApp(tui_sample_db), terminal_size=NARROW, run_before=_sessions_ready)
 
 
-def test_snapshot_session_screen_120x40(tui_demo_db: Path, snap_compare: Snap) -> None:
-    assert snap_compare(WorkbenchApp(tui_demo_db, HANG_SESSION), terminal_size=NARROW, run_before=_session_ready)
+def test_snapshot_session_screen_120x40(tui_sample_db: Path, snap_compare: Snap) -> None:
+    assert snap_compare(WorkbenchApp(tui_sample_db, HANG_SESSION), terminal_size=NARROW, run_before=_session_ready)

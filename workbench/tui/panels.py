@@ -127,25 +127,40 @@ class FindingsTable(DataTable[Any]):
         return self.findings[min(self.cursor_row, len(self.findings) - 1)]
 
 
+def set_measured_rows(table: DataTable[Any], columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+    """Replace the table's rows, each column as wide as its widest cell. DataTable measures
+    auto-width columns only when it next goes idle, so a picture taken before that (a snapshot on a
+    busy machine) showed the headers' widths; measured here, the widths come with the rows. Cells
+    are plain text (a preview holding ``[b]`` is not markup)."""
+    cells = [tuple(c if isinstance(c, Text) else Text(str(c)) for c in row) for row in rows]
+    widths = [max([len(col), *(row[i].cell_len for row in cells)]) for i, col in enumerate(columns)]
+    table.clear(columns=True)
+    for col, width in zip(columns, widths, strict=True):
+        table.add_column(col, key=col, width=width)
+    for i, row in enumerate(cells):
+        table.add_row(*row, key=str(i))
+
+
 class ToolCallsTable(DataTable[Any]):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self.calls: list[dict[str, Any]] = []
 
+    COLUMNS = ("call_id", "tool", "status", "exec", "frames")
+
     def on_mount(self) -> None:
-        for col in ("call_id", "tool", "status", "exec", "frames"):
-            self.add_column(col, key=col)
+        set_measured_rows(self, self.COLUMNS, [])
 
     def set_calls(self, calls: list[dict[str, Any]]) -> None:
         if calls == self.calls:
             return
         self.calls = calls
-        self.clear()
-        for i, c in enumerate(calls):
+        rows = []
+        for c in calls:
             status_style = "green" if c["status"] in ("ok", "complete", "completed") else "yellow"
-            self.add_row(c["call_id"], c["tool_name"], Text(c["status"], status_style),
-                         "" if c["exec_id"] is None else str(c["exec_id"]),
-                         _seqs(c["first_seq"], c["last_seq"]), key=str(i))
+            rows.append((c["call_id"], c["tool_name"], Text(c["status"], status_style),
+                         "" if c["exec_id"] is None else str(c["exec_id"]), _seqs(c["first_seq"], c["last_seq"])))
+        set_measured_rows(self, self.COLUMNS, rows)
 
     def selected(self) -> dict[str, Any] | None:
         if not self.calls or self.cursor_row < 0:
@@ -158,22 +173,24 @@ class BlobsTable(DataTable[Any]):
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self.blobs: list[dict[str, Any]] = []
 
+    COLUMNS = ("op", "role", "type", "size", "sha256", "status", "seq", "preview")
+
     def on_mount(self) -> None:
-        for col in ("op", "role", "type", "size", "sha256", "status", "seq", "preview"):
-            self.add_column(col, key=col)
+        set_measured_rows(self, self.COLUMNS, [])
 
     def set_blobs(self, blobs: list[dict[str, Any]]) -> None:
         if blobs == self.blobs:
             return
         self.blobs = blobs
-        self.clear()
-        for i, b in enumerate(blobs):
+        rows = []
+        for b in blobs:
             ok = b["sha256_ok"]
             sha = Text("✓", "green") if ok else Text("✗", "red") if ok is False else Text("?", "dim")
             status_style = "red" if b["status"] in ("miss", "never_set", "unanswered") else ""
-            self.add_row(b["op"], b["role"], b["content_type"], "" if b["size"] is None else str(b["size"]), sha,
+            rows.append((b["op"], b["role"], b["content_type"], "" if b["size"] is None else str(b["size"]), sha,
                          Text(b["status"], status_style), "" if b["seq"] is None else str(b["seq"]),
-                         b["preview"][:50].replace("\n", " "), key=str(i))
+                         b["preview"][:50].replace("\n", " ")))
+        set_measured_rows(self, self.COLUMNS, rows)
 
     def selected(self) -> dict[str, Any] | None:
         if not self.blobs or self.cursor_row < 0:
