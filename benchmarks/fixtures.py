@@ -116,8 +116,8 @@ async def bench_replay(db: Path, n: int) -> None:
     from workbench.client.agent import AgentClient
     from workbench.fixtures.export import export_session
     from workbench.fixtures.replay import ReplayServer
-    from workbench.sim.transport import serve
     from workbench.store.reader import open_reader
+    from workbench.transport import serve
 
     reader = open_reader(db)
     fx = export_session(reader, "r", reanalyze=False)

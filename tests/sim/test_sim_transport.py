@@ -10,7 +10,7 @@ from typing import Any
 
 from sim_h2 import H2Client
 
-from workbench.sim.transport import AgentConnection, UnaryRequest, UnaryResponse, serve
+from workbench.transport import AgentConnection, UnaryRequest, UnaryResponse, serve
 from workbench.wire.envelope import EnvelopeParser, encode
 
 HEARTBEAT = bytes.fromhex("0a026a00")
