@@ -18,7 +18,7 @@ See docs/sim.md "The transport layer, for other servers".
 """
 
 from workbench.transport.agent_service import AgentService, serve
-from workbench.transport.channel import AgentConnection, Handler, RunChannel
+from workbench.transport.channel import AgentConnection, ExchangeConnection, Handler
 from workbench.transport.exchange import ConnectionClosed, Exchange, RequestError
 from workbench.transport.router import Router
 from workbench.transport.runner import BackgroundServer
@@ -34,5 +34,5 @@ from workbench.transport.unary import (
 )
 
 __all__ = ["AgentConnection", "AgentService", "AuthCheck", "BackgroundServer", "ConnectionClosed", "Exchange",
-           "Handler", "HttpServer", "RequestError", "Router", "RunChannel", "UnaryHandler", "UnaryRequest",
+           "ExchangeConnection", "Handler", "HttpServer", "RequestError", "Router", "UnaryHandler", "UnaryRequest",
            "UnaryResponse", "connect_error", "listen", "serve", "typed_unary", "unary_error"]

@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 
 from workbench.transport.bidi_append import APPEND_GRACE, AppendChannel, AppendChannels, bidi_request_id
-from workbench.transport.channel import Handler, RunChannel
+from workbench.transport.channel import ExchangeConnection, Handler
 from workbench.transport.exchange import ConnectionClosed, Exchange
 from workbench.transport.framing import (
     CONNECT,
@@ -117,7 +117,7 @@ class AgentService:
             return
         gzip_min, extra = self._gzip_for(ex.headers, framing)
         await ex.start(200, [("content-type", framing.content_type), *extra])
-        conn = RunChannel("run", ex.headers.get("x-request-id"), ex, framing, gzip_min=gzip_min)
+        conn = ExchangeConnection("run", ex.headers.get("x-request-id"), ex, framing, gzip_min=gzip_min)
         await self._drive(conn)
 
     async def _bidi(self, ex: Exchange, transport: str) -> None:
@@ -138,7 +138,7 @@ class AgentService:
         except FramingError as exc:
             request_id, problem = None, str(exc)
         appends = AppendChannel(request_id or "")
-        conn = RunChannel(transport, request_id, ex, framing, appends, gzip_min=gzip_min)
+        conn = ExchangeConnection(transport, request_id, ex, framing, appends, gzip_min=gzip_min)
         if problem is not None:
             await conn.end(connect_error("invalid_argument", problem))
             return
@@ -156,7 +156,7 @@ class AgentService:
             watcher.cancel()
             self.appends.release(appends)
 
-    async def _drive(self, conn: RunChannel) -> None:
+    async def _drive(self, conn: ExchangeConnection) -> None:
         err = self.auth(conn.headers) if self.auth is not None else None
         if err is not None:
             await conn.end(err)

@@ -8,7 +8,7 @@
 * ``runpoll`` — ``RunPoll``: like RunSSE, but each outgoing message is wrapped in a
                 BidiPollResponse record (seqno, base64 data, eof on the last).
 
-``RunChannel`` implements it over one ``Exchange``, in the caller's framing (``framing``).
+``ExchangeConnection`` implements it over one ``Exchange``, in the caller's framing (``framing``).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class AgentConnection(Protocol):
 Handler = Callable[[AgentConnection], Awaitable[None]]
 
 
-class RunChannel:
+class ExchangeConnection:
     """AgentConnection over one exchange; ``appends`` is the BidiAppend side for runsse/runpoll."""
 
     def __init__(self, transport: str, request_id: str | None, ex: Exchange, framing: Framing,
