@@ -115,7 +115,7 @@ def bench_parquet(db: Path, n: int, out: Path) -> None:
 async def bench_replay(db: Path, n: int) -> None:
     from workbench.client.agent import AgentClient
     from workbench.fixtures.export import export_session
-    from workbench.fixtures.replay import ReplayServer
+    from workbench.fixtures.replay_server import ReplayServer
     from workbench.store.reader import open_reader
     from workbench.transport import serve
 
