@@ -81,10 +81,6 @@ class AgentService:
         router.on_close(self.appends.close_all)
         return router
 
-    @property
-    def channels(self) -> dict[str, AppendChannel]:
-        return self.appends.channels
-
     async def _other(self, ex: Exchange) -> None:
         """Health checks; any other method 405; an unknown POST ``unimplemented`` in its framing."""
         path = request_path(ex.path)
