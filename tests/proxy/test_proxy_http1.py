@@ -9,7 +9,10 @@ import http.client
 import json
 from urllib.parse import urlsplit
 
+import pytest
 from conftest import Rig
+
+pytestmark = pytest.mark.slow  # real processes: workbench sim and workbench proxy
 
 CHAT = json.dumps({"model": "default", "messages": [{"role": "user", "content": "hello"}]}).encode()
 

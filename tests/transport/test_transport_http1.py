@@ -15,6 +15,8 @@ import pytest
 
 from workbench.transport import BackgroundServer, Exchange, HttpServer, Router, listen
 
+pytestmark = pytest.mark.slow  # every test talks to a real server on loopback
+
 
 def _json_error(status: int, message: str) -> tuple[str, bytes]:
     return "application/json", json.dumps({"error": message, "status": status}).encode()
