@@ -22,7 +22,7 @@ import h2.events
 import h2.exceptions
 
 from workbench.schema import pb
-from workbench.sim.certs import ensure_cert
+from workbench.transport.certs import ensure_cert
 from workbench.wire.envelope import FLAG_END_STREAM, encode
 
 
