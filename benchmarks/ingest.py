@@ -7,7 +7,9 @@ Three ways of writing the same rows (200-byte payloads by default), each into a 
 * ``Store.insert_frames`` — ``FrameBatch.add`` per classified frame, then one insert per batch;
 * ``Recorder`` — what capture/import do: ``Recorder.add`` per frame (seq numbers, session time
   bounds) and ``flush()`` every ``--batch`` frames; synchronous, and with ``background=True``
-  (inserts on a writer thread, overlapping with building the next batch).
+  (inserts on a writer thread, overlapping with building the next batch);
+* the synchronous ``Recorder`` once more on a file without the schema-3 unique indexes
+  (``frames_session_seq``, ``frames_source_key``): what the no-duplicates guarantee costs.
 
     python benchmarks/ingest.py [--rows N] [--batch B] [--payload BYTES]
 """
@@ -70,8 +72,12 @@ def run_batches(path: Path, frames: list[Frame], batch: int, ts0: int) -> float:
         return time.perf_counter() - t0
 
 
-def run_recorder(path: Path, frames: list[Frame], batch: int, ts0: int, background: bool = False) -> float:
+def run_recorder(path: Path, frames: list[Frame], batch: int, ts0: int, background: bool = False,
+                 unique_keys: bool = True) -> float:
     with Store(path) as s:
+        if not unique_keys:
+            s.con.execute("DROP INDEX frames_session_seq")
+            s.con.execute("DROP INDEX frames_source_key")
         rec = Recorder(s, background=background)
         t0 = time.perf_counter()
         add = rec.add
@@ -110,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     assert table.schema == FRAME_SCHEMA
     n = args.rows
     results: dict[str, list[float]] = {"arrow baseline (prebuilt table)": [], "Store.insert_frames(FrameBatch)": [],
-                                       "Recorder.add + flush": [], "Recorder(background=True)": []}
+                                       "Recorder.add + flush": [], "Recorder(background=True)": [],
+                                       "Recorder, no unique keys": []}
     with tempfile.TemporaryDirectory(prefix="wb-ingest-") as tmp:
         for r in range(args.repeat):
             # interleave the paths so machine load affects them alike
@@ -120,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             results[names[1]].append(run_batches(paths[names[1]], frames, args.batch, ts0))
             results[names[2]].append(run_recorder(paths[names[2]], frames, args.batch, ts0))
             results[names[3]].append(run_recorder(paths[names[3]], frames, args.batch, ts0, background=True))
+            results[names[4]].append(run_recorder(paths[names[4]], frames, args.batch, ts0, unique_keys=False))
             for p in paths.values():
                 assert count(p) == n
         size_mb = sum(p.stat().st_size for p in Path(tmp).glob("*-0.duckdb")) / len(results) / 1e6
@@ -132,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'path':36} {'frames/s':>12} {'vs arrow':>9}")
     for name, t in med.items():
         print(f"{name:36} {n / t:12,.0f} {base / t:8.2f}x")
+    keyed, free = med["Recorder.add + flush"], med["Recorder, no unique keys"]
+    print(f"unique keys (schema 3): Recorder.add + flush {n / keyed:,.0f} frames/s with them, {n / free:,.0f} "
+          f"without: {keyed / free:.2f}x the time")
     print()
     for name in ("Recorder(background=True)", "Recorder.add + flush"):
         t = med[name]

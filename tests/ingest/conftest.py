@@ -8,13 +8,15 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from import_rig import HEALTHY, Recording, record
 
 DATA = Path(__file__).parent / "data"
 
 
 def _load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"ingest_data_{name}", DATA / f"{name}.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -46,3 +48,9 @@ def ingest_copy(tmp_path: Path):
 @pytest.fixture
 def ingest_sample() -> Path:
     return DATA / "stream-json.ndjson"
+
+
+@pytest.fixture(scope="session")
+def ingest_live(tmp_path_factory: pytest.TempPathFactory) -> Recording:
+    """Healthy turns (Run and RunSSE + BidiAppend) recorded live, as a whole-body flow file and as HAR."""
+    return record(tmp_path_factory.mktemp("ingest-live"), [(s, t) for t in ("run", "runsse") for s in HEALTHY])

@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from workbench.cli import CliError
 from workbench.commands.common import add_db_arg, reader_from, resolve_session
+from workbench.errors import CliError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,10 +44,13 @@ def _run_import(ctx: Any) -> Any:
         res = import_parquet(ctx.path, ctx.store)
     except ParquetError as exc:
         raise IngestError(str(exc)) from exc
-    out = ImportResult(str(ctx.path), "parquet", sessions=len(res.sessions), frames=res.rows.get("frames", 0),
-                       session_ids=list(res.sessions))
-    if res.skipped_sessions:
+    written = res.sessions + res.updated_sessions
+    out = ImportResult(str(ctx.path), "parquet", sessions=len(written), frames=res.rows.get("frames", 0),
+                       session_ids=written, skipped_sessions=len(res.skipped_sessions))
+    if res.skipped_sessions and written:
         out.notes.append(f"{len(res.skipped_sessions)} session(s) already in the database, skipped")
+    if res.updated_sessions:
+        out.notes.append(f"{len(res.updated_sessions)} stored session(s) completed with new frames")
     return out
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import duckdb
 
+from workbench.errors import WorkbenchError
 from workbench.store.db import Store
 from workbench.store.schema import SCHEMA_VERSION
 
@@ -32,7 +33,7 @@ FORMAT = "workbench-parquet"
 VERSION = 1
 
 
-class ParquetError(Exception):
+class ParquetError(WorkbenchError):
     """Export or import failed; the message names the directory/file."""
 
 
@@ -41,7 +42,8 @@ class ParquetResult:
     directory: str
     rows: dict[str, int] = field(default_factory=dict)
     sessions: list[str] = field(default_factory=list)
-    skipped_sessions: list[str] = field(default_factory=list)
+    skipped_sessions: list[str] = field(default_factory=list)  # stored already, nothing new
+    updated_sessions: list[str] = field(default_factory=list)  # stored already, new frames added
 
 
 def _sql_str(text: str) -> str:
@@ -166,8 +168,25 @@ def _source(table_dir: Path) -> str:
             f"hive_types = {{'date': DATE, 'session_id': VARCHAR}})")
 
 
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    return [str(r[0]) for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = 'main' "
+        "ORDER BY ordinal_position", [table]).fetchall()]
+
+
+def _export_columns(con: duckdb.DuckDBPyConnection, source: str) -> set[str]:
+    return {str(r[0]) for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+
+
 def import_parquet(src_dir: str | Path, store: Store) -> ParquetResult:
-    """Load an export directory into ``store``; sessions already in it are skipped, not duplicated."""
+    """Load what is new of an export directory into ``store``, in one transaction.
+
+    Identity is the row key: a frame is new when its ``(session_id, seq)`` (and its ``source_key``,
+    when it has one) is not stored yet. A session with new frames is written (or, when stored
+    already, its row and its blobs/tool_calls/findings are replaced by the export's, which describe
+    the longer session); a session with nothing new is skipped. So importing the same export twice,
+    or a later export of a session that grew, never duplicates a frame.
+    """
     src = Path(src_dir)
     if not src.is_dir():
         raise ParquetError(f"{src}: not a directory")
@@ -194,31 +213,58 @@ def import_parquet(src_dir: str | Path, store: Store) -> ParquetResult:
                 f"SELECT DISTINCT session_id FROM {_source(src / table_sessions)} ORDER BY 1").fetchall()]
             existing = {str(r[0]) for r in con.execute(
                 "SELECT session_id FROM sessions WHERE session_id IN (SELECT unnest(?))", [found]).fetchall()}
-            res.skipped_sessions = sorted(existing)
+            new_rows = ""
+            grown: dict[str, int] = {}
+            if "frames" in present:
+                frames_src = _source(src / "frames")
+                has_key = "source_key" in _export_columns(con, frames_src)
+                # frames not stored yet, by row key (and by source identity where the export has one)
+                new_rows = (f"FROM {frames_src} p ANTI JOIN frames f ON f.session_id = p.session_id AND f.seq = p.seq "
+                            + ("ANTI JOIN (SELECT source_key FROM frames WHERE source_key IS NOT NULL) k "
+                               "ON k.source_key = p.source_key " if has_key else "")
+                            + "WHERE p.session_id IN (SELECT unnest($sids))")
+                grown = {str(r[0]): int(r[1]) for r in con.execute(
+                    f"SELECT p.session_id, count(*) {new_rows} GROUP BY 1", {"sids": found}).fetchall()}
             res.sessions = [s for s in found if s not in existing]
-            if not res.sessions:
+            res.updated_sessions = [s for s in found if s in existing and s in grown]
+            res.skipped_sessions = [s for s in found if s in existing and s not in grown]
+            if not res.sessions and not res.updated_sessions:
                 return res
+            replace = res.sessions + res.updated_sessions
             # One transaction: an export is imported wholly or not at all.
             con.execute("BEGIN")
             for table in TABLES:
                 if table not in present:
                     res.rows[table] = 0
                     continue
-                cols = [str(r[0]) for r in con.execute(
-                    "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
-                    "AND table_schema = 'main' ORDER BY ordinal_position", [table]).fetchall()]
+                source = _source(src / table)
+                cols = [c for c in _columns(con, table) if c in _export_columns(con, source)]
                 collist = ", ".join(cols)
-                row = con.execute(
-                    f"INSERT INTO {table} ({collist}) SELECT {collist} FROM {_source(src / table)} "
-                    f"WHERE session_id IN (SELECT unnest(?))", [res.sessions]).fetchone()
+                if table == "frames":
+                    row = con.execute(f"INSERT INTO frames ({collist}) SELECT {', '.join('p.' + c for c in cols)} "
+                                      f"{new_rows}", {"sids": replace}).fetchone()
+                else:
+                    if table == "sessions":
+                        # keep a label given in this database when the export has none
+                        labels = dict(con.execute("SELECT session_id, label FROM sessions WHERE session_id IN "
+                                                  "(SELECT unnest(?)) AND label IS NOT NULL",
+                                                  [res.updated_sessions]).fetchall())
+                    con.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?))", [res.updated_sessions])
+                    row = con.execute(
+                        f"INSERT INTO {table} ({collist}) SELECT {collist} FROM {source} "
+                        f"WHERE session_id IN (SELECT unnest(?))", [replace]).fetchone()
+                    if table == "sessions" and labels:
+                        for sid, label in labels.items():
+                            con.execute("UPDATE sessions SET label = coalesce(label, ?) WHERE session_id = ?",
+                                        [label, sid])
                 res.rows[table] = int(row[0]) if row else 0
             if "sessions" not in present:
                 # Frames written by another engine without a sessions table: derive the rows.
+                con.execute("DELETE FROM sessions WHERE session_id IN (SELECT unnest(?))", [res.updated_sessions])
                 con.execute(
-                    f"INSERT INTO sessions (session_id, source, transport, started_at, ended_at, frame_count, "
-                    f"status) SELECT session_id, 'parquet', any_value(transport), min(ts), max(ts), count(*), "
-                    f"'complete' FROM {_source(src / 'frames')} WHERE session_id IN (SELECT unnest(?)) "
-                    f"GROUP BY session_id", [res.sessions])
+                    "INSERT INTO sessions (session_id, source, transport, started_at, ended_at, frame_count, "
+                    "status) SELECT session_id, 'parquet', any_value(transport), min(ts), max(ts), count(*), "
+                    "'complete' FROM frames WHERE session_id IN (SELECT unnest(?)) GROUP BY session_id", [replace])
             con.execute("COMMIT")
         except duckdb.Error as exc:
             with contextlib.suppress(duckdb.Error):

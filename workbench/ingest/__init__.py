@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.errors import WorkbenchError
 from workbench.ingest.progress import Progress
 from workbench.wire.inflate import InflateBudget, use_budget
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 HEAD_BYTES = 64 * 1024
 
 
-class IngestError(Exception):
+class IngestError(WorkbenchError):
     """A file cannot be imported; the message names the file (and line or entry)."""
 
 
@@ -44,10 +45,18 @@ class ImportResult:
     # "2 flows without bodies: streamed" style notes for the summary line
     notes: list[str] = field(default_factory=list)
     skipped: str | None = None
+    # sessions (and their frames) of this file that an earlier import already stored
+    skipped_sessions: int = 0
+    skipped_frames: int = 0
 
     def summary_line(self) -> str:
         if self.skipped:
             return f"skipped {self.file}: {self.skipped}"
+        if not self.sessions and not self.frames and self.skipped_sessions:
+            ss = "" if self.skipped_sessions == 1 else "s"
+            fs = "" if self.skipped_frames == 1 else "s"
+            frames = f", {self.skipped_frames} frame{fs}" if self.skipped_frames else ""
+            return f"skipped {self.file}: already imported ({self.skipped_sessions} session{ss}{frames})"
         s = "" if self.sessions == 1 else "s"
         f = "" if self.frames == 1 else "s"
         line = f"imported {self.file}: {self.sessions} session{s}, {self.frames} frame{f}"
@@ -156,10 +165,19 @@ def file_sha256(path: Path) -> str:
 
 
 def already_imported(store: Store, sha: str) -> list[str]:
-    """Sessions that an earlier import of the same file content created."""
+    """Sessions an import by a workbench older than schema 3 made from the same file content.
+
+    Those frames carry no ``source_key`` (HAR imports could not be given one afterwards), so the
+    file's hash is all that recognises them. Newer imports are recognised unit by unit.
+    """
     if not sha:
         return []
-    rows = store.query("SELECT session_id FROM sessions WHERE contains(CAST(meta AS VARCHAR), ?)", [sha])
+    rows = store.query(
+        """SELECT s.session_id FROM sessions s
+           WHERE json_extract_string(s.meta, '$.file_sha256') = ?
+             AND EXISTS (SELECT 1 FROM frames f WHERE f.session_id = s.session_id)
+             AND NOT EXISTS (SELECT 1 FROM frames f WHERE f.session_id = s.session_id AND f.source_key IS NOT NULL)
+           ORDER BY 1""", [sha])
     return [str(r) for r in rows.column(0).to_pylist()]
 
 
@@ -186,21 +204,13 @@ def import_file(path: str | Path, store: Store, fmt: str = "auto", *,
     sha = file_sha256(p)
     earlier = already_imported(store, sha)
     if earlier:
-        return ImportResult(str(p), fmt, skipped=f"already imported (same content) as session "
-                            f"{', '.join(earlier[:3])}{'…' if len(earlier) > 3 else ''}")
+        return ImportResult(str(p), fmt, skipped=f"already imported (same content, by an earlier workbench) as "
+                            f"session {', '.join(earlier[:3])}{'…' if len(earlier) > 3 else ''}")
     ctx = ImportContext(path=p, store=store, progress=progress or Progress(str(p), enabled=False),
                         warn=warn or (lambda _msg: None), decoder_factory=decoder_factory, file_sha256=sha)
     with use_budget(inflate or InflateBudget.for_import()):
         return IMPORTERS[fmt].run(ctx)
 
 
-def discard_sessions(store: Store, session_ids: list[str]) -> None:
-    """Remove what a failed import wrote so a file is imported wholly or not at all."""
-    if not session_ids:
-        return
-    for table in ("frames", "sessions"):
-        store.query(f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?))", [session_ids])
-
-
 __all__ = ["IMPORTERS", "ImportContext", "ImportResult", "IngestError", "Progress", "already_imported",
-           "detect_format", "discard_sessions", "import_file", "open_store", "register_importer"]
+           "detect_format", "import_file", "open_store", "register_importer"]

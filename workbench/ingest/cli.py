@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from workbench.cli import CliError
 from workbench.commands.common import add_db_arg, add_proto_arg, decoder_from
+from workbench.errors import CliError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "import", help="import mitmproxy flow files, HAR files or cursor-agent stream-json NDJSON",
         description="Import recorded traffic into the capture database. The format is detected from "
         "the content: mitmproxy flow files (mitmdump -w), HAR (log.entries), cursor-agent "
-        "--output-format stream-json NDJSON. A file already imported (same content) is skipped.")
+        "--output-format stream-json NDJSON. Imports are idempotent: what a file holds is stored once "
+        "(importing it again, or a grown copy, adds only what is new), and an interrupted import is "
+        "completed by running it again.")
     p.add_argument("files", nargs="+", metavar="FILE")
     add_db_arg(p)
     p.add_argument("--format", default="auto",
@@ -40,6 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    import duckdb
+
     from workbench.ingest import IngestError, Progress, import_file, open_store
     from workbench.wire.inflate import MIB, InflateBudget
 
@@ -55,14 +59,25 @@ def cmd_import(args: argparse.Namespace) -> int:
         for name in args.files:
             progress = Progress(name, stream=sys.stderr)
             try:
+                def warn(msg: str, progress: Progress = progress) -> None:
+                    progress.finish()  # a warning gets a line of its own; the progress line comes back
+                    print(f"workbench import: {msg}", file=sys.stderr)
+
                 result = import_file(name, store, args.format, decoder_factory=lambda: decoder_from(args),
-                                     progress=progress,
-                                     warn=lambda msg: print(f"workbench import: {msg}", file=sys.stderr),
+                                     progress=progress, warn=warn,
                                      inflate=InflateBudget.for_import(sizes["frame"], sizes["session"],
                                                                       sizes["import"]))
             except IngestError as exc:
                 failed += 1
                 print(f"workbench import: {exc}", file=sys.stderr)
+                continue
+            except (duckdb.Error, OSError) as exc:
+                # Sessions are committed whole, batch by batch: what was written stays, and the same
+                # command completes it (already imported units are skipped).
+                failed += 1
+                progress.finish()
+                print(f"workbench import: {name}: writing {args.db} failed: {exc}; the sessions written "
+                      f"so far are complete, run the same import again to resume", file=sys.stderr)
                 continue
             print(result.summary_line(), flush=True)
     finally:

@@ -1,11 +1,9 @@
-"""Recorded HTTP exchanges (from flow files or HAR) → agent sessions and frames.
+"""Recorded HTTP exchanges (from flow files or HAR): decoding, status and the session they form.
 
 Both file formats keep whole bodies and four times per exchange (request start/end, response
-start/end), nothing per frame. So a frame's ``ts`` is the time of the HTTP message that carried
-it, ``seq`` follows body order, and sessions say ``"timing": "per-message"`` in their meta.
-Within one h2 ``Run`` the interleaving of client and server frames is unknown: client frames come
-first. BidiAppend exchanges join the RunSSE/RunPoll session with the same request id, ordered
-by ``append_seqno`` (they are captured out of order, PROTOCOL.md §3).
+start/end), nothing per frame. ``decode_exchange`` turns one exchange into client and server frames
+(redacted like live capture); ``workbench.ingest.runs`` groups them into sessions (a stream with its
+BidiAppends) and rebuilds their order; ``workbench.ingest.identity`` writes what is new.
 """
 
 from __future__ import annotations
@@ -16,15 +14,14 @@ from typing import Any
 
 from workbench.capture.match import DEFAULT_PATHS, Matcher, Route
 from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, http_error_frame
-from workbench.redact import bearer_hash, marker, redact_frame, redact_headers, secret_method
+from workbench.ingest.identity import WriteOutcome
+from workbench.ingest.progress import Progress
+from workbench.redact import marker, redact_frame, redact_headers, secret_method
 from workbench.store.db import SessionInfo, Store
-from workbench.store.recorder import Recorder
 
 STREAM_TRANSPORTS = ("run", "runsse", "runpoll")
-# Classify by path, never by host (PROTOCOL.md §1.1): every aiserver RPC counts as agent traffic.
+# Classify by path, never by host (docs/protocol.md §1): every aiserver RPC counts as agent traffic.
 _MATCHER = Matcher(hosts=(), paths=DEFAULT_PATHS + ("/aiserver.v1.*/*", "/agent.v1.*/*"))
-TIMING_NOTE = ("frame times are the HTTP request/response times of the exchange that carried them "
-               "(the file has no per-frame timing); client frames of one Run precede its server frames")
 
 
 @dataclass
@@ -37,6 +34,7 @@ class Exchange:
     method: str
     host: str
     path: str
+    unit: str = ""                   # identity of the recorded unit: "flow:<id>", "har:<entry hash>"
     http_version: str = ""
     req_headers: list[tuple[str, str]] = field(default_factory=list)
     req_body: bytes | None = b""
@@ -79,7 +77,7 @@ def _first(*values: int | None) -> int:
 
 
 @dataclass
-class _Part:
+class Part:
     """Frames of one exchange, decoded, with the times they get."""
 
     ex: Exchange
@@ -96,6 +94,7 @@ class ExchangeImport:
 
     session_ids: list[str] = field(default_factory=list)
     frames: int = 0
+    result: WriteOutcome = field(default_factory=lambda: WriteOutcome())
     agent: int = 0
     skipped: int = 0
     streamed: int = 0
@@ -116,11 +115,11 @@ class ExchangeImport:
             out.append(f"{n(self.orphans, 'BidiAppend group', 'BidiAppend groups')} without a stream")
         if self.skipped or other:
             out.append(f"{n(self.skipped + other, unit, units)} not agent traffic, skipped")
-        return out
+        return out + self.result.notes()
 
 
-def _decode(dec: Decoder, ex: Exchange, route: Route) -> _Part:
-    part = _Part(ex, route)
+def decode_exchange(dec: Decoder, ex: Exchange, route: Route) -> Part:
+    part = Part(ex, route)
     transport = route.transport
     if ex.req_body and ex.req_missing is None:
         if route.transport == "unary" and secret_method(ex.path):
@@ -165,7 +164,7 @@ def _decode(dec: Decoder, ex: Exchange, route: Route) -> _Part:
     return part
 
 
-def _status(part: _Part) -> tuple[str, str | None]:
+def exchange_status(part: Part) -> tuple[str, str | None]:
     ex = part.ex
     if ex.error:
         return "aborted", ex.error
@@ -194,7 +193,7 @@ def _status(part: _Part) -> tuple[str, str | None]:
     return "complete", None
 
 
-def _learn_run(dec: Decoder, info: SessionInfo, frames: Sequence[Frame]) -> None:
+def learn_run(dec: Decoder, info: SessionInfo, frames: Sequence[Frame]) -> None:
     for f in frames:
         if f.kind not in ("run_request", "prewarm_request"):
             continue
@@ -212,7 +211,7 @@ def _learn_run(dec: Decoder, info: SessionInfo, frames: Sequence[Frame]) -> None
         return
 
 
-def _exchange_meta(ex: Exchange) -> dict[str, Any]:
+def exchange_meta(ex: Exchange) -> dict[str, Any]:
     m: dict[str, Any] = {"method": ex.method, "http_version": ex.http_version,
                          "request_headers": [list(p) for p in redact_headers(ex.req_headers)]}
     if ex.status is not None:
@@ -226,20 +225,29 @@ def _exchange_meta(ex: Exchange) -> dict[str, Any]:
 
 def write_exchanges(store: Store, dec: Decoder, exchanges: Sequence[Exchange], *, source: str,
                     file_meta: dict[str, Any], warn: Callable[[str], None],
-                    progress: Callable[[int], None] = lambda _n: None) -> ExchangeImport:
-    """Decode every agent exchange and write its session(s); non-agent exchanges are counted only."""
+                    progress: Progress | None = None) -> ExchangeImport:
+    """Decode every agent exchange and write what is new of its session(s); others are counted only.
+
+    ``progress`` (a terminal progress line) shows the decoding, then the sessions written and skipped.
+    """
+    from workbench.ingest.identity import write_plans
+    from workbench.ingest.runs import PlanBuilder
+
     out = ExchangeImport()
-    streams: list[_Part] = []
-    appends: list[_Part] = []
-    singles: list[_Part] = []
+    streams: list[Part] = []
+    appends: list[Part] = []
+    singles: list[Part] = []
+    if progress is not None:
+        progress.total, progress.unit = len(exchanges), "exchanges decoded"
     for i, ex in enumerate(exchanges):
         route = ex.route
-        progress(i + 1)
+        if progress is not None:
+            progress.update(i + 1)
         if route is None:
             out.skipped += 1
             continue
         out.agent += 1
-        part = _decode(dec, ex, route)
+        part = decode_exchange(dec, ex, route)
         for side, why in (("request", ex.req_missing), ("response", ex.resp_missing)):
             if why == "streamed":
                 out.streamed += 1
@@ -255,13 +263,13 @@ def write_exchanges(store: Store, dec: Decoder, exchanges: Sequence[Exchange], *
         else:
             singles.append(part)
 
-    by_rid: dict[str, _Part] = {}
+    by_rid: dict[str, Part] = {}
     for p in streams:
         # Appends are the write side of RunSSE/RunPoll only (an h2 Run carries its own requests).
         if p.route.transport != "run" and p.request_id and p.request_id not in by_rid:
             by_rid[p.request_id] = p
-    joined: dict[int, list[_Part]] = {id(p): [] for p in streams}
-    orphan: dict[str, list[_Part]] = {}
+    joined: dict[int, list[Part]] = {id(p): [] for p in streams}
+    orphan: dict[str, list[Part]] = {}
     for a in appends:
         owner = by_rid.get(a.request_id or "")
         if owner is not None:
@@ -269,85 +277,26 @@ def write_exchanges(store: Store, dec: Decoder, exchanges: Sequence[Exchange], *
         else:
             orphan.setdefault(a.request_id or "?", []).append(a)
 
-    rec = Recorder(store)
-    created: list[str] = []
+    builder = PlanBuilder(dec, source, file_meta)
+    plans = [builder.stream(p, joined[id(p)]) for p in streams]
+    for rid, parts in orphan.items():
+        plans.append(builder.orphan_appends(rid, parts))
+        out.orphans += 1
+    plans += [builder.single(p) for p in singles]
 
-    def open_session(part: _Part, transport: str) -> SessionInfo:
-        ex = part.ex
-        sid = ex.session_key
-        status, error = _status(part)
-        info = SessionInfo(sid, source=source, transport=transport, request_id=part.request_id,
-                           client_version=ex.header("x-cursor-client-version"), host=ex.host,
-                           path=ex.path.split("?", 1)[0], http_status=ex.status,
-                           auth_hash=bearer_hash(ex.header("authorization")), status=status, error=error,
-                           meta={**file_meta, "exchange": ex.ident, "timing": "per-message",
-                                 "timing_note": TIMING_NOTE, **_exchange_meta(ex)})
-        rid_header = ex.header("x-request-id")
-        if part.request_id and rid_header and rid_header != part.request_id:
-            info.meta["request_id_mismatch"] = {"header": rid_header, "body": part.request_id}
-        fresh = info
-        info = rec.open_session(info)
-        if info is fresh:
-            created.append(sid)
-        out.session_ids.append(sid)
-        return info
+    def written(done: int, skipped: int) -> None:
+        if progress is not None:
+            progress.note = f"{skipped} already imported" if skipped else ""
+            progress.update(done)
 
-    def emit(sid: str, part: _Part, transport: str, client: bool = True, server: bool = True) -> None:
-        ex = part.ex
-        t_client = _first(_us(ex.t_req_end), _us(ex.t_req_start))
-        t_server = _first(_us(ex.t_resp_end), _us(ex.t_resp_start), t_client)
-        for f in part.client if client else ():
-            rec.add(sid, t_client, "client", transport, ex.stream_key, f)
-            out.frames += 1
-        for f in part.server if server else ():
-            rec.add(sid, t_server, "server", transport, ex.stream_key, f)
-            out.frames += 1
-
-    def emit_appends(sid: str, parts: list[_Part], info: SessionInfo) -> None:
-        parts.sort(key=lambda a: (a.seqno if a.seqno is not None else -1, a.ex.t_req_start or 0.0))
-        seqnos = [a.seqno for a in parts if a.seqno is not None]
-        info.meta["appends"] = [{"exchange": a.ex.ident, "append_seqno": a.seqno,
-                                 "http_status": a.ex.status} for a in parts]
-        if seqnos:
-            dup = sorted({s for s in seqnos if seqnos.count(s) > 1})
-            gaps = sorted(set(range(min(seqnos), max(seqnos) + 1)) - set(seqnos))
-            if dup:
-                info.meta["append_duplicates"] = dup
-            if gaps:
-                info.meta["append_gaps"] = gaps
-        for a in parts:
-            emit(sid, a, "bidi_append")
-            st, err = _status(a)
-            if st != "complete" and info.status == "complete":
-                info.status, info.error = "error", f"{a.ex.ident} (append_seqno {a.seqno}): {err}"
-
+    if progress is not None:
+        progress.total, progress.unit = len(plans), "sessions"
     try:
-        for p in streams:
-            info = open_session(p, p.route.transport)
-            _learn_run(dec, info, p.client)
-            emit(info.session_id, p, p.route.transport, server=False)
-            extra = joined[id(p)]
-            for a in extra:
-                _learn_run(dec, info, a.client)
-            emit_appends(info.session_id, extra, info)
-            emit(info.session_id, p, p.route.transport, client=False)
-        for rid, parts in orphan.items():
-            parts.sort(key=lambda a: (a.seqno if a.seqno is not None else -1))
-            info = open_session(parts[0], "bidi_append")
-            info.status = "incomplete"
-            info.error = f"BidiAppend request_id {rid} has no RunSSE/RunPoll stream in this file"
-            for a in parts:
-                _learn_run(dec, info, a.client)
-            emit_appends(info.session_id, parts, info)
-            out.orphans += 1
-        for p in singles:
-            info = open_session(p, p.route.transport)
-            emit(info.session_id, p, p.route.transport)
-        rec.flush()
-    except BaseException:
-        from workbench.ingest import discard_sessions
-
-        rec.batch.clear()
-        discard_sessions(store, created)
-        raise
+        out.result = write_plans(store, plans, warn=lambda msg: warn(f"{file_meta['file']}: {msg}"),
+                                 progress=written)
+    finally:
+        if progress is not None:
+            progress.finish()
+    out.session_ids = out.result.session_ids
+    out.frames = out.result.frames
     return out

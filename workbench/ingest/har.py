@@ -6,12 +6,18 @@ for bodies without a charset, surrogate-escaped UTF-8 otherwise). Browsers repla
 bytes with U+FFFD: such a body is reported as mangled and stored as one ``malformed`` frame with
 the text we got. A candidate decoding is accepted when its length matches the recorded body
 size or its Connect framing parses.
+
+An entry is identified by a hash of what it records (start time, request line, headers and body,
+response status and body): unit ``har:<hash>``, session ``har-<hash>``. So the same entry in a
+later, longer export of the same traffic is recognised, and an entry the file holds twice is
+imported once.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import zlib
 from datetime import datetime
@@ -117,7 +123,21 @@ def text_body(dec: Decoder, text: str, encoding: str | None, size: int | None, t
     return candidates[-1], None
 
 
-def to_exchange(dec: Decoder, entry: Any, n: int, sha: str) -> Exchange:
+def entry_hash(entry: dict[str, Any]) -> str:
+    """16 hex digits identifying what an entry records (exporter-specific extras left out)."""
+    def obj(d: dict[str, Any], key: str) -> dict[str, Any]:
+        v = d.get(key)
+        return v if isinstance(v, dict) else {}
+
+    req, resp = obj(entry, "request"), obj(entry, "response")
+    post, content = obj(req, "postData"), obj(resp, "content")
+    what = [entry.get("startedDateTime"), req.get("method"), req.get("url"), req.get("headers"),
+            post.get("text"), resp.get("status"), resp.get("headers"), content.get("text")]
+    blob = json.dumps(what, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def to_exchange(dec: Decoder, entry: Any, n: int) -> Exchange:
     from workbench.ingest import IngestError
 
     where = f"entry {n}"
@@ -132,7 +152,8 @@ def to_exchange(dec: Decoder, entry: Any, n: int, sha: str) -> Exchange:
 
     parts = urlsplit(url)
     path = parts.path + (f"?{parts.query}" if parts.query else "")
-    ex = Exchange(ident=where, stream_key=where, session_key=f"har-{sha[:12]}-{n}",
+    h = entry_hash(entry)
+    ex = Exchange(ident=where, stream_key=where, session_key=f"har-{h}", unit=f"har:{h}",
                   method=str(req.get("method") or "GET"), host=parts.hostname or "", path=path or "/",
                   http_version=str(req.get("httpVersion") or ""), req_headers=_headers(req.get("headers")),
                   resp_headers=_headers(resp.get("headers")), meta={"har_entry": n})
@@ -189,20 +210,29 @@ def run_import(ctx: Any) -> Any:
     entries = doc["log"]["entries"]
     ctx.progress.total = len(entries)
     ctx.progress.unit = "entries"
-    exchanges = []
+    exchanges: dict[str, Exchange] = {}
+    repeats = 0
     try:
         for n, entry in enumerate(entries, 1):
             try:
-                exchanges.append(to_exchange(ctx.decoder, entry, n, ctx.file_sha256))
+                ex = to_exchange(ctx.decoder, entry, n)
             except IngestError as exc:
                 raise IngestError(f"{path}: {exc}; nothing imported from it") from exc
+            if ex.unit in exchanges:
+                repeats += 1
+                continue
+            exchanges[ex.unit] = ex
             ctx.progress.update(n)
     finally:
         ctx.progress.finish()
     file_meta = {"file": str(path), "file_sha256": ctx.file_sha256, "format": "har"}
-    res = write_exchanges(ctx.store, ctx.decoder, exchanges, source="import:har", file_meta=file_meta,
-                          warn=ctx.warn)
+    res = write_exchanges(ctx.store, ctx.decoder, list(exchanges.values()), source="import:har",
+                          file_meta=file_meta, warn=ctx.warn, progress=ctx.progress)
     result = ImportResult(str(path), "har", sessions=len(res.session_ids), frames=res.frames,
                           session_ids=res.session_ids)
+    if repeats:
+        result.notes.append(f"{repeats} repeated {'entry' if repeats == 1 else 'entries'} imported once")
     result.notes.extend(res.notes(0, "entry", "entries"))
+    result.skipped_sessions = len(res.result.skipped)
+    result.skipped_frames = res.result.skipped_frames
     return result

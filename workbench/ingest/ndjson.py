@@ -1,4 +1,4 @@
-"""``cursor-agent --output-format stream-json`` (PROTOCOL.md §9): events → ``cli_ndjson`` frames.
+"""``cursor-agent --output-format stream-json`` (docs/protocol.md §8): events → ``cli_ndjson`` frames.
 
 Each line is one frame: kind ``type.subtype`` (or ``type``), payload = the line's bytes exactly,
 ``decoded`` = the event plus derived keys: ``$line``, ``$tool`` (``{name, args, result, error}``
@@ -22,6 +22,7 @@ from typing import Any
 
 from workbench.decode.classify import Frame
 from workbench.decode.summary import quote
+from workbench.ingest.lineage import FileLines, Lineage, choose_lineage
 from workbench.store.db import SessionInfo, now_us
 from workbench.store.recorder import Recorder
 
@@ -63,7 +64,7 @@ def message_text(ev: dict[str, Any]) -> str:
 
 
 def assistant_form(ev: dict[str, Any]) -> str:
-    """PROTOCOL §9: timestamp_ms without model_call_id = delta, with it = snapshot of the segment,
+    """docs/protocol.md §8: timestamp_ms without model_call_id = delta, with it = snapshot of the segment,
     no timestamp_ms = the full cumulative message."""
     if ev.get("timestamp_ms") is None:
         return "full"
@@ -277,6 +278,7 @@ class _Pending:
     parsed: ParsedLine
     session_id: str | None
     ts_us: int | None
+    lineno: int = 0
 
 
 class NdjsonRecorder:
@@ -285,11 +287,15 @@ class NdjsonRecorder:
     Lines before the first ``session_id`` (or the first timestamp, when timestamps come from
     ``timestamp_ms``) are held back and then given the first one seen, so every frame lands in
     the right session in order.
+
+    With a ``lineage`` (imports, ``workbench.ingest.lineage``) every line is a unit with a
+    ``source_key``, and the lines the database already holds for the file are skipped, so importing
+    a file again, a grown file, or re-running a killed import adds only the lines not stored yet.
     """
 
     def __init__(self, recorder: Recorder, source: str, meta: dict[str, Any], *,
                  fallback_session: Callable[[], str], fallback_ts: Callable[[], int],
-                 live_clock: bool = False) -> None:
+                 live_clock: bool = False, lineage: Lineage | None = None) -> None:
         self.rec = recorder
         self.source = source
         self.meta = meta
@@ -304,6 +310,9 @@ class NdjsonRecorder:
         self._sid: str | None = None
         self._last_ts: int | None = None
         self._results: set[str] = set()
+        self.lineage = lineage
+        self.skipped_lines = 0
+        self.skipped_sessions: set[str] = set()  # sessions with stored lines and nothing new
 
     def feed(self, raw: bytes, lineno: int, arrival_us: int | None = None) -> ParsedLine | None:
         if raw.endswith(b"\r"):
@@ -313,8 +322,6 @@ class NdjsonRecorder:
         if not stripped.strip():
             return None  # blank separator lines carry nothing
         parsed = parse_line(raw, lineno)
-        if parsed.frame.kind == "malformed":
-            self.malformed += 1
         if parsed.session_id:
             self._sid = parsed.session_id
         ts: int | None
@@ -328,7 +335,7 @@ class NdjsonRecorder:
                         p.ts_us = parsed.ts_us
         if ts is not None:
             self._last_ts = ts
-        self._pending.append(_Pending(parsed, parsed.session_id or self._sid, ts))
+        self._pending.append(_Pending(parsed, parsed.session_id or self._sid, ts, lineno))
         self._release()
         return parsed
 
@@ -343,7 +350,7 @@ class NdjsonRecorder:
                 self._sid = sid
                 p.ts_us = p.ts_us if p.ts_us is not None else self._last_ts or self.fallback_ts()
             self._pending.pop(0)
-            self._write(sid, p.ts_us, p.parsed)
+            self._write(sid, p.ts_us, p.parsed, p.lineno)
 
     def _session(self, sid: str) -> SessionInfo:
         info = self.rec.sessions.get(sid)
@@ -353,6 +360,12 @@ class NdjsonRecorder:
         info = self.rec.open_session(fresh)
         if info is fresh:
             self.created.append(sid)
+        elif self.lineage is not None and self.lineage.continues:
+            # An earlier (interrupted, or shorter) import of this file: it continues where that one
+            # stopped, status included (a result line it stored is not seen again).
+            info.meta["file_sha256"] = self.meta.get("file_sha256")
+            self.session_ids.append(sid)
+            return info
         else:
             # the database already has this session (a resumed chat): keep its identity, note the source
             info.meta.setdefault("also_from", []).append(
@@ -361,10 +374,23 @@ class NdjsonRecorder:
         info.status = "open"
         return info
 
-    def _write(self, sid: str, ts: int, parsed: ParsedLine) -> None:
+    def _write(self, sid: str, ts: int, parsed: ParsedLine, lineno: int) -> None:
+        key = None
+        if self.lineage is not None:
+            key = self.lineage.key(lineno, parsed.frame.payload)
+            if lineno in self.lineage.stored:
+                self.skipped_lines += 1
+                if sid not in self.rec.sessions:
+                    self.skipped_sessions.add(sid)
+                if parsed.frame.kind.startswith("result."):
+                    self._results.add(sid)
+                return
+        self.skipped_sessions.discard(sid)
         info = self._session(sid)
-        self.rec.add(sid, ts, DIRECTION, TRANSPORT, STREAM, parsed.frame, parsed.decoded)
+        self.rec.add(sid, ts, DIRECTION, TRANSPORT, STREAM, parsed.frame, parsed.decoded, key)
         self.frames += 1
+        if parsed.frame.kind == "malformed":
+            self.malformed += 1
         ev = parsed.event or {}
         kind = parsed.frame.kind
         if kind == "system.init":
@@ -383,6 +409,8 @@ class NdjsonRecorder:
             if not ok:
                 msg = err.get("message") if isinstance(err, dict) else err
                 info.error = str(msg or ev.get("result") or kind)
+            else:
+                info.error = None  # e.g. "stream ended without a result event" of a shorter import
             if isinstance(ev.get("request_id"), str):
                 info.request_id = ev["request_id"]
             for k in ("usage", "duration_ms", "duration_api_ms"):
@@ -417,7 +445,7 @@ def detect(path: Path, head: bytes) -> bool:
 
 
 def run_import(ctx: Any) -> Any:
-    from workbench.ingest import ImportResult, discard_sessions
+    from workbench.ingest import ImportResult
 
     path: Path = ctx.path
     size = path.stat().st_size
@@ -427,27 +455,37 @@ def run_import(ctx: Any) -> Any:
     mtime_us = int(os.path.getmtime(path) * 1_000_000)
     meta = {"file": str(path), "file_sha256": ctx.file_sha256, "format": "stream-json",
             "timing": "timestamp_ms where the CLI sent it, else the previous event's"}
-    sink = NdjsonRecorder(rec, "import:ndjson", meta,
-                          fallback_session=lambda: "ndjson-" + ctx.file_sha256[:16],
-                          fallback_ts=lambda: mtime_us)
+    lineage = choose_lineage(ctx.store, FileLines.read(path))
+    meta["lineage"] = lineage.id
+    # Lines without a session_id need a session name that a grown copy of the file gets again.
+    sink = NdjsonRecorder(rec, "import:ndjson", meta, fallback_session=lambda: f"ndjson-{lineage.id}",
+                          fallback_ts=lambda: mtime_us, lineage=lineage)
     done = 0
+
+    def commit() -> None:
+        # frames and their sessions' rows together: an interrupted import leaves whole batches,
+        # and running it again continues after the last line stored
+        with ctx.store.transaction():
+            rec.flush()
+
     try:
         with path.open("rb") as fh:
             for lineno, line in enumerate(fh, 1):
                 done += len(line)
                 sink.feed(line[:-1] if line.endswith(b"\n") else line, lineno)
                 if len(rec.batch) >= 5000:
-                    rec.flush()
+                    commit()
                 ctx.progress.update(done, lineno)
         sink.finish()
-        rec.flush()
-    except BaseException:
-        discard_sessions(ctx.store, sink.created)
-        raise
+        commit()
     finally:
         ctx.progress.finish()
     result = ImportResult(str(path), "ndjson", sessions=len(sink.session_ids), frames=sink.frames,
-                          session_ids=list(sink.session_ids))
+                          session_ids=list(sink.session_ids), skipped_sessions=len(sink.skipped_sessions),
+                          skipped_frames=sink.skipped_lines)
+    if sink.skipped_lines and sink.frames:
+        result.notes.append(f"resumed: {sink.skipped_lines} line{'s' if sink.skipped_lines != 1 else ''} "
+                            f"already imported, skipped")
     if sink.malformed:
         result.notes.append(f"{sink.malformed} malformed line{'s' if sink.malformed != 1 else ''}")
         ctx.warn(f"{path}: {sink.malformed} line(s) are not JSON events; stored as 'malformed' frames")

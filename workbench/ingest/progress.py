@@ -21,6 +21,7 @@ class Progress:
             enabled = bool(isatty and isatty())
         self.enabled = enabled
         self.interval = interval
+        self.note = ""  # e.g. "120 already imported" while writing
         self._last = 0.0
         self._drawn = False
 
@@ -40,7 +41,7 @@ class Progress:
         if self.total:
             parts.append(f"{min(100.0, 100.0 * done / self.total):5.1f}%")
         count = items if items is not None else done
-        parts.append(f"({count:,} {self.unit})")
+        parts.append(f"({count:,} {self.unit}{'; ' + self.note if self.note else ''})")
         return " ".join(parts)
 
     def finish(self) -> None:

@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import Any
 
-from workbench.cli import CliError
+from workbench.errors import CliError
 from workbench.sim.exec_completion import DEFAULT_POLICY, EXEC_TYPES, POLICIES, REQUIRED, server_policy
 from workbench.sim.models import LISTING_CHOICES
 from workbench.sim.scenario import DEFAULT_SCENARIO, ScenarioError, load_scenarios, unknown_scenario_message

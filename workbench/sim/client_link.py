@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from workbench.schema import pb
-from workbench.sim.exec_completion import ExecWait, exec_ref
+from workbench.sim.exec_completion import ExecWait, exec_numeric_id_of
 from workbench.sim.state import RunRecord
 from workbench.transport import AgentConnection, ConnectionClosed
 
@@ -132,7 +132,7 @@ class ClientLink:
 
     def absorb(self, m: Any) -> bool:
         """An answer for an exec no longer waited on (or a stream_close its policy ignores)."""
-        ref = exec_ref(m)
+        ref = exec_numeric_id_of(m)
         w = self.waits.get(ref) if ref is not None else None
         return w is not None and w.absorb(m)
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,9 +15,12 @@ import duckdb
 import pyarrow as pa
 
 from workbench.decode.classify import Frame
+from workbench.errors import WorkbenchError
 from workbench.store.schema import SCHEMA_VERSION, SchemaVersionError, current_version, migrate
 
 DEFAULT_DB = "captures/workbench.duckdb"
+# Every table keyed by session, children first (what removing a session touches).
+SESSION_TABLES = ("findings", "tool_calls", "blobs", "frames", "sessions")
 CHECKPOINT_THRESHOLD = "256MB"
 
 FRAME_COLUMNS: list[tuple[str, pa.DataType]] = [
@@ -40,12 +44,13 @@ FRAME_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("decoded", pa.string()),
     ("error", pa.string()),
     ("meta", pa.string()),
+    ("source_key", pa.string()),
 ]
 FRAME_SCHEMA = pa.schema(FRAME_COLUMNS)
 _FRAME_COLS_SQL = ", ".join(name for name, _ in FRAME_COLUMNS)
 
 
-class StoreError(Exception):
+class StoreError(WorkbenchError):
     """The database could not be opened or written; the message names the file."""
 
 
@@ -64,7 +69,7 @@ def us_to_datetime(us: int) -> datetime:
 class FrameBatch:
     """Column lists for one Arrow insert; appending a frame is a handful of list appends."""
 
-    __slots__ = ("session_id", "seq", "ts", "direction", "transport", "stream", "kind", "summary", "payload", "raw", "flags", "msg_type", "size", "ref_id", "call_id", "append_seqno", "request_id", "decoded", "error", "meta", "_cols")
+    __slots__ = ("session_id", "seq", "ts", "direction", "transport", "stream", "kind", "summary", "payload", "raw", "flags", "msg_type", "size", "ref_id", "call_id", "append_seqno", "request_id", "decoded", "error", "meta", "source_key", "_cols")
 
     def __init__(self) -> None:
         self.session_id: list[Any] = []
@@ -87,13 +92,15 @@ class FrameBatch:
         self.decoded: list[Any] = []
         self.error: list[Any] = []
         self.meta: list[Any] = []
-        self._cols: list[list[Any]] = [self.session_id, self.seq, self.ts, self.direction, self.transport, self.stream, self.kind, self.summary, self.payload, self.raw, self.flags, self.msg_type, self.size, self.ref_id, self.call_id, self.append_seqno, self.request_id, self.decoded, self.error, self.meta]
+        self.source_key: list[Any] = []
+        self._cols: list[list[Any]] = [self.session_id, self.seq, self.ts, self.direction, self.transport, self.stream, self.kind, self.summary, self.payload, self.raw, self.flags, self.msg_type, self.size, self.ref_id, self.call_id, self.append_seqno, self.request_id, self.decoded, self.error, self.meta, self.source_key]
 
     def __len__(self) -> int:
         return len(self.seq)
 
     def add(self, session_id: str, seq: int, ts_us: int, direction: str, transport: str,
-            stream: str | None, f: Frame, decoded: str | None = None) -> None:
+            stream: str | None, f: Frame, decoded: str | None = None, source_key: str | None = None) -> None:
+        """``source_key``: identity of the recorded unit the frame came from (imports; unique)."""
         self.session_id.append(session_id)
         self.seq.append(seq)
         self.ts.append(ts_us)
@@ -114,6 +121,7 @@ class FrameBatch:
         self.decoded.append(decoded)
         self.error.append(f.error)
         self.meta.append(json.dumps(f.meta) if f.meta else None)
+        self.source_key.append(source_key)
 
     def to_arrow(self) -> pa.Table:
         arrays = [pa.array(col, type=typ) for col, (_, typ) in zip(self._cols, FRAME_COLUMNS, strict=True)]
@@ -239,6 +247,30 @@ class Store:
                 self.con.execute("ROLLBACK")
                 raise
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Writes inside commit together or not at all (an import batch: frames, sessions, deletions).
+
+        Only the writer connection takes part: ``query()`` runs on a cursor of its own.
+        """
+        with self.lock:
+            self.con.execute("BEGIN")
+            try:
+                yield
+            except BaseException:
+                with contextlib.suppress(duckdb.Error):
+                    self.con.execute("ROLLBACK")
+                raise
+            self.con.execute("COMMIT")
+
+    def delete_sessions(self, session_ids: Sequence[str], tables: Sequence[str] = SESSION_TABLES) -> None:
+        """Remove sessions' rows from ``tables`` on the writer connection (inside ``transaction()``)."""
+        if not session_ids:
+            return
+        with self.lock:
+            for table in tables:
+                self.con.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?))", [list(session_ids)])
+
     def checkpoint(self) -> None:
         with self.lock:
             self.con.execute("CHECKPOINT")
@@ -355,6 +387,24 @@ def check_readable(path: str | Path) -> None:
         raise StoreError(damage_message(p, exc) if is_damage(exc) else open_message(p, exc)) from exc
     finally:
         con.close()
+
+
+@contextlib.contextmanager
+def database_errors_named(path: str | Path | None) -> Iterator[None]:
+    """Turn a DuckDB error nobody anticipated into a :class:`StoreError` naming ``path``.
+
+    Most often a damaged file that opened fine and failed on a later read: the user gets the
+    file's name and what DuckDB said, not a traceback. Without a path the error passes unchanged.
+    """
+    try:
+        yield
+    except duckdb.Error as exc:
+        if not path:
+            raise
+        p = str(path)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        text = damage_message(p, exc) if is_damage(exc) else f"{p}: {first}"
+        raise StoreError(text) from exc
 
 
 def damage_message(path: str, exc: BaseException) -> str:

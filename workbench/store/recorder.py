@@ -96,11 +96,11 @@ class Recorder:
         self._dirty.add(session_id)
 
     def add(self, session_id: str, ts_us: int, direction: str, transport: str, stream: str | None,
-            frame: Frame, decoded: str | None = None) -> int:
+            frame: Frame, decoded: str | None = None, source_key: str | None = None) -> int:
         info = self.sessions.get(session_id) or self.open_session(SessionInfo(session_id))
         seq = self._next[session_id]
         self._next[session_id] = seq + 1
-        self.batch.add(session_id, seq, ts_us, direction, transport, stream, frame, decoded)
+        self.batch.add(session_id, seq, ts_us, direction, transport, stream, frame, decoded, source_key)
         info.frame_count = seq + 1
         # Time bounds are kept as integers here and turned into datetimes once per flush: the
         # conversion costs more than the rest of this method.

@@ -6,9 +6,88 @@ than silently misread. Documented in the README ("Database schema").
 
 from __future__ import annotations
 
+import json
+import logging
+
 import duckdb
 
-SCHEMA_VERSION = 2
+from workbench.errors import WorkbenchError
+
+log = logging.getLogger("workbench.store")
+
+SCHEMA_VERSION = 3
+
+# A statement that splits one migration into two transactions.
+COMMIT_POINT = "-- commit"
+_NDJSON_LINE = """coalesce(decoded->>'$."$line"', nullif(regexp_extract(error, '^line (\\d+):', 1), ''))"""
+_FLOW_IMPORTS = "SELECT session_id FROM sessions WHERE source = 'import:flow'"
+_NDJSON_IMPORTS = "SELECT session_id FROM sessions WHERE source = 'import:ndjson'"
+_RENUMBER = """UPDATE frames SET seq = r.new_seq FROM (
+        SELECT rowid AS rid, row_number() OVER (PARTITION BY session_id ORDER BY seq) - 1 AS new_seq
+        FROM frames WHERE session_id IN (SELECT session_id FROM _m3_touched)) r
+    WHERE frames.rowid = r.rid AND frames.seq <> r.new_seq"""
+
+MIGRATION_3 = [
+    """ALTER TABLE frames ADD COLUMN IF NOT EXISTS source_key VARCHAR""",
+    """CREATE TEMP TABLE _m3_report (item VARCHAR, n BIGINT)""",
+    """CREATE TEMP TABLE _m3_touched (session_id VARCHAR)""",
+    # Keys of earlier flow imports, as today's importer writes them, so re-importing adds nothing
+    # twice. (Earlier HAR and NDJSON imports cannot get theirs back: they are recognised by the
+    # file hash, as before.)
+    f"""UPDATE frames SET source_key = k.key FROM (
+            SELECT rowid AS rid, 'flow:' || stream || '#'
+                   || (row_number() OVER (PARTITION BY session_id, stream ORDER BY direction = 'server', seq) - 1) AS key
+            FROM frames WHERE source_key IS NULL AND stream IS NOT NULL AND session_id IN ({_FLOW_IMPORTS})) k
+        WHERE frames.rowid = k.rid""",
+    # Reported only: NDJSON lines an earlier workbench imported more than once (a grown file).
+    f"""INSERT INTO _m3_report SELECT 'ndjson_lines_stored_more_than_once', coalesce(sum(n - 1), 0) FROM (
+            SELECT count(*) AS n FROM frames
+            WHERE transport = 'cli_ndjson' AND session_id IN ({_NDJSON_IMPORTS})
+            GROUP BY session_id, {_NDJSON_LINE}, payload HAVING count(*) > 1)""",
+    # A flow joined to two sessions by earlier imports keeps its key in the first one only.
+    """CREATE TEMP TABLE _m3_shared AS SELECT rid FROM (
+            SELECT rowid AS rid, row_number() OVER (PARTITION BY source_key ORDER BY session_id, seq) AS rn
+            FROM frames WHERE source_key LIKE 'flow:%') WHERE rn > 1""",
+    """INSERT INTO _m3_report SELECT 'flow_frames_left_without_key', count(*) FROM _m3_shared""",
+    """UPDATE frames SET source_key = NULL WHERE rowid IN (SELECT rid FROM _m3_shared)""",
+    # (session_id, seq) used twice: drop exact copies; other rows move after the session's last frame.
+    """CREATE TEMP TABLE _m3_seq AS SELECT session_id, seq FROM frames GROUP BY ALL HAVING count(*) > 1""",
+    """CREATE TEMP TABLE _m3_copies AS SELECT rid FROM (
+            SELECT f.rowid AS rid, row_number() OVER (
+                PARTITION BY f.session_id, f.seq, f.direction, f.kind, f.stream, f.ts, f.payload, f.raw ORDER BY f.rowid) AS rn
+            FROM frames f SEMI JOIN _m3_seq USING (session_id, seq)) WHERE rn > 1""",
+    """INSERT INTO _m3_report SELECT 'exact_copies_removed', count(*) FROM _m3_copies""",
+    """DELETE FROM frames WHERE rowid IN (SELECT rid FROM _m3_copies)""",
+    """CREATE TEMP TABLE _m3_moved AS SELECT d.rid, d.session_id,
+            x.mx + row_number() OVER (PARTITION BY d.session_id ORDER BY d.seq, d.rid) AS new_seq
+        FROM (SELECT f.rowid AS rid, f.session_id, f.seq,
+                     row_number() OVER (PARTITION BY f.session_id, f.seq ORDER BY f.rowid) AS rn
+              FROM frames f SEMI JOIN _m3_seq USING (session_id, seq)) d
+        JOIN (SELECT session_id, max(seq) AS mx FROM frames GROUP BY 1) x USING (session_id)
+        WHERE d.rn > 1""",
+    """INSERT INTO _m3_report SELECT 'frames_moved_to_a_new_seq', count(*) FROM _m3_moved""",
+    """UPDATE frames SET seq = m.new_seq FROM _m3_moved m WHERE frames.rowid = m.rid""",
+    """INSERT INTO _m3_touched SELECT DISTINCT session_id FROM _m3_seq""",
+    # Sessions that changed: seqs dense again, counts right, derived rows dropped (diagnose rebuilds them).
+    _RENUMBER,
+    """UPDATE sessions SET frame_count = c.n FROM (
+            SELECT session_id, count(*) AS n FROM frames WHERE session_id IN (SELECT session_id FROM _m3_touched)
+            GROUP BY 1) c
+        WHERE sessions.session_id = c.session_id""",
+    """DELETE FROM findings WHERE session_id IN (SELECT session_id FROM _m3_touched)""",
+    """DELETE FROM tool_calls WHERE session_id IN (SELECT session_id FROM _m3_touched)""",
+    """DELETE FROM blobs WHERE session_id IN (SELECT session_id FROM _m3_touched)""",
+    """INSERT INTO _m3_report SELECT 'sessions_changed', count(DISTINCT session_id) FROM _m3_touched""",
+    """INSERT OR REPLACE INTO meta SELECT 'migration_3', CAST(json_group_object(item, n) AS VARCHAR) FROM _m3_report
+        HAVING sum(n) > 0""",
+    # DuckDB builds an index only in a transaction without pending updates. Every step above is
+    # idempotent, so a crash between the two transactions just repeats the migration.
+    COMMIT_POINT,
+    """CREATE UNIQUE INDEX IF NOT EXISTS frames_session_seq ON frames (session_id, seq)""",
+    """CREATE UNIQUE INDEX IF NOT EXISTS frames_source_key ON frames (source_key)""",
+    """DROP TABLE _m3_report""", """DROP TABLE _m3_touched""", """DROP TABLE _m3_shared""",
+    """DROP TABLE _m3_seq""", """DROP TABLE _m3_copies""", """DROP TABLE _m3_moved""",
+]
 
 # Each entry upgrades from version i to i + 1 (index 0 creates version 1).
 MIGRATIONS: list[list[str]] = [
@@ -109,10 +188,18 @@ MIGRATIONS: list[list[str]] = [
         """ALTER TABLE frames ADD COLUMN IF NOT EXISTS meta JSON""",
         """ALTER TABLE sessions ADD COLUMN IF NOT EXISTS label VARCHAR""",
     ],
+    # 3: nothing written twice. frames.source_key names the recorded unit an imported frame came
+    # from (``flow:<flow id>#<n>``, ``har:<entry hash>#<n>``, ``ndjson:<lineage>:<line>:<line hash>#0``,
+    # ``fixture:<hash>#<n>``, or the exported key of a Parquet row; NULL for live recordings), and
+    # two unique indexes make a duplicate frame impossible by any path. Older files are brought in
+    # line first (docs/import.md "Re-imports and interrupted imports"): keys are derived for earlier
+    # flow imports, and a (session_id, seq) used twice keeps both rows (exact copies excepted).
+    # What was changed or found is counted in meta 'migration_3'.
+    MIGRATION_3,
 ]
 
 
-class SchemaVersionError(Exception):
+class SchemaVersionError(WorkbenchError):
     pass
 
 
@@ -136,7 +223,26 @@ def migrate(con: duckdb.DuckDBPyConnection, path: str = "") -> int:
     for version in range(found, SCHEMA_VERSION):
         con.execute("BEGIN")
         for stmt in MIGRATIONS[version]:
-            con.execute(stmt)
+            if stmt == COMMIT_POINT:
+                con.execute("COMMIT")
+                con.execute("BEGIN")
+            else:
+                con.execute(stmt)
         con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(version + 1)])
         con.execute("COMMIT")
+        if version + 1 == 3:
+            _report_migration_3(con, path)
     return found
+
+
+def _report_migration_3(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    """Say on stderr (via logging) what bringing an older file in line with the unique keys changed."""
+    row = con.execute("SELECT value FROM meta WHERE key = 'migration_3'").fetchall()
+    try:
+        report = {k: int(v) for k, v in json.loads(row[0][0]).items()} if row and row[0][0] else {}
+    except (ValueError, TypeError, AttributeError):
+        return
+    changed = {k: v for k, v in report.items() if v}
+    if changed:
+        log.warning("%s: upgraded to schema 3 (unique frame keys): %s; details in meta 'migration_3'",
+                    path or "database", ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in changed.items()))
