@@ -262,7 +262,7 @@ def error_body(code: str, message: str, details: Sequence[Mapping[str, Any]] = (
     """An OpenAI error object in Cursor's words.
 
     The Connect message is often just "Error"; the words are in ``details[]`` (an
-    ``aiserver.v1.ErrorDetails``: docs/protocol.md, Errors). The OpenAI ``message`` is the detail
+    ``aiserver.v1.ErrorDetails``: docs/protocol.md §2, Errors). The OpenAI ``message`` is the detail
     (else the title, else the Connect message); ``code`` is OpenAI's own code where there is one
     (``model_not_found``), else the Connect code. Cursor's title, ``ERROR_…`` label and
     retryability, the Connect code and the raw details ride along as extra fields.
