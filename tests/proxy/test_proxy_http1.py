@@ -5,12 +5,11 @@ Real processes (``workbench sim`` → ``workbench proxy``, the module's ``rig``)
 
 from __future__ import annotations
 
-import pytest
-
 import http.client
 import json
 from urllib.parse import urlsplit
 
+import pytest
 from conftest import Rig
 
 CHAT = json.dumps({"model": "default", "messages": [{"role": "user", "content": "hello"}]}).encode()
