@@ -22,6 +22,7 @@ def _connection(rig: Rig) -> http.client.HTTPConnection:
     return http.client.HTTPConnection(u.hostname or "", u.port, timeout=60)
 
 
+@pytest.mark.slow
 def test_chunked_chat_with_trailers_then_more_requests_on_one_connection(rig: Rig) -> None:
     conn = _connection(rig)
     try:

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible proxy: ``/v1/models`` and ``/v1/chat/completions`` over the agent client.
+"""The OpenAI-compatible proxy: ``/v1/models``, ``/v1/chat/completions`` and ``/v1/responses``
+(``workbench.proxy.responses``) over the agent client.
 
 Served by workbench's own HTTP/1.1 server (``workbench.transport``, on ``h11``) rather than an
 ASGI stack: the proxy's job is to add as little as possible to time-to-first-token, so each
@@ -25,7 +26,7 @@ from workbench.client.agent import AgentClient, Connections
 from workbench.client.events import Error, ExecRequest, TextDelta, ThinkingDelta, TurnEnded, Usage
 from workbench.client.net import Verify
 from workbench.client.transport import list_usable_models
-from workbench.proxy import mapping
+from workbench.proxy import mapping, responses
 from workbench.security.origin import AccessPolicy
 from workbench.transport import ConnectionClosed, Exchange, HttpServer, Router, listen
 
@@ -181,6 +182,7 @@ class ProxyServer:
         self._parked: dict[str, _Parked] = {}
         # tool_call id handed out → (conversation_id, last checkpoint) of the run it came from
         self._issued: OrderedDict[str, tuple[str, bytes | None]] = OrderedDict()
+        self._responses_kept = responses.ResponseStore()
         self.port = config.port
         self.access = config.access or AccessPolicy.build(config.host)
 
@@ -195,6 +197,8 @@ class ProxyServer:
                         error_body=_json_error)
         for path in ("/v1/chat/completions", "/chat/completions"):
             router.route(path, self._chat)
+        for path in ("/v1/responses", "/responses"):
+            router.route(path, self._responses)
         for path in ("/v1/models", "/models"):
             router.route(path, self._list_models)
         router.route_prefix("/v1/models/", self._one_model)
@@ -242,7 +246,7 @@ class ProxyServer:
     async def _not_found(self, ex: Exchange) -> None:
         path = ex.path.split("?", 1)[0].rstrip("/") or "/"
         await send_json(ex, 404, mapping.error_body("not_found", f"{ex.method} {path} is not an endpoint of "
-                                                    "this proxy (try /v1/chat/completions, /v1/models)"))
+                                                    "this proxy (try /v1/chat/completions, /v1/responses, /v1/models)"))
 
     async def _health(self, ex: Exchange) -> None:
         if ex.method != "GET":
@@ -294,30 +298,66 @@ class ProxyServer:
             return
         await send_json(ex, 200, {"object": "list", "data": data})
 
-    async def _chat(self, ex: Exchange) -> None:
+    async def _json_request(self, ex: Exchange, what: str) -> dict[str, Any] | None:
+        """The POSTed JSON object, or None after answering 405/400."""
         if ex.method != "POST":
             await send_json(ex, 405, mapping.error_body("invalid_argument", "use POST"))
-            return
+            return None
         body = await ex.read_body()
         try:
             req = json.loads(body or b"{}")
-            if not isinstance(req, dict):
-                raise mapping.MappingError("the request body must be a JSON object")
+        except ValueError as exc:
+            await send_json(ex, 400, mapping.error_body("invalid_argument", f"bad {what} request: {exc}"))
+            return None
+        if not isinstance(req, dict):
+            await send_json(ex, 400, mapping.error_body("invalid_argument",
+                                                        f"bad {what} request: the request body must be a JSON object"))
+            return None
+        return req
+
+    async def _chat(self, ex: Exchange) -> None:
+        req = await self._json_request(ex, "chat")
+        if req is None:
+            return
+        try:
             messages = req.get("messages")
             if not isinstance(messages, list):
                 raise mapping.MappingError("messages must be a non-empty list")
             tools = req.get("tools") or []
-            defs = mapping.tools_to_mcp(tools)
-            prompt = mapping.flatten_messages(messages)
+            mapping.tools_to_mcp(tools)
+            mapping.flatten_messages(messages)
         except (ValueError, mapping.MappingError) as exc:
             await send_json(ex, 400, mapping.error_body("invalid_argument", f"bad chat request: {exc}"))
             return
         model = str(req.get("model") or "default")
         stream = bool(req.get("stream"))
         include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
-        out = _Responder(ex, model, stream, include_usage)
-        offered = mapping.offered_schemas(tools)
+        await self._answer(_Responder(ex, model, stream, include_usage), "chat", model, messages, tools)
 
+    async def _responses(self, ex: Exchange) -> None:
+        req = await self._json_request(ex, "responses")
+        if req is None:
+            return
+        try:
+            messages, tools = responses.to_chat(req, self._responses_kept)
+            mapping.tools_to_mcp(tools)
+            mapping.flatten_messages(messages)
+        except (ValueError, mapping.MappingError) as exc:
+            await send_json(ex, 400, mapping.error_body("invalid_argument", f"bad responses request: {exc}"))
+            return
+        model = str(req.get("model") or "default")
+        out = responses.ResponsesWriter(ex, model, bool(req.get("stream")), req)
+        if await self._answer(out, "responses", model, messages, tools):
+            self._responses_kept.put(out.id, responses.history_after(messages, out))
+
+    async def _answer(self, out: Any, label: str, model: str, messages: list[Any], tools: list[Any]) -> bool:
+        """Run the turn for one OpenAI request and write it with ``out`` (a chat or Responses writer).
+
+        True when the answer finished (text or tool calls), False after an error or a lost client.
+        """
+        defs = mapping.tools_to_mcp(tools)
+        prompt = mapping.flatten_messages(messages)
+        offered = mapping.offered_schemas(tools)
         parked = self._resume(messages) if "reuse_session" in self.config.faults else None
         if parked is not None:
             client, events = parked.client, parked.events
@@ -364,20 +404,22 @@ class ProxyServer:
                 elif isinstance(ev, Error):
                     outcome = f"error {ev.code}"
                     await out.fail(mapping.error_status(ev.code), mapping.error_body(ev.code, ev.message, ev.details))
-                    return
+                    return False
             outcome = finish
             await out.finish(finish, _usage(usage, prompt))
+            return True
         except ConnectionClosed:
             outcome = "client went away"
-            return  # abandon the run
+            return False  # abandon the run
         except Exception as exc:  # a proxy bug must still answer the request, not drop it
-            log.exception("chat completion failed")
+            log.exception("%s request failed", label)
             outcome = f"internal error {type(exc).__name__}"
             with contextlib.suppress(Exception):
                 await out.fail(502, mapping.error_body("internal", f"workbench proxy error: {type(exc).__name__}: {exc}"))
+            return False
         finally:
-            log.info("chat %s %s -> %s in %.0f ms (request %s)", model, "stream" if stream else "whole", outcome,
-                     (time.perf_counter() - started) * 1000, client.last_request_id or "-")
+            log.info("%s %s %s -> %s in %.0f ms (request %s)", label, model, "stream" if out.stream else "whole",
+                     outcome, (time.perf_counter() - started) * 1000, client.last_request_id or "-")
             if not keep_open:
                 await _aclose(events)
                 await client.aclose()
