@@ -32,7 +32,7 @@ COMMAND_MODULES = [
     "workbench.fixtures.cli",
     "workbench.export.cli",
     "workbench.analysis.cli",
-    "workbench.schema.cli",
+    "workbench.commands.schema",
 ]
 
 

@@ -22,6 +22,8 @@ from workbench.schema import pb
 from workbench.store import open_reader
 from workbench.wire.envelope import encode, split_frames
 
+pytestmark = pytest.mark.slow  # every test uses the live recording (workbench sim, mitmdump, our client)
+
 
 def _q(db: Path, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
     r = open_reader(db)

@@ -7,21 +7,20 @@ first (``workbench.analysis.causes.order_findings``), not worst severity first.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from support import wait_until_async
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
 from workbench.store.db import SessionInfo, Store
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.data import TuiData
-from workbench.tui.sample_db import ERR_SESSION, HANG_SESSION, OK_SESSION
 from workbench.tui.detail import FrameDetailView
 from workbench.tui.panels import FindingsTable
+from workbench.tui.sample_db import ERR_SESSION, HANG_SESSION, OK_SESSION
 from workbench.tui.session_screen import SessionScreen
 from workbench.tui.timeline import Timeline
 
@@ -30,12 +29,8 @@ Snap = Callable[..., bool]
 
 
 async def _until(pilot: Pilot[Any], cond: Callable[[], object], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        await pilot.pause(0.02)
-        await asyncio.sleep(0)
+    await wait_until_async(cond, timeout=timeout, interval=0, what="the 120x40 set-up",
+                           pause=lambda: pilot.pause(0.02))
 
 
 def screen_lines(app: WorkbenchApp) -> list[str]:
