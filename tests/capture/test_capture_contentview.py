@@ -17,10 +17,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from capture_rig import ADDON, BIN, free_port, wait_port
+from capture_rig import ADDON, BIN
 from h2_agent_client import H2AgentClient
 from mitmproxy import contentviews, http, io
 from mitmproxy.test import tflow, tutils
+from support import free_port, wait_port
 
 from workbench.capture import contentview
 from workbench.capture.contentview import NAME, CursorAgentView
@@ -121,6 +122,7 @@ def _flow_with_prompt(rec: Recorded, path_end: str, prompt: str) -> http.HTTPFlo
     raise AssertionError(f"no {path_end} flow carries {prompt!r}")
 
 
+@pytest.mark.slow  # workbench sim, mitmdump and real clients
 def test_run_request_and_response_are_shown_frame_by_frame(recorded: Recorded) -> None:
     flow = _flow_with_prompt(recorded, "/Run", recorded.prompts["run"])
     desc, text = _lines(flow.request, flow)
@@ -135,6 +137,7 @@ def test_run_request_and_response_are_shown_frame_by_frame(recorded: Recorded) -
     assert "interaction_update:" in text                     # fields under their schema names
 
 
+@pytest.mark.slow  # workbench sim, mitmdump and real clients
 def test_runsse_and_bidiappend_are_unwrapped(recorded: Recorded) -> None:
     sse = [f for f in _flows(recorded, "/RunSSE") if f.request.headers.get("content-type", "").startswith(
         "application/connect")]
@@ -152,6 +155,7 @@ def test_runsse_and_bidiappend_are_unwrapped(recorded: Recorded) -> None:
     assert any("exec_server_message" in t for t in responses)
 
 
+@pytest.mark.slow  # workbench sim, mitmdump and real clients
 def test_runpoll_responses_are_unwrapped(recorded: Recorded) -> None:
     polls = _flows(recorded, "/RunPoll")
     assert polls
@@ -159,6 +163,7 @@ def test_runpoll_responses_are_unwrapped(recorded: Recorded) -> None:
     assert any("interaction_update.text_delta" in t for t in texts)
 
 
+@pytest.mark.slow  # workbench sim, mitmdump and real clients
 def test_gzip_frames_are_inflated_and_marked(recorded: Recorded) -> None:
     flows = [f for f in _flows(recorded, "/Run") if b"gzip please" in (f.request.raw_content or b"")]
     assert flows and flows[0].response is not None
@@ -168,6 +173,7 @@ def test_gzip_frames_are_inflated_and_marked(recorded: Recorded) -> None:
     assert gz and "set_blob_args" in gz[0] and "blob_data:" in gz[0]
 
 
+@pytest.mark.slow  # workbench sim, mitmdump and real clients
 def test_error_end_stream_and_grpc_web_trailer(recorded: Recorded) -> None:
     flow = _flow_with_prompt(recorded, "/Run", recorded.prompts["error"])
     assert flow.response is not None
@@ -178,6 +184,7 @@ def test_error_end_stream_and_grpc_web_trailer(recorded: Recorded) -> None:
     assert trailers and any("[grpc-web trailer]" in t and "grpc-status" in t for t in trailers)
 
 
+@pytest.mark.slow  # workbench sim, mitmdump and real clients
 def test_mitmdump_picks_the_view_for_agent_flows(recorded: Recorded) -> None:
     """mitmdump's own output (flow_detail=4) went through the view: frame lines, decoded trees."""
     assert "#0 → run_request" in recorded.dump
