@@ -18,6 +18,8 @@ import pytest
 from aiohttp import web
 from web_rig import Browser, Page, WebProcess
 
+pytestmark = pytest.mark.slow  # every test starts workbench web (and most a headless Chromium)
+
 LABELS = ("healthy_text", "tool_flow", "heartbeat_loop", "rate_limit")
 
 
