@@ -9,11 +9,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from capture_rig import BIN, Mitm, Sim
 
 from workbench.client.agent import AgentClient
 from workbench.store.db import Store
 from workbench.store.reader import open_reader
+
+pytestmark = pytest.mark.slow  # every test records through workbench sim (and most through mitmdump)
 
 TOKEN = "label-test-token"
 PLAIN = "Fix the flaky   cart test\nand explain why it failed in the nightly build, with the full reasoning"

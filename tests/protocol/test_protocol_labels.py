@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -55,6 +56,7 @@ def test_fill_label_reads_run_requests_and_follow_ups_and_keeps_the_first() -> N
     assert info.label == "first prompt"
 
 
+@pytest.mark.slow
 def test_stream_json_import_is_labelled_with_the_first_user_prompt(tmp_path: Path) -> None:
     db = tmp_path / "ndjson.duckdb"
     exe = Path(sys.executable).parent / "workbench"
