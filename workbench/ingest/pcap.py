@@ -1,0 +1,173 @@
+"""Packet captures decrypted with a TLS key log: ``workbench import FILE.pcapng --keylog KEYS``.
+
+A capture of the real connection, with the session keys the client logged (``SSLKEYLOGFILE``,
+Node's ``--tls-keylog``), shows agent traffic with nothing in between: no proxy, no certificate
+to trust, and every frame at the time its packet crossed the interface. tshark does the TCP
+reassembly, TLS decryption and HTTP/2 (``workbench.ingest.tshark``); ``pcap_streams`` turns its
+packets into HTTP exchanges with timed body chunks. From there the import is the one every
+recorded exchange takes (``workbench.ingest.exchange``): the same decoding and redaction, RunSSE
+and BidiAppend joined by request id and ordered by append_seqno, the same session status, written
+whole per session with a ``source_key`` per frame (unit ``pcap:<connection>:<stream>``, the
+connection named by its TLS client random), so importing a capture again adds nothing.
+
+What differs from flow files and HAR is order and time. Nothing is rebuilt from the protocol: a
+session's frames are in capture order, both directions as they interleaved on the wire, each with
+the time of the packet that completed it (``sessions.meta``: ``"order": "time"``, ``"timing":
+"wire"``; ``frames.meta.packet`` is that packet's number in the capture, as Wireshark shows it).
+
+A connection tshark could not decrypt (no key for it in the key log) is reported with its server
+name; nothing is recorded for it. A capture that stops mid-stream keeps the frames that were
+complete; the session is ``incomplete``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from workbench.analysis.context import ORDER_TIME
+from workbench.ingest import ImportContext, ImportResult, IngestError
+from workbench.ingest.exchange import Part, write_exchanges
+from workbench.ingest.identity import SessionPlan
+from workbench.ingest.pcap_streams import Connection, Reassembler, WireExchange, agent_exchanges, frame_wires
+from workbench.ingest.runs import PlanBuilder
+from workbench.ingest.tshark import TsharkRun, find_tshark, read_packets
+
+PCAP_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
+PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+SOURCE = "import:pcap"
+TIMING_WIRE = ("frames are in capture order, both directions as they crossed the wire; ts is the capture time "
+               "of the packet that completed each frame")
+
+
+def detect(path: Path, head: bytes) -> bool:
+    return head[:4] in PCAP_MAGICS or head[:4] == PCAPNG_MAGIC
+
+
+class WirePlanBuilder(PlanBuilder):
+    """Sessions as ``PlanBuilder`` makes them, put back in wire order with wire times."""
+
+    def stream(self, part: Part, appends: list[Part]) -> SessionPlan:
+        return self._wire(super().stream(part, appends), [part, *appends])
+
+    def orphan_appends(self, request_id: str, appends: list[Part]) -> SessionPlan:
+        return self._wire(super().orphan_appends(request_id, appends), appends)
+
+    def single(self, part: Part) -> SessionPlan:
+        return self._wire(super().single(part), [part])
+
+    @staticmethod
+    def _wire(plan: SessionPlan, parts: list[Part]) -> SessionPlan:
+        wires: dict[int, tuple[int, int]] = {}
+        for p in parts:
+            assert isinstance(p.ex, WireExchange)
+            for direction, frames in (("client", p.client), ("server", p.server)):
+                for f, w in zip(frames, frame_wires(p.ex, direction, p.route.transport, len(frames)), strict=True):
+                    wires[id(f)] = w
+
+        def key(i: int) -> tuple[tuple[int, int], int]:
+            pf = plan.frames[i]
+            return wires.get(id(pf.frame), (0, pf.ts_us)), int((pf.frame.meta or {}).get("body_index", i))
+
+        ordered = []
+        for i in sorted(range(len(plan.frames)), key=key):
+            pf = plan.frames[i]
+            packet, ts = wires.get(id(pf.frame), (None, pf.ts_us))
+            pf.ts_us = ts
+            pf.frame.meta = {**(pf.frame.meta or {}), "packet": packet}
+            ordered.append(pf)
+        plan.frames = ordered
+        info = plan.info
+        for k in ("order_note",):
+            info.meta.pop(k, None)
+        info.meta.update(order=ORDER_TIME, timing="wire", timing_note=TIMING_WIRE)
+        ex = parts[0].ex
+        if isinstance(ex, WireExchange) and ex.truncated and info.status == "incomplete":
+            info.error = (f"the capture ended before this exchange did ({info.error or 'no end seen'}); "
+                          f"the frames that were complete are recorded")
+        return plan
+
+
+def _tshark_version(exe: str) -> str:
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "tshark"
+    first = out.splitlines()[0] if out else "tshark"
+    return first.split(" (")[0].replace("TShark (Wireshark)", "tshark").strip()
+
+
+def _keylog(ctx: ImportContext) -> Path | None:
+    raw = ctx.options.get("keylog")
+    if not raw:
+        return None
+    keylog = Path(str(raw)).expanduser()
+    try:
+        with keylog.open("rb"):
+            pass
+    except OSError as exc:
+        raise IngestError(f"--keylog {keylog}: cannot read the key log: {exc.strerror or exc}") from exc
+    return keylog
+
+
+def _undecryptable_note(conns: list[Connection], path: Path, keylog: Path | None) -> str:
+    names = Counter(c.server_name for c in conns)
+    listed = ", ".join(f"{name} ({n})" if n > 1 else name for name, n in names.most_common(8))
+    where = f"in {keylog}" if keylog else "(no --keylog given, and none embedded in the capture)"
+    n = len(conns)
+    return (f"{path}: {n} TLS connection{'s' if n != 1 else ''} could not be decrypted — no key for "
+            f"{'them' if n != 1 else 'it'} {where}: {listed}{'…' if len(names) > 8 else ''}; "
+            f"nothing was recorded for {'them' if n != 1 else 'it'}")
+
+
+def run_import(ctx: ImportContext) -> ImportResult:
+    path = ctx.path
+    keylog = _keylog(ctx)
+    exe = find_tshark(ctx.options.get("tshark"))
+    run = TsharkRun()
+    reassembler = Reassembler()
+    ctx.progress.total, ctx.progress.unit = None, "packets read by tshark"
+    try:
+        for pkt in read_packets(path, keylog, run, tshark=exe, tls_ports=tuple(ctx.options.get("tls_ports", ()))):
+            reassembler.feed(pkt)
+            if not reassembler.packets & 255:
+                ctx.progress.update(reassembler.packets)
+    finally:
+        ctx.progress.finish()
+    if run.returncode and not run.cut_short:
+        raise IngestError(f"{path}: tshark could not read it (exit {run.returncode}): {run.complaint() or 'no message'}"
+                          f"; nothing imported")
+    if run.cut_short:
+        ctx.warn(f"{path}: the capture file was cut short in the middle of a packet; what came before is imported")
+    conns = reassembler.finish(run.cut_short)
+    exchanges = agent_exchanges(conns)
+    unreadable = [ex for ex in exchanges if ex.headers_lost and not ex.path]
+    readable = [ex for ex in exchanges if ex.path]
+    with path.open("rb") as fh:
+        fmt = "pcapng" if fh.read(4) == PCAPNG_MAGIC else "pcap"
+    file_meta: dict[str, Any] = {"file": str(path), "file_sha256": ctx.file_sha256, "format": fmt,
+                                 "dissector": _tshark_version(exe), "keylog": keylog is not None}
+    res = write_exchanges(ctx.store, ctx.decoder, readable, source=SOURCE, file_meta=file_meta, warn=ctx.warn,
+                          progress=ctx.progress, builder=WirePlanBuilder)
+    result = ImportResult(str(path), "pcap", sessions=len(res.session_ids), frames=res.frames,
+                          session_ids=res.session_ids)
+    undecryptable = [c for c in conns if c.undecryptable]
+    result.undecryptable = len(undecryptable)
+    if undecryptable:
+        n = len(undecryptable)
+        result.notes.append(f"{n} TLS connection{'s' if n != 1 else ''} undecryptable")
+        ctx.warn(_undecryptable_note(undecryptable, path, keylog))
+    if unreadable:
+        result.notes.append(f"{len(unreadable)} HTTP/2 stream{'s' if len(unreadable) != 1 else ''} with unreadable "
+                            f"headers (connection captured after it began)")
+    truncated = sum(1 for ex in readable if ex.truncated and ex.route is not None)
+    if truncated:
+        result.notes.append(f"{truncated} exchange{'s' if truncated != 1 else ''} cut off by the end of the capture")
+    if not conns:
+        result.notes.append("no TCP traffic in the capture")
+    result.notes.extend(res.notes(0, "HTTP exchange", "HTTP exchanges"))
+    result.skipped_sessions = len(res.result.skipped)
+    result.skipped_frames = res.result.skipped_frames
+    return result
