@@ -30,7 +30,7 @@ from typing import Any
 from workbench.analysis.context import ORDER_TIME
 from workbench.ingest import ImportContext, ImportResult, IngestError
 from workbench.ingest.exchange import Part, write_exchanges
-from workbench.ingest.identity import SessionPlan
+from workbench.ingest.identity import SessionPlan, frame_key
 from workbench.ingest.pcap_streams import Connection, Reassembler, WireExchange, agent_exchanges, frame_wires
 from workbench.ingest.runs import PlanBuilder
 from workbench.ingest.tshark import TsharkRun, find_tshark, read_packets
@@ -43,7 +43,19 @@ TIMING_WIRE = ("frames are in capture order, both directions as they crossed the
 
 
 def detect(path: Path, head: bytes) -> bool:
-    return head[:4] in PCAP_MAGICS or head[:4] == PCAPNG_MAGIC
+    return header_problem(head) is None
+
+
+def header_problem(head: bytes) -> str | None:
+    """Why ``head`` does not start a pcap or pcapng file (None when it does)."""
+    if head[:4] in PCAP_MAGICS:
+        little = head[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1")
+        return None if len(head) >= 24 and head[4:6] == (b"\x02\x00" if little else b"\x00\x02") \
+            else "a pcap magic number without a pcap file header"
+    if head[:4] == PCAPNG_MAGIC:
+        return None if len(head) >= 28 and head[8:12] in (b"\x4d\x3c\x2b\x1a", b"\x1a\x2b\x3c\x4d") \
+            else "a pcapng block type without a pcapng section header"
+    return "neither a pcap nor a pcapng file"
 
 
 class WirePlanBuilder(PlanBuilder):
@@ -60,34 +72,42 @@ class WirePlanBuilder(PlanBuilder):
 
     @staticmethod
     def _wire(plan: SessionPlan, parts: list[Part]) -> SessionPlan:
-        wires: dict[int, tuple[int, int]] = {}
+        where: dict[int, tuple[tuple[int, int], str]] = {}  # frame → (packet, time), unit
         for p in parts:
             assert isinstance(p.ex, WireExchange)
             for direction, frames in (("client", p.client), ("server", p.server)):
-                for f, w in zip(frames, frame_wires(p.ex, direction, p.route.transport, len(frames)), strict=True):
-                    wires[id(f)] = w
+                wires = frame_wires(p.ex, direction, p.route.transport, len(frames))
+                for k, (f, w) in enumerate(zip(frames, wires, strict=True)):
+                    where[id(f)] = (w, frame_unit(p.ex.unit, direction, k))
 
         def key(i: int) -> tuple[tuple[int, int], int]:
             pf = plan.frames[i]
-            return wires.get(id(pf.frame), (0, pf.ts_us)), int((pf.frame.meta or {}).get("body_index", i))
+            w = where[id(pf.frame)][0] if id(pf.frame) in where else (0, pf.ts_us)
+            return w, int((pf.frame.meta or {}).get("body_index", i))
 
         ordered = []
         for i in sorted(range(len(plan.frames)), key=key):
             pf = plan.frames[i]
-            packet, ts = wires.get(id(pf.frame), (None, pf.ts_us))
+            (packet, ts), unit = where[id(pf.frame)]
             pf.ts_us = ts
+            pf.source_key = frame_key(unit, 0)
             pf.frame.meta = {**(pf.frame.meta or {}), "packet": packet}
             ordered.append(pf)
         plan.frames = ordered
+        plan.units = [where[id(pf.frame)][1] for pf in ordered]
         info = plan.info
-        for k in ("order_note",):
-            info.meta.pop(k, None)
+        info.meta.pop("order_note", None)
         info.meta.update(order=ORDER_TIME, timing="wire", timing_note=TIMING_WIRE)
         ex = parts[0].ex
         if isinstance(ex, WireExchange) and ex.truncated and info.status == "incomplete":
-            info.error = (f"the capture ended before this exchange did ({info.error or 'no end seen'}); "
-                          f"the frames that were complete are recorded")
+            info.error = "the capture ended before this exchange did; the frames that were complete are recorded"
         return plan
+
+
+def frame_unit(exchange_unit: str, direction: str, k: int) -> str:
+    """Each frame is a unit of its own (``pcap:<connection>:<stream>/c3``, ``…/s17``): a capture of
+    the same connection that holds more of it (the rest of a capture cut short) completes the session."""
+    return f"{exchange_unit}/{direction[0]}{k}"
 
 
 def _tshark_version(exe: str) -> str:
@@ -124,6 +144,11 @@ def _undecryptable_note(conns: list[Connection], path: Path, keylog: Path | None
 
 def run_import(ctx: ImportContext) -> ImportResult:
     path = ctx.path
+    with path.open("rb") as fh:
+        head = fh.read(28)
+    problem = header_problem(head)
+    if problem:
+        raise IngestError(f"{path}: not a packet capture ({problem}); nothing imported")
     keylog = _keylog(ctx)
     exe = find_tshark(ctx.options.get("tshark"))
     run = TsharkRun()
@@ -145,8 +170,7 @@ def run_import(ctx: ImportContext) -> ImportResult:
     exchanges = agent_exchanges(conns)
     unreadable = [ex for ex in exchanges if ex.headers_lost and not ex.path]
     readable = [ex for ex in exchanges if ex.path]
-    with path.open("rb") as fh:
-        fmt = "pcapng" if fh.read(4) == PCAPNG_MAGIC else "pcap"
+    fmt = "pcapng" if head[:4] == PCAPNG_MAGIC else "pcap"
     file_meta: dict[str, Any] = {"file": str(path), "file_sha256": ctx.file_sha256, "format": fmt,
                                  "dissector": _tshark_version(exe), "keylog": keylog is not None}
     res = write_exchanges(ctx.store, ctx.decoder, readable, source=SOURCE, file_meta=file_meta, warn=ctx.warn,
