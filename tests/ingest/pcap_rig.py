@@ -65,7 +65,7 @@ class Tcpdump:
         return self.start()
 
     def start(self) -> Tcpdump:
-        cmd = ["tcpdump", "-i", "lo", "-U", "-n", "-s", "0", "-Z", "root", "-w", str(self.out),
+        cmd = ["tcpdump", "-i", "lo", "-B", "32768", "-U", "-n", "-s", "0", "-Z", "root", "-w", str(self.out),
                f"tcp port {self.port} or tcp port {self.sentinel}"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         assert self.proc.stderr is not None

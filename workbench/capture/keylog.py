@@ -38,9 +38,10 @@ PRIVILEGE_HINT = {
 }
 TOOLS_HINT = ("packet capture needs tcpdump or dumpcap, and neither is installed: "
               "sudo apt-get install tcpdump (dumpcap comes with tshark, which the import needs anyway)")
-DRAIN_QUIET_S = 0.3   # on stop: packets still arriving are waited for until the capture is this quiet…
+DRAIN_QUIET_S = 0.6   # on stop: packets still arriving are waited for until the capture is this quiet…
 DRAIN_MAX_S = 3.0     # …but not longer than this
 EXIT_UNDECRYPTABLE = 1
+BUFFER_KIB = 32 * 1024  # kernel capture buffer
 
 
 @dataclass
@@ -152,9 +153,14 @@ class CaptureCounter:
 
 
 def _tool_command(tool: Tool, interface: str, bpf: str, out: Path) -> list[str]:
-    if tool.name == "dumpcap":
-        return [tool.path, "-q", "-i", interface, "-f", bpf, "-w", str(out)]
-    cmd = [tool.path, "-i", interface, "-U", "-n", "-s", "0", "-w", str(out)]
+    if tool.name == "dumpcap":  # hands packets over at least every 250 ms (less than the drain's quiet time)
+        return [tool.path, "-q", "-i", interface, "-B", str(BUFFER_KIB // 1024), "-f", bpf, "-w", str(out)]
+    # --immediate-mode: each packet is handed over as it arrives (libpcap otherwise holds them for up to a
+    # second), so the counter is live and a stop loses nothing; -U writes each one out at once. In that
+    # mode every packet takes a slot as large as the biggest packet (64 KiB on lo), so the kernel buffer
+    # is made large enough for bursts while tcpdump waits for a CPU (-B, in KiB).
+    cmd = [tool.path, "-i", interface, "--immediate-mode", "-B", str(BUFFER_KIB), "-U", "-n", "-s", "0",
+           "-w", str(out)]
     if os.geteuid() == 0:
         cmd += ["-Z", "root"]  # keep the file ours: tcpdump would hand it to its own user
     return [*cmd, bpf]
@@ -201,6 +207,16 @@ class PacketCapture:
                     f"CAP_NET_RAW and CAP_NET_ADMIN capabilities; {PRIVILEGE_HINT[self.tool.name]}")
         detail = next((m for m in self.messages if m and "listening on" not in m), "no message")
         return f"{self.tool.name} stopped at once (exit {self.proc.returncode if self.proc else '?'}): {detail}"
+
+    def dropped(self) -> int:
+        """Packets the kernel dropped, as the tool reports at its end (tcpdump and dumpcap alike)."""
+        for m in self.messages:
+            low = m.lower()
+            if "dropped by kernel" in low or low.startswith("packets dropped"):
+                digits = "".join(ch for ch in m.split("dropped")[0] if ch.isdigit()) or \
+                    "".join(ch for ch in m.split(":")[-1] if ch.isdigit())
+                return int(digits or 0)
+        return 0
 
     def stop(self) -> None:
         """Let packets still in flight land, then stop the tool so it closes the file cleanly."""
@@ -300,6 +316,11 @@ def cmd_capture_keylog(args: argparse.Namespace) -> int:
         for s, h in old.items():
             signal.signal(s, h)
     print(f"workbench capture: {capture.counter.line()} → {pcap}", file=sys.stderr, flush=True)
+    dropped = capture.dropped()
+    if dropped:
+        print(f"workbench capture: WARNING: {capture.tool.name} says {dropped:,} packets were dropped by the kernel: "
+              f"exchanges they belonged to are incomplete (a larger buffer helps: -B for tcpdump)",
+              file=sys.stderr, flush=True)
     try:
         return _import(args, db, pcap, keys, port, capture)
     finally:
