@@ -171,13 +171,19 @@ def frames_of(db: Path, session_id: str) -> list[dict[str, Any]]:
     return query(db, "SELECT * FROM frames WHERE session_id = ? ORDER BY seq", [session_id])
 
 
+def is_agent_message(r: dict[str, Any]) -> bool:
+    """A frame the client logs as an agent message (not a wrapper, an end-stream or RunPoll's eof record)."""
+    if r["kind"] in WRAPPERS or r["kind"].startswith("end_stream"):
+        return False
+    return not (r["transport"] == "runpoll" and r["kind"] == "empty" and not r["payload"])
+
+
 def agent_messages(rows: list[dict[str, Any]]) -> dict[str, list[bytes]]:
-    """Per direction, the agent messages of a session as the client logs them (no wrappers, no end-stream)."""
+    """Per direction, the agent messages of a session as the client logs them."""
     out: dict[str, list[bytes]] = {"client": [], "server": []}
     for r in rows:
-        if r["kind"] in WRAPPERS or r["kind"].startswith("end_stream"):
-            continue
-        out[r["direction"]].append(bytes(r["payload"]))
+        if is_agent_message(r):
+            out[r["direction"]].append(bytes(r["payload"]))
     return out
 
 

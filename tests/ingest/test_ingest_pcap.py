@@ -27,6 +27,7 @@ from pcap_rig import (
     capture_skip_reason,
     frames_of,
     import_pcap,
+    is_agent_message,
     keylog_context,
     node_log,
     node_turn,
@@ -41,7 +42,7 @@ from workbench.sim.runner import SimThread
 from workbench.store.db import Store
 
 pytestmark = pytest.mark.skipif(capture_skip_reason() is not None, reason=str(capture_skip_reason()))
-ALPN = {"run": ("h2", "http/1.1"), "runsse": ("http/1.1",)}
+ALPN = {"run": ("h2", "http/1.1"), "runsse": ("http/1.1",), "runpoll": ("http/1.1",)}
 
 
 @pytest.fixture(scope="module")
@@ -76,12 +77,18 @@ def _session(db: Path, request_id: str) -> dict[str, Any]:
 def _check_wire_order(rows: list[dict[str, Any]]) -> None:
     assert [r["seq"] for r in rows] == list(range(len(rows)))
     assert all(a["ts"] <= b["ts"] for a, b in zip(rows, rows[1:], strict=False))  # wire time never goes back
-    packets = [json.loads(r["meta"])["packet"] for r in rows]
-    assert all(isinstance(p, int) for p in packets) and packets == sorted(packets)
+    metas = [json.loads(r["meta"]) for r in rows]
+    assert all(isinstance(m["packet"], int) for m in metas)
+    # capture order, but for a BidiAppend that overtook an earlier one: it waits for it (as the server does)
+    in_place = [m["packet"] for m in metas if "arrived_us" not in m]
+    assert in_place == sorted(in_place)
+    for r, m in zip(rows, metas, strict=True):
+        if "arrived_us" in m:
+            assert r["transport"] == "bidi_append" and m["arrived_us"] < int(r["ts"].timestamp() * 1_000_000) + 1
     assert answers_follow_questions(rows)
 
 
-@pytest.mark.parametrize("transport", ["run", "runsse"])
+@pytest.mark.parametrize("transport", ["run", "runsse", "runpoll"])
 def test_builtin_client_frames_byte_identical(pcap_sim: SimThread, tmp_path: Path, transport: str) -> None:
     pcap, keylog, turns = _record_python(tmp_path, pcap_sim, ["[scenario:tool_flow] run it"], transport=transport,
                                          workspace=_workspace(tmp_path), execute_locally=True)
@@ -101,9 +108,9 @@ def test_builtin_client_frames_byte_identical(pcap_sim: SimThread, tmp_path: Pat
     _check_wire_order(rows)
     # a packet passes the capture before the client reads it
     received = [e.ts_us for e in turns.frame_log if e.direction == "server"]
-    captured = [r for r in rows if r["direction"] == "server" and not r["kind"].startswith("end_stream")]
+    captured = [r for r in rows if r["direction"] == "server" and is_agent_message(r)]
     assert all(int(r["ts"].timestamp() * 1_000_000) <= t + 1 for r, t in zip(captured, received, strict=True))
-    if transport == "runsse":
+    if transport != "run":
         appends = [r for r in rows if r["transport"] == "bidi_append"]
         assert [r["append_seqno"] for r in appends] == list(range(len(appends)))
         for r in appends:
@@ -312,3 +319,37 @@ def test_bad_input_is_named(pcap_full: tuple[Path, Path, Any], tmp_path: Path) -
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "workbench import: tshark not found: install the tshark package (Debian/Ubuntu: sudo apt-get install tshark)"]
+
+
+def test_resets_and_goaway_are_recorded_like_live_capture(pcap_sim: SimThread, tmp_path: Path) -> None:
+    """RST_STREAM(CANCEL) from the client before the response ended: ``aborted`` with ``meta.reset``;
+    a GOAWAY after a complete turn leaves it ``complete`` and is noted in ``meta.goaway``."""
+    keylog, pcap = tmp_path / "keys.log", tmp_path / "h2.pcap"
+    cert = pcap_sim.cert_path
+    assert cert is not None
+    with Tcpdump(pcap, pcap_sim.port):
+        cancel = node_turn(pcap_sim.url, cert, tmp_path / "cancel.ndjson", keylog, transport="run",
+                           prompt="[scenario:tool_flow] go", extra=("--cancel-after", "3"))
+        goaway = node_turn(pcap_sim.url, cert, tmp_path / "goaway.ndjson", keylog, transport="run",
+                           prompt="[scenario:goaway_after_turn] go")
+    assert cancel["rst_code"] is not None and goaway["turn_ended"], (cancel, goaway)
+    db = tmp_path / "pcap.duckdb"
+    done = import_pcap(pcap, db, keylog)
+    assert done.returncode == 0, done.stderr
+    s = _session(db, cancel["request_id"])
+    meta = json.loads(s["meta"])
+    assert (s["status"], s["error"]) == ("aborted", "stream reset by client (CANCEL)")
+    assert meta["reset"] == {"side": "client", "h2_error_code": 8, "code": "CANCEL", "after_response_end": False,
+                             "message": "stream reset by client (CANCEL)"}
+    rows = frames_of(db, s["session_id"])
+    logged = node_log(tmp_path / "cancel.ndjson")
+    mine = {d: [bytes(r["payload"]).hex() for r in rows if r["direction"] == d] for d in ("client", "server")}
+    theirs = {d: [e["hex"] for e in logged if e["direction"] == d] for d in ("client", "server")}
+    assert mine["client"] == theirs["client"]
+    # the server's frames already on the wire when the reset went out reached the client's socket too;
+    # Node drops what arrives for a stream it has reset, the capture keeps it
+    assert mine["server"][:len(theirs["server"])] == theirs["server"] == mine["server"][:3]
+    g = _session(db, goaway["request_id"])
+    gmeta = json.loads(g["meta"])
+    assert g["status"] == "complete" and gmeta["goaway"]["side"] == "server"
+    assert gmeta["goaway"]["code"] == "NO_ERROR"

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from workbench.analysis.context import ORDER_TIME
+from workbench.capture.appends import REORDER_AFTER_END_S, REORDER_WINDOW_S
 from workbench.ingest import ImportContext, ImportResult, IngestError
 from workbench.ingest.exchange import Part, write_exchanges
-from workbench.ingest.identity import SessionPlan, frame_key
+from workbench.ingest.identity import PlannedFrame, SessionPlan, frame_key
 from workbench.ingest.pcap_streams import Connection, Reassembler, WireExchange, agent_exchanges, frame_wires
 from workbench.ingest.runs import PlanBuilder
 from workbench.ingest.tshark import TsharkRun, find_tshark, read_packets
@@ -93,8 +94,11 @@ class WirePlanBuilder(PlanBuilder):
             pf.source_key = frame_key(unit, 0)
             pf.frame.meta = {**(pf.frame.meta or {}), "packet": packet}
             ordered.append(pf)
-        plan.frames = ordered
-        plan.units = [where[id(pf.frame)][1] for pf in ordered]
+        seqno_of = {id(f): p.seqno for p in parts if p.route.transport == "bidi_append" and p.seqno is not None
+                    for f in (*p.client, *p.server)}
+        end = parts[0].ex.t_resp_end if parts[0].route.transport != "bidi_append" else None
+        plan.frames = in_append_order(ordered, seqno_of, int(end * 1_000_000) if end else None)
+        plan.units = [where[id(pf.frame)][1] for pf in plan.frames]
         info = plan.info
         info.meta.pop("order_note", None)
         info.meta.update(order=ORDER_TIME, timing="wire", timing_note=TIMING_WIRE)
@@ -102,6 +106,58 @@ class WirePlanBuilder(PlanBuilder):
         if isinstance(ex, WireExchange) and ex.truncated and info.status == "incomplete":
             info.error = "the capture ended before this exchange did; the frames that were complete are recorded"
         return plan
+
+
+def in_append_order(frames: list[PlannedFrame], seqno_of: dict[int, int],
+                    stream_end_us: int | None) -> list[PlannedFrame]:
+    """BidiAppends in ``append_seqno`` order, as the server applies them and live capture records them.
+
+    Appends travel on parallel connections, so one can overtake another on the wire. An append
+    that arrives ahead of the next expected seqno is held (with the answer to it) until the gap
+    fills, at most as long as live capture waits (``workbench.capture.appends``); then it follows
+    the frame that released it, at that frame's time, with its own arrival kept in
+    ``frames.meta.arrived_us`` (``packet`` stays the packet that completed it). Times never go back.
+    """
+    out: list[PlannedFrame] = []
+    held: dict[int, list[PlannedFrame]] = {}
+    oldest = 0
+    expected = 0
+
+    def emit(pf: PlannedFrame) -> None:
+        if out and pf.ts_us < out[-1].ts_us:
+            pf.frame.meta = {**(pf.frame.meta or {}), "arrived_us": pf.ts_us}
+            pf.ts_us = out[-1].ts_us
+        out.append(pf)
+
+    def give_up() -> None:
+        nonlocal expected
+        for n in sorted(held):
+            for pf in held.pop(n):
+                emit(pf)
+            expected = max(expected, n + 1)
+
+    for pf in frames:
+        if held and (pf.ts_us - oldest >= REORDER_WINDOW_S * 1_000_000
+                     or (stream_end_us is not None and pf.ts_us - stream_end_us >= REORDER_AFTER_END_S * 1_000_000)):
+            give_up()
+        n = seqno_of.get(id(pf.frame))
+        if n is None:
+            emit(pf)
+            continue
+        if n in held or n > expected:
+            if not held:
+                oldest = pf.ts_us
+            held.setdefault(n, []).append(pf)
+            continue
+        emit(pf)
+        if n == expected:
+            expected += 1
+            while expected in held:
+                for h in held.pop(expected):
+                    emit(h)
+                expected += 1
+    give_up()
+    return out
 
 
 def frame_unit(exchange_unit: str, direction: str, k: int) -> str:
