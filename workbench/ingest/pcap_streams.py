@@ -109,7 +109,7 @@ def frame_wires(ex: WireExchange, direction: str, transport: str, n_frames: int)
         parser = EnvelopeParser(inflate=_COUNT_ONLY.session())
         wires: list[Wire] = []
         for pkt, ts, data in chunks:
-            wires += [(pkt, ts)] * len(parser.feed(data))
+            wires += [(pkt, ts)] * len(parser.feed_fast(data))
         wires += [end] * len(parser.close())
         if len(wires) == n_frames:
             return wires
