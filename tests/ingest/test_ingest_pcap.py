@@ -121,12 +121,14 @@ def test_builtin_client_frames_byte_identical(pcap_sim: SimThread, tmp_path: Pat
     assert headers["authorization"].startswith("Bearer [redacted sha256:") and s["auth_hash"]
 
 
-@pytest.mark.parametrize(("transport", "via"), [("run", "flag"), ("runsse", "env")])
-def test_node_client_frames_byte_identical(pcap_sim: SimThread, tmp_path: Path, transport: str, via: str) -> None:
+@pytest.mark.parametrize(("transport", "via", "framing"), [("run", "flag", "connect"), ("runsse", "env", "connect"),
+                                                         ("runsse", "flag", "grpc-web")])
+def test_node_client_frames_byte_identical(pcap_sim: SimThread, tmp_path: Path, transport: str, via: str,
+                                           framing: str) -> None:
     keylog, pcap, log = tmp_path / "keys.log", tmp_path / "node.pcap", tmp_path / "node.ndjson"
     with Tcpdump(pcap, pcap_sim.port):
         summary = node_turn(pcap_sim.url, pcap_sim.cert_path, log, keylog, transport=transport,  # type: ignore[arg-type]
-                            prompt="[scenario:tool_flow] go", via=via)
+                            prompt="[scenario:tool_flow] go", via=via, extra=("--framing", framing))
     assert summary["turn_ended"] and summary["error"] is None, summary
     db = tmp_path / "pcap.duckdb"
     done = import_pcap(pcap, db, keylog)
@@ -140,6 +142,9 @@ def test_node_client_frames_byte_identical(pcap_sim: SimThread, tmp_path: Path, 
         theirs = [(e["transport"], e["hex"]) for e in logged if e["direction"] == direction]
         assert mine == theirs, direction
     _check_wire_order(rows)
+    if framing == "grpc-web":  # each append answered by an empty message and a 0x80 trailer, as live capture keeps it
+        appends = [json.loads(r["meta"]) for r in rows if r["transport"] == "bidi_append"]
+        assert appends and all(m["grpc_status"] == 0 and m["http_status"] == 200 for m in appends)
 
 
 async def _echo_args_text(ev: ExecRequest) -> str:

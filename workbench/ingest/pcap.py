@@ -35,6 +35,8 @@ from workbench.ingest.identity import PlannedFrame, SessionPlan, frame_key
 from workbench.ingest.pcap_streams import Connection, Reassembler, WireExchange, agent_exchanges, frame_wires
 from workbench.ingest.runs import PlanBuilder
 from workbench.ingest.tshark import TsharkRun, find_tshark, read_packets
+from workbench.wire.endstream import parse_grpc_web_trailer
+from workbench.wire.envelope import FLAG_TRAILER
 
 PCAP_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
@@ -63,9 +65,13 @@ class WirePlanBuilder(PlanBuilder):
     """Sessions as ``PlanBuilder`` makes them, put back in wire order with wire times."""
 
     def stream(self, part: Part, appends: list[Part]) -> SessionPlan:
+        for a in appends:
+            append_answer_as_live(a)
         return self._wire(super().stream(part, appends), [part, *appends])
 
     def orphan_appends(self, request_id: str, appends: list[Part]) -> SessionPlan:
+        for a in appends:
+            append_answer_as_live(a)
         return self._wire(super().orphan_appends(request_id, appends), appends)
 
     def single(self, part: Part) -> SessionPlan:
@@ -106,6 +112,20 @@ class WirePlanBuilder(PlanBuilder):
         if isinstance(ex, WireExchange) and ex.truncated and info.status == "incomplete":
             info.error = "the capture ended before this exchange did; the frames that were complete are recorded"
         return plan
+
+
+def append_answer_as_live(part: Part) -> None:
+    """A BidiAppend's answer as live capture records it (``CaptureWriter._finish_append``): the
+    status of a gRPC-Web trailer frame joins the append's facts (``grpc_status`` in its meta), and
+    only a refusal, or anything other than the empty BidiAppendResponse, stays a frame. (Flow and
+    HAR imports keep those frames; docs/import.md.)"""
+    kept = []
+    for f in part.server:
+        if f.kind.startswith("end_stream") and f.flags & FLAG_TRAILER:
+            part.ex.trailers = [*part.ex.trailers, *parse_grpc_web_trailer(f.payload).items()]
+        if f.kind == "end_stream.error" or not (f.kind.startswith("end_stream") or f.kind == "empty"):
+            kept.append(f)
+    part.server = kept
 
 
 def in_append_order(frames: list[PlannedFrame], seqno_of: dict[int, int],
