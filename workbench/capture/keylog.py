@@ -257,7 +257,7 @@ def setup_lines(tool: Tool, interface: str, bpf: str, pcap: Path, keys: Path, ke
 
 def _watch(capture: PacketCapture, stopping: threading.Event) -> None:
     tty = sys.stderr.isatty()
-    last_line, last_print = "", 0.0
+    last_line, last_print = "", time.monotonic()
     while not stopping.wait(0.5):
         if capture.proc is not None and capture.proc.poll() is not None:
             return
@@ -283,8 +283,12 @@ def cmd_capture_keylog(args: argparse.Namespace) -> int:
         find_tshark()  # needed for the import at the end: say so before anything is recorded
     except TsharkMissing as exc:
         raise CliError(f"{exc} (workbench capture --keylog decodes with it)") from exc
-    tool = find_tool(args.capture_tool)
+    if args.mode or args.mitmdump_args:
+        raise CliError("--mode and mitmdump arguments belong to the proxy capture; --keylog records packets instead")
     port = args.port if args.port is not None else 443
+    if not 0 < port < 65536:
+        raise CliError(f"--port {port}: with --keylog, the server port to record (1-65535; default 443)")
+    tool = find_tool(args.capture_tool)
     bpf = args.filter or f"tcp port {port}"
     db = str(Path(args.db).expanduser())
     from workbench.store.db import check_readable
