@@ -172,8 +172,9 @@ def frames_of(db: Path, session_id: str) -> list[dict[str, Any]]:
 
 
 def is_agent_message(r: dict[str, Any]) -> bool:
-    """A frame the client logs as an agent message (not a wrapper, an end-stream or RunPoll's eof record)."""
-    if r["kind"] in WRAPPERS or r["kind"].startswith("end_stream"):
+    """A frame the client logs as an agent message (not a wrapper, an end-stream, an HTTP refusal of an
+    append or RunPoll's eof record)."""
+    if r["kind"] in WRAPPERS or r["kind"].startswith("end_stream") or r["kind"] == "http_error":
         return False
     return not (r["transport"] == "runpoll" and r["kind"] == "empty" and not r["payload"])
 
