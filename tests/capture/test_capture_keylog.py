@@ -177,3 +177,22 @@ def test_counter_counts_what_tshark_reads(capture_sim: Sim, tmp_path: Path) -> N
             fh.write(f.read_bytes()[f.stat().st_size // 2:])
         partial.poll()
         assert (partial.packets, partial.bytes) == (counter.packets, counter.bytes)
+
+
+def test_dumpcap_when_chosen(capture_sim: Sim, tmp_path: Path) -> None:
+    """dumpcap (it comes with tshark) records pcapng; the import reads it the same way."""
+    if shutil.which("dumpcap") is None:
+        pytest.skip("dumpcap is not installed (apt-get install tshark brings it)")
+    port = int(capture_sim.url.rsplit(":", 1)[1])
+    db = tmp_path / "d.duckdb"
+    cap = KeylogCapture(port, db, tmp_path / "cap", "--capture-tool", "dumpcap")
+    assert cap.lines[0] == f"capturing on lo with dumpcap, filter: tcp port {port}"
+    try:
+        _builtin_client(capture_sim, {"SSLKEYLOGFILE": cap.env["SSLKEYLOGFILE"]}, "[scenario:text] hi")
+    finally:
+        rc, out, err = cap.stop()
+    assert rc == 0, err
+    assert out.strip().splitlines()[-1].startswith(f"imported {tmp_path / 'cap' / 'packets.pcapng'} → {db}: 1 session, ")
+    (s,) = _q(db, "SELECT source, status, json_extract_string(meta, '$.format') AS fmt FROM sessions")
+    assert s == {"source": "import:pcap", "status": "complete", "fmt": "pcapng"}
+    assert not cap.keys.exists()
