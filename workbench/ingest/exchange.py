@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from workbench.ingest.runs import PlanBuilder
 
 STREAM_TRANSPORTS = ("run", "runsse", "runpoll")
-# Classify by path, never by host (PROTOCOL.md §1.1): every aiserver RPC counts as agent traffic.
+# Classify by path, never by host (docs/protocol.md §1): every aiserver RPC counts as agent traffic.
 _MATCHER = Matcher(hosts=(), paths=DEFAULT_PATHS + ("/aiserver.v1.*/*", "/agent.v1.*/*"))
 
 
