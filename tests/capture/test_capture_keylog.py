@@ -8,7 +8,6 @@ in CI), the built-in client CLI with ``SSLKEYLOGFILE`` and the Node.js test clie
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import stat
@@ -16,16 +15,22 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import packet_capture_env
 import pytest
-from capture_rig import BIN, NODE_CLIENT, Sim, env_without_proxy
+from capture_rig import BIN, NODE_CLIENT, Sim
+from support import env_without_proxy
 
 from workbench.capture.keylog import CaptureCounter
 from workbench.store import open_reader
 
 TOKEN = "wb-keylog-token-3f9a1d"
-SKIP = None if shutil.which("tcpdump") and shutil.which("tshark") and os.geteuid() == 0 else \
-    "packet capture on lo needs tcpdump, tshark and root (apt-get install tcpdump tshark; CI runs as root)"
-pytestmark = pytest.mark.skipif(SKIP is not None, reason=str(SKIP))
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _packet_capture_possible() -> None:
+    """Before anything of this module starts: skip (or fail in CI) without tcpdump, tshark and root."""
+    packet_capture_env.need()
 
 
 def _q(db: Path, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
@@ -120,8 +125,7 @@ def test_keylog_capture_records_and_imports(capture_sim: Sim, tmp_path: Path, si
 
 
 def test_without_capture_privilege(capture_sim: Sim, tmp_path: Path) -> None:
-    if shutil.which("setpriv") is None:
-        pytest.skip("setpriv (util-linux) is needed to drop CAP_NET_RAW")
+    packet_capture_env.need("setpriv")  # util-linux: drops CAP_NET_RAW
     port = int(capture_sim.url.rsplit(":", 1)[1])
     cmd = ["setpriv", "--bounding-set", "-net_raw,-net_admin", str(BIN / "workbench"), "capture", "--keylog",
            "--interface", "lo", "--port", str(port), "--db", str(tmp_path / "x.duckdb"), "--keylog-dir",
@@ -181,8 +185,7 @@ def test_counter_counts_what_tshark_reads(capture_sim: Sim, tmp_path: Path) -> N
 
 def test_dumpcap_when_chosen(capture_sim: Sim, tmp_path: Path) -> None:
     """dumpcap (it comes with tshark) records pcapng; the import reads it the same way."""
-    if shutil.which("dumpcap") is None:
-        pytest.skip("dumpcap is not installed (apt-get install tshark brings it)")
+    packet_capture_env.need("dumpcap")  # it comes with tshark
     port = int(capture_sim.url.rsplit(":", 1)[1])
     db = tmp_path / "d.duckdb"
     cap = KeylogCapture(port, db, tmp_path / "cap", "--capture-tool", "dumpcap")

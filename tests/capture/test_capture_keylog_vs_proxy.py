@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -20,8 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import packet_capture_env
 import pytest
-from capture_rig import BIN, env_without_proxy
+from capture_rig import BIN
+from support import env_without_proxy
 
 from workbench.analysis import analyze
 from workbench.client.agent import AgentClient
@@ -29,9 +30,13 @@ from workbench.client.events import ExecRequest
 from workbench.sim.runner import SimThread
 from workbench.store.db import Store
 
-SKIP = None if shutil.which("tcpdump") and shutil.which("tshark") and os.geteuid() == 0 else \
-    "packet capture on lo needs tcpdump, tshark and root (apt-get install tcpdump tshark; CI runs as root)"
-pytestmark = pytest.mark.skipif(SKIP is not None, reason=str(SKIP))
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _packet_capture_possible() -> None:
+    """Before anything of this module starts: skip (or fail in CI) without tcpdump, tshark and root."""
+    packet_capture_env.need()
 TOKEN = "wb-both-ways-token-91c4"
 TIMING_ONLY = {"client_heartbeat", "interaction_update.heartbeat", "exec_client_control_message.heartbeat"}
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import ssl
@@ -28,16 +27,6 @@ NODE_CLIENT = ROOT / "tests" / "clients" / "node_agent_client.mjs"
 TOKEN = "wb-pcap-token-7c1e5b"
 # Frames that carry no agent message of their own: the client's log does not list them.
 WRAPPERS = ("bidi_request_id", "bidi_poll_request")
-
-
-def capture_skip_reason() -> str | None:
-    """Why packet capture on loopback is impossible here, or None."""
-    for tool in ("tcpdump", "tshark"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (apt-get install tcpdump tshark)"
-    if os.geteuid() != 0:
-        return "capturing on lo needs root (the tests run as root here and in CI)"
-    return None
 
 
 def free_port() -> int:

@@ -18,13 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import packet_capture_env
 import pytest
 from pcap_rig import (
     BIN,
     Tcpdump,
     agent_messages,
     answers_follow_questions,
-    capture_skip_reason,
     frames_of,
     import_pcap,
     is_agent_message,
@@ -41,7 +41,13 @@ from workbench.client.events import ExecRequest
 from workbench.sim.runner import SimThread
 from workbench.store.db import Store
 
-pytestmark = pytest.mark.skipif(capture_skip_reason() is not None, reason=str(capture_skip_reason()))
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _packet_capture_possible() -> None:
+    """Before anything of this module starts: skip (or fail in CI) without tcpdump, tshark and root."""
+    packet_capture_env.need()
 ALPN = {"run": ("h2", "http/1.1"), "runsse": ("http/1.1",), "runpoll": ("http/1.1",)}
 
 
