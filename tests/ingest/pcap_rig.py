@@ -160,10 +160,18 @@ def frames_of(db: Path, session_id: str) -> list[dict[str, Any]]:
     return query(db, "SELECT * FROM frames WHERE session_id = ? ORDER BY seq", [session_id])
 
 
+def unanswered_append(r: dict[str, Any]) -> bool:
+    """A BidiAppend the client posted but got no HTTP answer to in the capture (it closed first, or
+    the connection failed): on the wire, yet the built-in client logs an append only once answered."""
+    return r["transport"] == "bidi_append" and r["direction"] == "client" and \
+        json.loads(r["meta"] or "{}").get("http_status") is None
+
+
 def is_agent_message(r: dict[str, Any]) -> bool:
     """A frame the client logs as an agent message (not a wrapper, an end-stream, an HTTP refusal of an
-    append or RunPoll's eof record)."""
-    if r["kind"] in WRAPPERS or r["kind"].startswith("end_stream") or r["kind"] == "http_error":
+    append, an append left unanswered or RunPoll's eof record)."""
+    if r["kind"] in WRAPPERS or r["kind"].startswith("end_stream") or r["kind"] == "http_error" or \
+            unanswered_append(r):
         return False
     return not (r["transport"] == "runpoll" and r["kind"] == "empty" and not r["payload"])
 
