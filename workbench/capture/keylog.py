@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from workbench.cli import CliError
+from workbench.errors import CliError
 
 PRIVILEGE_HINT = {
     "tcpdump": "run it as root (sudo), or give tcpdump the capability once: "
