@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.capture.match import DEFAULT_PATHS, Matcher, Route
 from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, http_error_frame
@@ -18,6 +18,9 @@ from workbench.ingest.identity import WriteOutcome
 from workbench.ingest.progress import Progress
 from workbench.redact import marker, redact_frame, redact_headers, secret_method
 from workbench.store.db import SessionInfo, Store
+
+if TYPE_CHECKING:
+    from workbench.ingest.runs import PlanBuilder
 
 STREAM_TRANSPORTS = ("run", "runsse", "runpoll")
 # Classify by path, never by host (docs/protocol.md §1): every aiserver RPC counts as agent traffic.
@@ -225,10 +228,12 @@ def exchange_meta(ex: Exchange) -> dict[str, Any]:
 
 def write_exchanges(store: Store, dec: Decoder, exchanges: Sequence[Exchange], *, source: str,
                     file_meta: dict[str, Any], warn: Callable[[str], None],
-                    progress: Progress | None = None) -> ExchangeImport:
+                    progress: Progress | None = None, builder: type[PlanBuilder] | None = None) -> ExchangeImport:
     """Decode every agent exchange and write what is new of its session(s); others are counted only.
 
     ``progress`` (a terminal progress line) shows the decoding, then the sessions written and skipped.
+    ``builder`` orders each session's frames (default: ``PlanBuilder``, causal order for files
+    without per-frame timing; packet captures pass one that keeps wire order).
     """
     from workbench.ingest.identity import write_plans
     from workbench.ingest.runs import PlanBuilder
@@ -277,12 +282,12 @@ def write_exchanges(store: Store, dec: Decoder, exchanges: Sequence[Exchange], *
         else:
             orphan.setdefault(a.request_id or "?", []).append(a)
 
-    builder = PlanBuilder(dec, source, file_meta)
-    plans = [builder.stream(p, joined[id(p)]) for p in streams]
+    plan = (builder or PlanBuilder)(dec, source, file_meta)
+    plans = [plan.stream(p, joined[id(p)]) for p in streams]
     for rid, parts in orphan.items():
-        plans.append(builder.orphan_appends(rid, parts))
+        plans.append(plan.orphan_appends(rid, parts))
         out.orphans += 1
-    plans += [builder.single(p) for p in singles]
+    plans += [plan.single(p) for p in singles]
 
     def written(done: int, skipped: int) -> None:
         if progress is not None:
