@@ -577,7 +577,10 @@ async function runSse(o, s) {
           const reply = Buffer.concat(parts);
           let grpcStatus = res.headers['grpc-status'] !== undefined ? Number(res.headers['grpc-status']) : null;
           if (grpcWeb) for (const e of new Envelopes().feed(reply)) if (e.flags & 0x80) grpcStatus = trailerStatus(e.payload);
-          if (res.statusCode !== 200 || (grpcStatus !== null && grpcStatus !== 0)) {
+          const refused = res.statusCode !== 200 || (grpcStatus !== null && grpcStatus !== 0);
+          // A heartbeat that crossed the end of the response is refused (the run is gone): that is no
+          // failure of the turn.
+          if (refused && !(kind === 'client_heartbeat' && s.endStream)) {
             s.finish(new Error(`BidiAppend seqno ${n} answered HTTP ${res.statusCode}` +
               (grpcStatus ? ` grpc-status ${grpcStatus}` : '')));
           }
