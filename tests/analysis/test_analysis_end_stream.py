@@ -79,3 +79,21 @@ def test_a_new_run_after_the_end_is_not_late_traffic(analysis_store: Store) -> N
     b.end_stream()
     codes = [f.code for f in analyze_session(analysis_store, b.done()).findings]
     assert "end_stream_not_delivered" not in codes
+
+
+def test_one_heartbeat_in_flight_is_judged_by_the_client_pace_not_the_server(analysis_store: Store) -> None:
+    """Found by the healthy matrix (RunPoll, our client, a loaded machine): the server heartbeats every
+    0.1 s, the client every 0.5 s, its two heartbeats before the end left together, and one more was
+    in flight when the end came (0.2 s later). One gap says nothing about the client's pace and the
+    server's spacing nothing at all: that frame is no sign the client missed the end."""
+    b = SessionBuilder(analysis_store, transport="runpoll")
+    b.run_request()
+    for _ in range(6):
+        b.heartbeat(dt_ms=100)
+    b.client_heartbeat(dt_ms=10)
+    b.client_heartbeat(dt_ms=7)  # queued behind the first, left with it
+    b.text("done")
+    b.turn_ended()
+    b.end_stream()
+    b.client_heartbeat(dt_ms=200)
+    assert analyze_session(analysis_store, b.done()).findings == []

@@ -174,16 +174,16 @@ def _grpc_status(info: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def _interval_s(ctx: Context) -> tuple[float, str]:
-    """The client's heartbeat interval (median gap of its heartbeats), else the server's, else the default."""
+    """The client's heartbeat interval: the median gap between its heartbeats before the end (in time
+    order) once it left at least two, else the usual interval of real clients. Not the server's
+    heartbeat spacing, which says nothing about when the client sends; and not a single gap, which
+    may be two heartbeats that left together (a queue flushed under load)."""
     f = ctx.facts
     end = f.end_streams[-1].ts if f.end_streams else None
-    hb = [t for t in f.client_hb_ts if end is None or t <= end]
+    hb = sorted(t for t in f.client_hb_ts if end is None or t <= end)
     gaps = [(b - a) / 1e6 for a, b in zip(hb, hb[1:], strict=False) if b > a]
-    if gaps:
+    if len(gaps) >= 2:
         return statistics.median(gaps), "the client's heartbeat interval"
-    spans = [r.span_s / (r.count - 1) for r in ctx.runs if r.count > 1 and r.span_s > 0]
-    if spans:
-        return statistics.median(spans), "the server's heartbeat interval"
     return ctx.config.heartbeat_interval_s, "the usual heartbeat interval"
 
 
