@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workbench.client import args as A
+from workbench.client import args as tool_args
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=20),
@@ -26,8 +26,8 @@ def snapshots(text: str, cuts: list[int]) -> list[str]:
 def test_cumulative_snapshots_rebuild_the_exact_text(doc: dict, cuts: list[int]) -> None:
     text = json.dumps(doc)
     snaps = snapshots(text, cuts)
-    assert A.accumulate_all(snaps) == text
-    assert json.loads(A.accumulate_all(snaps)) == doc
+    assert tool_args.accumulate_all(snaps) == text
+    assert json.loads(tool_args.accumulate_all(snaps)) == doc
 
 
 @given(objects, st.lists(st.integers(1, 10_000), min_size=1, max_size=8))
@@ -35,31 +35,31 @@ def test_naive_concat_garbles_cumulative_snapshots(doc: dict, cuts: list[int]) -
     text = json.dumps(doc)
     snaps = snapshots(text, cuts)
     if len(snaps) > 1:
-        assert A.naive_concat(snaps) != text
-        assert A.parse_args_text(A.naive_concat(snaps)) != doc
+        assert tool_args.naive_concat(snaps) != text
+        assert tool_args.parse_args_text(tool_args.naive_concat(snaps)) != doc
 
 
 def test_increments_are_appended() -> None:
-    assert A.accumulate_all(['{"pa', 'th": "', 'x.txt"}']) == '{"path": "x.txt"}'
-    # the garbled shape PROTOCOL.md §13 #4 describes
-    assert A.naive_concat(['{"pa', '{"path":']) == '{"pa{"path":'
-    assert A.accumulate_args_text("abc", "") == "abc"
+    assert tool_args.accumulate_all(['{"pa', 'th": "', 'x.txt"}']) == '{"path": "x.txt"}'
+    # the garbled shape docs/protocol.md §7 (args_cumulative_snapshots) describes
+    assert tool_args.naive_concat(['{"pa', '{"path":']) == '{"pa{"path":'
+    assert tool_args.accumulate_args_text("abc", "") == "abc"
 
 
 def test_merge_keeps_streamed_keys_and_structured_values() -> None:
     streamed = {"description": "d", "tasks": [{"id": 1}], "options": {"parallel": True}}
     completion = {"description": "d2", "options": '{"parallel": true}', "extra": 3}
-    merged = A.merge_mcp_args(streamed, completion)
+    merged = tool_args.merge_mcp_args(streamed, completion)
     assert merged == {"description": "d2", "tasks": [{"id": 1}], "options": {"parallel": True}, "extra": 3}
-    assert A.merge_mcp_args(None, completion) == completion
-    assert A.merge_mcp_args(streamed, None) == streamed
+    assert tool_args.merge_mcp_args(None, completion) == completion
+    assert tool_args.merge_mcp_args(streamed, None) == streamed
     # a string that the stream also had as a string: the completion wins
-    assert A.merge_mcp_args({"a": "x"}, {"a": "y"}) == {"a": "y"}
+    assert tool_args.merge_mcp_args({"a": "x"}, {"a": "y"}) == {"a": "y"}
 
 
 @given(objects, objects)
 def test_merge_never_loses_a_key(streamed: dict, completion: dict) -> None:
-    merged = A.merge_mcp_args(streamed, completion)
+    merged = tool_args.merge_mcp_args(streamed, completion)
     assert set(merged) == set(streamed) | set(completion)
     for k, v in streamed.items():
         if k not in completion or (not isinstance(v, str) and isinstance(completion[k], str)):
@@ -68,10 +68,10 @@ def test_merge_never_loses_a_key(streamed: dict, completion: dict) -> None:
 
 @given(objects)
 def test_mcp_args_round_trip(doc: dict) -> None:
-    assert A.mcp_args_to_json(A.json_to_mcp_args(doc)) == doc
+    assert tool_args.mcp_args_to_json(tool_args.json_to_mcp_args(doc)) == doc
 
 
 def test_mcp_value_falls_back_to_utf8() -> None:
-    assert A.mcp_args_to_json({"a": b"plain text value", "b": A.encode_value([1, 2.5])}) == {
+    assert tool_args.mcp_args_to_json({"a": b"plain text value", "b": tool_args.encode_value([1, 2.5])}) == {
         "a": "plain text value", "b": [1, 2.5]}
-    assert A.decode_value(b"") is None
+    assert tool_args.decode_value(b"") is None

@@ -3,7 +3,7 @@
 The server streams a tool call's arguments as ``PartialToolCall.args_text_delta``, which is
 usually the *cumulative* JSON text so far rather than an increment (docs/protocol.md §5), and then
 sends ``tool_call_completed`` whose ``McpArgs`` map can drop oversized keys or downgrade structured
-values to strings (§13 #5). The fix settled on in the seeds: treat snapshots as snapshots, then
+values to strings (§7, completion_args_lossy). The fix settled on in the seeds: treat snapshots as snapshots, then
 merge the completion map into the streamed args instead of letting it overwrite them.
 """
 

@@ -1,4 +1,4 @@
-"""The three ways a client talks to the agent backend (PROTOCOL.md §1.3, §3).
+"""The three ways a client talks to the agent backend (docs/protocol.md §1, §3).
 
 - ``run``: one full-duplex HTTP/2 POST ``/agent.v1.AgentService/Run`` (enveloped both ways);
 - ``runsse``: POST ``…/RunSSE`` carrying one enveloped BidiRequestId, read AgentServerMessages from
@@ -36,6 +36,7 @@ from workbench import __version__
 from workbench.client._pb import pb
 from workbench.client.net import H2Connection, H2Stream, NetError, Verify, cancel_and_wait, ssl_context
 from workbench.decode.classify import Frame, default_decoder
+from workbench.errors import WorkbenchError
 from workbench.schema import pb as schema_pb
 from workbench.wire.endstream import EndStream, end_from_grpc, parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import Envelope, EnvelopeParser, encode, split_frames, split_unary
@@ -88,7 +89,7 @@ class Wire(Protocol):
     def frame(self, ts_us: int, direction: str, transport: str, frame: Frame) -> None: ...
 
 
-class TransportError(Exception):
+class TransportError(WorkbenchError):
     """The upstream refused or broke the exchange; ``code`` follows Connect (lower_snake)."""
 
     def __init__(self, code: str, message: str, details: list[dict[str, Any]] | None = None,
@@ -112,7 +113,7 @@ class Incoming:
 
 def connect_headers(token: str, request_id: str, content_type: str, *, http1: bool = False
                     ) -> list[tuple[str, str]]:
-    """Headers the real CLI sends (PROTOCOL.md §1.5); the token is only ever put here."""
+    """Headers the real CLI sends (docs/protocol.md §1); the token is only ever put here."""
     hdrs = [
         ("authorization", f"Bearer {token}"),
         ("connect-protocol-version", "1"),
@@ -152,7 +153,7 @@ _HTTP_CODES = {400: "invalid_argument", 401: "unauthenticated", 403: "permission
 
 
 def error_from_http(status: int, body: bytes, what: str) -> TransportError:
-    """A non-200 answer: Connect puts a JSON error in the body (PROTOCOL.md §2.3)."""
+    """A non-200 answer: Connect puts a JSON error in the body (docs/protocol.md §2)."""
     code = _HTTP_CODES.get(status, "unknown")
     message = f"HTTP {status} from {what}"
     details: list[dict[str, Any]] = []
@@ -403,7 +404,7 @@ class _AppendingChannel(Channel):
         self.seqno += 1
         if self._reset_seqno and seq == 0 and self.appends_sent == 0:
             # Fault: behave like a client that restarts its counter (retry/reconnect) after the
-            # run request, so the next message repeats seqno 0 (PROTOCOL.md §13 #7).
+            # run request, so the next message repeats seqno 0 (docs/protocol.md §3, §7 append_seqno_anomaly).
             self.seqno = 0
             self._reset_seqno = False
         self.appends_sent += 1

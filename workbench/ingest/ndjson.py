@@ -1,4 +1,4 @@
-"""``cursor-agent --output-format stream-json`` (PROTOCOL.md §9): events → ``cli_ndjson`` frames.
+"""``cursor-agent --output-format stream-json`` (docs/protocol.md §8): events → ``cli_ndjson`` frames.
 
 Each line is one frame: kind ``type.subtype`` (or ``type``), payload = the line's bytes exactly,
 ``decoded`` = the event plus derived keys: ``$line``, ``$tool`` (``{name, args, result, error}``
@@ -64,7 +64,7 @@ def message_text(ev: dict[str, Any]) -> str:
 
 
 def assistant_form(ev: dict[str, Any]) -> str:
-    """PROTOCOL §9: timestamp_ms without model_call_id = delta, with it = snapshot of the segment,
+    """docs/protocol.md §8: timestamp_ms without model_call_id = delta, with it = snapshot of the segment,
     no timestamp_ms = the full cumulative message."""
     if ev.get("timestamp_ms") is None:
         return "full"

@@ -29,6 +29,7 @@ from workbench.ingest.causal import ClientMessage, OrderUnknown, causal_position
 from workbench.ingest.exchange import Part, _first, _us, exchange_meta, exchange_status, learn_run
 from workbench.ingest.identity import PlannedFrame, SessionPlan, frame_key
 from workbench.redact import bearer_hash, redact_headers
+from workbench.schema.active import schema_stamp
 from workbench.store.db import SessionInfo
 
 TIMING_CAUSAL = ("the file has no per-frame timing: frames are in causal order (each answer right after the "
@@ -157,7 +158,7 @@ class PlanBuilder:
                            path=ex.path.split("?", 1)[0], http_status=ex.status,
                            auth_hash=bearer_hash(ex.header("authorization")), status=status, error=error,
                            meta={**self.file_meta, "exchange": ex.ident, "timing": "per-message",
-                                 **exchange_meta(ex)})
+                                 **exchange_meta(ex), **schema_stamp(self.dec.schema)})
         rid_header = ex.header("x-request-id")
         if part.request_id and rid_header and rid_header != part.request_id:
             info.meta["request_id_mismatch"] = {"header": rid_header, "body": part.request_id}
