@@ -3,8 +3,6 @@ same or a grown file add no duplicate frame. Real ``workbench import`` processes
 
 from __future__ import annotations
 
-import pytest
-
 import signal
 import subprocess
 import sys
@@ -13,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pytest
 from import_files import write_flow_copies, write_ndjson_sessions
 
 from workbench.store.db import Store

@@ -3,13 +3,13 @@ makes mypy catch a misspelt field."""
 
 from __future__ import annotations
 
-import pytest
-
 import keyword
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from workbench.schema import pb
 from workbench.schema.stubgen import STUB, render

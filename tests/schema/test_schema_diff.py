@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from workbench.schema.diff import diff
 from workbench.schema.loader import BUILTIN_FILES, PROTO_ROOT, compile_protos

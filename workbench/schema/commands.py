@@ -176,8 +176,8 @@ def _diff(args: argparse.Namespace) -> int:
 def _drift(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from workbench.errors import CliError
     from workbench.commands.common import reader_from
+    from workbench.errors import CliError
     from workbench.schema.active import active_schema
     from workbench.schema.drift import drift
 
