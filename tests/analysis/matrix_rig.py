@@ -35,8 +35,9 @@ for _dir in (HERE.parent / "capture", HERE.parent / "ingest"):
         sys.path.insert(0, str(_dir))
 
 from analysis_rig import echo_args_text  # noqa: E402
-from capture_rig import ADDON, BIN, NODE_CLIENT, env_without_proxy, free_port, wait_port  # noqa: E402
+from capture_rig import ADDON, BIN, NODE_CLIENT  # noqa: E402
 from import_rig import WHOLE_BODY_ADDON  # noqa: E402
+from support import env_without_proxy, free_port, wait_port  # noqa: E402
 
 TOKEN = "wb-matrix-token-7c1d5e"
 SOURCES = ("live", "flow", "har")

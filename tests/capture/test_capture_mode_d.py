@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from capture_rig import ADDON, BIN, ROOT, Sim, env_without_proxy, free_port, wait_port
+from capture_rig import ADDON, BIN, ROOT, Sim
 from grpcweb_mode_d_client import GRPC_WEB, ModeDClient, TurnResult, flatten, tool_round
+from support import env_without_proxy, free_port, wait_port
 
 from workbench.cli import main
 from workbench.store import open_reader
@@ -37,6 +38,8 @@ TOKEN = "wb-mode-d-token-90be12"
 BASH = {"name": "bash", "description": "Run a shell command",
         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
 SOURCES = ("live", "flow", "har")
+
+pytestmark = pytest.mark.slow
 
 
 @dataclass
