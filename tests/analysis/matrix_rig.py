@@ -3,7 +3,15 @@
 One ``workbench sim`` process, one mitmdump with the capture addon and the whole-body flow writer
 (``tests/ingest/data/whole_body_flows.py``, which also exports a HAR through mitmproxy's own
 exporter at shutdown), every cell's client run concurrently through it; then one import of the
-flow file and one of the HAR, and ``workbench diagnose --all --json`` on the three databases.
+flow file and one of the HAR, and ``workbench diagnose --all --json`` on every source's database.
+
+Five sources: the live capture (``live``), the flow-file import (``flow``), the HAR import
+(``har``), our client's own recording (``client``: ``record_to``, every wire frame as the client
+saw it) and stream-json (``stream-json``: each of our client's turns printed the way
+``cursor-agent -p --output-format stream-json --stream-partial-output`` prints one, by
+``tests/clients/stream_json_reporter.py``, then ``workbench import``-ed). The Node client has no
+recording of its own; stream-json shows no wire, so its failure cells are those a CLI's output can
+show (``tool_loop``, ``server_error``).
 
 A cell is (scenario, transport, client style, expected code): our client with ``--close-policy
 always`` or ``streams-only``, or the Node.js test client (``tests/clients/node_agent_client.mjs``:
@@ -30,17 +38,19 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-for _dir in (HERE.parent / "capture", HERE.parent / "ingest"):
+for _dir in (HERE.parent / "capture", HERE.parent / "ingest", HERE.parent / "clients"):
     if str(_dir) not in sys.path:
         sys.path.insert(0, str(_dir))
 
 from analysis_rig import echo_args_text  # noqa: E402
 from capture_rig import ADDON, BIN, NODE_CLIENT  # noqa: E402
 from import_rig import WHOLE_BODY_ADDON  # noqa: E402
+from stream_json_reporter import stream_json_lines  # noqa: E402
 from support import env_without_proxy, free_port, wait_port  # noqa: E402
 
 TOKEN = "wb-matrix-token-7c1d5e"
-SOURCES = ("live", "flow", "har")
+SOURCES = ("live", "flow", "har", "client", "stream-json")
+STREAM_JSON_CODES = ("tool_loop", "server_error")  # what a CLI's output can show of the failures
 STYLES = ("always", "streams-only", "node")
 TRANSPORTS = ("run", "runsse", "runpoll")
 # Every scenario a well-behaved client completes (built-in, sim/scenarios/).
@@ -68,6 +78,16 @@ class Cell:
     @property
     def name(self) -> str:
         return f"{self.case}/{self.scenario}/{self.transport}/{self.style}"
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The sources that hold this cell: the Node client has no recording and prints no stream-json."""
+        out = ["live", "flow", "har"]
+        if self.style != "node":
+            out.append("client")
+            if not self.ignore_exec and (self.expect is None or self.expect in STREAM_JSON_CODES):
+                out.append("stream-json")
+        return tuple(out)
 
     def prompts(self) -> list[str]:
         first = f"[scenario:{self.scenario}] please go ahead"
@@ -112,8 +132,10 @@ class Source:
     sessions: list[dict[str, Any]]  # the sessions table
     findings: dict[str, list[dict[str, Any]]]  # session_id → the findings diagnose printed
     frames: dict[str, dict[int, dict[str, Any]]]  # session_id → seq → (kind, direction, transport, append_seqno)
+    transport: str | None = None  # every session's transport when the source has one (stream-json: cli_ndjson)
 
     def session(self, rid: str, transport: str) -> dict[str, Any] | None:
+        transport = self.transport or transport
         found = [s for s in self.sessions if s["request_id"] == rid and s["transport"] == transport]
         return found[0] if len(found) == 1 else None
 
@@ -122,6 +144,8 @@ class Source:
 class Matrix:
     out: Path
     cells: list[Cell]
+    client_db: Path | None = None  # our client's own recordings (record_to)
+    stream_json: list[Path] = field(default_factory=list)  # one stream-json file per turn of our client
     rids: dict[Cell, list[str]] = field(default_factory=dict)  # the runs of a cell (a new run per turn, or one)
     outcomes: dict[Cell, list[str | None]] = field(default_factory=dict)  # per turn: the client's error, or None
     sources: dict[str, Source] = field(default_factory=dict)
@@ -129,6 +153,8 @@ class Matrix:
 
     def sessions(self, cell: Cell, source: str) -> list[dict[str, Any] | None]:
         """The cell's sessions in ``source``, one per run (None where the source has no session for it)."""
+        if source not in cell.sources:
+            return []
         return [self.sources[source].session(rid, cell.transport) for rid in self.rids[cell]]
 
     def findings(self, cell: Cell, source: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -171,12 +197,24 @@ def _workspace(root: Path) -> Path:
     return root
 
 
-async def _ours(cell: Cell, url: str, ca: Path, ws: Path) -> tuple[list[str], list[str | None]]:
+def _print_stream_json(m: Matrix, n: int, prompt: str, res: Any, ws: Path, start_ms: int) -> None:
+    """The turn as the CLI would print it (one chat per ``-p`` invocation), to a file of its own."""
+    folder = m.out / "stream-json"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"turn-{n:04d}.ndjson"
+    lines = stream_json_lines(prompt, res, session_id=str(uuid.uuid4()), cwd=str(ws), model="default",
+                              start_ms=start_ms, end_ms=int(time.time() * 1000))
+    path.write_text("\n".join(lines) + "\n")
+    m.stream_json.append(path)
+
+
+async def _ours(m: Matrix, i: int, cell: Cell, url: str, ca: Path, ws: Path, store: Any
+                ) -> tuple[list[str], list[str | None]]:
     from workbench.client.agent import AgentClient
     from workbench.client.events import Error, TurnEnded
 
     kw: dict[str, Any] = {"transport": cell.transport, "faults": cell.faults, "close_policy": cell.style,
-                          "heartbeat_interval": CLIENT_HEARTBEAT_S, "verify": str(ca)}
+                          "heartbeat_interval": CLIENT_HEARTBEAT_S, "verify": str(ca), "record_to": store}
     if cell.expect is not None:
         kw["heartbeat_budget"] = HEARTBEAT_BUDGET
     if not cell.ignore_exec:  # files and shell answered here, MCP by the caller (echoing the args it got)
@@ -184,8 +222,9 @@ async def _ours(cell: Cell, url: str, ca: Path, ws: Path) -> tuple[list[str], li
     errors: list[str | None] = []
     rids: list[str] = []
     async with AgentClient(url, TOKEN, **kw) as client:
-        for prompt in cell.prompts():
+        for turn, prompt in enumerate(cell.prompts()):
             error: str | None = None
+            start_ms = int(time.time() * 1000)
             if cell.ignore_exec:  # a caller that takes the exec and never answers it, still reading
                 async for ev in client.stream_turn(prompt):
                     if isinstance(ev, Error):
@@ -195,6 +234,8 @@ async def _ours(cell: Cell, url: str, ca: Path, ws: Path) -> tuple[list[str], li
             else:
                 res = await client.run_turn(prompt, on_exec=echo_args_text, raise_on_error=False)
                 error = res.error.code if res.error else None
+                if "stream-json" in cell.sources:
+                    _print_stream_json(m, i * 10 + turn, prompt, res, ws, start_ms)
             errors.append(error)
             assert client.last_request_id
             if client.last_request_id not in rids:
@@ -221,7 +262,7 @@ async def _node(cell: Cell, url: str, ca: Path, proxy: str, logs: Path) -> tuple
     return [rid], [summary["error"] or f"turn_ended {summary['turn_ended']}, end {summary['end_frame']}"]
 
 
-async def _drive(m: Matrix, url: str, ca: Path, proxy: str) -> None:
+async def _drive(m: Matrix, url: str, ca: Path, proxy: str, store: Any) -> None:
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(i: int, cell: Cell) -> None:
@@ -229,7 +270,8 @@ async def _drive(m: Matrix, url: str, ca: Path, proxy: str) -> None:
             if cell.style == "node":
                 rids, errors = await asyncio.wait_for(_node(cell, url, ca, proxy, m.out), 180)
             else:
-                rids, errors = await asyncio.wait_for(_ours(cell, url, ca, _workspace(m.out / f"ws-{i}")), 180)
+                rids, errors = await asyncio.wait_for(
+                    _ours(m, i, cell, url, ca, _workspace(m.out / f"ws-{i}"), store), 180)
             m.rids[cell] = rids
             m.outcomes[cell] = errors
 
@@ -262,7 +304,7 @@ def _cli(*args: str) -> str:
     return buf.getvalue()
 
 
-def _source(db: Path) -> Source:
+def _source(db: Path, transport: str | None = None) -> Source:
     from workbench.store import open_reader
 
     findings: dict[str, list[dict[str, Any]]] = {}
@@ -279,12 +321,14 @@ def _source(db: Path) -> Source:
         r.close()
     for s in sessions:
         s["meta"] = json.loads(s["meta"]) if s["meta"] else {}
-    return Source(db, sessions, findings, frames)
+    return Source(db, sessions, findings, frames, transport)
 
 
 def record_matrix(out: Path, cells: Sequence[Cell]) -> Matrix:
-    """Run every cell once through one simulator and one mitmdump; import; diagnose the three sources."""
-    m = Matrix(out, list(cells))
+    """Run every cell once through one simulator and one mitmdump; import; diagnose the five sources."""
+    from workbench.store import Store
+
+    m = Matrix(out, list(cells), client_db=out / "client.duckdb")
     live_db, flows, har = out / "live.duckdb", out / "whole.flows", out / "whole.har"
     t0 = time.monotonic()
     sim = subprocess.Popen(
@@ -309,20 +353,26 @@ def record_matrix(out: Path, cells: Sequence[Cell]) -> Matrix:
         wait_port(port, mitm)
         ca = confdir / "mitmproxy-ca-cert.pem"
         m.seconds["start"] = time.monotonic() - t0
-        asyncio.run(_drive(m, url, ca, f"http://127.0.0.1:{port}"))
+        store = Store(m.client_db)  # one writer for every client of this process (DuckDB: one per file)
+        try:
+            asyncio.run(_drive(m, url, ca, f"http://127.0.0.1:{port}", store))
+        finally:
+            store.close()
         m.seconds["clients"] = time.monotonic() - t0 - m.seconds["start"]
     finally:
         if mitm is not None:
             assert _stop(mitm, signal.SIGINT) == 0, (out / "mitmdump.log").read_text()[-3000:]
         _stop(sim, signal.SIGTERM)
     t1 = time.monotonic()
-    flow_db, har_db = out / "flow.duckdb", out / "har.duckdb"
+    flow_db, har_db, sj_db = out / "flow.duckdb", out / "har.duckdb", out / "stream-json.duckdb"
     _cli("import", str(flows), "--db", str(flow_db))
     _cli("import", str(har), "--db", str(har_db))
+    _cli("import", *map(str, m.stream_json), "--db", str(sj_db))
     m.seconds["imports"] = time.monotonic() - t1
     t2 = time.monotonic()
-    for name, db in (("live", live_db), ("flow", flow_db), ("har", har_db)):
+    for name, db in (("live", live_db), ("flow", flow_db), ("har", har_db), ("client", m.client_db)):
         m.sources[name] = _source(db)
+    m.sources["stream-json"] = _source(sj_db, "cli_ndjson")
     m.seconds["diagnose"] = time.monotonic() - t2
     return m
 
@@ -331,31 +381,38 @@ def record_matrix(out: Path, cells: Sequence[Cell]) -> Matrix:
 
 
 def table(m: Matrix) -> str:
-    """The matrix for the report: sessions × sources, findings on healthy cells, codes per failure."""
+    """The matrix for the report: sessions/findings per (style, transport) × source on healthy cells,
+    and per failure the cells that gave their code in each source ("-": the source cannot hold it)."""
     lines = []
     healthy = [c for c in m.cells if c.expect is None]
-    lines.append(f"healthy: {len(HEALTHY_SCENARIOS)} scenarios × transports × styles = {len(healthy)} sessions "
-                 f"× {len(SOURCES)} sources = {len(healthy) * len(SOURCES)} diagnosed sessions")
-    lines.append(f"{'style':14} {'transport':9} " + " ".join(f"{s + ' sessions/findings':>22}" for s in SOURCES))
+    diagnosed = sum(len(c.sources) for c in healthy)
+    lines.append(f"healthy: {len(HEALTHY_SCENARIOS)} scenarios × transports × styles = {len(healthy)} cells; "
+                 f"{diagnosed} sessions diagnosed across {len(SOURCES)} sources (sessions/findings)")
+    lines.append(f"{'style':13} {'transport':9} " + " ".join(f"{s:>11}" for s in SOURCES))
     for style in STYLES:
         for t in _transports(style):
             cells = [c for c in healthy if c.style == style and c.transport == t]
             row = []
             for s in SOURCES:
-                n = sum(1 for c in cells for x in m.sessions(c, s) if x is not None)
-                f = sum(len(m.codes(c, s)) for c in cells)
-                row.append(f"{n:>14}/{f:<7}")
-            lines.append(f"{style:14} {t:9} " + " ".join(row))
-    total = sum(len(m.codes(c, s)) for c in healthy for s in SOURCES)
-    lines.append(f"findings on healthy sessions: {total}")
+                held = [c for c in cells if s in c.sources]
+                n = sum(1 for c in held for x in m.sessions(c, s) if x is not None)
+                f = sum(len(m.findings(c, s)) for c in held)
+                row.append(f"{n}/{f}" if held else "-")
+            lines.append(f"{style:13} {t:9} " + " ".join(f"{r:>11}" for r in row))
+    per_source = {s: sum(len(m.findings(c, s)) for c in healthy) for s in SOURCES}
+    lines.append(f"findings on healthy sessions: {sum(per_source.values())} "
+                 f"({', '.join(f'{s} {n}' for s, n in per_source.items())})")
     lines.append("")
-    lines.append(f"{'failure':22} {'expected code':30} {'cells':5} " + " ".join(f"{s:>6}" for s in SOURCES)
+    lines.append(f"{'failure':22} {'expected code':30} {'cells':5} " + " ".join(f"{s:>11}" for s in SOURCES)
                  + "  what the clients saw")
     for case in dict.fromkeys(c.case for c in m.cells if c.expect is not None):
         cells = [c for c in m.cells if c.case == case]
-        hits = [f"{sum(1 for c in cells if c.expect in m.codes(c, s))}/{len(cells)}" for s in SOURCES]
+        hits = []
+        for s in SOURCES:
+            held = [c for c in cells if s in c.sources]
+            hits.append(f"{sum(1 for c in held if c.expect in m.codes(c, s))}/{len(held)}" if held else "-")
         saw = sorted({" → ".join((e or "turn completed").split(":")[0] for e in m.outcomes[c]) for c in cells})
-        lines.append(f"{case:22} {cells[0].expect:30} {len(cells):5} " + " ".join(f"{h:>6}" for h in hits)
+        lines.append(f"{case:22} {cells[0].expect:30} {len(cells):5} " + " ".join(f"{h:>11}" for h in hits)
                      + "  " + "; ".join(saw))
     lines.append("")
     lines.append("timing (s): " + ", ".join(f"{k} {v:.1f}" for k, v in m.seconds.items()))

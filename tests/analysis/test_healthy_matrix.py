@@ -2,10 +2,12 @@
 
 Real processes throughout (``matrix_rig``): one ``workbench sim``, one mitmdump with the capture
 addon and the whole-body flow writer (+ HAR through mitmproxy's own exporter), our client in both
-close styles and the Node.js test client (never half-closing) run concurrently through it; then
-``workbench import`` of the flow file and of the HAR, and ``workbench diagnose --all --json`` on
-the live capture and the two imports. Every healthy (scenario, transport, style) cell has zero
-findings in each source; every failure cell has its code in each source, with evidence frames.
+close styles (recording itself) and the Node.js test client (never half-closing) run concurrently
+through it; our client's turns are also printed as ``cursor-agent`` stream-json. Then
+``workbench import`` of the flow file, the HAR and the stream-json, and ``workbench diagnose --all
+--json`` on the five sources (live capture, flow, HAR, client recording, stream-json). Every
+healthy (scenario, transport, style) cell has zero findings in each source that holds it; every
+failure cell has its code in each source that can show it, with evidence frames.
 The matrix with its counts is printed by ``test_matrix_table`` (whatever pytest's capture).
 """
 
@@ -36,6 +38,11 @@ EVIDENCE = {
     "unanswered_exec": ("exec_server_message.shell_args", "interaction_update.heartbeat"),
     "server_error": ("end_stream.error",),
 }
+# The same in a stream-json recording (the CLI's events, no wire).
+EVIDENCE_STREAM_JSON = {
+    "tool_loop": ("tool_call.started", "tool_call.completed"),
+    "server_error": ("result.error",),
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +51,7 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Matrix:
 
 
 def _cells(cells: list[Cell]) -> list[Any]:
-    return [pytest.param(c, s, id=f"{c.name}/{s}") for c in cells for s in SOURCES]
+    return [pytest.param(c, s, id=f"{c.name}/{s}") for c in cells for s in c.sources]
 
 
 def _messages(m: Matrix, cell: Cell, source: str) -> list[str]:
@@ -58,8 +65,14 @@ def test_healthy_cell_has_no_finding(matrix: Matrix, cell: Cell, source: str) ->
     assert session is not None, f"no {cell.transport} session for request {matrix.rids[cell]} in the {source} source"
     assert matrix.codes(cell, source) == [], _messages(matrix, cell, source)
     frames = matrix.sources[source].frames[session["session_id"]]
-    assert len(frames) > 10 and "interaction_update.turn_ended" in {f["kind"] for f in frames.values()}
-    if source != "live":  # judged like a capture only because the interleaving was rebuilt
+    kinds = {f["kind"] for f in frames.values()}
+    if source == "stream-json":  # the CLI's account of the turn: it ended well
+        assert session["status"] == "complete"
+        assert "result.success" in kinds
+        return
+    assert len(frames) > 10
+    assert "interaction_update.turn_ended" in kinds
+    if source in ("flow", "har"):  # judged like a capture only because the interleaving was rebuilt
         assert session["meta"]["order"] == "causal", session["meta"].get("order_note")
 
 
@@ -67,28 +80,32 @@ def test_healthy_cell_has_no_finding(matrix: Matrix, cell: Cell, source: str) ->
 def test_failure_cell_has_its_code_with_evidence(matrix: Matrix, cell: Cell, source: str) -> None:
     assert matrix.recorded(cell, source), f"a run of request(s) {matrix.rids[cell]} is missing from {source}"
     codes = matrix.codes(cell, source)
-    assert cell.expect in codes and set(cell.also) <= set(codes), (codes, _messages(matrix, cell, source))
+    assert cell.expect in codes, (codes, _messages(matrix, cell, source))
+    assert set(cell.also) <= set(codes), (codes, _messages(matrix, cell, source))
     for session, f in matrix.findings(cell, source):
         if f["code"] not in (cell.expect, *cell.also):
             continue
         frames = matrix.sources[source].frames[session["session_id"]]
-        assert f["evidence"] and set(f["evidence"]) <= set(frames), (f["code"], f["evidence"])
+        assert f["evidence"], f["code"]
+        assert set(f["evidence"]) <= set(frames), (f["code"], f["evidence"])
         kinds = {frames[e]["kind"] for e in f["evidence"]}
-        for want in EVIDENCE[f["code"]]:
+        for want in (EVIDENCE_STREAM_JSON if source == "stream-json" else EVIDENCE)[f["code"]]:
             assert any(k.startswith(want) for k in kinds), (f["code"], want, sorted(kinds))
         if f["code"] == "append_seqno_anomaly":  # two client appends under one seqno
             seqnos = [frames[e]["append_seqno"] for e in f["evidence"]
                       if frames[e]["transport"] == "bidi_append" and frames[e]["direction"] == "client"]
-            assert len(seqnos) >= 2 and len(set(seqnos)) < len(seqnos), seqnos
+            assert len(seqnos) >= 2, seqnos
+            assert len(set(seqnos)) < len(seqnos), seqnos
 
 
 def test_matrix_table(matrix: Matrix, capsys: pytest.CaptureFixture[str]) -> None:
     """Every session of every source belongs to a cell: the counts of the table are the whole story."""
     with capsys.disabled():
         print("\n" + table(matrix))
-    mine = {(rid, c.transport) for c in matrix.cells for rid in matrix.rids[c]}
     for source in SOURCES:
+        fixed = matrix.sources[source].transport
+        mine = {(rid, fixed or c.transport) for c in matrix.cells if source in c.sources for rid in matrix.rids[c]}
         sessions = matrix.sources[source].sessions
         strays = [s for s in sessions if (s["request_id"], s["transport"]) not in mine]
         assert strays == [], (source, [(s["transport"], s["request_id"], s["status"]) for s in strays])
-        assert len(sessions) == len(mine)
+        assert len(sessions) == len(mine), source

@@ -19,7 +19,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.client.events import Error, ExecHandled, ExecRequest, TextDelta, ThinkingDelta, ToolCall, TurnResult
+from workbench.client.events import (
+    Error,
+    ExecHandled,
+    ExecRequest,
+    TextDelta,
+    ThinkingDelta,
+    ToolCall,
+    TurnResult,
+)
 
 
 def camel_tool_key(kind: str, name: str) -> str:
@@ -49,6 +57,13 @@ class _Report:
             self.emit({"type": "thinking", "subtype": "completed", "model_call_id": self.model_call_id})
             self.thinking_open = False
 
+    def tool_call(self, call: ToolCall, outcome: dict[str, Any]) -> None:
+        self.close_segment()
+        key = camel_tool_key(call.kind, call.name)
+        for subtype, body in (("started", {"args": call.args}), ("completed", {"args": call.args, "result": outcome})):
+            self.emit({"type": "tool_call", "subtype": subtype, "call_id": call.call_id,
+                       "tool_call": {key: body, "toolCallId": call.call_id}, "model_call_id": self.model_call_id})
+
     def close_segment(self) -> None:
         if self.segment:
             self.emit({"type": "assistant", "message": _message(self.segment), "model_call_id": self.model_call_id})
@@ -67,7 +82,10 @@ def stream_json_lines(prompt: str, result: TurnResult, *, session_id: str, cwd: 
     r.emit({"type": "system", "subtype": "init", "apiKeySource": "login", "cwd": cwd, "model": model,
             "permissionMode": "default"}, timed=False)
     r.emit({"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": prompt}]}}, timed=False)
-    started: dict[str, dict[str, Any]] = {}  # exec_id → the tool_call object of a started call
+    # The service reports a tool call complete only after its exec was answered; the CLI prints
+    # ``started`` when it starts the tool and ``completed`` when the tool is done: both at the exec.
+    calls = {ev.exec_id: ev for ev in result.events if isinstance(ev, ToolCall) and ev.exec_id}
+    printed: set[str] = set()
     for ev in result.events:
         if isinstance(ev, ThinkingDelta):
             r.thinking_open = True
@@ -77,24 +95,14 @@ def stream_json_lines(prompt: str, result: TurnResult, *, session_id: str, cwd: 
         if isinstance(ev, TextDelta) and ev.text:
             r.segment += ev.text
             r.emit({"type": "assistant", "message": _message(ev.text)})
-        elif isinstance(ev, ToolCall):
-            r.close_segment()
-            call = {camel_tool_key(ev.kind, ev.name): {"args": ev.args}, "toolCallId": ev.call_id}
-            r.emit({"type": "tool_call", "subtype": "started", "call_id": ev.call_id, "tool_call": call,
-                    "model_call_id": r.model_call_id})
-            started[ev.exec_id or ev.call_id] = call
-        elif isinstance(ev, ExecHandled | ExecRequest):
-            if ev.kind == "request_context" or not started:
-                continue  # an exec without a tool call of its own
-            # the call this exec runs: by exec id, else the oldest one still open (the exec came
-            # before the call's exec id was known)
-            call = started.pop(ev.exec_id) if ev.exec_id in started else started.pop(next(iter(started)))
+        elif isinstance(ev, ExecHandled | ExecRequest) and ev.exec_id in calls:
             ok = ev.ok if isinstance(ev, ExecHandled) else True
-            [(key, body)] = [(k, v) for k, v in call.items() if k.endswith("ToolCall")]
-            outcome = {"success": {"kind": ev.kind}} if ok else {"error": {"message": getattr(ev, "detail", "")}}
-            r.emit({"type": "tool_call", "subtype": "completed", "call_id": call["toolCallId"],
-                    "tool_call": {key: {**body, "result": outcome}, "toolCallId": call["toolCallId"]},
-                    "model_call_id": r.model_call_id})
+            detail = getattr(ev, "detail", "")
+            outcome = {"success": {"kind": ev.kind, "detail": detail}} if ok else {"error": {"message": detail}}
+            r.tool_call(calls[ev.exec_id], outcome)
+            printed.add(calls[ev.exec_id].call_id)
+        elif isinstance(ev, ToolCall) and ev.call_id not in printed:
+            r.tool_call(ev, {"success": {}})  # a call the client ran no exec for
     r.close_thinking()
     r.close_segment()
     final = "\n\n".join(r.segments)
