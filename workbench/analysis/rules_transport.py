@@ -190,13 +190,20 @@ def _interval_s(ctx: Context) -> tuple[float, str]:
 @rule("end_stream_not_delivered", "warning", "the client kept sending long after the server ended the stream")
 def end_stream_not_delivered(ctx: Context) -> list[Finding]:
     """Client frames more than one heartbeat interval after the server's end-stream: the client
-    never saw the end. Needs per-frame timing, so imports without it are not judged."""
+    never saw the end. Needs per-frame timing, so imports without it are not judged.
+
+    A frame the client sent just before the end reached it is recorded up to one round trip after
+    the end (the end travels to the client, the frame back to whatever records). That allowance is
+    measured on the session itself: its slowest KV answer, which costs the client no work. Without
+    it a heartbeat in flight through a loaded proxy reads as late once the client beats faster than
+    the path's round trip."""
     f = ctx.facts
     if not f.end_streams or not f.after_end or ctx.order != ORDER_TIME or ctx.session.get("transport") == "unary":
         return []
     end = f.end_streams[-1]
     interval, what = _interval_s(ctx)
-    late = [(s, t, k) for s, t, k in f.after_end if t - end.ts > interval * 1e6]
+    trip_s = f.kv_round_trip_us / 1e6
+    late = [(s, t, k) for s, t, k in f.after_end if t - end.ts > (interval + trip_s) * 1e6]
     if not late:
         return []
     last_seq, last_ts, _k = f.after_end[-1]
@@ -207,8 +214,9 @@ def end_stream_not_delivered(ctx: Context) -> list[Finding]:
         "end_stream_not_delivered",
         f"the server ended the stream at seq {end.seq}{after_turn}, but the client kept sending: "
         f"{f.after_end_count} frame(s) ({', '.join(kinds[:4])}), the last at seq {last_seq} "
-        f"{(last_ts - end.ts) / 1e6:.1f} s later, more than {what} ({interval:.1f} s). The client evidently never "
-        "saw the end of the response.",
+        f"{(last_ts - end.ts) / 1e6:.1f} s later, more than {what} ({interval:.1f} s)"
+        + (f" plus the slowest KV round trip of the session ({trip_s:.1f} s)" if trip_s >= 0.05 else "")
+        + ". The client evidently never saw the end of the response.",
         [end.seq] + ([turn[-1]] if turn else []) + [s for s, _t, _k in late[:5]] + [last_seq],
         "Something on the path held back the end of the response (END_STREAM / the last chunk): typically a proxy "
         "or MITM that forwards the response end only once the request side is done, or that buffers the response "
