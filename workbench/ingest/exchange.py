@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from workbench.capture.appends import append_answer
 from workbench.capture.match import DEFAULT_PATHS, Matcher, Route
 from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, http_error_frame
 from workbench.ingest.identity import WriteOutcome
@@ -146,7 +147,11 @@ def decode_exchange(dec: Decoder, ex: Exchange, route: Route) -> Part:
                 part.server = [Frame("unary", "credential RPC body (redacted)", marker(ex.resp_body).encode())]
         elif transport == "bidi_append":
             if ex.resp_body:
-                part.server = dec.decode_body(ex.resp_body, "bidi_append", "server", session=ex.session_key)
+                # As live capture keeps it: an accepted answer is the append's meta (a gRPC-Web
+                # trailer's status joins the exchange's trailers), a refusal is a frame.
+                part.server, trailer = append_answer(dec.decode_body(ex.resp_body, "bidi_append", "server",
+                                                                     session=ex.session_key))
+                ex.trailers = [*ex.trailers, *trailer.items()]
         elif ex.resp_body or transport in STREAM_TRANSPORTS:
             part.server = dec.decode_body(ex.resp_body, transport, "server", msg_type=route.response_type,
                                           session=ex.session_key)
