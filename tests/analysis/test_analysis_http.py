@@ -209,3 +209,28 @@ def test_grpc_web_append_refused_inside_a_200_answer(analysis_store: Store) -> N
     assert {rr, answer} <= set(rej.evidence)
     assert "HTTP 200 with invalid_argument" in rej.message
     assert "carried run_request" in rej.message
+
+
+def test_heartbeats_refused_after_the_end_harm_nobody(analysis_store: Store) -> None:
+    """A heartbeat in flight as the run ends reaches a server that has let the stream go (404):
+    nothing the run needed was lost, so no finding; a real message refused alike still is one."""
+    b = SessionBuilder(analysis_store, transport="runsse")
+    b.append(0, meta={"http_status": 200}, run_request=_run_request())
+    b.text("hello")
+    b.checkpoint()
+    b.turn_ended()
+    b.end_stream()
+    b.append(1, meta={"http_status": 404}, client_heartbeat=pb.ClientHeartbeat())
+    b.http_error(404, b'{"code": "not_found", "message": "no live run"}', seqno=1)
+    assert analyze_session(analysis_store, b.done()).findings == []
+
+    b = SessionBuilder(analysis_store, "late-result", transport="runsse")
+    b.append(0, meta={"http_status": 200}, run_request=_run_request())
+    b.text("hello")
+    b.turn_ended()
+    b.end_stream()
+    hb = b.append(1, meta={"http_status": 404}, client_heartbeat=pb.ClientHeartbeat())
+    late = b.append(2, meta={"http_status": 404}, conversation_action=pb.ConversationAction(
+        user_message_action=pb.UserMessageAction(user_message=pb.UserMessage(text="and now?"))))
+    f = next(f for f in analyze_session(analysis_store, b.done()).findings if f.code == "append_rejected")
+    assert f.evidence[:2] == [hb, late] and "conversation_action" in f.message

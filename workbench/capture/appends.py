@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.decode.classify import Frame
+from workbench.wire.endstream import parse_grpc_web_trailer
+from workbench.wire.envelope import FLAG_TRAILER
 
 REORDER_WINDOW_S = 10.0
 REORDER_AFTER_END_S = 2.0
@@ -45,6 +47,22 @@ def append_exchange_meta(http_status: int | None, request_headers: Iterable[tupl
     meta: dict[str, Any] = {"http_status": http_status, "request_headers": headers, "content_type": content_type}
     meta.update({k: v for k, v in extra.items() if v is not None})
     return meta
+
+
+def append_answer(frames: Iterable[Frame]) -> tuple[list[Frame], dict[str, str]]:
+    """A BidiAppend's 2xx answer as recordings keep it (live capture and imports alike): the frames
+    worth a row — a refusal (``end_stream.error``, e.g. a gRPC-Web trailer with a non-zero status) or
+    anything but the empty ``BidiAppendResponse`` and a clean end — and the gRPC facts of its
+    trailer frame (``grpc-status``, ``grpc-message``), which belong in the append's meta."""
+    kept: list[Frame] = []
+    grpc: dict[str, str] = {}
+    for f in frames:
+        if f.kind.startswith("end_stream") and f.flags & FLAG_TRAILER:
+            grpc.update({k: v for k, v in parse_grpc_web_trailer(f.payload).items()
+                         if k in ("grpc-status", "grpc-message")})
+        if f.kind == "end_stream.error" or not (f.kind.startswith("end_stream") or f.kind == "empty"):
+            kept.append(f)
+    return kept, grpc
 
 
 @dataclass(slots=True)

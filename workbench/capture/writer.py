@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.capture.appends import AppendOrder, Held, append_exchange_meta
+from workbench.capture.appends import AppendOrder, Held, append_answer, append_exchange_meta
 from workbench.capture.sink import HOLD_BYTES, HOLD_FRAMES, Sink, SinkConfig
 from workbench.decode.classify import (
     CLIENT_MSG,
@@ -42,7 +42,6 @@ from workbench.redact import marker, redact_frame, secret_method
 from workbench.schema.active import schema_stamp
 from workbench.store.db import SessionInfo, Store, us_to_datetime
 from workbench.store.recorder import Recorder
-from workbench.wire.endstream import parse_grpc_web_trailer
 
 log = logging.getLogger("workbench.capture")
 
@@ -406,11 +405,8 @@ class CaptureWriter:
         if status is not None and status != 200:
             answer.append(http_error_frame(status, body))
         elif body:
-            for f in self.decoder.decode_body(body, "bidi_append", "server"):
-                if f.kind.startswith("end_stream") and f.flags & 0x80:
-                    grpc.update(parse_grpc_web_trailer(f.payload))  # a gRPC-Web trailer frame
-                if f.kind == "end_stream.error" or not (f.kind.startswith("end_stream") or f.kind == "empty"):
-                    answer.append(f)  # a refusal, or something other than the empty BidiAppendResponse
+            answer, trailer = append_answer(self.decoder.decode_body(body, "bidi_append", "server"))
+            grpc.update(trailer)
         grpc_status = grpc.get("grpc-status")
         meta = append_exchange_meta(status, fo.meta.get("request_headers"), fo.content_type,
                                     grpc_status=int(grpc_status) if grpc_status and grpc_status.isdigit() else None,

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from workbench.store.db import SessionInfo, Store
 
 LABEL_MAX = 60
+# The prompt marker that selects a simulator scenario (``workbench sim``): ``[scenario:NAME]``.
+# Defined here, below the simulator, because labels read it in any recording of sim traffic.
+SCENARIO_MARKER = re.compile(r"\[scenario:([A-Za-z0-9_.\-]+)\]")
 # Client messages whose user text is a prompt: the run's first request, or a follow-up turn.
 PROMPT_KINDS = ("run_request", "conversation_action.user_message_action", "conversation_action")
 _REDACTED = re.compile(r"^\[redacted sha256:[0-9a-f]+\]$")
@@ -32,10 +35,9 @@ _SPACE = re.compile(r"\s+")
 
 
 def scenario_in(text: str | None) -> str | None:
-    """The simulator scenario a ``[scenario:NAME]`` prompt marker selects (``workbench.sim.scenario``)."""
-    from workbench.sim.scenario import marker_in
-
-    return marker_in(text or "")
+    """The simulator scenario a ``[scenario:NAME]`` prompt marker selects."""
+    m = SCENARIO_MARKER.search(text or "")
+    return m.group(1) if m else None
 
 
 def is_redacted(text: str) -> bool:

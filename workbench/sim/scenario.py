@@ -12,18 +12,17 @@ in the middle of somebody's turn.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
+from workbench.protocol.labels import scenario_in
 from workbench.sim.exec_completion import POLICIES, StreamClosePolicy, parse_policy
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "scenarios"
 DEFAULT_SCENARIO = "text"
-MARKER = re.compile(r"\[scenario:([A-Za-z0-9_.\-]+)\]")
 
 EXEC_KINDS = ("shell", "shell_stream", "read", "ls", "grep", "write", "delete", "mcp")
 KV_BLOBS = ("system", "user", "assistant_text", "assistant_tool_call", "tool_result")
@@ -198,5 +197,5 @@ def unknown_scenario_message(name: str, available: Iterable[str]) -> str:
 
 
 def marker_in(text: str) -> str | None:
-    m = MARKER.search(text or "")
-    return m.group(1) if m else None
+    """The scenario a prompt's ``[scenario:NAME]`` marker selects (``workbench.protocol.labels``)."""
+    return scenario_in(text)
