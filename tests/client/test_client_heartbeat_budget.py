@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from workbench.client.agent import AgentClient, _Run
+from workbench.client.agent import AgentClient, ClientRun
 from workbench.client.events import Error, Event
 from workbench.client.recording import RunWire
 from workbench.client.transport import Incoming, RunSSEChannel
@@ -77,7 +77,7 @@ async def _beats(ch: _Posting, n: int) -> AsyncIterator[Incoming]:
 async def _events(posting: int, beats: int, budget: int) -> list[Event]:
     client = AgentClient("https://sim.invalid", "t", transport="runsse", heartbeat_budget=budget)
     ch = _Posting(posting)
-    run = _Run(ch, [], "default")  # type: ignore[arg-type]
+    run = ClientRun(ch, [], "default")  # type: ignore[arg-type]
     run.iterator = _beats(ch, beats)
     out: list[Any] = [ev async for ev in client._events(run)]
     await client.aclose()
