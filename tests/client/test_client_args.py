@@ -1,4 +1,4 @@
-"""Tool-call argument reconstruction (workbench.client.args): pure functions."""
+"""Tool-call argument reconstruction (workbench.protocol.args): pure functions."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workbench.client import args as A
+from workbench.protocol import args as A
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=20),

@@ -21,7 +21,6 @@ from typing import Any
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
-from workbench.analysis.argsutil import accumulate_args_text
 from workbench.analysis.exchanges import error_code, meta_fields
 from workbench.analysis.records import (
     Append,
@@ -37,6 +36,7 @@ from workbench.analysis.records import (
     SessionFacts,
 )
 from workbench.analysis.status import grpc_code_name, status_in_text
+from workbench.protocol.args import accumulate_args_text
 from workbench.schema import pb
 
 # Message classes looked up once (pb's lookup is a dict walk per attribute access).

@@ -45,6 +45,7 @@ from workbench.capture.writer import (
     FlowOpen,
     WriterConfig,
 )
+from workbench.protocol.status import describe_reset
 from workbench.redact import LEVELS, bearer_hash, redact_headers
 from workbench.store.db import DEFAULT_DB
 
@@ -249,7 +250,7 @@ class CursorCapture:
             return
         reset = flow.metadata.get(stream_end.RESET)
         if reset is not None:
-            msg = stream_end.describe_reset(reset)
+            msg = describe_reset(reset)
         else:
             msg = flow.error.msg if flow.error else "flow failed"
         self.writer.queue.put((EV_DONE, flow.id, time.time_ns() // 1000, msg, {}, reset))

@@ -10,16 +10,15 @@ small per-run window and releases them in seqno order; a gap that does not fill 
 
 Evidence: each append frame is recorded where it arrived, and carries the facts of the HTTP
 exchange that carried it in ``Frame.meta`` (``frames.meta``), completed when the answer comes
-(``Sink.patch_meta``), with the keys imports use too (``append_exchange_meta``); the server's
+(``Sink.patch_meta``), with the keys imports use too (``workbench.protocol.append_meta``); the server's
 refusal follows the append it refuses.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from workbench.decode.classify import Frame
 
@@ -31,20 +30,6 @@ REORDER_MAX = 64
 # append itself, then the server's refusal if any, travel together).
 Held = tuple[int, str, str, str | None, Frame]
 Emit = Callable[[str, int, str, str, "str | None", Frame], None]
-
-
-def append_exchange_meta(http_status: int | None, request_headers: Iterable[tuple[str, str]] | None,
-                         content_type: str | None, **extra: Any) -> dict[str, Any]:
-    """``frames.meta`` of a BidiAppend frame: the HTTP status it was answered with, its request
-    headers as a dict (names lower-cased, repeated headers joined with ", "; already redacted by the
-    caller with ``workbench.redact.redact_headers``) and its content type, plus any ``extra`` facts (``grpc_status``, ``grpc_message``, ``error``)."""
-    headers: dict[str, str] = {}
-    for name, value in request_headers or ():
-        key = name.lower()
-        headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    meta: dict[str, Any] = {"http_status": http_status, "request_headers": headers, "content_type": content_type}
-    meta.update({k: v for k, v in extra.items() if v is not None})
-    return meta
 
 
 @dataclass(slots=True)
