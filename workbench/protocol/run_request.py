@@ -77,7 +77,7 @@ def run_request_facts(kind: str, payload: bytes | None, message_class: Any = Non
         msg = message_class.FromString(payload or b"")
     except DecodeError:
         return None
-    if msg.WhichOneof("message") != kind:
+    if msg.WhichOneof("message") not in (kind, None):  # another message (an empty one reads as an empty request)
         return None
     return facts_of(kind, getattr(msg, kind))
 
