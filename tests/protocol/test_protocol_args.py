@@ -75,3 +75,61 @@ def test_mcp_value_falls_back_to_utf8() -> None:
     assert A.mcp_args_to_json({"a": b"plain text value", "b": A.encode_value([1, 2.5])}) == {
         "a": "plain text value", "b": [1, 2.5]}
     assert A.decode_value(b"") is None
+
+
+# snapshots and increments ----------------------------------------------------------------------
+
+@given(st.text(max_size=200), st.integers(1, 12))
+def test_the_services_snapshots_rebuild_the_text_and_naive_concat_shows_its_junctions(text: str, n: int) -> None:
+    snaps = A.snapshots(text, n)
+    assert snaps[-1] == text or (not text and snaps == [""])
+    assert all(b.startswith(a) for a, b in zip(snaps, snaps[1:], strict=False))
+    assert A.accumulate_all(snaps) == text
+    naive = A.naive_concat(snaps)
+    for junction in A.naive_junctions(snaps):
+        assert junction in naive
+
+
+@given(st.lists(st.text(min_size=1, max_size=12), max_size=10))
+def test_increments_accumulate_like_concatenation_unless_one_repeats_the_text_so_far(parts: list[str]) -> None:
+    """A true increment is appended; the rule cannot tell one that happens to start with all the text
+    so far from a snapshot (it takes it as a snapshot), so the property holds outside that case."""
+    text = ""
+    ambiguous = False
+    for p in parts:
+        ambiguous = ambiguous or p.startswith(text)
+        text += p
+    if not ambiguous:
+        assert A.accumulate_all(parts) == "".join(parts)
+
+
+@given(st.lists(st.text(max_size=12), max_size=10))
+def test_accumulating_step_by_step_equals_accumulate_all(deltas: list[str]) -> None:
+    text = ""
+    for d in deltas:
+        text = A.accumulate_args_text(text, d)
+    assert text == A.accumulate_all(deltas)
+
+
+def test_no_junctions_without_snapshots() -> None:
+    assert A.naive_junctions(["ab", "cd", "ef"]) == []
+    assert A.naive_junctions(['{"pa', '{"path": 1}'], width=3) == ['"pa{"p']
+
+
+@given(objects, objects)
+def test_the_merge_keeps_every_key_and_never_trades_structure_for_a_string(streamed: dict, completion: dict) -> None:
+    merged = A.merge_mcp_args(streamed, completion)
+    assert set(merged) == set(streamed) | set(completion)
+    for key, value in merged.items():
+        if key in streamed and key in completion and not isinstance(streamed[key], str) \
+                and isinstance(completion[key], str):
+            assert value == streamed[key]
+        elif key in completion:
+            assert value == completion[key]
+
+
+def test_parse_json_takes_any_json() -> None:
+    assert A.parse_json("[1, 2]") == [1, 2]
+    assert A.parse_json('{"a"') is None
+    assert A.parse_json(None) is None
+    assert A.parse_args_text("[1, 2]") is None  # args are an object
