@@ -8,6 +8,7 @@ our client recording to its own database through the proxy.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -38,9 +39,10 @@ async def _turn(sim: Sim, m: Mitm, transport: str, prompt: str, record_to: Path,
     async with AgentClient(sim.url, TOKEN, transport=transport, verify=str(m.ca), heartbeat_interval=0.3,
                            record_to=record_to) as c:
         if leave_early:
-            async for ev in c.stream_turn(prompt):
-                if isinstance(ev, TextDelta):
-                    break  # the caller walks away mid-turn: the client closes the run
+            async with contextlib.aclosing(c.stream_turn(prompt)) as events:
+                async for ev in events:
+                    if isinstance(ev, TextDelta):
+                        break  # the caller walks away mid-turn: the client closes the run
         else:
             await asyncio.wait_for(c.run_turn(prompt, raise_on_error=False), 120)
         assert c.last_request_id

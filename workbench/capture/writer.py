@@ -103,6 +103,19 @@ class _Flow:
     done: bool = False
     secret: bool = False  # an RPC whose bodies are credentials: store markers only
 
+    def note_end(self, f: Frame) -> None:
+        """A server frame; one that ends the response (end-stream, gRPC-Web trailer frame) is noted."""
+        if f.kind.startswith("end_stream"):
+            self.saw_end = True
+            if f.kind == "end_stream.error":
+                self.end_error = f.summary
+
+    def ending(self, grpc: dict[str, str], failure: str | None, reset: dict[str, Any] | None = None) -> ExchangeEnd:
+        """What this exchange showed of its end, for ``workbench.protocol.status``."""
+        return ExchangeEnd(self.open.transport, self.http_status, framing_of(self.open.content_type),
+                           grpc.get("grpc-status"), grpc.get("grpc-message"), self.saw_end, self.end_error,
+                           self.http_error, failure=failure, reset=reset)
+
 
 @dataclass
 class WriterConfig:
@@ -313,18 +326,10 @@ class CaptureWriter:
         for f in dec.feed(chunk):
             self._frame(fl, ts_us, direction, f)
 
-    @staticmethod
-    def _note_end(fl: _Flow, f: Frame) -> None:
-        """A server frame that ends the response (its end-stream, or gRPC-Web trailer frame)."""
-        if f.kind.startswith("end_stream"):
-            fl.saw_end = True
-            if f.kind == "end_stream.error":
-                fl.end_error = f.summary
-
     def _frame(self, fl: _Flow, ts_us: int, direction: str, f: Frame) -> None:
         fo = fl.open
         if direction == "server":
-            self._note_end(fl, f)
+            fl.note_end(f)
         if fl.session_id is None:
             if direction == "client" and f.request_id and fo.transport in ("runsse", "runpoll"):
                 self._bind(fl, f.request_id)
@@ -394,7 +399,7 @@ class CaptureWriter:
                 return
             frames = self.decoder.decode_body(body, "unary", "server", fo.response_type)
             for f in frames:
-                self._note_end(fl, f)
+                fl.note_end(f)
                 self._emit_flow(fl, ts_us, direction, self._typed(f, fo.response_type))
             return
         for f in self.decoder.decode_body(body, "unary", "client", fo.request_type):
@@ -425,7 +430,7 @@ class CaptureWriter:
         elif body:
             decoded = self.decoder.decode_body(body, "bidi_append", "server")
             for f in decoded:
-                self._note_end(fl, f)
+                fl.note_end(f)
                 if f.kind == "end_stream.error" or not (f.kind.startswith("end_stream") or f.kind == "empty"):
                     answer.append(f)  # a refusal, or something other than the empty BidiAppendResponse
         grpc = answer_grpc(fl.response_headers, trailers, decoded)
@@ -449,16 +454,12 @@ class CaptureWriter:
                 self._emit(last.request_id or "", *item)
 
     def _judge_append(self, fl: _Flow, frames: list[Frame], grpc: dict[str, str], error: str | None) -> None:
-        """Remember an append refused while its run was open: the run ends ``error`` then."""
+        """Remember the first append refused while its run was open: the run ends ``error`` then."""
         sid = fl.session_id
-        if sid is None or sid in self._refused:
-            return  # no run, or already refused once
-        info = self.sink.get_session(sid)
-        if info is None or info.status != "open":
-            return  # the run is over: no stream left to harm
-        status, err = session_status(ExchangeEnd(
-            "bidi_append", fl.http_status, framing_of(fl.open.content_type), grpc.get("grpc-status"),
-            grpc.get("grpc-message"), fl.saw_end, fl.end_error, fl.http_error, failure=error))
+        info = self.sink.get_session(sid) if sid is not None else None
+        if sid is None or info is None or info.status != "open" or sid in self._refused:
+            return  # no run, the run is over (no stream left to harm), or refused before
+        status, err = session_status(fl.ending(grpc, error))
         if status == "error":
             seqno = frames[0].append_seqno if frames else fl.append_seqno
             self._refused[sid] = (status, err, f"BidiAppend append_seqno {seqno}")
@@ -527,10 +528,7 @@ class CaptureWriter:
             info.meta["reset"] = reset
         if fl.http_status is not None:
             info.http_status = fl.http_status
-        grpc = grpc_fields(fl.response_headers, trailers)
-        info.status, info.error = session_status(ExchangeEnd(
-            fo.transport, fl.http_status, framing_of(fo.content_type), grpc.get("grpc-status"),
-            grpc.get("grpc-message"), fl.saw_end, fl.end_error, fl.http_error, failure=error, reset=reset))
+        info.status, info.error = session_status(fl.ending(grpc_fields(fl.response_headers, trailers), error, reset))
         refused = self._refused.pop(sid, None)
         if refused is not None:
             info.status, info.error = with_append(info.status, info.error, *refused)
