@@ -31,7 +31,6 @@ from typing import Any
 from mitmproxy import ctx, exceptions, http
 
 from workbench.capture import stream_end
-from workbench.capture.match import DEFAULT_HOSTS, DEFAULT_PATHS, Matcher, Route
 from workbench.capture.sink import HOLD_FRAMES
 from workbench.capture.writer import (
     EV_BODY,
@@ -45,6 +44,7 @@ from workbench.capture.writer import (
     FlowOpen,
     WriterConfig,
 )
+from workbench.protocol.routes import DEFAULT_HOSTS, DEFAULT_PATHS, Matcher, Route
 from workbench.protocol.status import describe_reset
 from workbench.redact import LEVELS, bearer_hash, redact_headers
 from workbench.store.db import DEFAULT_DB

@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.capture.match import DEFAULT_PATHS, Matcher, Route
 from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, http_error_frame
 from workbench.ingest.identity import WriteOutcome
 from workbench.ingest.progress import Progress
+from workbench.protocol.routes import DEFAULT_PATHS, Matcher, Route
 from workbench.protocol.run_request import OPENING_KINDS, run_request_facts
 from workbench.protocol.status import (
     STREAM_TRANSPORTS,

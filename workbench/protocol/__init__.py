@@ -7,6 +7,7 @@ simulator, analysis, fixtures), each written once:
 ``args``: tool-call argument accumulation (snapshots vs increments), McpArgs merging and values.
 ``stream_json``: the ``cursor-agent --output-format stream-json`` event model.
 ``matching``: which client message answers which server message (docs/protocol.md §4).
+``routes``: which HTTP exchanges are agent traffic, and their transport (run, runsse, bidi_append, …).
 
 It may import ``wire``, ``schema`` and ``decode``; nothing from capture, ingest, client, sim,
 analysis, tui, mitmproxy or textual.
