@@ -6,8 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from workbench.decode.classify import CLIENT_MSG, default_decoder
-from workbench.protocol.run_request import run_request_facts
+from workbench.protocol.run_request import fill_session, run_request_facts
 from workbench.schema import pb
+from workbench.store.db import SessionInfo
 
 
 def _run(**kw: object) -> bytes:
@@ -66,3 +67,17 @@ def test_facts_agree_with_the_decoders_classification(model: str, conversation: 
     assert frame.kind == "run_request"
     assert facts is not None
     assert (facts.model, facts.conversation_id, facts.prompt) == (model or None, conversation or None, prompt)
+
+
+def test_fill_session_keeps_what_the_opening_message_does_not_name() -> None:
+    info = SessionInfo(session_id="s", source="capture", model="earlier", conversation_id="c-0")
+    named = run_request_facts("run_request", _run(requested_model=pb.RequestedModel(model_id="m"), conversation_id="c-1"))
+    assert named is not None
+    fill_session(info, named)
+    assert info.model == "m"
+    assert info.conversation_id == "c-1"
+    silent = run_request_facts("run_request", _run())
+    assert silent is not None
+    fill_session(info, silent)
+    assert info.model == "m"
+    assert info.conversation_id == "c-1"

@@ -38,7 +38,7 @@ from workbench.decode.classify import (
     http_error_frame,
 )
 from workbench.protocol.append_meta import answer_grpc, append_exchange_meta
-from workbench.protocol.run_request import OPENING_KINDS, run_request_facts
+from workbench.protocol.run_request import OPENING_KINDS, fill_session, run_request_facts
 from workbench.protocol.status import (
     ExchangeEnd,
     framing_of,
@@ -600,11 +600,7 @@ class CaptureWriter:
     def _learn_run(self, sid: str, f: Frame) -> None:
         info = self.sink.get_session(sid)
         facts = run_request_facts(f.kind, f.payload, self.decoder.info(CLIENT_MSG).cls) if info is not None else None
-        if info is None or facts is None:
-            return
-        if facts.model:
-            info.model = facts.model
-        if facts.conversation_id:
-            info.conversation_id = facts.conversation_id
-        self.sink.touch(sid)
+        if info is not None and facts is not None:
+            fill_session(info, facts)
+            self.sink.touch(sid)
 

@@ -16,7 +16,7 @@ from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, http_error_fra
 from workbench.ingest.identity import WriteOutcome
 from workbench.ingest.progress import Progress
 from workbench.protocol.routes import DEFAULT_PATHS, Matcher, Route
-from workbench.protocol.run_request import OPENING_KINDS, run_request_facts
+from workbench.protocol.run_request import OPENING_KINDS, fill_session, run_request_facts
 from workbench.protocol.status import (
     STREAM_TRANSPORTS,
     ExchangeEnd,
@@ -196,12 +196,8 @@ def learn_run(dec: Decoder, info: SessionInfo, frames: Sequence[Frame]) -> None:
         if f.kind not in OPENING_KINDS:
             continue
         facts = run_request_facts(f.kind, f.payload, dec.info(CLIENT_MSG).cls)
-        if facts is None:
-            return
-        if facts.model:
-            info.model = facts.model
-        if facts.conversation_id:
-            info.conversation_id = facts.conversation_id
+        if facts is not None:
+            fill_session(info, facts)
         return
 
 

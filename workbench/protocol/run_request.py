@@ -13,7 +13,7 @@ docs/protocol.md §5).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
 
@@ -38,6 +38,21 @@ class RunRequestFacts:
     state_empty: bool
     action: str | None
     prompt: str
+
+
+class SessionRow(Protocol):
+    """What ``fill_session`` sets (``workbench.store.db.SessionInfo`` is one)."""
+
+    model: str | None
+    conversation_id: str | None
+
+
+def fill_session(info: SessionRow, facts: RunRequestFacts) -> None:
+    """A session's model and conversation id from its run's opening message (kept when it names none)."""
+    if facts.model:
+        info.model = facts.model
+    if facts.conversation_id:
+        info.conversation_id = facts.conversation_id
 
 
 def model_of(request: Any) -> str | None:
@@ -82,5 +97,5 @@ def run_request_facts(kind: str, payload: bytes | None, message_class: Any = Non
     return facts_of(kind, getattr(msg, kind))
 
 
-__all__ = ["OPENING_KINDS", "PREWARM_REQUEST", "RUN_REQUEST", "RunRequestFacts", "facts_of", "model_of",
-           "run_request_facts"]
+__all__ = ["OPENING_KINDS", "PREWARM_REQUEST", "RUN_REQUEST", "RunRequestFacts", "SessionRow", "facts_of",
+           "fill_session", "model_of", "run_request_facts"]
