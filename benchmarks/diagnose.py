@@ -47,7 +47,7 @@ _SYSTEM = json.dumps({"role": "system", "content": "You are a coding agent. " * 
 
 def step_frames(k: int) -> list[tuple[str, Frame]]:
     """One model step (~210 frames) with ids unique to step ``k``, in the proportions of the IDE
-    captures of PROTOCOL.md §7 (per tool call: ~110 token_delta, ~50 tool_call_delta, ~23
+    captures in docs/protocol.md §6 (per tool call: ~110 token_delta, ~50 tool_call_delta, ~23
     thinking_delta, ~6 text_delta, 2-3 partial_tool_call, ~8 KV frames, 2 heartbeats)."""
     token = _update(token_delta=pb.TokenDelta(tokens=3))
     think = _update(thinking_delta=pb.ThinkingDelta(text="considering the files "))

@@ -8,7 +8,9 @@ copy in its own scope) up to 50 MB. Prints the extraction time, throughput, and 
 reading the file once (the baseline measured in the same run).
 
 Needs node and npm (the generators are installed into the user's cache, as the tests do).
-Run: .venv/bin/python benchmarks/schema_extract.py [--mb 50] [--messages 3000]
+Run: .venv/bin/python benchmarks/schema_extract.py [--mb 50] [--messages 3000] [--apps 2]
+(``--apps 2``: two separately minified schema apps, so short names are reused across scopes and the
+extractor also builds its block index of the bundle.)
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ from workbench.schema.extract import extract  # noqa: E402
 _SCALARS = ["string", "int32", "int64", "bool", "bytes", "double", "uint32", "sint64", "fixed32", "float"]
 
 
-def synthetic_schema(root: Path, messages: int, seed: int = 7) -> list[str]:
+def synthetic_schema(root: Path, messages: int, seed: int = 7, app: str = "") -> list[str]:
+    """``app`` renames the packages (``agent<app>.v1``…): another app's schema, minified on its own."""
     rnd = random.Random(seed)
-    packages = ["agent.v1", "aiserver.v1", "anyrun.v1", "internapi.v1"]
+    packages = [f"{p}{app}.v1" for p in ("agent", "aiserver", "anyrun", "internapi")]
     shares = [0.22, 0.72, 0.04, 0.02]
     names: list[tuple[str, str]] = []
     for pkg, share in zip(packages, shares, strict=True):
@@ -75,11 +78,18 @@ def synthetic_schema(root: Path, messages: int, seed: int = 7) -> list[str]:
     return files
 
 
-def build_bundle(gen: Generators, work: Path, mb: int, messages: int) -> Path:
-    proto_root = work / "proto"
-    files = synthetic_schema(proto_root, messages)
-    sources = gen.generate("v1", proto_root, files, work / "gen", "ts")
-    schema_js = gen.bundle("v1", sources, work / "gen", work / "schema.js")[0].read_text()
+def build_bundle(gen: Generators, work: Path, mb: int, messages: int, apps: int = 1) -> Path:
+    """Filler scopes around ``apps`` schema apps, each bundled and minified on its own (so they bind the
+    same short names to different types, and the extractor has to tell their scopes apart)."""
+    schema_parts: list[str] = []
+    for k in range(apps):
+        app = str(k + 1) if k else ""
+        proto_root = work / f"proto{app}"
+        files = synthetic_schema(proto_root, messages // apps, seed=7 + k, app=app)
+        sources = gen.generate("v1", proto_root, files, work / f"gen{app}", "ts")
+        js = gen.bundle("v1", sources, work / f"gen{app}", work / f"schema{app}.js")[0].read_text()
+        schema_parts.append(f"(()=>{{{_strip_exports(js)}}})();\n")
+    schema_js = "".join(schema_parts)
     esbuild = gen.prefix("v1") / "node_modules" / ".bin" / "esbuild"
     ts_lib = gen.prefix("v1") / "node_modules" / "typescript" / "lib" / "typescript.js"
     filler = subprocess.run([str(esbuild), str(ts_lib), "--minify", "--log-level=error"], capture_output=True,
@@ -90,8 +100,11 @@ def build_bundle(gen: Generators, work: Path, mb: int, messages: int) -> Path:
         chunk = f"(()=>{{{filler}}})();\n"
         parts.append(chunk)
         size += len(chunk)
-    half = len(parts) // 2
-    text = "".join(parts[:half]) + f"(()=>{{{_strip_exports(schema_js)}}})();\n" + "".join(parts[half:])
+    step = max(1, len(parts) // (apps + 1))
+    text = ""
+    for k, part in enumerate(schema_parts):
+        text += "".join(parts[k * step:(k + 1) * step]) + part
+    text += "".join(parts[apps * step:])
     out = work / "app.bundle.js"
     out.write_text(text)
     return out
@@ -107,10 +120,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--mb", type=int, default=50)
     ap.add_argument("--messages", type=int, default=3000)
+    ap.add_argument("--apps", type=int, default=1,
+                    help="separately minified schema apps in the bundle (2+: short names reused across scopes)")
     args = ap.parse_args()
     gen = Generators(install("v1"), install("v2"))
     with tempfile.TemporaryDirectory(prefix="wb-schema-bench-") as tmp:
-        bundle = build_bundle(gen, Path(tmp), args.mb, args.messages)
+        bundle = build_bundle(gen, Path(tmp), args.mb, args.messages, args.apps)
         size = bundle.stat().st_size
         t0 = time.perf_counter()
         data = bundle.read_bytes()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from workbench.store.reader import open_reader
 from workbench.tui.app import WorkbenchApp
-from workbench.tui.demo import build_big_db
+from workbench.tui.sample_db import build_big_db
 from workbench.tui.timeline import Timeline
 
 SESSION = "big"

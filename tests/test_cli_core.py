@@ -16,6 +16,8 @@ from workbench.store import SessionInfo, Store, now_us
 from workbench.store.recorder import Recorder
 from workbench.wire.envelope import FLAG_END_STREAM, encode
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 EXE = shutil.which("workbench", path=str(Path(sys.executable).parent)) or "workbench"
 HEARTBEAT = "00000000040a026a00"
 TEXT = encode(pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(
@@ -64,7 +66,8 @@ def test_decode_json_file_and_stdin(tmp_path: Path) -> None:
                          (["decode", "--file", "-"], TEXT, None)])
     assert r.returncode == 0, r.stderr
     obj = json.loads(r.stdout)
-    assert obj["kind"] == "interaction_update.text_delta" and obj["summary"] == 'text "Hello"'
+    assert obj["kind"] == "interaction_update.text_delta"
+    assert obj["summary"] == 'text "Hello"'
     assert obj["fields"] == {"interaction_update": {"text_delta": {"text": "Hello"}}}
     assert json.loads(r2.stdout)["fields"] == obj["fields"]
     assert r3.stdout.split(None, 1) == ["interaction_update.text_delta", 'text "Hello"\n']
@@ -81,7 +84,8 @@ def test_decode_transports_and_directions() -> None:
         (["decode", "--transport", "unary", "0a03666f6f"], None, None)])
     obj = json.loads(r.stdout)
     assert (obj["kind"], obj["append_seqno"], obj["request_id"]) == ("client_heartbeat", 4, UUID)
-    assert r2.stdout.split()[0] == "bidi_request_id" and UUID in r2.stdout
+    assert r2.stdout.split()[0] == "bidi_request_id"
+    assert UUID in r2.stdout
     assert r3.stdout.split()[0] == "unary"
 
 
@@ -93,7 +97,8 @@ def test_decode_proto_option(tmp_path: Path) -> None:
                      (["decode", "--proto", str(tmp_path / "missing.proto"), HEARTBEAT], None, None)])
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["fields"] == {"interaction_update": {"text_delta": {"text": "hi", "newer": "xyz"}}}
-    assert r2.returncode == 2 and "missing.proto" in r2.stderr
+    assert r2.returncode == 2
+    assert "missing.proto" in r2.stderr
 
 
 def test_decode_errors_name_the_input(tmp_path: Path) -> None:
@@ -103,12 +108,19 @@ def test_decode_errors_name_the_input(tmp_path: Path) -> None:
         (["decode", "--file", str(tmp_path / "nope.bin")], None, None),
         (["decode", "--transport", "carrier-pigeon", HEARTBEAT], None, None),
         (["decode", "0000000003ffffff"], None, None)])
-    assert r1.returncode == 2 and "hex argument" in r1.stderr and "not valid hex" in r1.stderr
-    assert r2.returncode == 2 and "stdin" in r2.stderr
-    assert r3.returncode == 2 and "nope.bin" in r3.stderr
-    assert r4.returncode == 2 and "--transport" in r4.stderr
+    assert r1.returncode == 2
+    assert "hex argument" in r1.stderr
+    assert "not valid hex" in r1.stderr
+    assert r2.returncode == 2
+    assert "stdin" in r2.stderr
+    assert r3.returncode == 2
+    assert "nope.bin" in r3.stderr
+    assert r4.returncode == 2
+    assert "--transport" in r4.stderr
     # a malformed frame is reported with its error and a non-zero exit
-    assert r5.returncode == 1 and r5.stdout.startswith("malformed") and "error:" in r5.stdout
+    assert r5.returncode == 1
+    assert r5.stdout.startswith("malformed")
+    assert "error:" in r5.stdout
     assert not any("Traceback" in r.stderr for r in (r1, r2, r3, r4, r5))
 
 
@@ -131,20 +143,28 @@ def test_decode_batch_keeps_order_and_reports_bad_lines(tmp_path: Path) -> None:
     assert r.returncode == 1
     out = [json.loads(x) for x in r.stdout.splitlines()]
     assert len(out) == 7
-    assert out[0]["kind"] == "interaction_update.text_delta" and out[0]["fields"]
-    assert out[1]["kind"] == "error" and "stdin:2" in out[1]["error"]
-    assert out[2]["kind"] == "client_heartbeat" and out[2]["request_id"] == UUID
-    assert out[3]["kind"] == "error" and "stdin:4" in out[3]["error"] and "sideways" in out[3]["error"]
-    assert out[4]["kind"] == "malformed" and "BidiRequestId" in out[4]["summary"]
+    assert out[0]["kind"] == "interaction_update.text_delta"
+    assert out[0]["fields"]
+    assert out[1]["kind"] == "error"
+    assert "stdin:2" in out[1]["error"]
+    assert out[2]["kind"] == "client_heartbeat"
+    assert out[2]["request_id"] == UUID
+    assert out[3]["kind"] == "error"
+    assert "stdin:4" in out[3]["error"]
+    assert "sideways" in out[3]["error"]
+    assert out[4]["kind"] == "malformed"
+    assert "BidiRequestId" in out[4]["summary"]
     assert out[5]["kind"] == "interaction_update.heartbeat"
-    assert out[6]["kind"] == "error" and "stdin:7" in out[6]["error"]
+    assert out[6]["kind"] == "error"
+    assert "stdin:7" in out[6]["error"]
     assert all({"kind", "summary", "fields"} <= set(o) for o in out)
     # from a file: errors name the file and line
     out = [json.loads(x) for x in rf.stdout.splitlines()]
     assert out[0]["kind"] == "interaction_update.heartbeat"
     assert f"{f}:2" in out[1]["error"]
     assert rf.returncode == 1
-    assert rok.returncode == 0 and json.loads(rok.stdout)["kind"] == "interaction_update.heartbeat"
+    assert rok.returncode == 0
+    assert json.loads(rok.stdout)["kind"] == "interaction_update.heartbeat"
 
 
 # ---- sessions / frames / sql -----------------------------------------------------------------
@@ -176,11 +196,14 @@ def test_sessions(capture_db: Path) -> None:
     r, rj = wb_many([(["sessions", "--db", str(capture_db)], None, None),
                      (["sessions", "--db", str(capture_db), "--json"], None, None)])
     assert r.returncode == 0, r.stderr
-    assert "sess-alpha-1" in r.stdout and "sess-beta-2" in r.stdout and "claude-x" in r.stdout
+    assert "sess-alpha-1" in r.stdout
+    assert "sess-beta-2" in r.stdout
+    assert "claude-x" in r.stdout
     assert r.stdout.rstrip().endswith("(2 rows)")
     r = rj
     rows = {x["session_id"]: x for x in map(json.loads, r.stdout.splitlines())}
-    assert rows["sess-alpha-1"]["frame_count"] == 4 and rows["sess-beta-2"]["source"] == "sim"
+    assert rows["sess-alpha-1"]["frame_count"] == 4
+    assert rows["sess-beta-2"]["source"] == "sim"
 
 
 def test_frames_table_filters_and_json(capture_db: Path) -> None:
@@ -193,21 +216,28 @@ def test_frames_table_filters_and_json(capture_db: Path) -> None:
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 4
-    assert "interaction_update.text_delta" in lines[0] and 'text "Hello"' in lines[0] and "←" in lines[0]
-    assert "client_heartbeat" in lines[3] and "→" in lines[3]
+    assert "interaction_update.text_delta" in lines[0]
+    assert 'text "Hello"' in lines[0]
+    assert "←" in lines[0]
+    assert "client_heartbeat" in lines[3]
+    assert "→" in lines[3]
     objs = [json.loads(x) for x in rj.stdout.splitlines()]
     assert [o["kind"] for o in objs] == ["interaction_update.text_delta", "interaction_update.heartbeat"]
     assert objs[0]["fields"] == {"interaction_update": {"text_delta": {"text": "Hello"}}}
-    assert objs[0]["seq"] == 0 and "payload" not in objs[0]
-    assert len(rd.stdout.splitlines()) == 1 and "client_heartbeat" in rd.stdout
+    assert objs[0]["seq"] == 0
+    assert "payload" not in objs[0]
+    assert len(rd.stdout.splitlines()) == 1
+    assert "client_heartbeat" in rd.stdout
     assert len(rl.stdout.splitlines()) == 2
 
 
 def test_frames_unknown_or_ambiguous_session(capture_db: Path) -> None:
     r, r2 = wb_many([(["frames", "nosuch", "--db", str(capture_db)], None, None),
                      (["frames", "sess-", "--db", str(capture_db)], None, None)])
-    assert r.returncode == 2 and "nosuch" in r.stderr
-    assert r2.returncode == 2 and "ambiguous" in r2.stderr
+    assert r.returncode == 2
+    assert "nosuch" in r.stderr
+    assert r2.returncode == 2
+    assert "ambiguous" in r2.stderr
 
 
 def test_sql(capture_db: Path) -> None:
@@ -218,9 +248,11 @@ def test_sql(capture_db: Path) -> None:
          None, None),
         (["sql", "SELEKT 1", "--db", db], None, None)])
     assert r.returncode == 0, r.stderr
-    assert "interaction_update.heartbeat   2" in r.stdout and "(4 rows)" in r.stdout
+    assert "interaction_update.heartbeat   2" in r.stdout
+    assert "(4 rows)" in r.stdout
     assert json.loads(rj.stdout) == {"seq": 0, "payload": "0a026a00"}
-    assert rbad.returncode == 2 and "query failed" in rbad.stderr
+    assert rbad.returncode == 2
+    assert "query failed" in rbad.stderr
 
 
 def test_missing_db_is_a_clear_error(tmp_path: Path) -> None:
@@ -229,15 +261,18 @@ def test_missing_db_is_a_clear_error(tmp_path: Path) -> None:
                          for a in (["sessions"], ["frames", "x"], ["sql", "SELECT 1"])]
     for r in wb_many(calls):
         assert r.returncode == 2, (r.args, r.stderr)
-        assert "none.duckdb" in r.stderr and "no such capture database" in r.stderr
+        assert "none.duckdb" in r.stderr
+        assert "no such capture database" in r.stderr
         assert "Traceback" not in r.stderr
     assert not missing.exists()
 
 
 def test_default_db_path(tmp_path: Path, capture_db: Path) -> None:
     r = wb("sessions", cwd=tmp_path)
-    assert r.returncode == 2 and "captures/workbench.duckdb" in r.stderr
+    assert r.returncode == 2
+    assert "captures/workbench.duckdb" in r.stderr
     (tmp_path / "captures").mkdir()
     shutil.copy(capture_db, tmp_path / "captures" / "workbench.duckdb")
     r = wb("sessions", cwd=tmp_path)
-    assert r.returncode == 0 and "sess-alpha-1" in r.stdout
+    assert r.returncode == 0
+    assert "sess-alpha-1" in r.stdout

@@ -1,8 +1,9 @@
 """The ``workbench`` command line.
 
 Each subsystem registers its own subcommands (``register(subparsers)``) so this file stays a
-table of contents. Errors are ``CliError``: printed as ``workbench <cmd>: <message>`` with exit 2,
-the message naming the input, frame or option at fault.
+table of contents. Errors meant for the user derive from ``workbench.errors.WorkbenchError``:
+printed as ``workbench <cmd>: <message>`` with exit 2, the message naming the input, frame or
+option at fault. Nothing else imports this module.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ import sys
 from collections.abc import Sequence
 
 from workbench import __version__
+from workbench.errors import CliError, WorkbenchError
+from workbench.store.db import database_errors_named
+
+__all__ = ["CliError", "WorkbenchError", "build_parser", "main"]
 
 # Modules that add subcommands, in the order `workbench --help` lists them.
 COMMAND_MODULES = [
@@ -28,10 +33,6 @@ COMMAND_MODULES = [
     "workbench.analysis.cli",
     "workbench.schema.cli",
 ]
-
-
-class CliError(Exception):
-    """A user-facing error: the message names what is at fault."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,38 +54,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        rc = args.func(args)
-    except CliError as exc:
+        # A DuckDB error no command anticipated becomes a StoreError naming the database.
+        with database_errors_named(getattr(args, "db", None) or getattr(args, "record", None)):
+            rc = args.func(args)
+    except WorkbenchError as exc:
         print(f"workbench {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
-    except Exception as exc:
-        import duckdb
-
-        from workbench.schema.loader import SchemaError
-        from workbench.store.db import StoreError, damage_message, is_damage
-        from workbench.store.readonly import QueryRefused
-
-        if isinstance(exc, SchemaError | StoreError | QueryRefused):
-            print(f"workbench {args.command}: {exc}", file=sys.stderr)
-            return 2
-        db = getattr(args, "db", None) or getattr(args, "record", None)
-        if isinstance(exc, duckdb.Error) and db:
-            # A database error no command anticipated: most often a damaged file that opened
-            # fine and failed on a later read. Name the file rather than print a traceback.
-            text = damage_message(str(db), exc) if is_damage(exc) else f"{db}: {str(exc).strip().splitlines()[0]}"
-            print(f"workbench {args.command}: {text}", file=sys.stderr)
-            return 2
-        raise
     return int(rc or 0)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    # Run as ``python -m workbench.cli``: use the importable module, so that CliError raised by
-    # subcommands (which import ``workbench.cli``) is the class caught here.
-    from workbench.cli import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())

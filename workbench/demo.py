@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.cli import CliError
+from workbench.errors import CliError
 
 DEMO_DB = "captures/demo.duckdb"
 DEMO_TOKEN = "demo-token-not-a-secret"

@@ -41,6 +41,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from workbench.errors import WorkbenchError
 from workbench.store.readonly import confine
 
 DEFAULT_NOTEBOOK_DB = "captures/demo.duckdb"
@@ -125,7 +126,7 @@ FROM findings f LEFT JOIN sessions s USING (session_id)""",
 }
 
 
-class NotebookError(Exception):
+class NotebookError(WorkbenchError):
     """The capture could not be opened; the message names the path."""
 
 

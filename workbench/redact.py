@@ -39,7 +39,7 @@ SECRET_HEADERS = frozenset({
     "x-cursor-custom-system-prompt", "x-amz-security-token",
 })
 
-# Payload types whose whole body is a credential or a plaintext environment (PROTOCOL.md §1.5).
+# Payload types whose whole body is a credential or a plaintext environment (docs/protocol.md §1).
 SECRET_MESSAGE_TYPES = frozenset({
     "aiserver.v1.McpOAuthStoredData", "aiserver.v1.GetMcpRefreshTokensResponse",
     "aiserver.v1.RefreshGithubAccessTokenRequest", "aiserver.v1.RefreshGithubAccessTokenResponse",

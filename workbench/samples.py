@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from typing import Any
 
 from workbench.schema import pb
 from workbench.wire.envelope import FLAG_END_STREAM, encode
@@ -32,7 +33,7 @@ def sample_turn() -> Iterator[tuple[str, str, bytes]]:
         r = pb.AgentClientMessage(kv_client_message=pb.KvClientMessage(id=kv_id, set_blob_result=pb.SetBlobResult()))
         yield "client", "run", encode(r.SerializeToString())
 
-    def upd(**kw: object) -> bytes:
+    def upd(**kw: Any) -> bytes:
         return encode(pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(**kw)).SerializeToString())
 
     yield "server", "run", upd(thinking_delta=pb.ThinkingDelta(text="The user wants a listing."))

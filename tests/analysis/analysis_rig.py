@@ -97,7 +97,7 @@ async def rig_session(tmp_path: Path, prompts: Sequence[Prompt], *, faults: Sequ
                     last = None
                     error: str | None = None
                     if ignore_execs or abandon_on_exec:
-                        # ignore: a caller whose exec handler never answers (PROTOCOL §13 #2), still
+                        # ignore: a caller whose exec handler never answers (docs/protocol.md §7, unanswered_exec), still
                         # reading; abandon: a proxy handing the exec to its own caller, leaving the run.
                         async for ev in client.stream_turn(prompt):
                             if isinstance(ev, Error):

@@ -10,15 +10,16 @@ on hand-built sessions in test_analysis_rules.py.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from analysis_rig import echo_args_text, rig_session
+from support import run_workbench
 
 from workbench.analysis import analyze
 from workbench.store.db import Store
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 ROOT = Path(__file__).resolve().parents[2]
 HEALTHY_SCENARIOS = ("text", "tool_flow", "read_write", "explore", "shell_stream", "web_search", "exec_abort",
@@ -37,7 +38,8 @@ async def test_healthy_scenarios_produce_no_finding(tmp_path: Path, scenario: st
 
 async def test_healthy_multi_turn_conversation(tmp_path: Path) -> None:
     run = await rig_session(tmp_path, ["[scenario:tool_flow] first", "[scenario:text] second"])
-    assert run.turn_errors == [None, None] and len(run.session_ids) == 2
+    assert run.turn_errors == [None, None]
+    assert len(run.session_ids) == 2
     for sid in run.session_ids:
         assert run.results[sid].findings == []
 
@@ -60,7 +62,9 @@ async def test_real_client_style_against_a_server_that_waits_for_stream_close(tm
                             close_policy="streams-only")
     assert run.turn_errors == ["heartbeat_budget"]
     f = run.only().findings[0]
-    assert f.code == "missing_stream_close" and f.severity == "error" and "ls_args" in f.message
+    assert f.code == "missing_stream_close"
+    assert f.severity == "error"
+    assert "ls_args" in f.message
     assert "heartbeat_loop" in run.codes()
 
 
@@ -78,13 +82,15 @@ async def test_no_stream_close_gives_missing_stream_close_and_heartbeat_loop(tmp
     assert run.turn_errors == ["heartbeat_budget"]
     assert {"missing_stream_close", "heartbeat_loop"} <= set(run.codes())
     f = run.finding("missing_stream_close")
-    assert f.severity == "error" and "no stream_close" in f.message
+    assert f.severity == "error"
+    assert "no stream_close" in f.message
 
 
 async def test_unanswered_exec(tmp_path: Path) -> None:
     run = await rig_session(tmp_path, ["[scenario:tool_flow] run it"], execute_locally=False, ignore_execs=True)
     f = run.finding("unanswered_exec")
-    assert "shell" in f.message and f.severity == "error"
+    assert "shell" in f.message
+    assert f.severity == "error"
     assert "heartbeat_loop" in run.codes()
 
 
@@ -92,14 +98,16 @@ async def test_reuse_session_gives_kv_only_response(tmp_path: Path) -> None:
     run = await rig_session(tmp_path, ["[scenario:kv_only_on_reuse] run it", "[scenario:kv_only_on_reuse] go on"],
                             faults=["reuse_session"])
     f = run.finding("kv_only_response")
-    assert "assistant" in f.message and "tool-call Shell" in f.message
+    assert "assistant" in f.message
+    assert "tool-call Shell" in f.message
 
 
 async def test_naive_args_concat_gives_args_cumulative_snapshots(tmp_path: Path) -> None:
     run = await rig_session(tmp_path, ["[scenario:mcp_large_args] dispatch"], faults=["naive_args_concat"],
                             execute_locally=False, on_exec=echo_args_text)
     f = run.finding("args_cumulative_snapshots")
-    assert f.severity == "warning" and "concatenated" in f.message
+    assert f.severity == "warning"
+    assert "concatenated" in f.message
 
 
 async def test_same_tool_with_a_correct_client_has_no_finding(tmp_path: Path) -> None:
@@ -107,13 +115,15 @@ async def test_same_tool_with_a_correct_client_has_no_finding(tmp_path: Path) ->
                             on_exec=echo_args_text)
     assert run.codes() == []  # cumulative snapshots and a lossy completion, handled right: healthy
     [call] = run.only().tool_calls
-    assert "tasks" not in call["args_completion"] and "tasks" in call["args_merged"]  # the hazard stays visible
+    assert "tasks" not in call["args_completion"]
+    assert "tasks" in call["args_merged"]  # the hazard stays visible
 
 
 async def test_omit_conversation_state(tmp_path: Path) -> None:
     run = await rig_session(tmp_path, ["[scenario:text] hi"], faults=["omit_conversation_state"])
     f = run.finding("missing_conversation_state")
-    assert f.severity == "error" and f.first_seq == 0
+    assert f.severity == "error"
+    assert f.first_seq == 0
     assert "server_error" in run.codes()  # the server's "Conversation state is required"
 
 
@@ -126,9 +136,11 @@ async def test_no_turn_end(tmp_path: Path) -> None:
 async def test_blob_miss(tmp_path: Path) -> None:
     run = await rig_session(tmp_path, ["[scenario:blob_miss] hi"])
     f = run.finding("blob_miss")
-    assert f.severity == "warning" and "without data" in f.message
+    assert f.severity == "warning"
+    assert "without data" in f.message
     misses = [b for b in run.only().blobs if b["status"] == "miss"]
-    assert len(misses) == 1 and misses[0]["op"] == "get"
+    assert len(misses) == 1
+    assert misses[0]["op"] == "get"
 
 
 @pytest.mark.parametrize(("scenario", "code"), [("rate_limit", "resource_exhausted"),
@@ -137,7 +149,8 @@ async def test_server_errors(tmp_path: Path, scenario: str, code: str) -> None:
     run = await rig_session(tmp_path, [f"[scenario:{scenario}] hi"])
     assert run.codes() == ["server_error"]
     f = run.finding("server_error")
-    assert code in f.message and f.severity == "error"
+    assert code in f.message
+    assert f.severity == "error"
 
 
 async def test_tool_loop_from_a_scenario_file(tmp_path: Path) -> None:
@@ -158,8 +171,7 @@ def test_imported_cli_ndjson_is_healthy(tmp_path: Path) -> None:
     tested in test_analysis_rules.py)."""
     db = tmp_path / "nd.duckdb"
     src = ROOT / "tests" / "ingest" / "data" / "stream-json.ndjson"
-    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "import", str(src), "--db", str(db)],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_workbench("import", str(src), "--db", str(db), timeout=120)
     assert proc.returncode == 0, proc.stderr
     store = Store(db)
     try:

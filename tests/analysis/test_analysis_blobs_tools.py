@@ -19,14 +19,16 @@ def test_describe_content_types_roles_and_protobuf_types() -> None:
     assert system["parts"] == [{"type": "text", "text": "You are an agent"}]
     tool = describe(json.dumps({"role": "tool", "id": "t", "content": [
         {"type": "tool-result", "toolName": "Read", "toolCallId": "c1", "result": "1|hello"}]}).encode())
-    assert tool["role"] == "tool" and tool["parts"][0] == {"type": "tool-result", "name": "Read", "id": "c1",
-                                                          "result": "1|hello"}
+    assert tool["role"] == "tool"
+    assert tool["parts"][0] == {"type": "tool-result", "name": "Read", "id": "c1",
+                               "result": "1|hello"}
     user = describe(pb.UserMessage(text="fix the bug", message_id="m1").SerializeToString())
     assert (user["content_type"], user["proto_type"], user["role"]) == ("protobuf", "UserMessage", "user")
     step = describe(pb.ConversationStep(tool_call=pb.ToolCall(shell_tool_call=pb.ShellToolCall(
         args=pb.ShellArgs(command="ls")))).SerializeToString())
     assert step["proto_type"] == "ConversationStep"
-    assert step["parts"][0]["type"] == "tool-call" and step["parts"][0]["args"]["command"] == "ls"
+    assert step["parts"][0]["type"] == "tool-call"
+    assert step["parts"][0]["args"]["command"] == "ls"
     ids = [hashlib.sha256(bytes([i])).digest() for i in range(3)]
     turn = describe(pb.ConversationTurnStructure(agent_conversation_turn=pb.AgentConversationTurnStructure(
         user_message=ids[0], steps=ids[1:])).SerializeToString())
@@ -65,14 +67,19 @@ def test_blob_lifecycle_sha_and_checkpoint_refs(analysis_store: Store) -> None:
     res = analyze_session(analysis_store, b.done())
     assert res.findings == []
     by = {(r["seq"]): r for r in res.blobs}
-    assert by[s1]["status"] == "stored" and by[s1]["sha256_ok"] is True
+    assert by[s1]["status"] == "stored"
+    assert by[s1]["sha256_ok"] is True
     assert by[s1]["checkpoint_ref"] == "root_prompt_messages_json[0]"
-    assert by[s2]["proto_type"] == "UserMessage" and by[s2]["checkpoint_ref"] == "turns[0].user_message"
+    assert by[s2]["proto_type"] == "UserMessage"
+    assert by[s2]["checkpoint_ref"] == "turns[0].user_message"
     assert [r["checkpoint_ref"] for r in res.blobs if r["blob_id"] == step_id.hex()] == ["turns[0].steps[0]"]
     assert by[s5]["sha256_ok"] is False
-    assert by[g]["op"] == "get" and by[g]["status"] == "served" and by[g]["role"] == "system"
+    assert by[g]["op"] == "get"
+    assert by[g]["status"] == "served"
+    assert by[g]["role"] == "system"
     # bytes are stored once per blob id
-    assert by[s1]["data"] == system and by[g]["data"] is None
+    assert by[s1]["data"] == system
+    assert by[g]["data"] is None
 
 
 def test_tool_call_reconstruction_shell(analysis_store: Store) -> None:
@@ -83,11 +90,16 @@ def test_tool_call_reconstruction_shell(analysis_store: Store) -> None:
     b.turn_ended()
     res = analyze_session(analysis_store, b.done())
     [t] = res.tool_calls
-    assert t["call_id"] == "call-7" and t["tool_name"] == "shell" and t["exec_id"] == 3
+    assert t["call_id"] == "call-7"
+    assert t["tool_name"] == "shell"
+    assert t["exec_id"] == 3
     assert t["args_streamed"] == {"command": "echo hi"}
-    assert t["args_completion"]["command"] == "echo hi" and t["args_merged"]["command"] == "echo hi"
-    assert t["args_naive"].startswith('{"comm') and json.loads(json.dumps(t["args_naive"])) != '{"command": "echo hi"}'
-    assert t["exec_seq"] < t["result_seq"] < t["last_seq"] and t["status"] == "completed"
+    assert t["args_completion"]["command"] == "echo hi"
+    assert t["args_merged"]["command"] == "echo hi"
+    assert t["args_naive"].startswith('{"comm')
+    assert json.loads(json.dumps(t["args_naive"])) != '{"command": "echo hi"}'
+    assert t["exec_seq"] < t["result_seq"] < t["last_seq"]
+    assert t["status"] == "completed"
     assert t["result"] == {"shell_stream_result": {"exit": {}}}
     assert t["started_at"] <= t["ended_at"]
 
@@ -107,6 +119,7 @@ def test_analyze_writes_and_replaces_rows(analysis_store: Store) -> None:
     assert sorted(r["code"] for r in rows) == ["heartbeat_loop", "stream_ended_without_turn_end"]
     assert all(isinstance(r["evidence"], list) and r["evidence"] for r in rows)
     t = analysis_store.query("SELECT tool_name, args_merged, args_naive FROM tool_calls").to_pylist()
-    assert len(t) == 1 and json.loads(t[0]["args_merged"])["command"] == "echo hi"
+    assert len(t) == 1
+    assert json.loads(t[0]["args_merged"])["command"] == "echo hi"
     blobs = analysis_store.query("SELECT op, role, parts FROM blobs").to_pylist()
     assert blobs == [{"op": "set", "role": "user", "parts": '[{"type": "text", "text": "x"}]'}]

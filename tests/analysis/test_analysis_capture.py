@@ -18,6 +18,8 @@ from workbench.client.agent import AgentClient
 from workbench.sim.runner import running_sim
 from workbench.store.db import Store
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 BIN = Path(sys.executable).parent
 
 

@@ -22,7 +22,8 @@ def test_chain_comes_out_root_first_with_pointers() -> None:
     assert (by["heartbeat_loop"].cause, by["heartbeat_loop"].cause_seq) == ("missing_stream_close", 10)
     assert by["stream_ended_without_turn_end"].cause == "heartbeat_loop"
     assert by["server_error"].cause == "heartbeat_loop"
-    assert by["missing_stream_close"].cause is None and by["append_seqno_anomaly"].cause is None
+    assert by["missing_stream_close"].cause is None
+    assert by["append_seqno_anomaly"].cause is None
     # append_seqno_anomaly starts after the tool loop ends and after the stall: it explains neither
     assert by["tool_loop"].cause is None
 
@@ -39,11 +40,14 @@ def test_rows_as_the_tui_reads_them() -> None:
             {"code": "unary_error", "severity": "error", "first_seq": 0, "last_seq": 0}]
     out = order_findings(rows)
     assert [r["code"] for r in out] == ["unary_error", "append_rejected", "heartbeat_loop"]
-    assert out[2]["cause"] == "append_rejected" and out[2]["cause_seq"] == 1 and out[0]["cause"] is None
+    assert out[2]["cause"] == "append_rejected"
+    assert out[2]["cause_seq"] == 1
+    assert out[0]["cause"] is None
 
 
 def test_cause_graph_names_real_codes_and_has_no_cycle() -> None:
-    assert set(CAUSES) <= set(RULES) and {c for cs in CAUSES.values() for c in cs} <= set(RULES)
+    assert set(CAUSES) <= set(RULES)
+    assert {c for cs in CAUSES.values() for c in cs} <= set(RULES)
 
     def reach(code: str, seen: frozenset[str]) -> None:
         assert code not in seen, f"cycle through {code}"

@@ -28,7 +28,8 @@ def test_healthy_turn_of_every_style_has_no_finding(analysis_store: Store, style
     res = analyze_session(analysis_store, b.done())
     assert res.findings == [], [f.message for f in res.findings]
     calls = {t["call_id"]: t for t in res.tool_calls}
-    assert len(calls) == 7 and all(t["result_seq"] is not None for t in calls.values() if t["tool_name"] != "fetch")
+    assert len(calls) == 7
+    assert all(t["result_seq"] is not None for t in calls.values() if t["tool_name"] != "fetch")
     # the blob only the client named (its run_request state, echoed in the checkpoint) is listed, not missed
     assert not [r for r in res.blobs if r["status"] in ("miss", "empty", "unanswered")]
 
@@ -48,16 +49,22 @@ def test_result_alone_against_a_server_that_waits_for_stream_close(analysis_stor
                     and i > 0 and turn.events[i + 1].tag == "client_heartbeat")
     result_seq = next(seqs[i] for i, e in enumerate(turn.events) if e.tag == "result")
     heartbeats = [seqs[i] for i, e in enumerate(turn.events) if e.direction == "server"][-9:-1]
-    assert {exec_seq, result_seq} <= set(close.evidence) and heartbeats[0] in close.evidence
-    assert "exec 1 (read_args" in close.message and "deadline_exceeded" in close.message
+    assert {exec_seq, result_seq} <= set(close.evidence)
+    assert heartbeats[0] in close.evidence
+    assert "exec 1 (read_args" in close.message
+    assert "deadline_exceeded" in close.message
     loop = next(f for f in res.findings if f.code == "heartbeat_loop")
-    assert loop.cause == "missing_stream_close" and loop.cause_seq == close.first_seq
+    assert loop.cause == "missing_stream_close"
+    assert loop.cause_seq == close.first_seq
     err = next(f for f in res.findings if f.code == "server_error")
-    assert err.cause is not None and "deadline_exceeded" in err.message
+    assert err.cause is not None
+    assert "deadline_exceeded" in err.message
     if order == "time":
-        assert close.severity == "error" and not close.message.startswith(ORDER_NOTE)
+        assert close.severity == "error"
+        assert not close.message.startswith(ORDER_NOTE)
     else:
-        assert close.severity == "warning" and close.message.startswith(ORDER_NOTE)
+        assert close.severity == "warning"
+        assert close.message.startswith(ORDER_NOTE)
 
 
 def test_always_closing_client_against_that_server_is_healthy(analysis_store: Store) -> None:
@@ -110,6 +117,8 @@ def test_unanswered_exec_with_a_stall_is_still_found(analysis_store: Store) -> N
     res = analyze_session(analysis_store, b.done())
     assert [f.code for f in res.findings] == ["unanswered_exec", "heartbeat_loop", "stream_ended_without_turn_end"]
     f = res.findings[0]
-    assert f.first_seq == e and hbs[0] in f.evidence and "exec 4 (ls_args" in f.message
+    assert f.first_seq == e
+    assert hbs[0] in f.evidence
+    assert "exec 4 (ls_args" in f.message
     assert res.findings[1].cause == "unanswered_exec"
     assert res.findings[2].cause == "heartbeat_loop"

@@ -36,10 +36,14 @@ def test_client_beating_on_after_the_end(analysis_store: Store) -> None:
     res = analyze_session(analysis_store, b.done())
     assert [f.code for f in res.findings] == ["end_stream_not_delivered"]
     f = res.findings[0]
-    assert f.severity == "warning" and {end, te, late[1], late[2]} <= set(f.evidence)
+    assert f.severity == "warning"
+    assert {end, te, late[1], late[2]} <= set(f.evidence)
     assert late[0] not in f.evidence  # 5 s after the end: not more than one interval yet
-    assert "3 frame(s)" in f.message and "5.0 s" in f.message and "client's heartbeat interval" in f.message
-    assert "END_STREAM" in f.suggested_fix and "proxy" in f.suggested_fix
+    assert "3 frame(s)" in f.message
+    assert "5.0 s" in f.message
+    assert "client's heartbeat interval" in f.message
+    assert "END_STREAM" in f.suggested_fix
+    assert "proxy" in f.suggested_fix
 
 
 def test_interval_falls_back_to_the_config(analysis_store: Store) -> None:
@@ -52,7 +56,8 @@ def test_interval_falls_back_to_the_config(analysis_store: Store) -> None:
     sid = b.done()
     assert analyze_session(analysis_store, sid).findings == []  # 3 s < the usual 5 s
     [f] = analyze_session(analysis_store, sid, Config(heartbeat_interval_s=2.0)).findings
-    assert f.code == "end_stream_not_delivered" and late in f.evidence
+    assert f.code == "end_stream_not_delivered"
+    assert late in f.evidence
 
 
 @pytest.mark.parametrize("order", ["causal", "body"])

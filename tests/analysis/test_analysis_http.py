@@ -45,9 +45,13 @@ def test_run_request_append_refused_415_is_the_root_cause(analysis_store: Store)
     codes = [f.code for f in res.findings]
     assert codes[0] == "append_rejected", codes
     f = res.findings[0]
-    assert f.severity == "error" and f.evidence == [rr, hb]
-    assert "HTTP 415" in f.message and "carried run_request" in f.message and "client_heartbeat" in f.message
-    assert "enveloped body" in f.message and "application/proto" in f.message
+    assert f.severity == "error"
+    assert f.evidence == [rr, hb]
+    assert "HTTP 415" in f.message
+    assert "carried run_request" in f.message
+    assert "client_heartbeat" in f.message
+    assert "enveloped body" in f.message
+    assert "application/proto" in f.message
     assert all(g.cause is not None for g in res.findings[1:])  # everything else follows from it
     assert "stream_ended_without_turn_end" in codes
 
@@ -59,14 +63,17 @@ def test_refusal_known_only_from_the_http_error_frame(analysis_store: Store) -> 
     err = b.http_error(464, b"", seqno=0)
     res = analyze_session(analysis_store, b.done())
     f = next(f for f in res.findings if f.code == "append_rejected")
-    assert f.evidence == [rr, err] and "HTTP 464" in f.message and "HTTP/1.1" in f.message
+    assert f.evidence == [rr, err]
+    assert "HTTP 464" in f.message
+    assert "HTTP/1.1" in f.message
 
 
 def test_connect_streaming_content_type_on_a_unary_append(analysis_store: Store) -> None:
     b = SessionBuilder(analysis_store, transport="runsse", status="incomplete")
     b.append(0, meta={"http_status": 415, "content_type": "application/connect+proto"}, run_request=_run_request())
     f = next(f for f in analyze_session(analysis_store, b.done()).findings if f.code == "append_rejected")
-    assert "connect+proto" in f.message and "unary" in f.message
+    assert "connect+proto" in f.message
+    assert "unary" in f.message
 
 
 def test_refused_exec_result_leaves_the_exec_unanswered(analysis_store: Store) -> None:
@@ -80,8 +87,10 @@ def test_refused_exec_result_leaves_the_exec_unanswered(analysis_store: Store) -
     res = analyze_session(analysis_store, b.done())
     assert [f.code for f in res.findings][:2] == ["append_rejected", "unanswered_exec"]
     rej, unanswered = res.findings[:2]
-    assert "authentication" in rej.message and rej.evidence == [res_seq]
-    assert unanswered.first_seq == e and f"seq {res_seq} was refused" in unanswered.message
+    assert "authentication" in rej.message
+    assert rej.evidence == [res_seq]
+    assert unanswered.first_seq == e
+    assert f"seq {res_seq} was refused" in unanswered.message
     assert unanswered.cause == "append_rejected"
 
 
@@ -95,7 +104,8 @@ def test_accepted_grpc_web_appends_and_a_clean_trailer_are_healthy(analysis_stor
     b.turn_ended()
     end = b.grpc_web_trailer(0)
     res = analyze_session(analysis_store, b.done())
-    assert res.findings == [] and res.frame_count == end + 1
+    assert res.findings == []
+    assert res.frame_count == end + 1
 
 
 def _status_details(code: int, message: str, details: pb.ErrorDetails) -> str:
@@ -118,9 +128,12 @@ def test_grpc_web_trailer_error_is_a_server_error(analysis_store: Store) -> None
     res = analyze_session(analysis_store, b.done())
     assert [f.code for f in res.findings] == ["server_error"]
     f = res.findings[0]
-    assert f.evidence == [end] and "gRPC-Web trailer" in f.message
-    assert "resource_exhausted" in f.message and "ERROR_RATE_LIMITED_CHANGEABLE" in f.message
-    assert "usage limit" in f.message and "rate limit" in f.suggested_fix
+    assert f.evidence == [end]
+    assert "gRPC-Web trailer" in f.message
+    assert "resource_exhausted" in f.message
+    assert "ERROR_RATE_LIMITED_CHANGEABLE" in f.message
+    assert "usage limit" in f.message
+    assert "rate limit" in f.suggested_fix
 
 
 def test_http_error_on_the_run_itself(analysis_store: Store) -> None:
@@ -129,7 +142,8 @@ def test_http_error_on_the_run_itself(analysis_store: Store) -> None:
     err = b.http_error(464, b"", transport="run")
     res = analyze_session(analysis_store, b.done())
     assert [f.code for f in res.findings] == ["server_error"]
-    assert res.findings[0].evidence == [err] and "HTTP/1.1" in res.findings[0].message
+    assert res.findings[0].evidence == [err]
+    assert "HTTP/1.1" in res.findings[0].message
 
 
 def _unary(store: Store, sid: str, status: int, meta: dict | None = None, error: str | None = None) -> SessionBuilder:
@@ -150,18 +164,26 @@ def test_unary_calls(analysis_store: Store) -> None:
     body = json.dumps({"code": "unimplemented", "message": "no such method"}).encode()
     err = bad.http_error(501, body, transport="unary")
     [f] = analyze_session(analysis_store, bad.done()).findings
-    assert f.code == "unary_error" and f.severity == "error" and err in f.evidence
-    assert "GetUsableModels" in f.message and "HTTP 501 unimplemented" in f.message and "does not implement" in f.message
+    assert f.code == "unary_error"
+    assert f.severity == "error"
+    assert err in f.evidence
+    assert "GetUsableModels" in f.message
+    assert "HTTP 501 unimplemented" in f.message
+    assert "does not implement" in f.message
 
     grpc = _unary(analysis_store, "grpc", 200, meta={"trailers": {"grpc-status": "16", "grpc-message": "not logged in"}},
                   error="grpc-status 16 not logged in")
     [f] = analyze_session(analysis_store, grpc.done()).findings
-    assert f.code == "unary_error" and "unauthenticated" in f.message and "log in" in f.suggested_fix
+    assert f.code == "unary_error"
+    assert "unauthenticated" in f.message
+    assert "log in" in f.suggested_fix
 
     web = _unary(analysis_store, "grpc-web", 200)
     end = web.grpc_web_trailer(5, "model not found")
     [f] = analyze_session(analysis_store, web.done()).findings
-    assert f.code == "unary_error" and f.evidence[-1] == end and "not_found" in f.message
+    assert f.code == "unary_error"
+    assert f.evidence[-1] == end
+    assert "not_found" in f.message
 
 
 def test_grpc_web_append_refused_inside_a_200_answer(analysis_store: Store) -> None:
@@ -180,7 +202,10 @@ def test_grpc_web_append_refused_inside_a_200_answer(analysis_store: Store) -> N
     b.client_heartbeat(dt_ms=20_000)
     res = analyze_session(analysis_store, b.done())
     codes = [x.code for x in res.findings]
-    assert codes[0] == "append_rejected" and "end_stream_not_delivered" not in codes and "server_error" not in codes
+    assert codes[0] == "append_rejected"
+    assert "end_stream_not_delivered" not in codes
+    assert "server_error" not in codes
     rej = res.findings[0]
-    assert {rr, answer} <= set(rej.evidence) and "HTTP 200 with invalid_argument" in rej.message
+    assert {rr, answer} <= set(rej.evidence)
+    assert "HTTP 200 with invalid_argument" in rej.message
     assert "carried run_request" in rej.message

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import pytest
 from analysis_helpers import SessionBuilder, analysis_codes
+from support import run_workbench
 
 from workbench.analysis import IncrementalAnalyzer, analyze_session
 from workbench.cli import main
@@ -44,6 +44,7 @@ def test_incremental_matches_batch_and_waits_for_answers(analysis_store: Store) 
     assert [f.evidence for f in inc.findings(final=True)] == [f.evidence for f in batch.findings]
 
 
+@pytest.mark.slow
 def test_analysis_through_a_live_capture_reader(tmp_path: Path, capsys) -> None:
     db = tmp_path / "live.duckdb"
     store = Store(db)
@@ -57,7 +58,9 @@ def test_analysis_through_a_live_capture_reader(tmp_path: Path, capsys) -> None:
         assert analysis_codes(res.findings) == ["heartbeat_loop", "missing_stream_close"]
         rc = main(["diagnose", "live", "--db", str(db)])
         out = capsys.readouterr().out
-        assert rc == 1 and "findings not written" in out and "heartbeat_loop" in out
+        assert rc == 1
+        assert "findings not written" in out
+        assert "heartbeat_loop" in out
     finally:
         svc.stop()
         store.close()
@@ -79,15 +82,19 @@ def test_cli_diagnose_exit_codes_json_and_written_findings(tmp_path: Path, capsy
     assert "clean" in capsys.readouterr().out
     assert main(["diagnose", "--all", "--db", str(db)]) == 1
     out = capsys.readouterr().out
-    assert "ERROR   heartbeat_loop" in out and "evidence:" in out and "fix:" in out
+    assert "ERROR   heartbeat_loop" in out
+    assert "evidence:" in out
+    assert "fix:" in out
     assert main(["diagnose", "bad", "--json", "--db", str(db)]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert doc["session_id"] == "bad-1" and doc["failed"]
+    assert doc["session_id"] == "bad-1"
+    assert doc["failed"]
     assert {f["code"] for f in doc["findings"]} == {"heartbeat_loop", "missing_stream_close",
                                                      "stream_ended_without_turn_end"}
     assert main(["diagnose", "bad", "--heartbeats", "50", "--no-write", "--db", str(db)]) == 1
     out = capsys.readouterr().out
-    assert "missing_stream_close" in out and "heartbeat_loop" not in out
+    assert "missing_stream_close" in out
+    assert "heartbeat_loop" not in out
     assert main(["diagnose", "bad", "--heartbeats", "0", "--db", str(db)]) == 2
     assert main(["diagnose", "--db", str(db)]) == 2
     assert main(["diagnose", "nope", "--db", str(db)]) == 2
@@ -101,18 +108,19 @@ def test_cli_diagnose_exit_codes_json_and_written_findings(tmp_path: Path, capsy
 
     assert main(["tools", "ok", "--db", str(db)]) == 0
     out = capsys.readouterr().out
-    assert "call-1  shell  completed" in out and "naive:" in out
+    assert "call-1  shell  completed" in out
+    assert "naive:" in out
     assert main(["blobs", "bad", "--json", "--db", str(db)]) == 0
     assert capsys.readouterr().out == ""  # no KV traffic in that session
 
 
+@pytest.mark.slow
 def test_cli_as_a_process(tmp_path: Path) -> None:
     db = tmp_path / "p.duckdb"
     store = Store(db)
     _stalled(store, "bad-2", status="incomplete")
     store.close()
-    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "diagnose", "--all", "--db", str(db)],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_workbench("diagnose", "--all", "--db", str(db), timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert "missing_stream_close" in proc.stdout
 
@@ -132,4 +140,5 @@ def test_live_exec_heartbeats_mean_still_running(analysis_store: Store) -> None:
     inc.feed(rows)
     assert inc.findings() == []
     final = {f.code: f for f in inc.findings(final=True)}
-    assert "unanswered_exec" in final and "still running" in final["unanswered_exec"].message
+    assert "unanswered_exec" in final
+    assert "still running" in final["unanswered_exec"].message

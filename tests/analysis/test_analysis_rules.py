@@ -36,7 +36,8 @@ def _only(res, code):
 def test_registry_has_every_code_once() -> None:
     assert set(RULES) == ALL_CODES
     for code, rule in RULES.items():
-        assert rule.code == code and rule.severity in ("error", "warning")
+        assert rule.code == code
+        assert rule.severity in ("error", "warning")
 
 
 def test_healthy_session_has_no_finding(analysis_store: Store) -> None:
@@ -60,8 +61,11 @@ def test_heartbeat_loop_after_result_without_close(analysis_store: Store) -> Non
     res = analyze_session(analysis_store, b.done())
     f = _only(res, "heartbeat_loop")
     assert f.severity == "error"
-    assert "7 server heartbeats" in f.message and "stream_close{1}" in f.message
-    assert set(hbs) <= set(f.evidence) and exec_seq in f.evidence and result_seq in f.evidence
+    assert "7 server heartbeats" in f.message
+    assert "stream_close{1}" in f.message
+    assert set(hbs) <= set(f.evidence)
+    assert exec_seq in f.evidence
+    assert result_seq in f.evidence
     assert "stream_close" in f.suggested_fix
 
 
@@ -106,7 +110,9 @@ def test_missing_stream_close_and_close_or_throw_satisfies_it(analysis_store: St
         b.heartbeat()
     b.done()
     f = _only(analyze_session(analysis_store, "noclose"), "missing_stream_close")
-    assert f.severity == "error" and "exec 4" in f.message and {e, r} <= set(f.evidence)
+    assert f.severity == "error"
+    assert "exec 4" in f.message
+    assert {e, r} <= set(f.evidence)
 
     b = SessionBuilder(analysis_store, "thrown")
     b.run_request()
@@ -143,7 +149,9 @@ def test_unanswered_exec(analysis_store: Store) -> None:
     for _ in range(3):
         b.heartbeat()
     f = _only(analyze_session(analysis_store, b.done()), "unanswered_exec")
-    assert f.severity == "error" and "exec 9 (read_args" in f.message and f.first_seq == e
+    assert f.severity == "error"
+    assert "exec 9 (read_args" in f.message
+    assert f.first_seq == e
 
 
 def test_unanswered_query_and_answered_query(analysis_store: Store) -> None:
@@ -153,7 +161,8 @@ def test_unanswered_query_and_answered_query(analysis_store: Store) -> None:
     q = b.server(interaction_query=query)
     b.heartbeat()
     f = _only(analyze_session(analysis_store, b.done()), "unanswered_query")
-    assert f.first_seq == q and "id 3" in f.message
+    assert f.first_seq == q
+    assert "id 3" in f.message
 
     b = SessionBuilder(analysis_store, "q-done")
     b.run_request()
@@ -182,10 +191,13 @@ def test_kv_only_response(analysis_store: Store) -> None:
         b.heartbeat()
     res = analyze_session(analysis_store, b.done())
     f = _only(res, "kv_only_response")
-    assert f.severity == "error" and s in f.evidence
-    assert "tool-call Shell" in f.message and "not text" in f.message
+    assert f.severity == "error"
+    assert s in f.evidence
+    assert "tool-call Shell" in f.message
+    assert "not text" in f.message
     blob = [r for r in res.blobs if r["seq"] == s][0]
-    assert blob["role"] == "assistant" and blob["parts"][0]["name"] == "Shell"
+    assert blob["role"] == "assistant"
+    assert blob["parts"][0]["name"] == "Shell"
 
 
 def test_assistant_blob_after_streamed_text_is_healthy(analysis_store: Store) -> None:
@@ -209,8 +221,10 @@ def test_blob_miss_is_a_requested_blob_answered_absent(analysis_store: Store) ->
     b.turn_ended()
     res = analyze_session(analysis_store, b.done())
     [f] = res.findings
-    assert f.code == "blob_miss" and f.severity == "warning"
-    assert missing.hex()[:12] in f.message and f.evidence == [g, r]
+    assert f.code == "blob_miss"
+    assert f.severity == "warning"
+    assert missing.hex()[:12] in f.message
+    assert f.evidence == [g, r]
 
 
 def test_blobs_named_but_never_requested_are_not_misses(analysis_store: Store) -> None:
@@ -226,7 +240,9 @@ def test_blobs_named_but_never_requested_are_not_misses(analysis_store: Store) -
     res = analyze_session(analysis_store, b.done())
     assert res.findings == []
     [row] = [r for r in res.blobs if r["blob_id"] == ghost.hex()]
-    assert row["status"] == "never_set" and row["checkpoint_ref"] == "turns[0]" and row["seq"] == cp
+    assert row["status"] == "never_set"
+    assert row["checkpoint_ref"] == "turns[0]"
+    assert row["seq"] == cp
 
 
 # tool-call args ------------------------------------------------------------------------------------------
@@ -259,8 +275,10 @@ def test_completion_args_lossy_needs_the_client_replaying_the_lossy_args(analysi
     res = analyze_session(analysis_store, _finish_ok(b))
     assert res.findings == []  # the server's lossy completion alone hurts a merging client not at all
     row = res.tool_calls[0]
-    assert row["tool_name"] == "task" and row["args_merged"] == streamed
-    assert row["args_completion"] == completion and "tasks" not in row["args_completion"]
+    assert row["tool_name"] == "task"
+    assert row["args_merged"] == streamed
+    assert row["args_completion"] == completion
+    assert "tasks" not in row["args_completion"]
 
     # A stateless client that let the completion overwrite the args replays them in its next run.
     b = SessionBuilder(analysis_store, "overwrote")
@@ -274,8 +292,11 @@ def test_completion_args_lossy_needs_the_client_replaying_the_lossy_args(analysi
     b.turn_ended()
     res = analyze_session(analysis_store, b.done())
     f = _only(res, "completion_args_lossy")
-    assert f.severity == "warning" and "'tasks'" in f.message and "'options'" in f.message
-    assert nxt in f.evidence and f"seq {nxt}" in f.message
+    assert f.severity == "warning"
+    assert "'tasks'" in f.message
+    assert "'options'" in f.message
+    assert nxt in f.evidence
+    assert f"seq {nxt}" in f.message
     assert "args_cumulative_snapshots" not in analysis_codes(res.findings)  # no garbled text echoed
 
 
@@ -290,7 +311,8 @@ def test_args_cumulative_snapshots_needs_the_client_echoing_garbled_args(analysi
     _mcp_call(b, "call-g", args, args, echo=f"the tool got: {garbled}")
     res = analyze_session(analysis_store, _finish_ok(b))
     f = _only(res, "args_cumulative_snapshots")
-    assert f.severity == "warning" and "call-g" in f.message
+    assert f.severity == "warning"
+    assert "call-g" in f.message
     assert res.tool_calls[0]["args_naive"] == garbled
 
 
@@ -301,7 +323,8 @@ def test_tool_loop(analysis_store: Store) -> None:
         b.healthy_shell_turn(call_id=f"c{i}", exec_id=i + 1, command="cat README.md")
     res = analyze_session(analysis_store, _finish_ok(b))
     f = _only(res, "tool_loop")
-    assert "shell called 3 times" in f.message and "cat README.md" in f.message
+    assert "shell called 3 times" in f.message
+    assert "cat README.md" in f.message
 
     b = SessionBuilder(analysis_store, "two")
     b.run_request()
@@ -318,7 +341,8 @@ def test_missing_conversation_state(analysis_store: Store) -> None:
     rr = b.run_request(omit_state=True)
     b.end_stream({"code": "invalid_argument", "message": "Conversation state is required"})
     f = _only(analyze_session(analysis_store, b.done()), "missing_conversation_state")
-    assert f.first_seq == rr and f.severity == "error"
+    assert f.first_seq == rr
+    assert f.severity == "error"
 
     b = SessionBuilder(analysis_store, "followup")
     b.run_request()
@@ -328,7 +352,8 @@ def test_missing_conversation_state(analysis_store: Store) -> None:
     b.text("?")
     b.turn_ended()
     f = _only(analyze_session(analysis_store, b.done()), "missing_conversation_state")
-    assert f.evidence == [cp, rr2] and "context" in f.message
+    assert f.evidence == [cp, rr2]
+    assert "context" in f.message
 
 
 def test_conversation_state_left_out_harmlessly(analysis_store: Store) -> None:
@@ -365,7 +390,9 @@ def test_append_seqno_anomalies(analysis_store: Store) -> None:
     b.append(4, client_heartbeat=pb.ClientHeartbeat())
     _finish_ok(b)
     f = _only(analyze_session(analysis_store, "s1"), "append_seqno_anomaly")
-    assert "restart at 0" in f.message and "duplicate 1" in f.message and "gap: 2, 3" in f.message
+    assert "restart at 0" in f.message
+    assert "duplicate 1" in f.message
+    assert "gap: 2, 3" in f.message
     assert {reset, dup} <= set(f.evidence)
 
 
@@ -391,7 +418,8 @@ def test_append_resent_after_failure_and_two_counters(analysis_store: Store) -> 
     hb1 = b.append(1, meta={"http_status": 200}, **hb)
     _finish_ok(b)
     f = _only(analyze_session(analysis_store, "two-counters"), "append_seqno_anomaly")
-    assert "seqno 1 reused for a different message" in f.message and {hb0, hb1, first} <= set(f.evidence)
+    assert "seqno 1 reused for a different message" in f.message
+    assert {hb0, hb1, first} <= set(f.evidence)
 
 
 def test_stream_ended_without_turn_end(analysis_store: Store) -> None:
@@ -401,7 +429,9 @@ def test_stream_ended_without_turn_end(analysis_store: Store) -> None:
     cp = b.checkpoint()
     end = b.end_stream()
     f = _only(analyze_session(analysis_store, b.done()), "stream_ended_without_turn_end")
-    assert cp in f.evidence and end in f.evidence and "conversation_checkpoint_update" in f.message
+    assert cp in f.evidence
+    assert end in f.evidence
+    assert "conversation_checkpoint_update" in f.message
 
 
 def test_server_error_names_the_error_and_advice(analysis_store: Store) -> None:
@@ -416,8 +446,10 @@ def test_server_error_names_the_error_and_advice(analysis_store: Store) -> None:
     res = analyze_session(analysis_store, b.done())
     f = _only(res, "server_error")
     assert f.evidence == [end]
-    assert "resource_exhausted" in f.message and "ERROR_RATE_LIMITED_CHANGEABLE" in f.message
-    assert "Usage limit reached" in f.message and "rate limit" in f.suggested_fix
+    assert "resource_exhausted" in f.message
+    assert "ERROR_RATE_LIMITED_CHANGEABLE" in f.message
+    assert "Usage limit reached" in f.message
+    assert "rate limit" in f.suggested_fix
     assert "stream_ended_without_turn_end" not in analysis_codes(res.findings)
 
 
@@ -454,7 +486,8 @@ def test_ndjson_duplicate_text(analysis_store: Store) -> None:
     res = analyze_session(analysis_store, "nd-2")
     assert analysis_codes(res.findings) == ["ndjson_duplicate_text"]
     f = res.findings[0]
-    assert "Hello world" in f.message and f.evidence == [1, 3, 4, 5]
+    assert "Hello world" in f.message
+    assert f.evidence == [1, 3, 4, 5]
 
 
 def test_conversation_context_across_sessions(analysis_store: Store) -> None:
@@ -478,7 +511,8 @@ def test_conversation_context_across_sessions(analysis_store: Store) -> None:
     # the blob was set in the first session of the conversation: not a miss
     assert analysis_codes(res.findings) == ["missing_conversation_state"]
     f = res.findings[0]
-    assert f.evidence == [rr] and "turn-1" in f.message
+    assert f.evidence == [rr]
+    assert "turn-1" in f.message
     assert analyze_session(analysis_store, "turn-1").findings == []
 
 
@@ -490,7 +524,9 @@ def test_unanswered_kv_request_is_an_error(analysis_store: Store) -> None:
         b.heartbeat()
     res = analyze_session(analysis_store, b.done())
     [f] = [f for f in res.findings if f.code == "blob_miss"]
-    assert f.severity == "error" and f.evidence == [s] and "never answered" in f.message
+    assert f.severity == "error"
+    assert f.evidence == [s]
+    assert "never answered" in f.message
     assert res.blobs[0]["status"] == "unanswered"
 
 
@@ -506,7 +542,8 @@ def test_mcp_exec_without_stream_close_is_tolerated_when_the_turn_went_on(analys
     _finish_ok(b)
     res = analyze_session(analysis_store, "s1")
     assert res.findings == []
-    assert res.tool_calls[0]["tool_name"] == "echo" and res.tool_calls[0]["args_merged"] == {"x": 1}
+    assert res.tool_calls[0]["tool_name"] == "echo"
+    assert res.tool_calls[0]["args_merged"] == {"x": 1}
 
 
 def test_unary_session_is_not_a_run(analysis_store: Store) -> None:

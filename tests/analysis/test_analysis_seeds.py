@@ -15,11 +15,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from analysis_rig import echo_args_text, rig_session
 
 from workbench.client.events import TurnResult
 from workbench.protocol.args import parse_json
 from workbench.store.reader import open_reader
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 
 async def test_seed_dec08_heartbeat_loop_after_missing_stream_close(tmp_path: Path) -> None:
@@ -39,7 +42,8 @@ async def test_seed_dec08_heartbeat_loop_after_missing_stream_close(tmp_path: Pa
     result_seq = next(s for s in close.evidence if frames[s]["kind"] == "exec_client_message.shell_result")
     assert frames[result_seq]["ref_id"] == frames[exec_seq]["ref_id"]
     heartbeats = [s for s in loop.evidence if frames[s]["kind"] == "interaction_update.heartbeat"]
-    assert len(heartbeats) >= 5 and min(heartbeats) > result_seq
+    assert len(heartbeats) >= 5
+    assert min(heartbeats) > result_seq
     assert f"stream_close{{{frames[exec_seq]['ref_id']}}}" in loop.message  # the loop names its cause
     assert not any(frames[s]["kind"] == "exec_client_control_message.stream_close" for s in frames if s > exec_seq)
 
@@ -57,7 +61,8 @@ async def test_seed_dec10_answer_hidden_in_kv_blob(tmp_path: Path) -> None:
     [assistant] = [b for b in blobs if b["role"] == "assistant" and b["op"] == "set"]
     assert assistant["seq"] in f.evidence
     [part] = assistant["parts"]
-    assert part["type"] == "tool-call" and part["name"] == "Shell"  # a tool call, not text
+    assert part["type"] == "tool-call"
+    assert part["name"] == "Shell"  # a tool call, not text
     assert part["args"] == {"command": "echo 'Hello from KV blob investigation'"}
     assert all(b["sha256_ok"] for b in blobs if b["size"])
     assert "heartbeat_loop" in run.codes()
@@ -80,13 +85,16 @@ async def test_seed_pr_large_mcp_args(tmp_path: Path) -> None:
     res = run.only()
     [call] = [t for t in res.tool_calls if t["tool_name"] == "task"]
     tasks = call["args_merged"]["tasks"]
-    assert isinstance(tasks, list) and len(tasks) > 1  # the merge keeps the array
+    assert isinstance(tasks, list)
+    assert len(tasks) > 1  # the merge keeps the array
     assert "tasks" not in call["args_completion"]  # the completion frame dropped it
     assert isinstance(call["args_completion"]["options"], str)  # and downgraded options to a string
     assert call["args_streamed"]["tasks"] == tasks
     assert parse_json(call["args_naive"]) is None  # naive concatenation: not even JSON
     lossy = run.finding("completion_args_lossy")
-    assert "'tasks'" in lossy.message and call["call_id"] in lossy.message
+    assert "'tasks'" in lossy.message
+    assert call["call_id"] in lossy.message
     assert f"session {run.session_ids[1]}" in lossy.message  # where the lossy args came back
     snap = run.finding("args_cumulative_snapshots")
-    assert call["call_id"] in snap.message and call["result_seq"] in snap.evidence
+    assert call["call_id"] in snap.message
+    assert call["result_seq"] in snap.evidence

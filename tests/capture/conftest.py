@@ -17,9 +17,8 @@ from capture_rig import (
     STREAM_ONLY_SCENARIO,
     Mitm,
     Sim,
-    free_port,
-    wait_port,
 )
+from support import free_port, wait_port
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,8 @@ from typing import Any
 
 import httpx
 import pytest
-from capture_rig import BIN, Mitm, Sim, env_without_proxy
+from capture_rig import BIN, Mitm, Sim
+from support import env_without_proxy, wait_until_async
 
 from workbench.client.agent import AgentClient
 from workbench.decode.classify import CLIENT_MSG, SERVER_MSG, default_decoder
@@ -24,6 +25,8 @@ from workbench.redact import redact_payload, short_hash
 from workbench.schema import pb
 from workbench.store import open_reader
 from workbench.store.reader import sidecar_path
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 TOKEN = "wb-test-token-7c1e0f9a2b"
 
@@ -102,7 +105,8 @@ async def test_turn_through_capture_matches_client_log(capture_sim: Sim, capture
     capture_proxy_env(m)
     c, res = await _turn(capture_sim, m, transport, "[scenario:tool_flow] run a command", workspace=tmp_path)
     assert res.error is None, res.error
-    assert res.tool_calls and res.text
+    assert res.tool_calls
+    assert res.text
     log = list(c.frame_log)
     sid = c.last_request_id
     assert m.stop() == 0
@@ -111,13 +115,18 @@ async def test_turn_through_capture_matches_client_log(capture_sim: Sim, capture
     rows = _session_frames(m.db, sid)
     _assert_matches_client_log(rows, log, transport)
     s = _session(m.db, sid)
-    assert s["status"] == "complete" and s["http_status"] == 200 and s["transport"] == transport
-    assert s["auth_hash"] == short_hash(TOKEN) and s["model"]
+    assert s["status"] == "complete"
+    assert s["http_status"] == 200
+    assert s["transport"] == transport
+    assert s["auth_hash"] == short_hash(TOKEN)
+    assert s["model"]
     kinds = [r["kind"] for r in rows]
-    assert "exec_server_message.shell_args" in kinds and "exec_client_message.shell_result" in kinds
+    assert "exec_server_message.shell_args" in kinds
+    assert "exec_client_message.shell_result" in kinds
     assert [r["kind"] for r in rows if r["direction"] == "server"][-1] == "end_stream"
     if transport == "run":  # HTTP/2 on both legs of the proxy
-        assert '"client_alpn": "h2"' in s["meta"] and '"server_alpn": "h2"' in s["meta"]
+        assert '"client_alpn": "h2"' in s["meta"]
+        assert '"server_alpn": "h2"' in s["meta"]
     if transport in ("runsse", "runpoll"):
         assert kinds[0] == ("bidi_request_id" if transport == "runsse" else "bidi_poll_request")
         appends = [r["append_seqno"] for r in rows if r["transport"] == "bidi_append"]
@@ -178,7 +187,8 @@ async def test_kill_9_keeps_flushed_frames(capture_sim: Sim, capture_mitm: Any, 
     m2 = capture_mitm(db=m.db)
     assert m2.stop() == 0
     s = _session(m.db, sid)
-    assert s["status"] == "incomplete" and "capture ended" in s["error"]
+    assert s["status"] == "incomplete"
+    assert "capture ended" in s["error"]
 
 
 class _ClientWithModelKey(AgentClient):
@@ -218,8 +228,11 @@ async def test_no_secret_reaches_the_database(capture_sim: Sim, capture_mitm: An
                     ).to_pylist()
     run = r.query("SELECT model FROM sessions WHERE session_id = ?", [c.last_request_id]).to_pylist()
     r.close()
-    assert unary and unary[0]["transport"] == "unary" and unary[0]["status"] == "complete"
-    assert unary[0]["auth_hash"] == short_hash(TOKEN) and "[redacted sha256:" in unary[0]["meta"]
+    assert unary
+    assert unary[0]["transport"] == "unary"
+    assert unary[0]["status"] == "complete"
+    assert unary[0]["auth_hash"] == short_hash(TOKEN)
+    assert "[redacted sha256:" in unary[0]["meta"]
     assert run[0]["model"]
 
 
@@ -233,9 +246,8 @@ async def test_follow_sees_frames_while_capturing(capture_sim: Sim, capture_mitm
             async for ev in c.stream_turn("[scenario:longer] follow me"):
                 if follower is None and type(ev).__name__ == "TextDelta":
                     sid = c.last_request_id
-                    deadline = time.monotonic() + 30
-                    while not _has_session(m.db, sid) and time.monotonic() < deadline:
-                        await asyncio.sleep(0.05)
+                    await wait_until_async(lambda sid=sid: _has_session(m.db, sid), timeout=30, interval=0.05,
+                                           what="the session in the database")
                     follower = subprocess.Popen(
                         [str(BIN / "workbench"), "frames", sid, "--db", str(m.db), "--follow"],
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_without_proxy())
@@ -243,16 +255,16 @@ async def test_follow_sees_frames_while_capturing(capture_sim: Sim, capture_mitm
             turn_done = time.monotonic()
             assert open_reader(m.db).live
         total = len(_session_frames(m.db, sid))
-        deadline = time.monotonic() + 60
-        while len(lines) < total and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await wait_until_async(lambda: len(lines) >= total, timeout=60, interval=0.05,
+                               what=lambda: f"{total} frames followed, got {len(lines)}")
     finally:
         if follower is not None:
             follower.terminate()
             follower.wait(30)
     seqs = [int(text.split()[0]) for _, text in lines]
     # Frames keep coming after the turn (the client's closing messages): compare what was printed.
-    assert len(seqs) >= total and seqs == list(range(len(seqs))), "follow lost or duplicated frames"
+    assert len(seqs) >= total, "follow lost or duplicated frames"
+    assert seqs == list(range(len(seqs))), "follow lost or duplicated frames"
     assert any(t < turn_done for t, _ in lines), "follow saw nothing while the capture was in progress"
     assert m.stop() == 0
     assert not sidecar_path(m.db).exists()
@@ -314,19 +326,20 @@ async def test_stream_error_and_client_abort(capture_sim: Sim, capture_mitm: Any
         async for ev in c2.stream_turn("[scenario:long] abandon me"):
             if type(ev).__name__ == "TextDelta":
                 break  # abandon the run mid-stream: the client resets its h2 stream
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def closed() -> bool:
         r = open_reader(m.db)
         rows = r.query("SELECT status FROM sessions WHERE session_id = ?", [c2.last_request_id]).to_pylist()
-        if rows and rows[0]["status"] != "open":
-            break
-        await asyncio.sleep(0.1)
+        return bool(rows and rows[0]["status"] != "open")
+
+    await wait_until_async(closed, timeout=60, interval=0.1, what="the abandoned session to close")
     assert m.stop() == 0
     s1 = _session(m.db, c1.last_request_id)
-    assert s1["status"] == "error" and "resource_exhausted" in s1["error"]
+    assert s1["status"] == "error"
+    assert "resource_exhausted" in s1["error"]
     assert _session_frames(m.db, c1.last_request_id)[-1]["kind"] == "end_stream.error"
     s2 = _session(m.db, c2.last_request_id)
-    assert s2["status"] == "aborted" and s2["error"]
+    assert s2["status"] == "aborted"
+    assert s2["error"]
 
 
 async def test_capture_command_reverse_mode(capture_sim: Sim, capture_confdir: Path, tmp_path: Path) -> None:
@@ -342,7 +355,8 @@ async def test_capture_command_reverse_mode(capture_sim: Sim, capture_confdir: P
         ca = capture_confdir / "mitmproxy-ca-cert.pem"
         async with AgentClient(url, TOKEN, transport="runsse", verify=str(ca)) as c:
             res = await asyncio.wait_for(c.run_turn("[scenario:text] reverse", raise_on_error=False), 120)
-        assert res.error is None and res.text
+        assert res.error is None
+        assert res.text
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -351,7 +365,8 @@ async def test_capture_command_reverse_mode(capture_sim: Sim, capture_confdir: P
             proc.wait()
     assert proc.returncode == 0, err
     s = _session(db, c.last_request_id)
-    assert s["status"] == "complete" and s["transport"] == "runsse"
+    assert s["status"] == "complete"
+    assert s["transport"] == "runsse"
     assert '"proxy_mode": "reverse"' in s["meta"]
 
 
@@ -369,7 +384,8 @@ async def test_locked_database_spools_loudly_then_merges(capture_sim: Sim, captu
     holder = subprocess.Popen([sys.executable, "-c", _HOLD_DB, str(db)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
         m = capture_mitm(db=db)
         capture_proxy_env(m)
         c, res = await _turn(capture_sim, m, "run", "[scenario:text] while the db is held")
@@ -378,9 +394,11 @@ async def test_locked_database_spools_loudly_then_merges(capture_sim: Sim, captu
     finally:
         holder.communicate("")
     logtext = "".join(p.read_text() for p in tmp_path.glob("mitmdump-*.log"))
-    assert "cannot open capture database" in logtext and ".spool" in logtext
+    assert "cannot open capture database" in logtext
+    assert ".spool" in logtext
     spool = Path(str(db) + ".spool")
-    assert spool.exists() and TOKEN.encode() not in spool.read_bytes()
+    assert spool.exists()
+    assert TOKEN.encode() not in spool.read_bytes()
     m2 = capture_mitm(db=db)  # the next start merges the spool
     assert m2.stop() == 0
     assert not spool.exists()
@@ -410,6 +428,10 @@ async def test_http_error_recorded_on_the_session(capture_mitm: Any, tmp_path: P
     s = r.query("SELECT session_id, status, http_status, error, request_id FROM sessions").to_pylist()
     frames = r.query("SELECT direction, kind, error FROM frames ORDER BY seq").to_pylist()
     r.close()
-    assert len(s) == 1 and s[0]["status"] == "error" and s[0]["http_status"] == 401
-    assert s[0]["request_id"] == "unauth-1" and "unauthenticated" in s[0]["error"]
-    assert frames[-1]["direction"] == "server" and frames[-1]["kind"] == "http_error"
+    assert len(s) == 1
+    assert s[0]["status"] == "error"
+    assert s[0]["http_status"] == 401
+    assert s[0]["request_id"] == "unauth-1"
+    assert "unauthenticated" in s[0]["error"]
+    assert frames[-1]["direction"] == "server"
+    assert frames[-1]["kind"] == "http_error"

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from capture_rig import NODE_CLIENT, Sim, env_without_proxy
+from capture_rig import NODE_CLIENT, Sim
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import env_without_proxy, wait_until
 
 from workbench.capture.writer import (
     EV_BODY,
@@ -61,12 +62,16 @@ def _run_request() -> bytes:
 def test_an_enveloped_append_keeps_its_envelope(compress: bool) -> None:
     body = encode(_append(0, _run_request()), compress=compress)
     [f] = DEC.decode_body(body, "bidi_append", "client")
-    assert f.kind == "run_request" and f.payload == _run_request()
-    assert f.raw == body and f.flags == (1 if compress else 0)
-    assert f.request_id == "gw-rid" and f.append_seqno == 0
+    assert f.kind == "run_request"
+    assert f.payload == _run_request()
+    assert f.raw == body
+    assert f.flags == (1 if compress else 0)
+    assert f.request_id == "gw-rid"
+    assert f.append_seqno == 0
     # a bare (Connect) append is unchanged: raw is the BidiAppendRequest itself
     [bare] = DEC.decode_body(_append(0, _run_request()), "bidi_append", "client")
-    assert bare.raw == _append(0, _run_request()) and bare.flags == 0
+    assert bare.raw == _append(0, _run_request())
+    assert bare.flags == 0
 
 
 @pytest.mark.parametrize("compress", [False, True])
@@ -74,11 +79,14 @@ def test_redaction_rebuilds_the_envelope_around_the_redacted_append(compress: bo
     body = encode(_append(3, _run_request()), compress=compress)
     [f] = DEC.decode_body(body, "bidi_append", "client")
     f = redact_frame(f)
-    assert f.raw is not None and KEY.encode() not in f.raw
+    assert f.raw is not None
+    assert KEY.encode() not in f.raw
     [env] = split_unary(f.raw)
-    assert env.enveloped and env.flags == (1 if compress else 0)
+    assert env.enveloped
+    assert env.flags == (1 if compress else 0)
     inner = pb.BidiAppendRequest.FromString(env.payload)
-    assert inner.append_seqno == 3 and bytes.fromhex(inner.data) == f.payload
+    assert inner.append_seqno == 3
+    assert bytes.fromhex(inner.data) == f.payload
     assert KEY.encode() not in f.payload
 
 
@@ -133,13 +141,18 @@ def test_each_append_carries_its_exchange_and_refusals_follow_it(tmp_path: Path)
     assert metas[0] == {"http_status": 200, "content_type": GRPC_WEB, "grpc_status": 0, "request_headers": {
         "content-type": GRPC_WEB, "authorization": f"Bearer [redacted sha256:{short_hash(TOKEN)}]",
         "x-request-id": "gw-rid"}}
-    assert metas[1]["grpc_status"] == 9 and metas[1]["grpc_message"] == "seqno gap"
-    assert rows[2]["summary"] == "grpc-web trailer status 9 seqno gap" and rows[2]["flags"] == FLAG_TRAILER
-    assert metas[3]["http_status"] == 415 and metas[3]["content_type"] == "application/proto"
+    assert metas[1]["grpc_status"] == 9
+    assert metas[1]["grpc_message"] == "seqno gap"
+    assert rows[2]["summary"] == "grpc-web trailer status 9 seqno gap"
+    assert rows[2]["flags"] == FLAG_TRAILER
+    assert metas[3]["http_status"] == 415
+    assert metas[3]["content_type"] == "application/proto"
     raw = rows[0]["raw"]
-    assert raw[0] == 0 and int.from_bytes(raw[1:5], "big") == len(raw) - 5  # the 5-byte gRPC-Web envelope
+    assert raw[0] == 0
+    assert int.from_bytes(raw[1:5], "big") == len(raw) - 5  # the 5-byte gRPC-Web envelope
     [env] = split_unary(rows[0]["raw"])
-    assert env.enveloped and pb.BidiAppendRequest.FromString(env.payload).request_id.request_id == "gw-rid"
+    assert env.enveloped
+    assert pb.BidiAppendRequest.FromString(env.payload).request_id.request_id == "gw-rid"
     assert KEY.encode() not in rows[0]["raw"]
 
 
@@ -158,9 +171,8 @@ def test_an_append_keeps_its_place_and_gets_its_answer_later(tmp_path: Path) -> 
                          path="/aiserver.v1.BidiService/BidiAppend", ts_us=now + 1, request_id="gw-rid",
                          meta={"request_headers": [("content-type", GRPC_WEB)]}, content_type=GRPC_WEB)))
     q((EV_BODY, "a0", "client", now + 1, encode(_append(0, _run_request()))))
-    deadline = time.monotonic() + 30
-    while w.frames_committed < 2 and time.monotonic() < deadline:  # the append is committed ...
-        time.sleep(0.01)
+    wait_until(lambda: w.frames_committed >= 2, timeout=30, interval=0.01,
+               what="the append to be committed")  # the append is committed ...
     assert w.frames_committed == 2
     text = pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(text_delta=pb.TextDelta(text="t")))
     q((EV_RESPONSE, "sse", now + 2, 200, [], "HTTP/1.1", None))
@@ -174,11 +186,14 @@ def test_an_append_keeps_its_place_and_gets_its_answer_later(tmp_path: Path) -> 
     r.close()
     assert [x["kind"] for x in rows] == ["bidi_request_id", "run_request", "interaction_update.text_delta"]
     meta = json.loads(rows[1]["meta"])
-    assert meta["http_status"] == 200 and meta["grpc_status"] == 0 and meta["content_type"] == GRPC_WEB
+    assert meta["http_status"] == 200
+    assert meta["grpc_status"] == 0
+    assert meta["content_type"] == GRPC_WEB
 
 
 # through real mitmdump + sim with the Node client in gRPC-Web mode ------------------------------
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("node") is None, reason="node (v20+) is not installed")
 @pytest.mark.parametrize("append_ctype", [None, "application/proto"])
 def test_node_grpc_web_appends_are_recorded_with_their_envelope(capture_sim: Sim, capture_mitm: Any, tmp_path: Path,
@@ -199,7 +214,8 @@ def test_node_grpc_web_appends_are_recorded_with_their_envelope(capture_sim: Sim
     r.close()
     sent = [json.loads(x) for x in log.read_text().splitlines() if '"bidi_append"' in x]
     appends = [x for x in rows if x["transport"] == "bidi_append" and x["direction"] == "client"]
-    assert sent and [x["raw"].hex() for x in appends] == [e["wire_hex"] for e in sent]  # envelope kept, as sent
+    assert sent
+    assert [x["raw"].hex() for x in appends] == [e["wire_hex"] for e in sent]  # envelope kept, as sent
     for x in appends:
         meta = json.loads(x["meta"])
         assert meta["content_type"] == (append_ctype or GRPC_WEB)
@@ -208,11 +224,16 @@ def test_node_grpc_web_appends_are_recorded_with_their_envelope(capture_sim: Sim
     first = json.loads(appends[0]["meta"])
     if append_ctype == "application/proto" or first["http_status"] == 415:
         # An envelope sent as Connect unary: refused, and the recording shows which append and why.
-        assert first["http_status"] == 415 and summary["error"] and "415" in summary["error"]
+        assert first["http_status"] == 415
+        assert summary["error"]
+        assert "415" in summary["error"]
         refusal = [x for x in rows if x["direction"] == "server" and x["transport"] == "bidi_append"]
-        assert refusal and refusal[0]["kind"] == "http_error" and refusal[0]["append_seqno"] == 0
+        assert refusal
+        assert refusal[0]["kind"] == "http_error"
+        assert refusal[0]["append_seqno"] == 0
     else:  # a simulator that speaks gRPC-Web: the turn completes and appends carry grpc-status 0
-        assert summary["error"] is None and summary["turn_ended"]
+        assert summary["error"] is None
+        assert summary["turn_ended"]
         assert all(json.loads(x["meta"]).get("grpc_status") in (None, 0) for x in appends)
     assert TOKEN.encode() not in b"".join(p.read_bytes() for p in m.db.parent.glob(m.db.name + "*"))
 
@@ -232,9 +253,14 @@ def test_append_framing_round_trips(text: str, seqno: int, compress: bool, bare:
     req = _append(seqno, inner)
     body = req if bare else encode(req, compress=compress)
     [f] = DEC.decode_body(body, "bidi_append", "client")
-    assert f.payload == inner and f.append_seqno == seqno and f.raw == body
+    assert f.payload == inner
+    assert f.append_seqno == seqno
+    assert f.raw == body
     assert f.flags == (0 if bare else int(compress))
     stored = redact_frame(f)
-    assert stored.raw is not None and KEY.encode() not in stored.raw
+    assert stored.raw is not None
+    assert KEY.encode() not in stored.raw
     [again] = DEC.decode_body(stored.raw, "bidi_append", "client")  # the stored wrapper still decodes
-    assert again.payload == stored.payload and again.flags == f.flags and again.append_seqno == seqno
+    assert again.payload == stored.payload
+    assert again.flags == f.flags
+    assert again.append_seqno == seqno

@@ -8,7 +8,6 @@ tests drive a real ``HttpStream`` with mitmproxy's own events; the addon tests u
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from mitmproxy.proxy.layers.http._hooks import (
     HttpResponseHeadersHook,
 )
 from mitmproxy.test import taddons, tflow
+from support import wait_until
 
 from workbench.capture import stream_end
 from workbench.capture.addon import CursorCapture
@@ -49,14 +49,17 @@ def test_the_wrapped_internals_have_the_shape_we_rely_on() -> None:
     # Used inside the wrappers, beyond the method signatures:
     assert _http2.Http2Server.ReceiveProtocolError is RequestProtocolError
     assert _http2.Http2Client.ReceiveProtocolError is ResponseProtocolError
-    assert ResponseProtocolError(1, "x").code == 502 and RequestProtocolError(1, "x").code == 400
+    assert ResponseProtocolError(1, "x").code == 502
+    assert RequestProtocolError(1, "x").code == 400
     assert "streams" in _http2.Http2Connection.__annotations__
-    assert hasattr(hl, "SendHttp") and hasattr(hl, "DropStream")
+    assert hasattr(hl, "SendHttp")
+    assert hasattr(hl, "DropStream")
     event = RequestProtocolError(1, "x")
     event.workbench_probe = 1  # type: ignore[attr-defined]  # the events take extra attributes
     # mitmproxy itself still maps every reset code but CANCEL to INTERNAL_ERROR on forwarding:
     # the reason the override forwards codes itself.
-    assert h2.errors.ErrorCodes.CANCEL and h2.errors.ErrorCodes(0).name == "NO_ERROR"
+    assert h2.errors.ErrorCodes.CANCEL
+    assert h2.errors.ErrorCodes(0).name == "NO_ERROR"
 
 
 def test_install_is_idempotent_and_replaces_the_methods() -> None:
@@ -177,7 +180,9 @@ def test_a_server_reset_mid_turn_is_an_error_with_its_side() -> None:
     assert any(isinstance(c, HttpErrorHook) for c in cmds)
     assert ("ResponseProtocolError", "client") in _sent(cmds)
     info = d.stream.flow.metadata[stream_end.RESET]
-    assert info["side"] == "server" and info["code"] == "REFUSED_STREAM" and info["after_response_end"] is False
+    assert info["side"] == "server"
+    assert info["code"] == "REFUSED_STREAM"
+    assert info["after_response_end"] is False
     assert info["message"] == describe_reset(info) == "stream reset by server (REFUSED_STREAM)"
 
 
@@ -221,13 +226,16 @@ def test_options_are_checked_whatever_sets_them(tmp_path: Path) -> None:
 def test_streaming_agent_flows_are_marked_others_left_alone(addon: CursorCapture) -> None:
     run = _flow(RUN)
     addon.requestheaders(run)
-    assert run.metadata.get(stream_end.MARK) is True and callable(run.request.stream)
+    assert run.metadata.get(stream_end.MARK) is True
+    assert callable(run.request.stream)
     unary = _flow("https://api2.cursor.sh/agent.v1.AgentService/GetUsableModels", "application/proto")
     addon.requestheaders(unary)
-    assert stream_end.MARK not in unary.metadata and not unary.request.stream
+    assert stream_end.MARK not in unary.metadata
+    assert not unary.request.stream
     other = _flow("https://example.com/upload")
     addon.requestheaders(other)
-    assert not other.metadata and not other.request.stream
+    assert not other.metadata
+    assert not other.request.stream
 
 
 def test_error_hook_records_the_side_and_code(addon: CursorCapture, tmp_path: Path) -> None:
@@ -239,11 +247,14 @@ def test_error_hook_records_the_side_and_code(addon: CursorCapture, tmp_path: Pa
     addon.error(f)
     writer = addon.writer
     assert writer is not None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def aborted() -> bool:
         info = writer.sink.get_session("rid-hooks")
-        if info is not None and info.status == "aborted":
-            break
-        time.sleep(0.02)
-    assert info is not None and info.status == "aborted" and info.error == "stream reset by client (CANCEL)"
+        return info is not None and info.status == "aborted"
+
+    wait_until(aborted, timeout=30, interval=0.02, what="the session to be marked aborted")
+    info = writer.sink.get_session("rid-hooks")
+    assert info is not None
+    assert info.status == "aborted"
+    assert info.error == "stream reset by client (CANCEL)"
     assert info.meta["reset"]["code"] == "CANCEL"

@@ -10,9 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from capture_rig import ADDON, BIN, NODE_CLIENT, Sim, env_without_proxy, free_port
+from capture_rig import ADDON, BIN, NODE_CLIENT, Sim
+from support import env_without_proxy, free_port
 
 from workbench.store import open_reader
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 
 def test_mitmdump_refuses_an_unknown_redaction_level(tmp_path: Path, capture_confdir: Path) -> None:
@@ -24,7 +27,9 @@ def test_mitmdump_refuses_an_unknown_redaction_level(tmp_path: Path, capture_con
         capture_output=True, text=True, timeout=120, env=env_without_proxy())
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
-    assert "OptionsError" in out and "cursor_redact='contents'" in out and "secrets, content" in out
+    assert "OptionsError" in out
+    assert "cursor_redact='contents'" in out
+    assert "secrets, content" in out
     assert not db.exists()  # stopped before recording anything with the wrong redaction
 
 
@@ -70,7 +75,9 @@ def test_capture_command_reverse_mode_prints_the_base_url_clients_use(capture_si
              str(capture_confdir / "mitmproxy-ca-cert.pem"), "--no-proxy", "--prompt", "[scenario:text] reverse"],
             capture_output=True, text=True, timeout=120, env=env_without_proxy())
         summary: dict[str, Any] = json.loads(node.stdout.splitlines()[-1])
-        assert node.returncode == 0 and summary["turn_ended"] and summary["end_stream"], summary
+        assert node.returncode == 0, summary
+        assert summary["turn_ended"], summary
+        assert summary["end_stream"], summary
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -83,4 +90,6 @@ def test_capture_command_reverse_mode_prints_the_base_url_clients_use(capture_si
     row = r.query("SELECT status, transport, meta FROM sessions WHERE session_id = ?",
                   [summary["request_id"]]).to_pylist()
     r.close()
-    assert row and row[0]["status"] == "complete" and '"proxy_mode": "reverse"' in row[0]["meta"]
+    assert row
+    assert row[0]["status"] == "complete"
+    assert '"proxy_mode": "reverse"' in row[0]["meta"]

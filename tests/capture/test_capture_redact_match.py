@@ -22,7 +22,8 @@ from workbench.schema import pb
 def test_markers_are_short_stable_hashes() -> None:
     assert short_hash("abc") == short_hash(b"abc") == "ba7816bf8f01"
     assert marker("abc") == "[redacted sha256:ba7816bf8f01]"
-    assert bearer_hash("Bearer tok") == short_hash("tok") and bearer_hash(None) is None
+    assert bearer_hash("Bearer tok") == short_hash("tok")
+    assert bearer_hash(None) is None
 
 
 def test_redact_headers_keeps_names_and_order() -> None:
@@ -68,9 +69,11 @@ def test_append_wrapper_rebuilt_around_redacted_message() -> None:
     body = pb.BidiAppendRequest(data=binascii.hexlify(_run()).decode(), request_id=pb.BidiRequestId(request_id="r"),
                                 append_seqno=0).SerializeToString()
     f = redact_frame(default_decoder().unwrap_append(body))
-    assert binascii.hexlify(b"AZKEY") not in (f.raw or b"") and b"AZKEY" not in f.payload
+    assert binascii.hexlify(b"AZKEY") not in (f.raw or b"")
+    assert b"AZKEY" not in f.payload
     inner = default_decoder().unwrap_append(f.raw or b"")
-    assert inner.payload == f.payload and inner.kind == "run_request"
+    assert inner.payload == f.payload
+    assert inner.kind == "run_request"
 
 
 def test_content_level_blanks_prompts_and_blobs() -> None:
@@ -78,12 +81,14 @@ def test_content_level_blanks_prompts_and_blobs() -> None:
     assert b"the prompt" not in out
     blob = json.dumps({"role": "user", "content": [{"type": "text", "text": "secret plan"}]}).encode()
     red = json.loads(redact_blob(blob))
-    assert red["role"] == "user" and red["content"][0]["text"] == marker("secret plan")
+    assert red["role"] == "user"
+    assert red["content"][0]["text"] == marker("secret plan")
     assert redact_blob(b"plain file body") == marker(b"plain file body").encode()
     kv = pb.AgentServerMessage(kv_server_message=pb.KvServerMessage(
         id=3, set_blob_args=pb.SetBlobArgs(blob_id=b"\x01\x02", blob_data=blob))).SerializeToString()
     f = redact_frame(default_decoder().classify_agent(kv, SERVER_MSG), content=True)
-    assert b"secret plan" not in f.payload and f.kind == "kv_server_message.set_blob_args"
+    assert b"secret plan" not in f.payload
+    assert f.kind == "kv_server_message.set_blob_args"
 
 
 def test_matcher_routes() -> None:
@@ -91,9 +96,13 @@ def test_matcher_routes() -> None:
     assert m.route("127.0.0.1", "/agent.v1.AgentService/Run").transport == "run"  # type: ignore[union-attr]
     assert m.route("localhost", "/agent.v1.AgentService/RunSSE").transport == "runsse"  # type: ignore[union-attr]
     r = m.route("x", "/aiserver.v1.BidiService/BidiAppend")
-    assert r is not None and r.transport == "bidi_append" and not r.streaming
+    assert r is not None
+    assert r.transport == "bidi_append"
+    assert not r.streaming
     u = m.route("api2.cursor.sh", "/aiserver.v1.ServerConfigService/GetServerConfig")
-    assert u is not None and u.transport == "unary" and u.request_type == "aiserver.v1.GetServerConfigRequest"
+    assert u is not None
+    assert u.transport == "unary"
+    assert u.request_type == "aiserver.v1.GetServerConfigRequest"
     assert m.route("api2.cursor.sh", "/aiserver.v1.ChatService/StreamUnifiedChatWithToolsSSE").streaming  # type: ignore[union-attr]
     assert m.route("api2.cursor.sh", "/auth/poll") is None  # login tokens: left alone
     assert m.route("example.com", "/aiserver.v1.AiService/AvailableModels") is None

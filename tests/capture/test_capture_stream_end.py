@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from capture_rig import NODE_CLIENT, Sim, env_without_proxy
+from capture_rig import NODE_CLIENT, Sim
 from h2_agent_client import H2AgentClient
 from h2_script_server import ScriptServer
+from support import env_without_proxy
 
 from workbench.redact import short_hash
 from workbench.store import open_reader
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 TOKEN = "wb-node-token-3f9a17c2"
 NODE = shutil.which("node")
@@ -109,13 +112,17 @@ def test_node_client_forward_and_reverse_record_the_same(capture_sim: Sim, captu
         log = tmp_path / f"{m.db.stem}.ndjson"
         rc, summary = _node(base, m.ca, log, "--transport", transport, "--prompt", "[scenario:node_tools] go",
                             "--model", "gpt-5", proxy=proxy)
-        assert rc == 0 and summary["error"] is None, summary
-        assert summary["turn_ended"] and summary["end_stream"] and summary["end_frame"] == "ok"
+        assert rc == 0, summary
+        assert summary["error"] is None, summary
+        assert summary["turn_ended"]
+        assert summary["end_stream"]
+        assert summary["end_frame"] == "ok"
         assert m.stop() == 0
         sid = summary["request_id"]
         assert_recording_is_the_log(_rows(m.db, sid), _read_log(log))
         s = _session(m.db, sid)
-        assert s["status"] == "complete" and s["error"] is None
+        assert s["status"] == "complete"
+        assert s["error"] is None
         assert s["meta"]["proxy_mode"] == ("regular" if m is fwd else "reverse")
         # Node's stream.close() after the response's END_STREAM ends the request side cleanly.
         assert "reset" not in s["meta"]
@@ -123,7 +130,8 @@ def test_node_client_forward_and_reverse_record_the_same(capture_sim: Sim, captu
         assert TOKEN.encode() not in blob
         shapes.append(_turn_shape(m.db, sid))
     assert shapes[0] == shapes[1]
-    assert shapes[0]["auth_hash"] == short_hash(TOKEN) and shapes[0]["model"] == "gpt-5"
+    assert shapes[0]["auth_hash"] == short_hash(TOKEN)
+    assert shapes[0]["model"] == "gpt-5"
     assert shapes[0]["authorization"] == f"Bearer [redacted sha256:{short_hash(TOKEN)}]"
     kinds = shapes[0]["client"] + shapes[0]["server"]
     for k in ("exec_server_message.shell_stream_args", "exec_client_message.shell_stream_result",
@@ -145,7 +153,8 @@ def test_python_h2_client_that_never_half_closes(capture_sim: Sim, capture_mitm:
     assert_recording_is_the_log(_rows(m.db, res.request_id), _read_log(log))
     s = _session(m.db, res.request_id)
     # This client resets its request stream once it has the whole answer: the session stays complete.
-    assert s["status"] == "complete" and s["error"] is None
+    assert s["status"] == "complete"
+    assert s["error"] is None
     assert s["meta"]["reset"] == {"side": "client", "code": "NO_ERROR", "h2_error_code": 0,
                                   "after_response_end": True, "message": "stream reset by client (NO_ERROR)"}
 
@@ -157,15 +166,18 @@ def test_client_half_closes_first_while_the_server_streams(capture_sim: Sim, cap
     res = H2AgentClient(capture_sim.url, token=TOKEN, ca_file=str(m.ca), proxy=m.proxy, timeout=60,
                         half_close=True, log_path=log).run_turn("[scenario:stream_only] half-close first")
     assert res.completed, res.error
-    assert res.frames_sent == 1 and res.frames_received > 60  # the server kept streaming after our end
+    assert res.frames_sent == 1
+    assert res.frames_received > 60  # the server kept streaming after our end
     assert m.stop() == 0
     rows = _rows(m.db, res.request_id)
     assert_recording_is_the_log(rows, _read_log(log))
     s = _session(m.db, res.request_id)
-    assert s["status"] == "complete" and "reset" not in s["meta"]
+    assert s["status"] == "complete"
+    assert "reset" not in s["meta"]
     # The client's end came before most of the server's frames, and capture kept recording them.
     first_server = next(r["seq"] for r in rows if r["direction"] == "server")
-    assert rows[0]["kind"] == "run_request" and first_server == 1
+    assert rows[0]["kind"] == "run_request"
+    assert first_server == 1
 
 
 @needs_node
@@ -175,11 +187,15 @@ def test_client_cancel_mid_turn_is_forwarded_and_recorded(capture_sim: Sim, capt
     log = tmp_path / "cancel.ndjson"
     rc, summary = _node(capture_sim.url, m.ca, log, "--prompt", "[scenario:long] cancel me", "--cancel-after", "10",
                         proxy=m.proxy)
-    assert rc == 1 and summary["error"] == "cancelled by this client" and not summary["end_stream"]
+    assert rc == 1
+    assert summary["error"] == "cancelled by this client"
+    assert not summary["end_stream"]
     assert m.stop() == 0
     s = _session(m.db, summary["request_id"])
-    assert s["status"] == "aborted" and s["error"] == "stream reset by client (CANCEL)"
-    assert s["meta"]["reset"]["side"] == "client" and s["meta"]["reset"]["code"] == "CANCEL"
+    assert s["status"] == "aborted"
+    assert s["error"] == "stream reset by client (CANCEL)"
+    assert s["meta"]["reset"]["side"] == "client"
+    assert s["meta"]["reset"]["code"] == "CANCEL"
     assert s["meta"]["reset"]["after_response_end"] is False
     rows = _rows(m.db, summary["request_id"])
     logged = _read_log(log)
@@ -197,11 +213,15 @@ def test_server_reset_mid_turn_is_forwarded_and_recorded(capture_sim: Sim, captu
     m = capture_mitm()
     log = tmp_path / "drop.ndjson"
     rc, summary = _node(capture_sim.url, m.ca, log, "--prompt", "[scenario:network_drop] go", proxy=m.proxy)
-    assert rc == 1 and summary["rst_code"] == 2 and not summary["end_stream"]  # INTERNAL_ERROR, as sent
+    assert rc == 1
+    assert summary["rst_code"] == 2
+    assert not summary["end_stream"]  # INTERNAL_ERROR, as sent
     assert m.stop() == 0
     s = _session(m.db, summary["request_id"])
-    assert s["status"] == "aborted" and s["error"] == "stream reset by server (INTERNAL_ERROR)"
-    assert s["meta"]["reset"]["side"] == "server" and s["meta"]["reset"]["h2_error_code"] == 2
+    assert s["status"] == "aborted"
+    assert s["error"] == "stream reset by server (INTERNAL_ERROR)"
+    assert s["meta"]["reset"]["side"] == "server"
+    assert s["meta"]["reset"]["h2_error_code"] == 2
     assert_recording_is_the_log(_rows(m.db, summary["request_id"]), _read_log(log))
 
 
@@ -220,7 +240,8 @@ def test_server_end_then_rst_no_error_stays_complete(script_server: ScriptServer
     assert res.reset_code == 0  # the server's NO_ERROR arrives as NO_ERROR (mitmproxy alone: INTERNAL_ERROR)
     assert m.stop() == 0
     s = _session(m.db, res.request_id)
-    assert s["status"] == "complete" and s["error"] is None
+    assert s["status"] == "complete"
+    assert s["error"] is None
     assert s["meta"]["reset"] == {"side": "server", "code": "NO_ERROR", "h2_error_code": 0,
                                   "after_response_end": True, "message": "stream reset by server (NO_ERROR)"}
     assert [r["kind"] for r in _rows(m.db, res.request_id)][-2:] == ["interaction_update.turn_ended", "end_stream"]
@@ -230,10 +251,12 @@ def test_server_reset_code_reaches_the_client_unchanged(script_server: ScriptSer
     m = capture_mitm()
     res = H2AgentClient(script_server.url, token=TOKEN, ca_file=str(m.ca), proxy=m.proxy, timeout=30,
                         extra_headers=[("x-test-mode", "rst:7")]).run_turn("hello")
-    assert res.reset_code == 7 and not res.end_stream  # REFUSED_STREAM, not mitmproxy's INTERNAL_ERROR
+    assert res.reset_code == 7
+    assert not res.end_stream  # REFUSED_STREAM, not mitmproxy's INTERNAL_ERROR
     assert m.stop() == 0
     s = _session(m.db, res.request_id)
-    assert s["status"] == "aborted" and s["error"] == "stream reset by server (REFUSED_STREAM)"
+    assert s["status"] == "aborted"
+    assert s["error"] == "stream reset by server (REFUSED_STREAM)"
 
 
 def test_client_reset_reaches_the_server_with_its_code(script_server: ScriptServer, capture_mitm: Any) -> None:
@@ -243,10 +266,12 @@ def test_client_reset_reaches_the_server_with_its_code(script_server: ScriptServ
                         extra_headers=[("x-test-mode", "echo")]).run_turn("hello")
     assert res.cancelled
     seen = script_server.wait(0)
-    assert seen.reset_code == 8 and not seen.end_stream  # CANCEL, forwarded at once
+    assert seen.reset_code == 8
+    assert not seen.end_stream  # CANCEL, forwarded at once
     assert m.stop() == 0
     s = _session(m.db, res.request_id)
-    assert s["status"] == "aborted" and s["meta"]["reset"]["code"] == "CANCEL"
+    assert s["status"] == "aborted"
+    assert s["meta"]["reset"]["code"] == "CANCEL"
 
 
 def test_client_frames_after_an_early_end_still_reach_the_server(script_server: ScriptServer,
@@ -259,9 +284,12 @@ def test_client_frames_after_an_early_end_still_reach_the_server(script_server: 
     assert res.completed, res.error
     seen = script_server.wait(0)
     # run_request (which crossed the server's early end) and the three lingering heartbeats
-    assert seen.frames_after_response_end == 4 and seen.end_stream and seen.reset_code is None
+    assert seen.frames_after_response_end == 4
+    assert seen.end_stream
+    assert seen.reset_code is None
     assert m.stop() == 0
     rows = _rows(m.db, res.request_id)
     assert [r["kind"] for r in rows if r["direction"] == "client"][-3:] == ["client_heartbeat"] * 3
     s = _session(m.db, res.request_id)
-    assert s["status"] == "complete" and "reset" not in s["meta"]
+    assert s["status"] == "complete"
+    assert "reset" not in s["meta"]

@@ -8,6 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+from support import wait_until
+
 from workbench.capture.spool import spool_candidates
 from workbench.capture.writer import (
     EV_BODY,
@@ -88,7 +91,8 @@ def test_run_stream_reassembled_from_odd_chunks(tmp_path: Path) -> None:
     rows = r.query("SELECT seq, direction, kind, payload FROM frames WHERE session_id='rid-1' ORDER BY seq").to_pylist()
     assert [x["kind"] for x in rows] == ["run_request", "client_heartbeat"] + ["interaction_update.text_delta"] * 5 + ["end_stream"]
     assert [x["direction"] for x in rows] == ["client"] * 2 + ["server"] * 6
-    assert rows[2]["payload"] == _text("t0") and rows[5]["payload"] == _text("t3")
+    assert rows[2]["payload"] == _text("t0")
+    assert rows[5]["payload"] == _text("t3")
     s = r.query("SELECT status, model, conversation_id, http_status, transport, client_version FROM sessions").to_pylist()
     assert s == [{"status": "complete", "model": "claude-x", "conversation_id": "conv-1", "http_status": 200,
                   "transport": "run", "client_version": "cli-2026.01.01-abc"}]
@@ -157,9 +161,11 @@ def test_http_error_and_abort_recorded(tmp_path: Path) -> None:
     w.stop()
     r = open_reader(tmp_path / "cap.duckdb")
     s = {x["session_id"]: x for x in r.query("SELECT session_id, status, http_status, error FROM sessions").to_pylist()}
-    assert s["err-1"]["status"] == "error" and s["err-1"]["http_status"] == 401
+    assert s["err-1"]["status"] == "error"
+    assert s["err-1"]["http_status"] == 401
     assert "unauthenticated" in s["err-1"]["error"]
-    assert s["abort-1"]["status"] == "aborted" and s["abort-1"]["error"] == "peer closed connection"
+    assert s["abort-1"]["status"] == "aborted"
+    assert s["abort-1"]["error"] == "peer closed connection"
     kinds = r.query("SELECT session_id, kind, error FROM frames ORDER BY session_id, seq").to_pylist()
     assert ("err-1", "http_error") in [(k["session_id"], k["kind"]) for k in kinds]
     assert [k for k in kinds if k["session_id"] == "abort-1"][-1]["kind"] == "malformed"  # truncated frame kept
@@ -191,16 +197,20 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.slow
 def test_locked_database_spools_then_merges(tmp_path: Path) -> None:
     db = tmp_path / "cap.duckdb"
     holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
         errors: list[str] = []
         w = CaptureWriter(WriterConfig(db_path=str(db), flush_interval=0.05, live=False), on_error=errors.append)
         w.start()
-        assert errors and "cannot open capture database" in errors[0] and ".spool" in errors[0]
+        assert errors
+        assert "cannot open capture database" in errors[0]
+        assert ".spool" in errors[0]
         q = w.queue.put
         now = time.time_ns() // 1000
         q(_open("f", "run", rid="spooled-1"))
@@ -210,7 +220,8 @@ def test_locked_database_spools_then_merges(tmp_path: Path) -> None:
         w.stop()
         spool = spool_candidates(db)[0]
         assert spool.exists()
-        assert API_KEY.encode() not in spool.read_bytes() and b"MODELKEY" not in spool.read_bytes()
+        assert API_KEY.encode() not in spool.read_bytes()
+        assert b"MODELKEY" not in spool.read_bytes()
     finally:
         holder.communicate("")
     # the next start merges the spool and deletes it
@@ -234,10 +245,12 @@ def test_content_redaction_hides_prompts(tmp_path: Path) -> None:
     q((EV_DONE, "f", now, None, {}))
     w.stop()
     data = (tmp_path / "cap.duckdb").read_bytes()
-    assert b"please refactor" not in data and b"secret plans" not in data
+    assert b"please refactor" not in data
+    assert b"secret plans" not in data
     r = open_reader(tmp_path / "cap.duckdb")
     kinds = r.query("SELECT kind, summary FROM frames ORDER BY seq").to_pylist()
-    assert kinds[0]["kind"] == "run_request" and kinds[1]["kind"] == "interaction_update.text_delta"
+    assert kinds[0]["kind"] == "run_request"
+    assert kinds[1]["kind"] == "interaction_update.text_delta"
     assert "redacted" in kinds[1]["summary"]
 
 
@@ -250,9 +263,7 @@ def test_commit_failure_mid_capture_goes_to_the_spool(tmp_path: Path) -> None:
     now = time.time_ns() // 1000
     q(_open("f", "run", rid="mid-1"))
     q((EV_CHUNK, "f", "client", now, encode(_run_request())))
-    deadline = time.monotonic() + 30
-    while w.frames_committed < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: w.frames_committed >= 1, timeout=30, interval=0.01, what="the first frame to be committed")
     assert w.frames_committed == 1
     assert w.store is not None
     w.store.con.close()  # the database goes away under the writer (disk gone, file removed...)
@@ -260,7 +271,9 @@ def test_commit_failure_mid_capture_goes_to_the_spool(tmp_path: Path) -> None:
     q((EV_CHUNK, "f", "server", now + 2, encode(b"{}", FLAG_END_STREAM)))
     q((EV_DONE, "f", now + 3, None, {}))
     w.stop()
-    assert errors and "failed" in errors[-1] and ".spool" in errors[-1]
+    assert errors
+    assert "failed" in errors[-1]
+    assert ".spool" in errors[-1]
     w2 = _writer(tmp_path)
     w2.stop()
     r = open_reader(tmp_path / "cap.duckdb")
@@ -285,7 +298,8 @@ def test_unwritable_directory_spools_to_the_state_dir(tmp_path: Path, monkeypatc
     w.queue.put((EV_DONE, "f", now, "client went away", {}))
     w.stop()
     spool = spool_candidates(db)[1]
-    assert spool.is_relative_to(tmp_path / "state") and spool.exists()
+    assert spool.is_relative_to(tmp_path / "state")
+    assert spool.exists()
     assert str(spool) in errors[-1]
     blocker.unlink()
     blocker.mkdir()
@@ -315,7 +329,8 @@ def test_token_rpc_bodies_are_stored_as_markers(tmp_path: Path) -> None:
     q((EV_DONE, "t", now, None, {}))
     w.stop()
     data = (tmp_path / "cap.duckdb").read_bytes()
-    assert b"SECRETGITHUB" not in data and b"NEWSECRETTOK" not in data
+    assert b"SECRETGITHUB" not in data
+    assert b"NEWSECRETTOK" not in data
     r = open_reader(tmp_path / "cap.duckdb")
     rows = r.query("SELECT direction, summary, payload FROM frames ORDER BY seq").to_pylist()
     assert [x["direction"] for x in rows] == ["client", "server"]

@@ -6,18 +6,18 @@ with the old behaviour (close ~1 s after turn_ended) the problem stays hidden.""
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from support import env_without_proxy, free_port, port_open, wait_until
 
 from workbench.client.agent import AgentClient
 from workbench.sim.runner import SimServer, running_sim
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 MITMDUMP = Path(sys.executable).parent / "mitmdump"
 ADDON = Path(__file__).resolve().parent / "stream_bodies_addon.py"
@@ -26,27 +26,16 @@ ADDON = Path(__file__).resolve().parent / "stream_bodies_addon.py"
 @pytest.fixture(scope="module")
 def mitm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     conf = tmp_path_factory.mktemp("mitm")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    port = free_port()
     proc = subprocess.Popen([str(MITMDUMP), "-q", "-s", str(ADDON), "--listen-host", "127.0.0.1", "--listen-port",
                              str(port), "--set", f"confdir={conf}", "--set", "ssl_insecure=true"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    deadline = time.monotonic() + 90
-    while True:  # wait until it listens (and has written its CA)
-        if proc.poll() is not None:
-            raise RuntimeError(f"mitmdump exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            if (conf / "mitmproxy-ca-cert.pem").exists():
-                break
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("mitmdump did not start listening")
-        time.sleep(0.1)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env_without_proxy())
+    try:  # wait until it listens and has written its CA
+        wait_until(lambda: port_open(port) and (conf / "mitmproxy-ca-cert.pem").exists(), timeout=90,
+                   what=f"mitmdump listening on {port} with its CA written", proc=proc)
+    except AssertionError:
+        proc.kill()
+        raise
     yield f"http://127.0.0.1:{port}", conf / "mitmproxy-ca-cert.pem"
     proc.terminate()
     proc.wait(timeout=30)
@@ -71,7 +60,9 @@ def via_mitm(mitm: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> Path:
 async def test_run_behind_mitmdump_reports_the_held_end(sim: SimServer, via_mitm: Path) -> None:
     async with AgentClient(sim.url, "t", verify=str(via_mitm), heartbeat_interval=0.2, end_timeout=3.0) as c:
         res = await c.run_turn("[scenario:text] through mitmdump")
-    assert res.ended and res.error is None and "through mitmdump" in res.text
+    assert res.ended
+    assert res.error is None
+    assert "through mitmdump" in res.text
     assert res.end_missing is not None
     assert "its end-stream frame came, the HTTP/2 END_STREAM flag did not" in res.end_missing.message
 
@@ -79,7 +70,9 @@ async def test_run_behind_mitmdump_reports_the_held_end(sim: SimServer, via_mitm
 async def test_the_old_behaviour_hides_it(sim: SimServer, via_mitm: Path) -> None:
     async with AgentClient(sim.url, "t", verify=str(via_mitm), heartbeat_interval=0.2, wait_for_end=False) as c:
         res = await c.run_turn("[scenario:text] through mitmdump")
-    assert res.ended and res.error is None and res.end_missing is None
+    assert res.ended
+    assert res.error is None
+    assert res.end_missing is None
 
 
 @pytest.mark.parametrize("transport", ["runsse", "runpoll"])
@@ -87,4 +80,6 @@ async def test_http1_transports_end_normally_behind_mitmdump(sim: SimServer, via
     async with AgentClient(sim.url, "t", transport=transport, verify=str(via_mitm), heartbeat_interval=0.2,
                            end_timeout=30.0) as c:
         res = await c.run_turn("[scenario:text] through mitmdump")
-    assert res.ended and res.error is None and res.end_missing is None
+    assert res.ended
+    assert res.error is None
+    assert res.end_missing is None

@@ -23,6 +23,8 @@ from client_sim_process import WORKBENCH, SimProcess, exec_answers, exec_kinds, 
 from workbench.client.agent import AgentClient
 from workbench.client.events import ExecRequest
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 NEVER = {"client_tools": "never"}
 SCENARIOS = {
     "policy_mix": {
@@ -112,9 +114,11 @@ async def test_each_policy_on_the_wire_completes_against_the_default_sim(
         sim: SimProcess, tmp_path: Path, policy: str, transport: str) -> None:
     res, summary, db = await turn(sim, tmp_path, policy, transport)
     assert on_the_wire(db, res.request_id) == expected(policy), (res.error, summary)
-    assert res.error is None and res.ended, (res.error, summary)
+    assert res.error is None, (res.error, summary)
+    assert res.ended, (res.error, summary)
     assert res.end_missing is None
-    assert "-> turn_ended" in summary and "faults:" not in summary, summary
+    assert "-> turn_ended" in summary, summary
+    assert "faults:" not in summary, summary
     assert res.text.startswith("All done")
 
 
@@ -123,8 +127,11 @@ async def test_streams_only_stalls_against_the_strict_sim(strict_sim: SimProcess
                                                            transport: str) -> None:
     """December 2025: built-in tool results alone left the run heartbeating until stream_close."""
     res, summary, db = await turn(strict_sim, tmp_path, "streams-only", transport, budget=60)
-    assert not res.ended and res.error is not None and res.error.code == "heartbeat_budget"
-    assert "close policy streams-only" in res.error.message and "--strict-stream-close" in res.error.message
+    assert not res.ended
+    assert res.error is not None
+    assert res.error.code == "heartbeat_budget"
+    assert "close policy streams-only" in res.error.message
+    assert "--strict-stream-close" in res.error.message
     assert "turn_ended" not in summary
     first = on_the_wire(db, res.request_id)[0]
     assert first == ("request_context_args", ["request_context_result"])  # answered, never closed
@@ -135,8 +142,10 @@ async def test_always_completes_against_the_strict_sim(strict_sim: SimProcess, t
                                                        transport: str) -> None:
     res, summary, db = await turn(strict_sim, tmp_path, "always", transport)
     assert on_the_wire(db, res.request_id) == expected("always"), (res.error, summary)
-    assert res.error is None and res.ended, (res.error, summary)
-    assert "-> turn_ended" in summary and "faults:" not in summary, summary
+    assert res.error is None, (res.error, summary)
+    assert res.ended, (res.error, summary)
+    assert "-> turn_ended" in summary, summary
+    assert "faults:" not in summary, summary
 
 
 def test_the_cli_close_policy_switch(sim: SimProcess, tmp_path: Path) -> None:
@@ -151,7 +160,8 @@ def test_the_cli_close_policy_switch(sim: SimProcess, tmp_path: Path) -> None:
     assert on_the_wire(db, recorded_session(db)) == expected("streams-only", mcp_answered=False), proc.stderr
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("All done")
-    assert "-> turn_ended" in summary and "faults:" not in summary, summary
+    assert "-> turn_ended" in summary, summary
+    assert "faults:" not in summary, summary
 
 
 def recorded_session(db: Path) -> str:

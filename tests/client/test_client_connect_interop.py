@@ -51,7 +51,8 @@ def test_we_parse_what_connect_python_writes(compression) -> None:
     assert [pb.AgentServerMessage.FromString(e.payload) for e in envs[:-1]] == msgs
     assert envs[-1].is_end_stream
     end = parse_end_stream(envs[-1].payload)
-    assert end.code == "resource_exhausted" and end.message == "usage limit"
+    assert end.code == "resource_exhausted"
+    assert end.message == "usage limit"
 
 
 def test_connect_python_reads_what_we_encode() -> None:
@@ -78,4 +79,5 @@ def test_client_request_bytes_are_valid_connect_envelopes() -> None:
     [msg] = list(reader.feed(encode(body)))
     assert msg.run_request.conversation_id == "conv-1"
     assert msg.run_request.HasField("conversation_state")
-    assert body[0] == 0x0A and body[3:5] == b"\x0a\x00"  # run_request, then the empty state `0a 00`
+    assert body[0] == 0x0A
+    assert body[3:5] == b"\x0a\x00"  # run_request, then the empty state `0a 00`

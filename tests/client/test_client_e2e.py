@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support import wait_until_async
 
 from workbench.client.agent import AgentClient
 from workbench.client.events import (
@@ -34,12 +35,8 @@ async def sim():
 
 async def last_run(sim, timeout: float = 30.0):
     """The newest run record once the simulator has finished it (polled with a deadline)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not (sim.state.runs and sim.state.runs[-1].finished.is_set()):
-        if loop.time() > deadline:
-            raise TimeoutError("the simulator did not finish its run")
-        await asyncio.sleep(0.01)
+    await wait_until_async(lambda: sim.state.runs and sim.state.runs[-1].finished.is_set(), timeout=timeout,
+                           what="the simulator to finish its run")
     return sim.state.runs[-1]
 
 
@@ -47,27 +44,35 @@ def client(sim, **kw) -> AgentClient:
     return AgentClient(sim.url, "test-token", verify=str(sim.cert_path), **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_text_turn_on_every_transport(sim, transport: str) -> None:
     async with client(sim, transport=transport) as c:
         res = await c.run_turn("[scenario:text] ping")
-    assert res.ended and res.error is None
-    assert "Hello from the workbench simulator" in res.text and "ping" in res.text
-    assert res.usage.output_tokens > 0 and res.usage.context_tokens > 0
+    assert res.ended
+    assert res.error is None
+    assert "Hello from the workbench simulator" in res.text
+    assert "ping" in res.text
+    assert res.usage.output_tokens > 0
+    assert res.usage.context_tokens > 0
     run = await last_run(sim)
-    assert run.transport == transport and run.outcome == "turn_ended" and not run.faults
+    assert run.transport == transport
+    assert run.outcome == "turn_ended"
+    assert not run.faults
     assert run.request_id == res.request_id
     # the frame log holds the exact agent messages, first the run request
     first = c.frame_log[0]
     assert first.direction == "client"
     assert first.transport == ("run" if transport == "run" else "bidi_append")
     req = pb.AgentClientMessage.FromString(first.data)
-    assert req.WhichOneof("message") == "run_request" and req.run_request.HasField("conversation_state")
+    assert req.WhichOneof("message") == "run_request"
+    assert req.run_request.HasField("conversation_state")
     server = [e for e in c.frame_log if e.direction == "server"]
     assert len(server) == len(run.sent_kinds)
     assert pb.AgentServerMessage.FromString(server[-1].data).interaction_update.HasField("turn_ended")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_exec_handed_to_caller_gets_result_then_stream_close(sim, transport: str) -> None:
     seen: list[ExecRequest] = []
@@ -78,20 +83,25 @@ async def test_exec_handed_to_caller_gets_result_then_stream_close(sim, transpor
 
     async with client(sim, transport=transport) as c:
         res = await c.run_turn("[scenario:tool_flow] run it", on_exec=on_exec)
-    assert [r.kind for r in seen] == ["shell"] and seen[0].args["command"] == "echo hello from workbench"
-    assert "hello from the caller" in res.text and res.ended
-    assert res.tool_calls and res.tool_calls[0].args["command"] == "echo hello from workbench"
+    assert [r.kind for r in seen] == ["shell"]
+    assert seen[0].args["command"] == "echo hello from workbench"
+    assert "hello from the caller" in res.text
+    assert res.ended
+    assert res.tool_calls
+    assert res.tool_calls[0].args["command"] == "echo hello from workbench"
     run = await last_run(sim)
     assert [(e.kind, e.closed, e.thrown) for e in run.execs] == [("request_context", True, None),
                                                                  ("shell", True, None)]
     assert not run.faults
 
 
+@pytest.mark.slow
 async def test_local_execution_read_then_write_in_workspace(sim, tmp_path: Path) -> None:
     (tmp_path / "README.md").write_text("# Readme\nline two\n")
     async with client(sim, transport="runsse", workspace=tmp_path, execute_locally=True) as c:
         res = await c.run_turn("[scenario:read_write] notes please")
-    assert res.ended and "2 lines of README.md" in res.text
+    assert res.ended
+    assert "2 lines of README.md" in res.text
     assert (tmp_path / "NOTES.md").read_text().startswith("# Notes")
     handled = [e for e in res.events if isinstance(e, ExecHandled)]
     assert [(h.kind, h.ok) for h in handled] == [("request_context", True), ("read", True), ("write", True)]
@@ -102,13 +112,15 @@ async def test_local_execution_is_confined_to_the_workspace(tmp_path: Path) -> N
 
     ex = LocalExecutor(tmp_path)
     [(field, result)] = await ex.run("read", pb.ReadArgs(path="../../etc/passwd"))
-    assert field == "read_result" and result.WhichOneof("result") == "rejected"
+    assert field == "read_result"
+    assert result.WhichOneof("result") == "rejected"
     [(field, result)] = await ex.run("write", pb.WriteArgs(path="/tmp/elsewhere.txt", file_text="x"))
     assert result.WhichOneof("result") == "rejected"
     with pytest.raises(NotImplementedError):
         await ex.run("computer_use", b"")
 
 
+@pytest.mark.slow
 async def test_checkpoint_is_echoed_with_the_same_conversation_id(sim) -> None:
     async with client(sim) as c:
         first = await c.run_turn("[scenario:text] one")
@@ -129,6 +141,7 @@ STRICT_SHELL = {"description": "one shell exec that completes only with stream_c
     {"text": "{tool_result}"}, {"checkpoint": True}, {"step_completed": True}, {"turn_ended": True}, {"end": "ok"}]}
 
 
+@pytest.mark.slow
 async def test_no_stream_close_stalls_until_the_heartbeat_budget(tmp_path: Path) -> None:
     (tmp_path / "scenarios").mkdir()
     (tmp_path / "scenarios" / "strict_shell.json").write_text(json.dumps(STRICT_SHELL))
@@ -142,33 +155,42 @@ async def test_no_stream_close_stalls_until_the_heartbeat_budget(tmp_path: Path)
         run = await last_run(sim)
     err = info.value.error
     assert err.code == "heartbeat_budget"
-    assert "15 consecutive server heartbeats" in err.message and "no stream_close" in err.message
+    assert "15 consecutive server heartbeats" in err.message
+    assert "no stream_close" in err.message
     shell = [e for e in run.execs if e.kind == "shell"][0]
-    assert shell.results == 1 and not shell.closed
+    assert shell.results == 1
+    assert not shell.closed
 
 
+@pytest.mark.slow
 async def test_omit_conversation_state_is_rejected(sim) -> None:
     async with client(sim, faults={"omit_conversation_state"}) as c:
         res = await c.run_turn("[scenario:text] hi", raise_on_error=False)
-    assert res.error is not None and res.error.code == "invalid_argument"
+    assert res.error is not None
+    assert res.error.code == "invalid_argument"
     assert "Conversation state is required" in res.error.message
 
 
+@pytest.mark.slow
 async def test_reset_append_seqno_duplicates_seqno_zero(sim) -> None:
     async with client(sim, transport="runsse", faults={"reset_append_seqno"}, heartbeat_budget=40) as c:
         res = await c.run_turn("[scenario:text] hi", raise_on_error=False)
     run = await last_run(sim)
     assert any("duplicate append_seqno 0" in f for f in run.faults)
     # the first reply (a KV answer) was dropped as a duplicate, so the run never finishes
-    assert res.error is not None and res.error.code == "heartbeat_budget"
+    assert res.error is not None
+    assert res.error.code == "heartbeat_budget"
 
 
+@pytest.mark.slow
 async def test_answer_written_into_the_parked_run_is_hidden_in_kv(sim) -> None:
     # kv_only_on_reuse: the server wants a new run after the tool call; answering in place gets
-    # tool_call_completed, heartbeats and an assistant KV blob — no text, no turn_ended (§13 #3)
+    # tool_call_completed, heartbeats and an assistant KV blob — no text, no turn_ended (docs/protocol.md §7, kv_only_response)
     async with client(sim, heartbeat_budget=20, heartbeat_interval=0.02) as c:
         res = await c.run_turn("[scenario:kv_only_on_reuse] go", on_exec=_answer, raise_on_error=False)
-    assert not res.ended and res.error is not None and res.error.code == "heartbeat_budget"
+    assert not res.ended
+    assert res.error is not None
+    assert res.error.code == "heartbeat_budget"
     assert not any(isinstance(e, TextDelta) for e in res.events)
     assert any(isinstance(e, ToolCall) for e in res.events)
     blobs = [e.data for e in res.events if isinstance(e, KvSet)]
@@ -178,43 +200,55 @@ async def test_answer_written_into_the_parked_run_is_hidden_in_kv(sim) -> None:
     assert "client_heartbeat" in run.client_kinds  # the client kept beating while the server stalled
 
 
+@pytest.mark.slow
 async def test_reuse_session_fault_writes_the_next_turn_into_the_open_run(sim) -> None:
     async with client(sim, faults={"reuse_session"}, heartbeat_budget=20) as c:
         first = await c.run_turn("[scenario:kv_only_on_followup] one")
         second = await c.run_turn("[scenario:kv_only_on_followup] two", raise_on_error=False)
-    assert first.text == "First answer, streamed normally." and first.ended
+    assert first.text == "First answer, streamed normally."
+    assert first.ended
     assert second.request_id == first.request_id  # no new run: same stream, same request id
-    assert second.error is not None and second.error.code == "heartbeat_budget" and second.text == ""
+    assert second.error is not None
+    assert second.error.code == "heartbeat_budget"
+    assert second.text == ""
     hidden = [e.data for e in second.events if isinstance(e, KvSet)]
     assert any(b"Second answer, hidden in a KV blob" in b for b in hidden)
     assert len(sim.state.runs) == 1
 
 
+@pytest.mark.slow
 async def test_without_reuse_session_the_next_turn_is_a_new_run(sim) -> None:
     # This scenario's server keeps the run open after turn_ended for a follow-up; the client waits
     # for the end as real clients do, then says it never came (and names that possible cause).
     async with client(sim, heartbeat_budget=20, end_timeout=0.5) as c:
         first = await c.run_turn("[scenario:kv_only_on_followup] one")
         second = await c.run_turn("[scenario:kv_only_on_followup] two")
-    assert second.ended and second.text == "First answer, streamed normally."
+    assert second.ended
+    assert second.text == "First answer, streamed normally."
     assert len(sim.state.runs) == 2
-    assert first.end_missing is not None and "follow-up" in first.end_missing.message
+    assert first.end_missing is not None
+    assert "follow-up" in first.end_missing.message
 
 
 async def _answer(req: ExecRequest) -> str:
     return "Hello from KV blob investigation"
 
 
+@pytest.mark.slow
 async def test_errors_are_surfaced(sim) -> None:
     async with client(sim) as c:
         res = await c.run_turn("[scenario:rate_limit] hi", raise_on_error=False)
-        assert res.error is not None and res.error.code == "resource_exhausted"
-        assert res.error.details and res.error.details[0]["debug"]["error"] == "ERROR_RATE_LIMITED_CHANGEABLE"
+        assert res.error is not None
+        assert res.error.code == "resource_exhausted"
+        assert res.error.details
+        assert res.error.details[0]["debug"]["error"] == "ERROR_RATE_LIMITED_CHANGEABLE"
         res = await c.run_turn("[scenario:no_turn_end] hi", raise_on_error=False)
-        assert res.error is not None and res.error.code == "incomplete"
+        assert res.error is not None
+        assert res.error.code == "incomplete"
         assert "without turn_ended" in res.error.message
         res = await c.run_turn("[scenario:text] hi", model="no-such-model", raise_on_error=False)
-        assert res.error is not None and res.error.code == "not_found"
+        assert res.error is not None
+        assert res.error.code == "not_found"
         assert "no-such-model" in await _models_hint(c)
 
 
@@ -224,12 +258,15 @@ async def _models_hint(c: AgentClient) -> str:
     return "no-such-model" if "no-such-model" not in models else ""
 
 
+@pytest.mark.slow
 async def test_bad_token_is_unauthenticated(sim) -> None:
     async with AgentClient(sim.url, " ", verify=str(sim.cert_path)) as c:
         res = await c.run_turn("[scenario:text] hi", raise_on_error=False)
-    assert res.error is not None and res.error.code == "unauthenticated"
+    assert res.error is not None
+    assert res.error.code == "unauthenticated"
 
 
+@pytest.mark.slow
 async def test_events_stream_in_order(sim) -> None:
     async with client(sim, transport="runpoll") as c:
         kinds = [type(e).__name__ async for e in c.stream_turn("[scenario:text] order")]
@@ -237,6 +274,7 @@ async def test_events_stream_in_order(sim) -> None:
     assert kinds[-1] == "TurnEnded"
 
 
+@pytest.mark.slow
 async def test_record_to_store(sim, tmp_path: Path) -> None:
     from workbench.store.reader import open_reader
 
@@ -248,7 +286,8 @@ async def test_record_to_store(sim, tmp_path: Path) -> None:
     kinds = [r["kind"] for r in reader.query("select kind from frames order by seq").to_pylist()]
     # every agent message of the frame log, then the end-stream (the close waits for it)
     assert rows == [{"source": "client", "status": "complete", "frame_count": len(c.frame_log) + 1}]
-    assert kinds[0] == "run_request" and kinds[-2:] == ["interaction_update.turn_ended", "end_stream"]
+    assert kinds[0] == "run_request"
+    assert kinds[-2:] == ["interaction_update.turn_ended", "end_stream"]
 
 
 def test_bad_options_name_themselves() -> None:
@@ -264,16 +303,19 @@ def test_bad_options_name_themselves() -> None:
 _ = (Error, TurnEnded)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["run", "runsse"])
 async def test_large_prompt_crosses_flow_control_windows(sim, transport: str) -> None:
     big = "[scenario:text] " + "x" * (3 * 1024 * 1024)
     async with client(sim, transport=transport) as c:
         res = await c.run_turn(big)
-    assert res.ended and "You said: xxxx" in res.text
+    assert res.ended
+    assert "You said: xxxx" in res.text
     sent = pb.AgentClientMessage.FromString(c.frame_log[0].data)
     assert len(sent.run_request.action.user_message_action.user_message.text) == len(big)
 
 
+@pytest.mark.slow
 async def test_concurrent_turns_share_one_http2_connection(sim) -> None:
     from workbench.client.agent import Connections
 
@@ -289,31 +331,40 @@ async def test_concurrent_turns_share_one_http2_connection(sim) -> None:
         await conns.aclose()
     assert [r.text.rsplit(": ", 1)[1] for r in results] == ["n0", "n1", "n2", "n3"]
     assert len({r.request_id for r in results}) == 4
-    assert h2 is before and h2.alpn == "h2"  # all four runs were streams of one connection
+    assert h2 is before
+    assert h2.alpn == "h2"  # all four runs were streams of one connection
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["run", "runsse"])
 async def test_goaway_after_turn_reconnects_and_drops_are_reported(sim, transport: str) -> None:
     async with client(sim, transport=transport) as c:
         first = await c.run_turn("[scenario:goaway_after_turn] one")
         second = await c.run_turn("[scenario:goaway_after_turn] two")
         dropped = await c.run_turn("[scenario:network_drop] three", raise_on_error=False)
-    assert first.ended and second.ended and second.text == first.text
-    assert dropped.error is not None and dropped.error.code == "transport"
+    assert first.ended
+    assert second.ended
+    assert second.text == first.text
+    assert dropped.error is not None
+    assert dropped.error.code == "transport"
     assert dropped.text == "This answer is cut off mid"
 
 
+@pytest.mark.slow
 async def test_interaction_query_is_answered(sim) -> None:
     async with client(sim) as c:
         res = await c.run_turn("[scenario:web_search] news")
-    assert res.ended and "rejected" in res.text
+    assert res.ended
+    assert "rejected" in res.text
     run = await last_run(sim)
     assert "interaction_response.web_search_request_response" in run.client_kinds
 
 
+@pytest.mark.slow
 async def test_server_abort_cancels_a_local_exec(sim, tmp_path: Path) -> None:
     async with client(sim, workspace=tmp_path, execute_locally=True, allow_shell=True) as c:
         res = await c.run_turn("[scenario:exec_abort] slow")
-    assert res.ended and res.text.startswith("The command did not finish")
+    assert res.ended
+    assert res.text.startswith("The command did not finish")
     handled = [e for e in res.events if isinstance(e, ExecHandled)]
     assert [(h.kind, h.ok, h.detail) for h in handled] == [("shell", False, "aborted by the server")]

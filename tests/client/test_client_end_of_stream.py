@@ -18,6 +18,8 @@ from held_end_server import HeldEndServer
 from workbench.client.agent import AgentClient
 from workbench.client.events import StreamEndMissing, TextDelta, TurnEnded
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 
 @pytest.fixture
 async def held(tmp_path: Path) -> AsyncIterator[HeldEndServer]:
@@ -50,8 +52,11 @@ async def test_a_held_back_end_is_reported_after_the_timeout(held: HeldEndServer
 async def test_run_turn_keeps_the_report_next_to_a_complete_turn(held: HeldEndServer) -> None:
     async with client(held, end_timeout=0.5) as c:
         res = await c.run_turn("hi")
-    assert res.ended and res.error is None and res.text == "held-end answer"
-    assert res.end_missing is not None and "never arrived" in res.end_missing.message
+    assert res.ended
+    assert res.error is None
+    assert res.text == "held-end answer"
+    assert res.end_missing is not None
+    assert "never arrived" in res.end_missing.message
 
 
 async def test_no_end_stream_frame_at_all_is_reported_too(tmp_path: Path) -> None:
@@ -61,7 +66,8 @@ async def test_no_end_stream_frame_at_all_is_reported_too(tmp_path: Path) -> Non
             res = await c.run_turn("hi")
     finally:
         await server.close()
-    assert res.ended and res.end_missing is not None
+    assert res.ended
+    assert res.end_missing is not None
     assert "neither its end-stream frame nor the end of the response came" in res.end_missing.message
 
 
@@ -69,9 +75,12 @@ async def test_the_old_behaviour_hides_the_held_end(held: HeldEndServer) -> None
     # wait_for_end=False: close about a second after turn_ended; the proxy then lets the end through
     async with client(held, wait_for_end=False) as c:
         res = await c.run_turn("hi")
-    assert res.ended and res.error is None and res.end_missing is None
+    assert res.ended
+    assert res.error is None
+    assert res.end_missing is None
     [log] = held.streams
-    assert log.client_ended and log.released
+    assert log.client_ended
+    assert log.released
 
 
 async def test_a_prompt_end_is_not_reported(tmp_path: Path) -> None:
@@ -81,7 +90,9 @@ async def test_a_prompt_end_is_not_reported(tmp_path: Path) -> None:
             res = await c.run_turn("hi")
     finally:
         await server.close()
-    assert res.ended and res.error is None and res.end_missing is None
+    assert res.ended
+    assert res.error is None
+    assert res.end_missing is None
 
 
 async def test_leaving_at_turn_ended_does_not_wait_for_the_end(held: HeldEndServer) -> None:
@@ -108,7 +119,9 @@ async def test_a_healthy_turn_against_the_real_sim_reports_nothing(tmp_path: Pat
         summary = await asyncio.to_thread(sim.next_run)
     finally:
         sim.stop()
-    assert res.ended and res.error is None and res.end_missing is None
+    assert res.ended
+    assert res.error is None
+    assert res.end_missing is None
     assert "-> turn_ended" in summary
     frames = recorded_frames(db, res.request_id)
     assert frames[-1]["kind"] == "end_stream"  # the wait saw the end: the recording ends with it
@@ -129,7 +142,8 @@ def test_the_cli_says_the_end_never_arrived(tmp_path: Path) -> None:
 
     proc, _ = asyncio.run(serve_and_run())
     assert proc.stdout.strip() == "held-end answer"
-    assert "end of stream never arrived" in proc.stderr and "proxy" in proc.stderr
+    assert "end of stream never arrived" in proc.stderr
+    assert "proxy" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.returncode == 1
 

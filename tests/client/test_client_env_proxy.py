@@ -10,6 +10,8 @@ import pytest
 from workbench.client.agent import AgentClient
 from workbench.sim.runner import running_sim
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 
 class ConnectProxy:
     """A minimal HTTP CONNECT proxy on a free loopback port that records the tunnels it opened."""
@@ -64,8 +66,10 @@ async def test_https_proxy_and_ssl_cert_file(transport: str, monkeypatch: pytest
                 res = await c.run_turn("[scenario:text] through a proxy")
         finally:
             await proxy.close()
-    assert res.ended and "through a proxy" in res.text
-    assert proxy.tunnels and all(t == f"127.0.0.1:{sim.port}" for t in proxy.tunnels)
+    assert res.ended
+    assert "through a proxy" in res.text
+    assert proxy.tunnels
+    assert all(t == f"127.0.0.1:{sim.port}" for t in proxy.tunnels)
 
 
 async def test_without_the_certificate_tls_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,5 +77,6 @@ async def test_without_the_certificate_tls_fails_clearly(monkeypatch: pytest.Mon
     monkeypatch.delenv("HTTPS_PROXY", raising=False)
     async with running_sim() as sim, AgentClient(sim.url, "t") as c:
         res = await c.run_turn("[scenario:text] x", raise_on_error=False)
-    assert res.error is not None and res.error.code == "transport"
+    assert res.error is not None
+    assert res.error.code == "transport"
     assert "CERTIFICATE_VERIFY_FAILED" in res.error.message or "certificate" in res.error.message.lower()

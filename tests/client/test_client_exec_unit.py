@@ -47,11 +47,13 @@ async def test_unknown_exec_kinds_are_thrown() -> None:
     # a member the schema types but the client has no feature for
     ev = await client._exec(run, pb.ExecServerMessage(id=5, exec_id="x5", computer_use_args=pb.ComputerUseArgs(
         tool_call_id="t5")))
-    assert isinstance(ev, ExecHandled) and not ev.ok
+    assert isinstance(ev, ExecHandled)
+    assert not ev.ok
     # a member this schema does not know at all (field 99)
     raw = pb.ExecServerMessage(id=6, exec_id="x6").SerializeToString() + b"\x9a\x06\x00"
     ev = await client._exec(run, pb.ExecServerMessage.FromString(raw))
-    assert isinstance(ev, ExecHandled) and not ev.ok
+    assert isinstance(ev, ExecHandled)
+    assert not ev.ok
     # Cursor's own executor: throw, then stream_close, for an exec it has no handler for
     assert controls(ch) == [("throw", 5), ("stream_close", 5), ("throw", 6), ("stream_close", 6)]
     throws = [m.exec_client_control_message.throw for m in ch.sent
@@ -62,7 +64,9 @@ async def test_unknown_exec_kinds_are_thrown() -> None:
 async def test_caller_answer_is_result_then_stream_close() -> None:
     client, run, ch = setup()
     ev = await client._exec(run, pb.ExecServerMessage(id=2, exec_id="x2", read_args=pb.ReadArgs(path="a.txt")))
-    assert isinstance(ev, ExecRequest) and ev.kind == "read" and ev.args["path"] == "a.txt"
+    assert isinstance(ev, ExecRequest)
+    assert ev.kind == "read"
+    assert ev.args["path"] == "a.txt"
     await ev.respond("line one\n")
     kinds = [m.WhichOneof("message") for m in ch.sent]
     assert kinds == ["exec_client_message", "exec_client_control_message"]
@@ -104,8 +108,10 @@ async def test_kv_and_queries_are_always_answered() -> None:
     assert kv[1].get_blob_result.blob_data == data
     assert not kv[2].get_blob_result.HasField("blob_data")  # a miss: field absent
     resp = ch.sent[3].interaction_response
-    assert resp.id == 9 and resp.web_search_request_response.HasField("rejected")
-    assert client.blobs.mismatched == [] and client.blobs.misses == [b"\x00" * 32]
+    assert resp.id == 9
+    assert resp.web_search_request_response.HasField("rejected")
+    assert client.blobs.mismatched == []
+    assert client.blobs.misses == [b"\x00" * 32]
 
 
 # close policies ---------------------------------------------------------------------------------
@@ -153,7 +159,8 @@ async def test_result_then_close_or_result_alone(policy: str, kind: str, args: A
 async def test_request_context_is_closed_only_under_always(policy: str) -> None:
     client, run, ch = setup(close_policy=policy)
     ev = await client._exec(run, pb.ExecServerMessage(id=1, exec_id="x1", request_context_args=pb.RequestContextArgs()))
-    assert isinstance(ev, ExecHandled) and ev.ok
+    assert isinstance(ev, ExecHandled)
+    assert ev.ok
     expected = ["request_context_result", "stream_close"] if policy == "always" else ["request_context_result"]
     assert wire(ch) == expected
 
@@ -170,7 +177,8 @@ async def test_streamed_shell_ends_exit_shell_result_stream_close(policy: str) -
     assert [s.WhichOneof("event") for s in stream] == ["stdout", "exit"]
     final = ch.sent[2].exec_client_message
     assert (final.id, final.exec_id) == (3, "x3")
-    assert final.shell_result.success.stdout == "hi\n" and final.shell_result.success.command == "echo hi"
+    assert final.shell_result.success.stdout == "hi\n"
+    assert final.shell_result.success.command == "echo hi"
     assert final.shell_result.success.exit_code == 0
 
 
@@ -192,7 +200,8 @@ async def test_no_stream_close_fault_drops_every_close() -> None:
     ev = await client._exec(run, pb.ExecServerMessage(id=6, exec_id="x6", mcp_args=pb.McpArgs(name="t")))
     assert isinstance(ev, ExecRequest)
     await ev.fail("no")
-    assert "stream_close" not in wire(ch) and wire(ch)[-1] == "throw"
+    assert "stream_close" not in wire(ch)
+    assert wire(ch)[-1] == "throw"
     assert run.unclosed == [5]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import wait_until_async
 
 from workbench.client.agent import AgentClient
 from workbench.client.events import TextDelta
@@ -19,6 +20,8 @@ from workbench.schema import pb
 from workbench.sim.runner import running_sim
 from workbench.store.reader import open_reader
 from workbench.wire.envelope import encode
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 TRANSPORTS = ["run", "runsse", "runpoll"]
 
@@ -68,16 +71,20 @@ async def test_recording_keeps_the_wrappers(sim, tmp_path: Path, transport: str)
     rows = _frames(db)
     rid = res.request_id
     assert rows[0]["kind"] == ("bidi_request_id" if transport == "runsse" else "bidi_poll_request")
-    assert rows[0]["request_id"] == rid and rows[0]["transport"] == transport
+    assert rows[0]["request_id"] == rid
+    assert rows[0]["transport"] == transport
     appends = [r for r in rows if r["transport"] == "bidi_append"]
-    assert appends and all(r["direction"] == "client" for r in appends)
+    assert appends
+    assert all(r["direction"] == "client" for r in appends)
     assert [r["append_seqno"] for r in appends] == list(range(len(appends)))
     assert {r["request_id"] for r in appends} == {rid}
     for r in appends:  # the BidiAppendRequest as sent, the agent message inside it
         outer = pb.BidiAppendRequest.FromString(r["raw"])
-        assert bytes.fromhex(outer.data) == r["payload"] and outer.append_seqno == r["append_seqno"]
+        assert bytes.fromhex(outer.data) == r["payload"]
+        assert outer.append_seqno == r["append_seqno"]
     assert appends[0]["kind"] == "run_request"
-    assert rows[-1]["kind"] == "end_stream" and rows[-1]["direction"] == "server"
+    assert rows[-1]["kind"] == "end_stream"
+    assert rows[-1]["direction"] == "server"
     if transport == "runpoll":
         polls = [r["append_seqno"] for r in rows if r["direction"] == "server" and r["transport"] == "runpoll"
                  and not r["kind"].startswith("end_stream")]
@@ -159,15 +166,6 @@ class AppendServer:
         await reader.read()  # open until the client closes it
 
 
-async def _wait(cond: Any, what: str, timeout: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 @pytest.mark.parametrize("delay", [None, 0.3], ids=["never_answered", "answered_while_closing"])
 async def test_frame_log_lists_only_answered_appends(delay: float | None) -> None:
     srv = AppendServer(prompt_until=2, delay=delay)
@@ -177,7 +175,7 @@ async def test_frame_log_lists_only_answered_appends(delay: float | None) -> Non
             turn = c.stream_turn("hello")
             assert isinstance(await anext(turn), TextDelta)
             # heartbeats 1 (answered) and 2 (held) are out; leave the turn with 2 in flight
-            await _wait(lambda: 2 in srv.received, "a held append")
+            await wait_until_async(lambda: 2 in srv.received, what="a held append")
             await turn.aclose()
             log = [e for e in c.frame_log if e.direction == "client"]
     finally:
@@ -185,12 +183,14 @@ async def test_frame_log_lists_only_answered_appends(delay: float | None) -> Non
     sent = [srv.received[s] for s in sorted(srv.answered)]
     assert [e.data for e in log] == sent
     kinds = [default_decoder().classify_agent(e.data, CLIENT_MSG).kind for e in log]
-    assert kinds[0] == "run_request" and set(kinds[1:]) == {"client_heartbeat"}
+    assert kinds[0] == "run_request"
+    assert set(kinds[1:]) == {"client_heartbeat"}
     assert [e.ts_us for e in c.frame_log] == sorted(e.ts_us for e in c.frame_log)
     if delay is None:
         assert len(srv.received) > len(log)  # the held ones went out but were never confirmed
     else:
-        assert 2 in srv.answered and len(log) == len(srv.received)  # the close waited for them
+        assert 2 in srv.answered
+        assert len(log) == len(srv.received)  # the close waited for them
     server = [e for e in c.frame_log if e.direction == "server"]
     assert [default_decoder().classify_agent(e.data, SERVER_MSG).kind for e in server] == [
         "interaction_update.text_delta"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 from functools import lru_cache
 from typing import Any
 
@@ -136,3 +137,65 @@ def bodies() -> dict[tuple[str, str], tuple[bytes, ...]]:
 
 
 ALL_KEYS = sorted(bodies())
+
+
+# ---- fuzz inputs (tests/decode/test_fuzz.py, benchmarks/decode_fuzz.py) ---------------------
+
+MAX_INPUT = 64 * 1024
+BIG = encode(pb.AgentServerMessage(kv_server_message={
+    "id": 1, "set_blob_args": {"blob_id": b"\x01" * 32,
+                               "blob_data": json.dumps({"role": "system", "content": "ab" * 32_000}).encode()}}
+).SerializeToString())
+
+
+def mutate(seed: int, base: bytes) -> bytes:
+    """1–4 random edits of a valid body: bit flips, byte stores, inserts, deletes, truncation,
+    overwritten length headers, duplicated slices. A drawn seed drives them, which keeps
+    Hypothesis' per-example cost low enough for 10,000 examples (the seed reproduces a failure)."""
+    rng = random.Random(seed)
+    buf = bytearray(base)
+    for _ in range(rng.randint(1, 4)):
+        op = rng.choice(["flip", "insert", "delete", "truncate", "len", "dup", "byte"])
+        pos = rng.randint(0, max(0, len(buf)))
+        if op == "flip" and buf:
+            buf[min(pos, len(buf) - 1)] ^= 1 << rng.randint(0, 7)
+        elif op == "byte" and buf:
+            buf[min(pos, len(buf) - 1)] = rng.randint(0, 255)
+        elif op == "insert":
+            buf[pos:pos] = rng.randbytes(rng.randint(1, 8))
+        elif op == "delete":
+            del buf[pos : pos + rng.randint(1, 8)]
+        elif op == "truncate":
+            del buf[pos:]
+        elif op == "len":
+            value = rng.choice([0, 1, 5, 127, 128, 300, 2**31 - 1, 2**32 - 1])
+            buf[pos : pos + 4] = value.to_bytes(4, "big")
+        elif op == "dup" and buf:
+            end = rng.randint(pos, len(buf))
+            buf[end:end] = buf[pos:end]
+    return bytes(buf[:MAX_INPUT])
+
+
+def random_input(seed: int, small: bytes = b"") -> tuple[bytes, list[int]]:
+    """``small`` as is, or for every third seed up to 64 KB of random bytes, half of them behind a
+    plausible envelope header; and chunk cuts for the streaming decoder."""
+    rng = random.Random(seed)
+    raw = small
+    if seed % 3 == 0:
+        n = rng.randint(0, MAX_INPUT)
+        raw = rng.randbytes(n)
+        if seed % 2 and n >= 5:
+            raw = encode(raw[: n - 5])
+    cuts = [rng.randrange(MAX_INPUT) for _ in range(rng.randint(0, 6))]
+    return raw, cuts
+
+
+def mutated_input(seed: int, key: tuple[str, str]) -> tuple[bytes, list[int]]:
+    """1–4 valid bodies of ``key`` joined and then mutated (``mutate``); and chunk cuts."""
+    rng = random.Random(seed)
+    pool = bodies()[key]
+    if key == ("run", "server"):
+        pool = (*pool, BIG)
+    body = mutate(seed, b"".join(rng.choices(pool, k=rng.randint(1, 4))))
+    cuts = [rng.randrange(MAX_INPUT) for _ in range(rng.randint(0, 6))]
+    return body, cuts

@@ -1,4 +1,4 @@
-"""BidiService unwrapping (PROTOCOL.md §3): BidiAppend hex/raw data, RunSSE request id, RunPoll
+"""BidiService unwrapping (docs/protocol.md §3): BidiAppend hex/raw data, RunSSE request id, RunPoll
 base64, and transport-level frames (gzip, grpc-web trailer, unary)."""
 
 from __future__ import annotations
@@ -24,15 +24,18 @@ def test_bidi_append_hex_field_1() -> None:
     [f] = DEC.decode_body(body, "bidi_append", "client")
     assert f.kind == "kv_client_message.get_blob_result"
     assert (f.request_id, f.append_seqno, f.ref_id) == (UUID, 3, 4)
-    assert f.payload == KV_RESULT and f.raw == body and f.msg_type == CLIENT_MSG
+    assert f.payload == KV_RESULT
+    assert f.raw == body
+    assert f.msg_type == CLIENT_MSG
     assert f.flags == 0
     j = frame_to_json(DEC, f)
     assert j["fields"]["kv_client_message"]["get_blob_result"]["blob_data"] == '{"role":"user"}'
-    assert j["raw_hex"] == body.hex() and j["request_id"] == UUID
+    assert j["raw_hex"] == body.hex()
+    assert j["request_id"] == UUID
 
 
 def test_bidi_append_seqno_0_and_heartbeat_text() -> None:
-    body = ld(1, "3a00") + ld(2, ld(1, UUID))  # §5: client heartbeat as BidiAppend data is the text 3a00
+    body = ld(1, "3a00") + ld(2, ld(1, UUID))  # docs/protocol.md §3: client heartbeat as BidiAppend data is the text 3a00
     [f] = DEC.decode_body(body, "bidi_append", "client")
     assert (f.kind, f.append_seqno, f.request_id) == ("client_heartbeat", 0, UUID)
 
@@ -47,15 +50,20 @@ def test_bidi_append_raw_field_4() -> None:
 def test_bidi_append_bad_hex_and_foreign_data() -> None:
     body = ld(1, "3a0") + ld(2, ld(1, UUID)) + vi(3, 2)
     [f] = DEC.decode_body(body, "bidi_append", "client")
-    assert f.kind == "malformed" and f.error and "hex" in f.error
+    assert f.kind == "malformed"
+    assert f.error
+    assert "hex" in f.error
     assert (f.request_id, f.append_seqno, f.payload, f.msg_type) == (UUID, 2, body, BIDI_APPEND)
-    # §3 rule 5: `0a 03 66 6f 6f` at IDE start-up is no AgentClientMessage
+    # docs/protocol.md §3 (5): `0a 03 66 6f 6f` at IDE start-up is no AgentClientMessage
     body = ld(1, "0a03666f6f") + ld(2, ld(1, UUID))
     [f] = DEC.decode_body(body, "bidi_append", "client")
-    assert f.kind == "malformed" and "not an AgentClientMessage" in (f.error or "")
-    assert f.payload == bytes.fromhex("0a03666f6f") and f.raw == body
+    assert f.kind == "malformed"
+    assert "not an AgentClientMessage" in (f.error or "")
+    assert f.payload == bytes.fromhex("0a03666f6f")
+    assert f.raw == body
     [f] = DEC.decode_body(b"\xff\xff", "bidi_append", "client")
-    assert f.kind == "malformed" and f.payload == b"\xff\xff"
+    assert f.kind == "malformed"
+    assert f.payload == b"\xff\xff"
 
 
 def test_bidi_append_response_is_empty() -> None:
@@ -76,7 +84,9 @@ def test_runpoll_response_unwraps_base64() -> None:
     body = encode(poll_body(inner, seqno=5))
     [f] = DEC.decode_body(body, "runpoll", "server")
     assert (f.kind, f.summary, f.append_seqno) == ("interaction_update.text_delta", 'text "polled"', 5)
-    assert f.payload == inner and f.raw == poll_body(inner, seqno=5) and f.msg_type == SERVER_MSG
+    assert f.payload == inner
+    assert f.raw == poll_body(inner, seqno=5)
+    assert f.msg_type == SERVER_MSG
     # unpadded and URL-safe base64 are accepted too
     unpadded = pb.BidiPollResponse(seqno=6, data=base64.urlsafe_b64encode(inner).decode().rstrip("="))
     [f] = DEC.decode_body(encode(unpadded.SerializeToString()), "runpoll", "server")
@@ -86,12 +96,15 @@ def test_runpoll_response_unwraps_base64() -> None:
 def test_runpoll_eof_and_bad_data() -> None:
     heartbeat = bytes.fromhex("0a026a00")
     [f] = DEC.decode_body(encode(poll_body(heartbeat, 7, eof=True)), "runpoll", "server")
-    assert f.kind == "interaction_update.heartbeat" and f.summary.endswith("(eof)")
+    assert f.kind == "interaction_update.heartbeat"
+    assert f.summary.endswith("(eof)")
     [f] = DEC.decode_body(encode(poll_body(b"", 8, eof=True)), "runpoll", "server")
-    assert (f.kind, f.append_seqno) == ("empty", 8) and "eof" in f.summary
+    assert (f.kind, f.append_seqno) == ("empty", 8)
+    assert "eof" in f.summary
     bad = pb.BidiPollResponse(seqno=9, data="%%%").SerializeToString()
     [f] = DEC.decode_body(encode(bad), "runpoll", "server")
-    assert f.kind == "malformed" and f.payload == bad
+    assert f.kind == "malformed"
+    assert f.payload == bad
 
 
 def test_gzip_frames_decode_like_plain_ones() -> None:
@@ -109,7 +122,10 @@ def test_gzip_frames_decode_like_plain_ones() -> None:
     assert (f.kind, f.summary) == ("end_stream.error", 'unavailable "down"')
     # broken gzip keeps the bytes and says why
     [f] = DEC.decode_body(bytes((FLAG_COMPRESSED,)) + (3).to_bytes(4, "big") + b"abc", "run", "server")
-    assert f.kind == "malformed" and f.error and f.error.startswith("gzip") and f.payload == b"abc"
+    assert f.kind == "malformed"
+    assert f.error
+    assert f.error.startswith("gzip")
+    assert f.payload == b"abc"
 
 
 def test_grpc_web_trailer_frames() -> None:
@@ -124,13 +140,16 @@ def test_framing_errors_become_malformed_frames() -> None:
     ok = encode(bytes.fromhex("0a026a00"))
     frames = DEC.decode_body(ok + b"\x00\x7f\xff\xff\xff" + b"rest", "run", "server")
     assert [f.kind for f in frames] == ["interaction_update.heartbeat", "malformed"]
-    assert "cap" in (frames[1].error or "") and frames[1].payload == b"\x00\x7f\xff\xff\xff" + b"rest"
+    assert "cap" in (frames[1].error or "")
+    assert frames[1].payload == b"\x00\x7f\xff\xff\xff" + b"rest"
     frames = DEC.decode_body(ok + ok[:-1], "run", "server")
     assert [f.kind for f in frames] == ["interaction_update.heartbeat", "malformed"]
-    assert frames[1].error and frames[1].error.startswith("truncated frame")
+    assert frames[1].error
+    assert frames[1].error.startswith("truncated frame")
     frames = DEC.decode_body(encode(b"{}", FLAG_END_STREAM) + ok, "run", "server")
     assert [f.kind for f in frames] == ["end_stream", "malformed"]
-    assert frames[1].error == "bytes after end-stream" and frames[1].payload == ok
+    assert frames[1].error == "bytes after end-stream"
+    assert frames[1].payload == ok
 
 
 def test_unary_bare_and_enveloped() -> None:
@@ -143,4 +162,5 @@ def test_unary_bare_and_enveloped() -> None:
     [f] = DEC.decode_body(b"", "unary", "server")
     assert f.kind == "empty"
     [f] = DEC.decode_body(body, "unary", "client")
-    assert f.kind == "unary" and fields_of(DEC, f.kind, f.payload, f.msg_type) == {"7": 3}
+    assert f.kind == "unary"
+    assert fields_of(DEC, f.kind, f.payload, f.msg_type) == {"7": 3}

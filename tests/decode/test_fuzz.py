@@ -1,5 +1,6 @@
 """Hypothesis: chunking never changes what is decoded, the fast paths agree with the protobuf
-runtime, and random or mutated input never raises and never takes 50 ms (inputs ≤ 64 KB).
+runtime, and random or mutated input (≤ 64 KB) never raises. How long such input takes is
+measured by ``benchmarks/decode_fuzz.py``, not asserted here.
 
 Fuzz budget: 4,000 random + 6,000 mutated inputs (plus the equivalence tests' own examples).
 """
@@ -7,8 +8,6 @@ Fuzz budget: 4,000 random + 6,000 mutated inputs (plus the equivalence tests' ow
 from __future__ import annotations
 
 import json
-import random
-import time
 
 import decode_corpus as corpus
 from hypothesis import HealthCheck, given, settings
@@ -20,8 +19,7 @@ from workbench.wire.envelope import encode
 
 DEC = default_decoder()
 SLOW = Decoder(fast=False)
-LIMIT_S = 0.050
-MAX_INPUT = 64 * 1024
+MAX_INPUT = corpus.MAX_INPUT
 STREAMED = [k for k in corpus.ALL_KEYS if k[0] in ("run", "runsse", "runpoll")]
 FAST = dict(deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
@@ -56,7 +54,8 @@ def test_stream_split_anywhere_decodes_identically(data: st.DataObject) -> None:
     end = data.draw(st.sampled_from([b"", corpus.END_OK, corpus.END_ERR]), label="end")
     body = b"".join(picked) + end
     whole = DEC.decode_body(body, *key)
-    assert whole and all(f.kind != "malformed" for f in whole)
+    assert whole
+    assert all(f.kind != "malformed" for f in whole)
     cuts = data.draw(st.lists(st.integers(0, len(body)), max_size=30), label="cuts")
     assert stream_decode(DEC, body, key, cuts) == whole
     one_byte = list(range(len(body))) if len(body) < 4000 else cuts
@@ -65,34 +64,6 @@ def test_stream_split_anywhere_decodes_identically(data: st.DataObject) -> None:
 
 # ---- the fast paths (cache, byte-level text deltas, fused envelope loop) change nothing -------
 
-def _mutate(seed: int, base: bytes) -> bytes:
-    """1–4 random edits of a valid body: bit flips, byte stores, inserts, deletes, truncation,
-    overwritten length headers, duplicated slices. A drawn seed drives them, which keeps
-    Hypothesis' per-example cost low enough for 10,000 examples (the seed reproduces a failure)."""
-    rng = random.Random(seed)
-    buf = bytearray(base)
-    for _ in range(rng.randint(1, 4)):
-        op = rng.choice(["flip", "insert", "delete", "truncate", "len", "dup", "byte"])
-        pos = rng.randint(0, max(0, len(buf)))
-        if op == "flip" and buf:
-            buf[min(pos, len(buf) - 1)] ^= 1 << rng.randint(0, 7)
-        elif op == "byte" and buf:
-            buf[min(pos, len(buf) - 1)] = rng.randint(0, 255)
-        elif op == "insert":
-            buf[pos:pos] = rng.randbytes(rng.randint(1, 8))
-        elif op == "delete":
-            del buf[pos : pos + rng.randint(1, 8)]
-        elif op == "truncate":
-            del buf[pos:]
-        elif op == "len":
-            value = rng.choice([0, 1, 5, 127, 128, 300, 2**31 - 1, 2**32 - 1])
-            buf[pos : pos + 4] = value.to_bytes(4, "big")
-        elif op == "dup" and buf:
-            end = rng.randint(pos, len(buf))
-            buf[end:end] = buf[pos:end]
-    return bytes(buf[:MAX_INPUT])
-
-
 @settings(max_examples=1500, **FAST)  # type: ignore[arg-type]
 @given(data=st.data())
 def test_fast_paths_agree_with_protobuf_runtime(data: st.DataObject) -> None:
@@ -100,7 +71,7 @@ def test_fast_paths_agree_with_protobuf_runtime(data: st.DataObject) -> None:
     pool = corpus.server_payloads() if direction == "server" else corpus.client_payloads()
     base = data.draw(st.sampled_from(pool), label="base")
     seed = data.draw(st.integers(-1, 2**32), label="seed")
-    payload = _mutate(seed, base) if seed >= 0 else base
+    payload = corpus.mutate(seed, base) if seed >= 0 else base
     msg_type = SERVER_MSG if direction == "server" else CLIENT_MSG
     assert DEC.classify_agent(payload, msg_type) == SLOW.classify_agent(payload, msg_type)
     # twice: the second answer may come from the small-frame cache
@@ -121,23 +92,18 @@ def test_text_fast_path_edges(text: str, style: int | None, extra: bytes, thinki
         assert DEC.classify_agent(p, SERVER_MSG) == SLOW.classify_agent(p, SERVER_MSG)
 
 
-# ---- fuzz: never raises, never slow ---------------------------------------------------------
+# ---- fuzz: never raises ---------------------------------------------------------
 
 def _check(data: bytes, key: tuple[str, str], cuts: list[int]) -> None:
     assert len(data) <= MAX_INPUT
-    best = float("inf")
-    for _attempt in range(3):  # a preempted run on a shared machine is re-measured, a slow decoder is not
-        t0 = time.perf_counter()
-        frames = DEC.decode_body(data, *key)
-        streamed = stream_decode(DEC, data, key, cuts)
-        best = min(best, time.perf_counter() - t0)
-        if best < LIMIT_S:
-            break
-    assert best < LIMIT_S, f"{len(data)}-byte input took {best * 1000:.1f} ms ({key})"
+    frames = DEC.decode_body(data, *key)
+    streamed = stream_decode(DEC, data, key, cuts)
     if key[0] in ("run", "runsse", "runpoll"):
         assert [f.kind for f in streamed if f.kind != "malformed"] == [f.kind for f in frames if f.kind != "malformed"]
     for i, f in enumerate(frames):
-        assert isinstance(f.kind, str) and f.kind and isinstance(f.summary, str)
+        assert isinstance(f.kind, str)
+        assert f.kind
+        assert isinstance(f.summary, str)
         if f.kind == "malformed":
             assert f.error
         # the named tree (bbpb on the unknown parts) must not raise either; sampled, it is slow
@@ -150,33 +116,14 @@ def _check(data: bytes, key: tuple[str, str], cuts: list[int]) -> None:
 def test_fuzz_random_frames(key: tuple[str, str], small: bytes, seed: int) -> None:
     """Hypothesis' own byte strings (≤ 600 B), or every third example up to 64 KB of random bytes,
     half of them behind a plausible envelope header."""
-    rng = random.Random(seed)
-    raw = small
-    if seed % 3 == 0:
-        n = rng.randint(0, MAX_INPUT)
-        raw = rng.randbytes(n)
-        if seed % 2 and n >= 5:
-            raw = encode(raw[: n - 5])
-    cuts = [rng.randrange(MAX_INPUT) for _ in range(rng.randint(0, 6))]
+    raw, cuts = corpus.random_input(seed, small)
     _check(raw, key, cuts)
-
-
-BIG = encode(__import__("workbench.schema.pb", fromlist=["pb"]).AgentServerMessage(
-    kv_server_message={"id": 1, "set_blob_args": {"blob_id": b"\x01" * 32,
-                                                  "blob_data": json.dumps({"role": "system",
-                                                                           "content": "ab" * 32_000}).encode()}}
-).SerializeToString())
 
 
 @settings(max_examples=6000, **FAST)  # type: ignore[arg-type]
 @given(key=st.sampled_from(corpus.ALL_KEYS), seed=st.integers(0, 2**32))
 def test_fuzz_mutated_frames(key: tuple[str, str], seed: int) -> None:
-    rng = random.Random(seed)
-    pool = corpus.bodies()[key]
-    if key == ("run", "server"):
-        pool = (*pool, BIG)
-    body = _mutate(seed, b"".join(rng.choices(pool, k=rng.randint(1, 4))))
-    cuts = [rng.randrange(MAX_INPUT) for _ in range(rng.randint(0, 6))]
+    body, cuts = corpus.mutated_input(seed, key)
     _check(body, key, cuts)
 
 

@@ -1,4 +1,4 @@
-"""Every message kind of PROTOCOL.md §5/§6, built with the real protobuf runtime, enveloped and
+"""Every message kind of docs/protocol.md §5, built with the real protobuf runtime, enveloped and
 decoded: kind, summary, named fields and values."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_cases_cover_every_container_of_section_6() -> None:
                 "prewarm_request"):
         assert ("client", top) in tops
     members = {m for *_, m in CASES}
-    # spot checks against §6 tables
+    # spot checks against the overlay's numbers
     assert {"text_delta", "step_completed", "shell_args", "mini_swe_agent_bash_result", "pi_ls_result",
             "set_blob_args", "get_blob_result", "stream_close", "throw", "abort",
             "web_fetch_request_query", "async_ask_question_completion_action"} <= members
@@ -98,24 +98,29 @@ def test_every_member_decodes(direction: str, top_type: str, top: str, member: s
     f = decode_one(payload, direction)
     assert f.kind == (f"{top}.{member}" if member else top)
     assert f.msg_type == (SERVER_MSG if direction == "server" else CLIENT_MSG)
-    assert f.error is None and f.flags == 0 and f.payload == payload
-    assert isinstance(f.summary, str) and f.summary
+    assert f.error is None
+    assert f.flags == 0
+    assert f.payload == payload
+    assert isinstance(f.summary, str)
+    assert f.summary
     t = tree(f)
     assert top in t
     if member is not None:
         assert member in t[top]
         if top in ("exec_server_message", "exec_client_message", "kv_server_message", "kv_client_message",
                    "interaction_query", "interaction_response"):
-            assert t[top]["id"] == 7 and f.ref_id == 7
+            assert t[top]["id"] == 7
+            assert f.ref_id == 7
         if top.endswith("control_message"):
-            assert t[top][member] == {"id": 7} and f.ref_id == 7
+            assert t[top][member] == {"id": 7}
+            assert f.ref_id == 7
         if fd is not None and fd.message_type is None:  # unmodelled bytes member
             assert t[top][member] == {"$hex": "010203"}
     # the JSON view is plain JSON
     json.dumps(frame_to_json(DEC, f))
 
 
-# ---- §5 first-tag table and byte signatures --------------------------------------------------
+# ---- first-tag table and byte signatures (docs/protocol.md §5) --------------------------------------------------
 
 SERVER_TAGS = {0x0A: "interaction_update", 0x12: "exec_server_message", 0x1A: "conversation_checkpoint_update",
                0x22: "kv_server_message", 0x2A: "exec_server_control_message", 0x3A: "interaction_query"}
@@ -280,7 +285,8 @@ def test_exec_mcp_args_values_are_json() -> None:
     f = decode_one(exec_msg(mcp_args=pb.McpArgs(name="github___search", args=args, tool_name="search")), "server")
     assert (f.kind, f.summary) == ("exec_server_message.mcp_args", "exec#7 mcp_args github___search (4 args)")
     got = tree(f)["exec_server_message"]["mcp_args"]
-    assert got["name"] == "github___search" and got["tool_name"] == "search"
+    assert got["name"] == "github___search"
+    assert got["tool_name"] == "search"
     assert got["args"]["query"] == "foo"
     assert got["args"]["limit"] == 5
     assert got["args"]["opts"] == {"deep": True, "list": [1, "a"]}
@@ -311,7 +317,8 @@ def test_kv_set_and_get() -> None:
     blob_id = bytes.fromhex("3f2a") + bytes(30)
     f = decode_one(S(kv_server_message=pb.KvServerMessage(id=3, set_blob_args=pb.SetBlobArgs(
         blob_id=blob_id, blob_data=blob))), "server")
-    assert f.kind == "kv_server_message.set_blob_args" and f.ref_id == 3
+    assert f.kind == "kv_server_message.set_blob_args"
+    assert f.ref_id == 3
     assert f.summary == "set_blob#3 3f2a… 12.4 KB json/system"
     t = tree(f)["kv_server_message"]
     assert t["set_blob_args"]["blob_id"] == blob_id.hex()
@@ -347,7 +354,7 @@ def test_run_request() -> None:
         model_details=pb.ModelDetails(model_id="claude-4-sonnet"),
         conversation_id="conv-1")
     payload = C(run_request=req)
-    assert payload[:4] == b"\x0a" + payload[1:2] + b"\x0a\x00"  # §5: a fresh run starts 0a <len> 0a 00
+    assert payload[:4] == b"\x0a" + payload[1:2] + b"\x0a\x00"  # docs/protocol.md §5: a fresh run starts 0a <len> 0a 00
     f = decode_one(payload, "client")
     assert f.kind == "run_request"
     assert f.summary == 'run_request "claude-4-sonnet" state "fix the bug"'
@@ -383,7 +390,8 @@ def test_end_stream_ok() -> None:
     assert (f.kind, f.summary, f.flags) == ("end_stream", "end-stream ok", FLAG_END_STREAM)
     assert tree(f) == {}
     f = end_stream({"metadata": {"x-trace": ["1"]}})
-    assert f.kind == "end_stream" and tree(f) == {"metadata": {"x-trace": ["1"]}}
+    assert f.kind == "end_stream"
+    assert tree(f) == {"metadata": {"x-trace": ["1"]}}
 
 
 def _details() -> bytes:
@@ -400,7 +408,8 @@ def test_end_stream_error_with_value_details() -> None:
     assert f.kind == "end_stream.error"
     assert f.summary == 'resource_exhausted "Usage limit reached" ERROR_RATE_LIMITED_CHANGEABLE'
     err = tree(f)["error"]
-    assert err["code"] == "resource_exhausted" and err["message"] == "Usage limit reached"
+    assert err["code"] == "resource_exhausted"
+    assert err["message"] == "Usage limit reached"
     [d] = err["details"]
     assert d["type"] == "aiserver.v1.ErrorDetails"
     assert d["value_hex"] == raw.hex()
@@ -427,7 +436,8 @@ def test_end_stream_error_bad_base64_detail_is_kept() -> None:
 
 def test_end_stream_not_json_is_malformed() -> None:
     [f] = DEC.decode_body(encode(b"not json", FLAG_END_STREAM), "run", "server")
-    assert f.kind == "malformed" and "JSON" in (f.error or "")
+    assert f.kind == "malformed"
+    assert "JSON" in (f.error or "")
     assert tree(f) == {"$hex": b"not json".hex()}  # nothing lost
 
 
@@ -470,7 +480,9 @@ def test_unknown_fields_inside_known_messages() -> None:
 
 def test_malformed_and_empty() -> None:
     [f] = DEC.decode_body(encode(b"\x0a\x05ab"), "run", "server")  # length runs past the end
-    assert f.kind == "malformed" and f.error and "protobuf" in f.error
+    assert f.kind == "malformed"
+    assert f.error
+    assert "protobuf" in f.error
     assert f.payload == b"\x0a\x05ab"
     [f] = DEC.decode_body(encode(b""), "run", "server")
     assert f.kind == "empty"

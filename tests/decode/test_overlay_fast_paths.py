@@ -9,7 +9,9 @@ from workbench.schema import pb
 
 def test_every_fast_path_is_on_with_the_builtin_overlay() -> None:
     d = default_decoder()
-    assert d._bytes_fast and d._delta_ok and d._partial_ok
+    assert d._bytes_fast
+    assert d._delta_ok
+    assert d._partial_ok
     assert set(d._text_members) == {1, 4}  # text_delta, thinking_delta
 
 

@@ -15,7 +15,8 @@ DATA = Path(__file__).parent / "data"
 
 def _load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"ingest_data_{name}", DATA / f"{name}.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

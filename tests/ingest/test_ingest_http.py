@@ -27,6 +27,7 @@ def _import(db: Path, *files: Path, extra: tuple[str, ...] = ()) -> int:
     return main(["import", *map(str, files), "--db", str(db), *extra])
 
 
+@pytest.mark.slow
 def test_detects_recorded_formats(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                                   capsys: pytest.CaptureFixture[str]) -> None:
     flows, har = ingest_recorded
@@ -39,6 +40,7 @@ def test_detects_recorded_formats(tmp_path: Path, ingest_recorded: tuple[Path, P
     assert capsys.readouterr().out.startswith(f"imported {zhar}: 6 sessions, 24 frames")
 
 
+@pytest.mark.slow
 def test_flow_import_sessions(tmp_path: Path, ingest_recorded: tuple[Path, Path], ingest_traffic_mod: ModuleType,
                               capsys: pytest.CaptureFixture[str]) -> None:
     flows, _ = ingest_recorded
@@ -49,28 +51,35 @@ def test_flow_import_sessions(tmp_path: Path, ingest_recorded: tuple[Path, Path]
                                "(1 flow without bodies: streamed; 1 flow not agent traffic, skipped)")
     # the streamed flow is reported on its own line, naming it
     streamed_lines = [line for line in cap.err.splitlines() if "not recorded (streamed)" in line]
-    assert len(streamed_lines) == 1 and "RunSSE" in streamed_lines[0] and "flow 9" in streamed_lines[0]
+    assert len(streamed_lines) == 1
+    assert "RunSSE" in streamed_lines[0]
+    assert "flow 9" in streamed_lines[0]
 
     m = ingest_traffic_mod
     rows = {r["request_id"] + ":" + r["transport"]: r for r in _q(db, "SELECT * FROM sessions")}
     ok = rows[f"{m.RID_OK}:runsse"]
     assert (ok["source"], ok["status"], ok["model"], ok["conversation_id"]) == (
         "import:flow", "complete", "claude-4.5-sonnet", "conv-7f3e")
-    assert ok["client_version"] == m.CLIENT_VERSION and ok["http_status"] == 200
+    assert ok["client_version"] == m.CLIENT_VERSION
+    assert ok["http_status"] == 200
     assert ok["path"] == "/agent.v1.AgentService/RunSSE"
     meta = json.loads(ok["meta"])
-    assert meta["timing"] == "per-message" and meta["file"] == str(flows) and meta["flow_id"] == ok["session_id"]
+    assert meta["timing"] == "per-message"
+    assert meta["file"] == str(flows)
+    assert meta["flow_id"] == ok["session_id"]
     assert [a["append_seqno"] for a in meta["appends"]] == [0, 1, 2]
 
     big = rows[f"{m.RID_BIG}:runsse"]
     assert (big["status"], big["error"]) == ("incomplete", "body not recorded (streamed)")
     limit = rows[f"{m.RID_LIMIT}:runsse"]
-    assert limit["status"] == "error" and "resource_exhausted" in limit["error"]
+    assert limit["status"] == "error"
+    assert "resource_exhausted" in limit["error"]
     run = rows[f"{m.RID_OK}:run"]
     assert (run["status"], run["http_status"], run["error"]) == ("error", 464, "HTTP 464")
     assert rows[f"{m.RID_OK}:unary"]["path"] == "/agent.v1.AgentService/GetUsableModels"
 
 
+@pytest.mark.slow
 def test_bidi_append_join_and_reorder(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                                       ingest_traffic_mod: ModuleType) -> None:
     flows, _ = ingest_recorded
@@ -124,6 +133,7 @@ def test_bidi_append_join_and_reorder(tmp_path: Path, ingest_recorded: tuple[Pat
         ("runpoll", "interaction_update.text_delta", 0), ("runpoll", "empty", 1), ("runpoll", "end_stream", None)]
 
 
+@pytest.mark.slow
 def test_secrets_never_stored(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                               ingest_traffic_mod: ModuleType) -> None:
     flows, har = ingest_recorded
@@ -148,11 +158,14 @@ def test_secrets_never_stored(tmp_path: Path, ingest_recorded: tuple[Path, Path]
                 assert form not in values, piece
     # the model key was in the run requests (Run body and BidiAppend seqno 0): they are kept, redacted
     runs = _q(db, "SELECT payload FROM frames WHERE kind = 'run_request'")
-    assert len(runs) >= 4 and all(b"[redacted sha256:" in r["payload"] for r in runs)
+    assert len(runs) >= 4
+    assert all(b"[redacted sha256:" in r["payload"] for r in runs)
     rows = _q(db, "SELECT DISTINCT auth_hash FROM sessions")
-    assert len(rows) == 1 and len(rows[0]["auth_hash"]) == 12
+    assert len(rows) == 1
+    assert len(rows[0]["auth_hash"]) == 12
 
 
+@pytest.mark.slow
 def test_har_matches_flow_import(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                                  capsys: pytest.CaptureFixture[str]) -> None:
     flows, har = ingest_recorded
@@ -180,6 +193,7 @@ def _runsse_ok_entry(doc: dict, rid: str) -> dict:
     raise AssertionError("no RunSSE entry")
 
 
+@pytest.mark.slow
 def test_har_base64_bodies(tmp_path: Path, ingest_recorded: tuple[Path, Path], ingest_traffic_mod: ModuleType) -> None:
     _, har = ingest_recorded
     doc = _har_doc(har)
@@ -194,9 +208,11 @@ def test_har_base64_bodies(tmp_path: Path, ingest_recorded: tuple[Path, Path], i
     kinds = [r["kind"] for r in _q(db, "SELECT f.kind FROM frames f JOIN sessions s USING (session_id) "
                                        "WHERE s.request_id = ? AND s.transport = 'runsse' ORDER BY seq",
                                    [ingest_traffic_mod.RID_OK])]
-    assert kinds[-1] == "end_stream" and "exec_server_message.shell_args" in kinds
+    assert kinds[-1] == "end_stream"
+    assert "exec_server_message.shell_args" in kinds
 
 
+@pytest.mark.slow
 def test_har_mangled_binary_body_is_reported(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                                             ingest_traffic_mod: ModuleType,
                                             capsys: pytest.CaptureFixture[str]) -> None:
@@ -210,17 +226,22 @@ def test_har_mangled_binary_body_is_reported(tmp_path: Path, ingest_recorded: tu
     db = tmp_path / "m.duckdb"
     assert _import(db, edited) == 0
     cap = capsys.readouterr()
-    assert "mangled in HAR text form" in cap.err and "entry 7" in cap.err
+    assert "mangled in HAR text form" in cap.err
+    assert "entry 7" in cap.err
     assert "1 body unusable" in cap.out
     (s,) = _q(db, "SELECT * FROM sessions WHERE request_id = ? AND transport = 'runsse'",
               [ingest_traffic_mod.RID_OK])
-    assert s["status"] == "error" and "mangled" in s["error"]
+    assert s["status"] == "error"
+    assert "mangled" in s["error"]
     server = _q(db, "SELECT kind, payload, error FROM frames WHERE session_id = ? AND direction = 'server'",
                 [s["session_id"]])
-    assert len(server) == 1 and server[0]["kind"] == "malformed" and "U+FFFD" in server[0]["error"]
+    assert len(server) == 1
+    assert server[0]["kind"] == "malformed"
+    assert "U+FFFD" in server[0]["error"]
     assert server[0]["payload"]  # the text we got is kept
 
 
+@pytest.mark.slow
 def test_truncated_flow_file_imports_nothing(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                                              capsys: pytest.CaptureFixture[str]) -> None:
     flows, _ = ingest_recorded
@@ -230,11 +251,14 @@ def test_truncated_flow_file_imports_nothing(tmp_path: Path, ingest_recorded: tu
     db = tmp_path / "c.duckdb"
     assert _import(db, cut) == 2
     err = capsys.readouterr().err
-    assert str(cut) in err and "cannot be read" in err and "nothing imported" in err
+    assert str(cut) in err
+    assert "cannot be read" in err
+    assert "nothing imported" in err
     assert _q(db, "SELECT count(*) AS n FROM sessions")[0]["n"] == 0
     assert _q(db, "SELECT count(*) AS n FROM frames")[0]["n"] == 0
 
 
+@pytest.mark.slow
 def test_bad_har_entry_names_it(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                                 capsys: pytest.CaptureFixture[str]) -> None:
     _, har = ingest_recorded
@@ -257,9 +281,11 @@ def test_format_override_on_wrong_file(tmp_path: Path, ingest_sample: Path,
     db = tmp_path / "w.duckdb"
     assert _import(db, ingest_sample, extra=("--format", "flow")) == 2
     err = capsys.readouterr().err
-    assert str(ingest_sample) in err and "flow 1" in err
+    assert str(ingest_sample) in err
+    assert "flow 1" in err
 
 
+@pytest.mark.slow
 def test_appends_without_their_stream(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                                       ingest_traffic_mod: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
     _, har = ingest_recorded
@@ -279,6 +305,7 @@ def test_appends_without_their_stream(tmp_path: Path, ingest_recorded: tuple[Pat
     assert frames == [{"kind": "run_request", "append_seqno": 0}]
 
 
+@pytest.mark.slow
 def test_har_request_body_left_out(tmp_path: Path, ingest_recorded: tuple[Path, Path],
                                    ingest_traffic_mod: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
     _, har = ingest_recorded
@@ -292,4 +319,5 @@ def test_har_request_body_left_out(tmp_path: Path, ingest_recorded: tuple[Path, 
     assert "entry 7 (POST /agent.v1.AgentService/RunSSE): request body not recorded in the HAR" in \
         capsys.readouterr().err
     (s,) = _q(db, "SELECT status, error FROM sessions WHERE meta->>'exchange' = 'entry 7'")
-    assert s["status"] == "incomplete" and "request body not recorded" in s["error"]
+    assert s["status"] == "incomplete"
+    assert "request body not recorded" in s["error"]

@@ -57,6 +57,7 @@ def _write_flows(path: Path, flows: list[Any]) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_same_flow_file_twice_adds_nothing(ingest_live: Recording, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "twice.duckdb"

@@ -138,9 +138,13 @@ def test_tool_info_shapes() -> None:
     t = tool_info({"function": {"name": "web_fetch", "arguments": "{\"url\": \"https://x\"}"}})
     assert t == {"name": "web_fetch", "args": {"url": "https://x"}, "result": None, "error": None}
     t = tool_info({"editToolCall": {"args": {"path": "a"}, "result": {"writePermissionDenied": {"path": "a"}}}})
-    assert t is not None and t["name"] == "edit" and t["error"] == {"writePermissionDenied": {"path": "a"}}
+    assert t is not None
+    assert t["name"] == "edit"
+    assert t["error"] == {"writePermissionDenied": {"path": "a"}}
     t = tool_info({"shellToolCall": {"args": {"command": "x"}, "result": {"rejected": {"reason": "no"}}}})
-    assert t is not None and t["result"] is None and t["error"] == {"rejected": {"reason": "no"}}
+    assert t is not None
+    assert t["result"] is None
+    assert t["error"] == {"rejected": {"reason": "no"}}
     assert tool_info({"somethingElse": 1}) is None
 
 
@@ -166,7 +170,8 @@ def test_malformed_lines_are_frames(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert frames[2]["error"].startswith("line 4:")
     assert frames[4]["error"].startswith("line 6:")
     (s,) = _sessions(db)
-    assert s["status"] == "error" and s["error"] == "usage limit reached"
+    assert s["status"] == "error"
+    assert s["error"] == "usage limit reached"
 
 
 def test_lines_before_session_id_and_no_result(tmp_path: Path) -> None:
@@ -178,12 +183,14 @@ def test_lines_before_session_id_and_no_result(tmp_path: Path) -> None:
     db = tmp_path / "t.duckdb"
     with Store(db) as store:
         res = import_file(src, store)
-    assert res.sessions == 1 and res.frames == 3
+    assert res.sessions == 1
+    assert res.frames == 3
     frames = _frames(db)
     assert [f["session_id"] for f in frames] == ["s2"] * 3
     assert frames[0]["kind"] == "protocol"
     (s,) = _sessions(db)
-    assert s["status"] == "incomplete" and "without a result" in s["error"]
+    assert s["status"] == "incomplete"
+    assert "without a result" in s["error"]
 
 
 def test_detection_and_errors(tmp_path: Path, ingest_sample: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -198,7 +205,8 @@ def test_detection_and_errors(tmp_path: Path, ingest_sample: Path, capsys: pytes
     db = tmp_path / "t.duckdb"
     assert main(["import", str(junk), "--db", str(db)]) == 2
     err = capsys.readouterr().err
-    assert str(junk) in err and "not a recognised format" in err
+    assert str(junk) in err
+    assert "not a recognised format" in err
     assert main(["import", str(tmp_path / "missing.ndjson"), "--db", str(db)]) == 2
     assert "no such file" in capsys.readouterr().err
     assert main(["import", str(ingest_sample), "--format", "nope", "--db", str(db)]) == 2
@@ -207,7 +215,8 @@ def test_detection_and_errors(tmp_path: Path, ingest_sample: Path, capsys: pytes
 
 def test_parse_line_summary_and_kind() -> None:
     p = parse_line(b'{"type":"retry","subtype":"starting","attempt":2,"is_resume":true,"session_id":"x"}', 7)
-    assert p.frame.kind == "retry.starting" and p.session_id == "x"
+    assert p.frame.kind == "retry.starting"
+    assert p.session_id == "x"
     assert json.loads(p.decoded or "{}")["$line"] == 7
     p = parse_line(b'{"type":"interaction_query","session_id":"x"}', 1)
     assert p.frame.kind == "interaction_query"
@@ -235,6 +244,8 @@ def test_resumed_chat_continues_its_session(tmp_path: Path) -> None:
     frames = _frames(db)
     assert [f["seq"] for f in frames] == [0, 1, 2, 3]
     (s,) = _sessions(db)
-    assert s["frame_count"] == 4 and s["status"] == "incomplete"  # the second turn has no result yet
+    assert s["frame_count"] == 4
+    assert s["status"] == "incomplete"  # the second turn has no result yet
     meta = json.loads(s["meta"])
-    assert meta["file"] == str(first) and meta["also_from"][0]["file"] == str(second)
+    assert meta["file"] == str(first)
+    assert meta["also_from"][0]["file"] == str(second)

@@ -6,9 +6,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from datetime import UTC
 from pathlib import Path
+
+import pytest
+from support import wait_until
 
 from workbench.ingest.run import redact_argv
 from workbench.store import StoreError, open_reader
@@ -25,6 +27,7 @@ def _run_cmd(db: Path) -> list[str]:
             "--api-key", "sk-live-0123456789abcdef", "why does the test fail?"]
 
 
+@pytest.mark.slow
 def test_run_passthrough_and_live_recording(tmp_path: Path, ingest_sample: Path) -> None:
     db = tmp_path / "run.duckdb"
     gate = tmp_path / "gate"
@@ -35,9 +38,10 @@ def test_run_passthrough_and_live_recording(tmp_path: Path, ingest_sample: Path)
     try:
         # While the CLI is held at the gate, the first 8 lines must already be in the database,
         # read through the run's live service (the file itself is locked by the writer).
-        deadline = time.monotonic() + 90
-        seen, status = 0, []
-        while time.monotonic() < deadline:
+        seen, status, live_rows = 0, [], []
+
+        def eight_lines_live() -> bool:
+            nonlocal seen, status, live_rows
             if sidecar_path(db).exists():
                 try:
                     reader = open_reader(db)
@@ -50,9 +54,11 @@ def test_run_passthrough_and_live_recording(tmp_path: Path, ingest_sample: Path)
                 except StoreError:
                     seen = 0  # the service is starting or stopping
                 if seen >= 8 and status:
-                    break
+                    return True
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            time.sleep(0.05)
+            return False
+
+        wait_until(eight_lines_live, timeout=90, what="8 lines and the session row through the live service")
         assert seen == 8
         assert status == ["open"]
         assert [r["kind"] for r in live_rows][:2] == ["system.init", "user"]
@@ -75,7 +81,8 @@ def test_run_passthrough_and_live_recording(tmp_path: Path, ingest_sample: Path)
     r.close()
     lines = ingest_sample.read_bytes().splitlines()
     assert [f["payload"] for f in frames] == lines + [tail.encode()]
-    assert frames[-1]["kind"] == "malformed" and frames[-1]["error"].startswith("line 21:")
+    assert frames[-1]["kind"] == "malformed"
+    assert frames[-1]["error"].startswith("line 21:")
     assert [f["ts"] for f in frames] == sorted(f["ts"] for f in frames)
     assert (s["source"], s["transport"], s["status"], s["model"]) == (
         "run:ndjson", "cli_ndjson", "complete", "Claude 4.5 Sonnet")
@@ -88,6 +95,7 @@ def test_run_passthrough_and_live_recording(tmp_path: Path, ingest_sample: Path)
     assert meta["command"][-1] == "why does the test fail?"
 
 
+@pytest.mark.slow
 def test_run_without_result_and_missing_command(tmp_path: Path) -> None:
     script = tmp_path / "partial.ndjson"
     script.write_text('{"type":"system","subtype":"init","session_id":"s9","model":"auto"}\n'
@@ -100,12 +108,14 @@ def test_run_without_result_and_missing_command(tmp_path: Path) -> None:
     r = open_reader(db)
     (s,) = r.query("SELECT status, error FROM sessions").to_pylist()
     r.close()
-    assert s["status"] == "incomplete" and "exited with code 1 without a result" in s["error"]
+    assert s["status"] == "incomplete"
+    assert "exited with code 1 without a result" in s["error"]
 
     missing = subprocess.run([WORKBENCH, "run", "--db", str(db), "--",
                               str(tmp_path / "no-such-cli")], capture_output=True, timeout=120)
     assert missing.returncode == 2
-    assert b"cannot run" in missing.stderr and b"no-such-cli" in missing.stderr
+    assert b"cannot run" in missing.stderr
+    assert b"no-such-cli" in missing.stderr
 
 
 def test_redact_argv() -> None:
@@ -118,6 +128,7 @@ def test_redact_argv() -> None:
     assert red[-4:] == ["-H", "x-trace: 1", "-p", "hello"]
 
 
+@pytest.mark.slow
 def test_run_unknown_program_creates_nothing(tmp_path: Path) -> None:
     db = tmp_path / "n.duckdb"
     done = subprocess.run([WORKBENCH, "run", "--db", str(db), "--", "no-such-cursor-agent-xyz", "-p"],

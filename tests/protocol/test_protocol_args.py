@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workbench.protocol import args as A
+from workbench.protocol import args as tool_args
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=20),
@@ -26,8 +26,8 @@ def snapshots(text: str, cuts: list[int]) -> list[str]:
 def test_cumulative_snapshots_rebuild_the_exact_text(doc: dict, cuts: list[int]) -> None:
     text = json.dumps(doc)
     snaps = snapshots(text, cuts)
-    assert A.accumulate_all(snaps) == text
-    assert json.loads(A.accumulate_all(snaps)) == doc
+    assert tool_args.accumulate_all(snaps) == text
+    assert json.loads(tool_args.accumulate_all(snaps)) == doc
 
 
 @given(objects, st.lists(st.integers(1, 10_000), min_size=1, max_size=8))
@@ -35,31 +35,31 @@ def test_naive_concat_garbles_cumulative_snapshots(doc: dict, cuts: list[int]) -
     text = json.dumps(doc)
     snaps = snapshots(text, cuts)
     if len(snaps) > 1:
-        assert A.naive_concat(snaps) != text
-        assert A.parse_args_text(A.naive_concat(snaps)) != doc
+        assert tool_args.naive_concat(snaps) != text
+        assert tool_args.parse_args_text(tool_args.naive_concat(snaps)) != doc
 
 
 def test_increments_are_appended() -> None:
-    assert A.accumulate_all(['{"pa', 'th": "', 'x.txt"}']) == '{"path": "x.txt"}'
-    # the garbled shape PROTOCOL.md §13 #4 describes
-    assert A.naive_concat(['{"pa', '{"path":']) == '{"pa{"path":'
-    assert A.accumulate_args_text("abc", "") == "abc"
+    assert tool_args.accumulate_all(['{"pa', 'th": "', 'x.txt"}']) == '{"path": "x.txt"}'
+    # the garbled shape docs/protocol.md §7 (args_cumulative_snapshots) describes
+    assert tool_args.naive_concat(['{"pa', '{"path":']) == '{"pa{"path":'
+    assert tool_args.accumulate_args_text("abc", "") == "abc"
 
 
 def test_merge_keeps_streamed_keys_and_structured_values() -> None:
     streamed = {"description": "d", "tasks": [{"id": 1}], "options": {"parallel": True}}
     completion = {"description": "d2", "options": '{"parallel": true}', "extra": 3}
-    merged = A.merge_mcp_args(streamed, completion)
+    merged = tool_args.merge_mcp_args(streamed, completion)
     assert merged == {"description": "d2", "tasks": [{"id": 1}], "options": {"parallel": True}, "extra": 3}
-    assert A.merge_mcp_args(None, completion) == completion
-    assert A.merge_mcp_args(streamed, None) == streamed
+    assert tool_args.merge_mcp_args(None, completion) == completion
+    assert tool_args.merge_mcp_args(streamed, None) == streamed
     # a string that the stream also had as a string: the completion wins
-    assert A.merge_mcp_args({"a": "x"}, {"a": "y"}) == {"a": "y"}
+    assert tool_args.merge_mcp_args({"a": "x"}, {"a": "y"}) == {"a": "y"}
 
 
 @given(objects, objects)
 def test_merge_never_loses_a_key(streamed: dict, completion: dict) -> None:
-    merged = A.merge_mcp_args(streamed, completion)
+    merged = tool_args.merge_mcp_args(streamed, completion)
     assert set(merged) == set(streamed) | set(completion)
     for k, v in streamed.items():
         if k not in completion or (not isinstance(v, str) and isinstance(completion[k], str)):
@@ -68,25 +68,25 @@ def test_merge_never_loses_a_key(streamed: dict, completion: dict) -> None:
 
 @given(objects)
 def test_mcp_args_round_trip(doc: dict) -> None:
-    assert A.mcp_args_to_json(A.json_to_mcp_args(doc)) == doc
+    assert tool_args.mcp_args_to_json(tool_args.json_to_mcp_args(doc)) == doc
 
 
 def test_mcp_value_falls_back_to_utf8() -> None:
-    assert A.mcp_args_to_json({"a": b"plain text value", "b": A.encode_value([1, 2.5])}) == {
+    assert tool_args.mcp_args_to_json({"a": b"plain text value", "b": tool_args.encode_value([1, 2.5])}) == {
         "a": "plain text value", "b": [1, 2.5]}
-    assert A.decode_value(b"") is None
+    assert tool_args.decode_value(b"") is None
 
 
 # snapshots and increments ----------------------------------------------------------------------
 
 @given(st.text(max_size=200), st.integers(1, 12))
 def test_the_services_snapshots_rebuild_the_text_and_naive_concat_shows_its_junctions(text: str, n: int) -> None:
-    snaps = A.snapshots(text, n)
+    snaps = tool_args.snapshots(text, n)
     assert snaps[-1] == text or (not text and snaps == [""])
     assert all(b.startswith(a) for a, b in zip(snaps, snaps[1:], strict=False))
-    assert A.accumulate_all(snaps) == text
-    naive = A.naive_concat(snaps)
-    for junction in A.naive_junctions(snaps):
+    assert tool_args.accumulate_all(snaps) == text
+    naive = tool_args.naive_concat(snaps)
+    for junction in tool_args.naive_junctions(snaps):
         assert junction in naive
 
 
@@ -100,25 +100,25 @@ def test_increments_accumulate_like_concatenation_unless_one_repeats_the_text_so
         ambiguous = ambiguous or p.startswith(text)
         text += p
     if not ambiguous:
-        assert A.accumulate_all(parts) == "".join(parts)
+        assert tool_args.accumulate_all(parts) == "".join(parts)
 
 
 @given(st.lists(st.text(max_size=12), max_size=10))
 def test_accumulating_step_by_step_equals_accumulate_all(deltas: list[str]) -> None:
     text = ""
     for d in deltas:
-        text = A.accumulate_args_text(text, d)
-    assert text == A.accumulate_all(deltas)
+        text = tool_args.accumulate_args_text(text, d)
+    assert text == tool_args.accumulate_all(deltas)
 
 
 def test_no_junctions_without_snapshots() -> None:
-    assert A.naive_junctions(["ab", "cd", "ef"]) == []
-    assert A.naive_junctions(['{"pa', '{"path": 1}'], width=3) == ['"pa{"p']
+    assert tool_args.naive_junctions(["ab", "cd", "ef"]) == []
+    assert tool_args.naive_junctions(['{"pa', '{"path": 1}'], width=3) == ['"pa{"p']
 
 
 @given(objects, objects)
 def test_the_merge_keeps_every_key_and_never_trades_structure_for_a_string(streamed: dict, completion: dict) -> None:
-    merged = A.merge_mcp_args(streamed, completion)
+    merged = tool_args.merge_mcp_args(streamed, completion)
     assert set(merged) == set(streamed) | set(completion)
     for key, value in merged.items():
         if key in streamed and key in completion and not isinstance(streamed[key], str) \
@@ -129,7 +129,7 @@ def test_the_merge_keeps_every_key_and_never_trades_structure_for_a_string(strea
 
 
 def test_parse_json_takes_any_json() -> None:
-    assert A.parse_json("[1, 2]") == [1, 2]
-    assert A.parse_json('{"a"') is None
-    assert A.parse_json(None) is None
-    assert A.parse_args_text("[1, 2]") is None  # args are an object
+    assert tool_args.parse_json("[1, 2]") == [1, 2]
+    assert tool_args.parse_json('{"a"') is None
+    assert tool_args.parse_json(None) is None
+    assert tool_args.parse_args_text("[1, 2]") is None  # args are an object

@@ -65,36 +65,45 @@ def tool_round(messages: list[dict[str, Any]], call: Any, result: str) -> list[d
 
 # (a) and (f) ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_streamed_text(any_rig: Rig) -> None:
     text, finish, calls = stream_text(sdk(any_rig), [{"role": "user", "content": "[scenario:text] hello proxy"}])
     assert text == "Hello from the workbench simulator (default). You said: hello proxy"
-    assert finish == "stop" and calls == []
+    assert finish == "stop"
+    assert calls == []
 
 
+@pytest.mark.slow
 def test_non_streamed_text_with_usage(rig: Rig) -> None:
     r = sdk(rig).chat.completions.create(model="default", messages=[
         {"role": "system", "content": "be brief"}, {"role": "user", "content": "[scenario:text] hi"}])
     assert r.choices[0].finish_reason == "stop"
     assert r.choices[0].message.content.startswith("Hello from the workbench simulator")
-    assert r.usage is not None and r.usage.completion_tokens > 0 and r.usage.prompt_tokens > 0
+    assert r.usage is not None
+    assert r.usage.completion_tokens > 0
+    assert r.usage.prompt_tokens > 0
 
 
+@pytest.mark.slow
 def test_streamed_usage_chunk(rig: Rig) -> None:
     chunks = list(sdk(rig).chat.completions.create(
         model="default", stream=True, stream_options={"include_usage": True},
         messages=[{"role": "user", "content": "[scenario:text] count"}]))
-    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens > 0
     assert chunks[-2].choices[0].finish_reason == "stop"
 
 
 # (b) and (f) ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_tool_flow(any_rig: Rig) -> None:
     client = sdk(any_rig)
     messages = [{"role": "user", "content": "[scenario:tool_flow] say hello with the shell"}]
     text, finish, calls = stream_text(client, messages, tools=[BASH])
-    assert finish == "tool_calls" and len(calls) == 1
+    assert finish == "tool_calls"
+    assert len(calls) == 1
     assert calls[0].function.name == "bash"
     assert json.loads(calls[0].function.arguments) == {"command": "echo hello from workbench"}
     followup = tool_round(messages, calls[0], "hello from workbench")
@@ -105,6 +114,7 @@ def test_tool_flow(any_rig: Rig) -> None:
 
 # (c) ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_multi_step_read_then_write(rig: Rig) -> None:
     client = sdk(rig)
     tools = [READ, WRITE]
@@ -112,7 +122,8 @@ def test_multi_step_read_then_write(rig: Rig) -> None:
     r = client.chat.completions.create(model="default", messages=messages, tools=tools)
     assert r.choices[0].finish_reason == "tool_calls"
     call = r.choices[0].message.tool_calls[0]
-    assert call.function.name == "read" and json.loads(call.function.arguments) == {"filePath": "README.md"}
+    assert call.function.name == "read"
+    assert json.loads(call.function.arguments) == {"filePath": "README.md"}
     messages = tool_round(messages, call, "# Readme\n")
     r = client.chat.completions.create(model="default", messages=messages, tools=tools)
     assert r.choices[0].finish_reason == "tool_calls"
@@ -133,17 +144,22 @@ EXPECTED_TASKS = 40
 def large_args_call(rig: Rig) -> Any:
     messages = [{"role": "user", "content": "[scenario:mcp_large_args] audit everything"}]
     _, finish, calls = stream_text(sdk(rig), messages, tools=[TASK])
-    assert finish == "tool_calls" and len(calls) == 1 and calls[0].function.name == "task"
+    assert finish == "tool_calls"
+    assert len(calls) == 1
+    assert calls[0].function.name == "task"
     return calls[0]
 
 
+@pytest.mark.slow
 def test_large_mcp_args_arrive_intact(rig: Rig) -> None:
     args = json.loads(large_args_call(rig).function.arguments)
     assert set(args) == {"description", "tasks", "options"}
-    assert len(args["tasks"]) == EXPECTED_TASKS and args["tasks"][39]["id"] == "task-39"
+    assert len(args["tasks"]) == EXPECTED_TASKS
+    assert args["tasks"][39]["id"] == "task-39"
     assert args["options"] == {"parallel": True, "max_concurrency": 4, "timeout_s": 600}
 
 
+@pytest.mark.slow
 def test_naive_args_concat_reproduces_garbled_json(tmp_path: Path) -> None:
     r = start_rig(tmp_path, proxy_args=["--fault", "naive_args_concat"])
     try:
@@ -159,6 +175,7 @@ def test_naive_args_concat_reproduces_garbled_json(tmp_path: Path) -> None:
 
 # (e) ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_no_stream_close_stalls_and_the_budget_gives_up(tmp_path: Path) -> None:
     """Against a strict simulator (the December 2025 service) a client without stream_close stalls."""
     ws = tmp_path / "ws"
@@ -175,12 +192,15 @@ def test_no_stream_close_stalls_and_the_budget_gives_up(tmp_path: Path) -> None:
         r.sim.stop()
     assert info.value.status_code == 504
     err = info.value.body
-    assert isinstance(err, dict) and err["code"] == "heartbeat_budget"
-    assert "20 consecutive server heartbeats" in err["message"] and "no stream_close" in err["message"]
+    assert isinstance(err, dict)
+    assert err["code"] == "heartbeat_budget"
+    assert "20 consecutive server heartbeats" in err["message"]
+    assert "no stream_close" in err["message"]
 
 
 # errors, models ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_upstream_errors_become_openai_errors(rig: Rig) -> None:
     client = sdk(rig)
     with pytest.raises(openai.RateLimitError) as info:
@@ -194,11 +214,14 @@ def test_upstream_errors_become_openai_errors(rig: Rig) -> None:
         client.chat.completions.create(model="default", messages=[])
 
 
+@pytest.mark.slow
 def test_models_come_from_get_usable_models(rig: Rig) -> None:
     ids = [m.id for m in sdk(rig).models.list().data]
-    assert "default" in ids and "gpt-5" in ids
+    assert "default" in ids
+    assert "gpt-5" in ids
 
 
+@pytest.mark.slow
 def test_proxy_never_logs_the_token(tmp_path: Path) -> None:
     r = start_rig(tmp_path)
     try:
@@ -209,8 +232,9 @@ def test_proxy_never_logs_the_token(tmp_path: Path) -> None:
     finally:
         r.proxy.stop()
         r.sim.stop()
-    out = "\n".join(r.proxy.lines + r.proxy.stderr)
-    assert "chat default stream -> stop" in out and "error resource_exhausted" in out  # it does log requests
+    out = "\n".join(r.proxy.out + r.proxy.err)
+    assert "chat default stream -> stop" in out
+    assert "error resource_exhausted" in out  # it does log requests
     assert "sk-test-proxy-token" not in out
     assert r.proxy.proc.returncode == 0
 
@@ -226,6 +250,7 @@ def reuse_flow(rig: Rig) -> tuple[Any, list[dict[str, Any]]]:
     return client, tool_round(messages, call, "Hello from KV blob investigation")
 
 
+@pytest.mark.slow
 def test_tool_result_follow_up_is_a_new_run_on_the_same_conversation(rig: Rig) -> None:
     client, followup = reuse_flow(rig)
     text, finish, _ = stream_text(client, followup, tools=[BASH])
@@ -233,6 +258,7 @@ def test_tool_result_follow_up_is_a_new_run_on_the_same_conversation(rig: Rig) -
     assert text == "Picked up the tool result in a new run: the command ran fine."
 
 
+@pytest.mark.slow
 def test_reuse_session_fault_hides_the_answer_in_kv(tmp_path: Path) -> None:
     r = start_rig(tmp_path, proxy_args=["--fault", "reuse_session", "--heartbeat-budget", "20"])
     try:
@@ -242,9 +268,11 @@ def test_reuse_session_fault_hides_the_answer_in_kv(tmp_path: Path) -> None:
     finally:
         r.proxy.stop()
         r.sim.stop()
-    assert info.value.status_code == 504 and info.value.body["code"] == "heartbeat_budget"
+    assert info.value.status_code == 504
+    assert info.value.body["code"] == "heartbeat_budget"
 
 
+@pytest.mark.slow
 def test_concurrent_requests(rig: Rig) -> None:
     from concurrent.futures import ThreadPoolExecutor
 

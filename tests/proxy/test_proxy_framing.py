@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
-from conftest import WORKBENCH, Rig, start_rig
+from conftest import Rig, start_rig
+from support import WORKBENCH, wait_until
 
 from workbench.store.reader import open_reader
 
@@ -42,14 +42,14 @@ def sdk(rig: Rig) -> openai.OpenAI:
 
 def sim_log(rig: Rig, at_least: int = 0, timeout: float = 30.0) -> list[str]:
     """The sim's run lines; a run logs its line when it finishes, which may trail the SDK's answer."""
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = [line for line in rig.sim.stderr if line.startswith("run ")]
-        if len(lines) >= at_least or time.monotonic() > deadline:
-            return lines
-        time.sleep(0.05)
+    def lines() -> list[str]:
+        return [line for line in rig.sim.err if line.startswith("run ")]
+
+    wait_until(lambda: len(lines()) >= at_least, timeout=timeout, what=f"{at_least} run lines from the sim")
+    return lines()
 
 
+@pytest.mark.slow
 def test_text_tool_call_and_followup(framed_rig: Rig) -> None:
     client = sdk(framed_rig)
     messages = [{"role": "user", "content": "[scenario:tool_flow] say hello with the shell"}]
@@ -71,6 +71,7 @@ def test_text_tool_call_and_followup(framed_rig: Rig) -> None:
     assert all((framing in line) if framing else ("grpc" not in line) for line in logged)
 
 
+@pytest.mark.slow
 def test_errors_become_openai_errors(framed_rig: Rig) -> None:
     with pytest.raises(openai.RateLimitError) as info:
         sdk(framed_rig).chat.completions.create(model="default", messages=[
@@ -80,11 +81,14 @@ def test_errors_become_openai_errors(framed_rig: Rig) -> None:
         sdk(framed_rig).chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "x"}])
 
 
+@pytest.mark.slow
 def test_models_listed_in_the_chosen_framing(framed_rig: Rig) -> None:
     ids = [m.id for m in sdk(framed_rig).models.list()]
-    assert "gpt-5" in ids and "composer-1" in ids
+    assert "gpt-5" in ids
+    assert "composer-1" in ids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("listing", ["agent", "aiserver"])
 def test_proxy_works_with_either_model_listing(tmp_path: Path, listing: str) -> None:
     r = start_rig(tmp_path, transport="runsse", proxy_args=["--framing", "grpc-web"],
@@ -96,6 +100,7 @@ def test_proxy_works_with_either_model_listing(tmp_path: Path, listing: str) -> 
         r.sim.stop()
 
 
+@pytest.mark.slow
 def test_client_command_in_grpc_web_framing(tmp_path: Path) -> None:
     r = start_rig(tmp_path, transport="runsse")
     try:
@@ -113,12 +118,15 @@ def test_client_command_in_grpc_web_framing(tmp_path: Path) -> None:
         finally:
             reader.close()
         appends = [row for row in rows if row["transport"] == "bidi_append"]
-        assert appends and all(row["raw"][:1] == b"\x00" and len(row["raw"]) == 5 + int.from_bytes(
+        assert appends
+        assert all(row["raw"][:1] == b"\x00" and len(row["raw"]) == 5 + int.from_bytes(
             row["raw"][1:5], "big") for row in appends)  # the whole gRPC-Web body, envelope included
-        assert rows[-1]["kind"] == "end_stream" and rows[-1]["flags"] == 0x80  # the trailer frame ended it
+        assert rows[-1]["kind"] == "end_stream"
+        assert rows[-1]["flags"] == 0x80  # the trailer frame ended it
         bad = subprocess.run([*WORKBENCH, "client", "--upstream", r.sim.url, "--framing", "grpc", "x"],
                              capture_output=True, text=True, timeout=60)
-        assert bad.returncode == 2 and "--framing" in bad.stderr
+        assert bad.returncode == 2
+        assert "--framing" in bad.stderr
     finally:
         r.proxy.stop()
         r.sim.stop()

@@ -59,7 +59,8 @@ class WriterProcess:
         self.proc = proc
 
     def ask(self, cmd: str) -> str:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
         self.proc.stdin.write(cmd + "\n")
         self.proc.stdin.flush()
         return self.proc.stdout.readline().strip()

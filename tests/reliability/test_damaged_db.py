@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import run_workbench
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "captures" / "samples" / "cli-stream-json.ndjson"
@@ -22,23 +24,18 @@ HEADERS = 12288       # DuckDB: main header + two database headers
 BLOCK = 262144        # DuckDB's default block size
 
 
-def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=180, stdin=subprocess.DEVNULL, env=env)
-
-
 @pytest.fixture(scope="module")
 def good_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     work = tmp_path_factory.mktemp("damaged")
     db = work / "good.duckdb"
-    r = _cli("import", str(SAMPLE), "--db", str(db), cwd=work)
+    r = run_workbench("import", str(SAMPLE), "--db", str(db), cwd=work)
     assert r.returncode == 0, r.stderr
-    r = _cli("sessions", "--json", "--db", str(db), cwd=work)
+    r = run_workbench("sessions", "--json", "--db", str(db), cwd=work)
     assert r.returncode == 0, r.stderr
     session = r.stdout.split('"session_id": "', 1)[1].split('"', 1)[0]
     # the undamaged file works for the queries used below
     for args in (["sql", "SELECT * FROM sessions"], ["frames", session], ["diagnose", session, "--no-write"]):
-        r = _cli(*args, "--db", str(db), cwd=work)
+        r = run_workbench(*args, "--db", str(db), cwd=work)
         assert r.returncode in (0, 1), r.stderr
     return db, session[:8]
 
@@ -93,7 +90,7 @@ def test_every_command_on_a_damaged_database_exits_2_naming_it(good_db: tuple[Pa
         args = [a.format(session=session, work=work, db=db) for a in template]
         if "--record" not in args:
             args[1:1] = ["--db", str(db)]  # before any "-- CMD"
-        r = _cli(*args, cwd=work, env=env)
+        r = run_workbench(*args, cwd=work, env=env)
         text = r.stdout + r.stderr
         if r.returncode != 2 or db.name not in r.stderr or "Traceback" in text:
             failures.append(f"{name}: exit {r.returncode}\n{text[-1500:]}")

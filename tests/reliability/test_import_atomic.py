@@ -11,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pytest
 from import_files import write_flow_copies, write_ndjson_sessions
 
 from workbench.store.db import Store
@@ -63,6 +64,7 @@ def _assert_whole_sessions(db: Path) -> int:
     return len(rows)
 
 
+@pytest.mark.slow
 def test_kill_9_mid_flow_import_then_rerun_is_one_clean_import(tmp_path: Path) -> None:
     flows = tmp_path / "big.flows"
     write_flow_copies(flows, 1000)  # 13,000 flows: 6,000 agent sessions
@@ -80,6 +82,7 @@ def test_kill_9_mid_flow_import_then_rerun_is_one_clean_import(tmp_path: Path) -
     assert got[0].equals(want[0]) and got[1].equals(want[1])
 
 
+@pytest.mark.slow
 def test_kill_9_mid_ndjson_import_then_rerun_is_one_clean_import(tmp_path: Path) -> None:
     ndjson = tmp_path / "big.ndjson"
     lines = write_ndjson_sessions(ndjson, 4000)  # 80,000 lines in 4,000 sessions
@@ -96,6 +99,7 @@ def test_kill_9_mid_ndjson_import_then_rerun_is_one_clean_import(tmp_path: Path)
     assert got[0].equals(want[0]) and got[1].equals(want[1])
 
 
+@pytest.mark.slow
 def test_same_file_twice_and_grown_files_add_no_duplicates(tmp_path: Path) -> None:
     flows, ndjson = tmp_path / "a.flows", tmp_path / "a.ndjson"
     write_flow_copies(flows, 30)

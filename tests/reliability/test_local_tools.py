@@ -13,19 +13,16 @@ against a real ``workbench sim`` subprocess whose scenarios ask for exactly thes
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import queue
-import signal
 import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import WORKBENCH, start_sim
+from support import SimProcess as Sim
 
 from workbench.client.agent import AgentClient
 from workbench.client.events import ExecHandled
@@ -36,7 +33,6 @@ from workbench.store.reader import open_reader
 
 SECRET = "TOP-SECRET-OUTSIDE-42"
 TOKEN = "sk-local-tools-token-5f3a9c"
-WORKBENCH = [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())"]
 
 
 @dataclass
@@ -103,7 +99,8 @@ async def test_read_refuses_every_way_out(lay: Layout) -> None:
     for path in escapes(lay):
         res = one(await ex.run("read", pb.ReadArgs(path=path)))
         assert outcome(res) == "rejected", path
-        assert "outside the workspace" in res.rejected.reason and SECRET not in str(res), path
+        assert "outside the workspace" in res.rejected.reason, path
+        assert SECRET not in str(res), path
     link = one(await ex.run("read", pb.ReadArgs(path="link_file"))).rejected.reason
     assert "symbolic link" in link
 
@@ -112,7 +109,8 @@ async def test_write_refuses_every_way_out(lay: Layout) -> None:
     ex = LocalExecutor(lay.ws)
     for path in [*escapes(lay), "dangling_out", "link_dir/new.txt", "sub/deep_link/dir/new.txt"]:
         res = one(await ex.run("write", pb.WriteArgs(path=path, file_text="overwritten")))
-        assert outcome(res) == "rejected" and res.rejected.reason, path
+        assert outcome(res) == "rejected", path
+        assert res.rejected.reason, path
     untouched(lay)
 
 
@@ -120,7 +118,8 @@ async def test_delete_refuses_every_way_out(lay: Layout) -> None:
     ex = LocalExecutor(lay.ws)
     for path in escapes(lay):
         res = one(await ex.run("delete", pb.DeleteArgs(path=path)))
-        assert outcome(res) == "rejected" and res.rejected.reason, path
+        assert outcome(res) == "rejected", path
+        assert res.rejected.reason, path
         assert SECRET not in str(res)
     untouched(lay)
     assert (lay.ws / "link_file").is_symlink()  # not even the link was removed
@@ -130,7 +129,8 @@ async def test_ls_neither_lists_through_links_nor_leaves(lay: Layout) -> None:
     ex = LocalExecutor(lay.ws)
     for path in [*FOLDER_ESCAPES, str(lay.outside)]:
         res = one(await ex.run("ls", pb.LsArgs(path=path)))
-        assert outcome(res) == "rejected" and res.rejected.reason, path
+        assert outcome(res) == "rejected", path
+        assert res.rejected.reason, path
     tree = one(await ex.run("ls", pb.LsArgs(path="."))).success.directory_tree_root
 
     def names(node: Any) -> list[str]:
@@ -140,11 +140,13 @@ async def test_ls_neither_lists_through_links_nor_leaves(lay: Layout) -> None:
         return out
 
     listed = names(tree)
-    assert "secret.txt" not in listed and "inner.txt" not in listed
+    assert "secret.txt" not in listed
+    assert "inner.txt" not in listed
     assert not any(str(lay.outside) in n for n in listed)
     assert {"link_dir", "link_file", "README.md"} <= set(listed)  # links are listed by name, not entered
     sub = next(d for d in tree.children_dirs if d.abs_path.endswith("/sub"))
-    assert [f.name for f in sub.children_files] == ["deep_link"] and not sub.children_dirs
+    assert [f.name for f in sub.children_files] == ["deep_link"]
+    assert not sub.children_dirs
 
 
 async def test_grep_and_glob_never_read_or_list_outside_files(lay: Layout) -> None:
@@ -152,13 +154,16 @@ async def test_grep_and_glob_never_read_or_list_outside_files(lay: Layout) -> No
     for mode in ("content", "files_with_matches", "count"):
         res = one(await ex.run("grep", pb.GrepArgs(pattern="SECRET|hello", path=".", output_mode=mode)))
         assert outcome(res) == "success"
-        assert SECRET not in str(res) and "link_file" not in str(res) and "chain1" not in str(res), mode
+        assert SECRET not in str(res), mode
+        assert "link_file" not in str(res), mode
+        assert "chain1" not in str(res), mode
     hits = one(await ex.run("grep", pb.GrepArgs(pattern="hello", path=".", output_mode="content")))
     [union] = hits.success.workspace_results.values()
     assert [m.file for m in union.content.matches] == ["README.md"]
     for path in [*escapes(lay), *FOLDER_ESCAPES]:
         res = one(await ex.run("grep", pb.GrepArgs(pattern="SECRET", path=path)))
-        assert outcome(res) == "error" and "outside the workspace" in res.error.error, path
+        assert outcome(res) == "error", path
+        assert "outside the workspace" in res.error.error, path
     for pattern in ("*", "*.txt", "**/*", "../outside/*", "link_dir/*"):
         res = one(await ex.run("grep", pb.GrepArgs(glob=pattern, path=".")))
         [union] = res.success.workspace_results.values()
@@ -173,19 +178,23 @@ async def test_links_that_stay_inside_still_work(lay: Layout) -> None:
     assert outcome(res) == "success"
     res = one(await ex.run("delete", pb.DeleteArgs(path="inner_link")))
     assert outcome(res) == "success"
-    assert not (lay.ws / "inner_link").exists() and (lay.ws / "README.md").exists()  # the link, not its target
+    assert not (lay.ws / "inner_link").exists()
+    assert (lay.ws / "README.md").exists()  # the link, not its target
 
 
 async def test_shell_is_refused_without_allow_shell(lay: Layout) -> None:
     ex = LocalExecutor(lay.ws)
     res = one(await ex.run("shell", pb.ShellArgs(command="touch ran-anyway")))
-    assert outcome(res) == "rejected" and "--allow-shell" in res.rejected.reason
+    assert outcome(res) == "rejected"
+    assert "--allow-shell" in res.rejected.reason
     parts = await ex.run("shell_stream", pb.ShellArgs(command="touch ran-anyway"))
     assert [name for name, _ in parts] == ["shell_stream_result", "shell_result"]
-    assert outcome(parts[0][1]) == "rejected" and outcome(parts[1][1]) == "rejected"
+    assert outcome(parts[0][1]) == "rejected"
+    assert outcome(parts[1][1]) == "rejected"
     assert not (lay.ws / "ran-anyway").exists()
 
 
+@pytest.mark.slow
 async def test_allowed_shell_gets_a_scrubbed_environment(lay: Layout, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in {"CURSOR_ACCESS_TOKEN": TOKEN, "CURSOR_API_KEY": "cursor-api-key-value",
                         "OPENAI_API_KEY": "sk-openai-value", "AWS_SECRET_ACCESS_KEY": "aws-secret-value",
@@ -198,7 +207,9 @@ async def test_allowed_shell_gets_a_scrubbed_environment(lay: Layout, monkeypatc
     for leaked in (TOKEN, "cursor-api-key-value", "sk-openai-value", "aws-secret-value", "ghp-value", "CURSOR_",
                    "proxy.invalid"):
         assert leaked not in out, leaked
-    assert "PATH=" in out and "HOME=" in out and f"PWD={lay.ws}" in out
+    assert "PATH=" in out
+    assert "HOME=" in out
+    assert f"PWD={lay.ws}" in out
     # still no sandbox: the working folder is checked, the command is not
     res = one(await ex.run("shell", pb.ShellArgs(command="pwd", working_directory="link_dir")))
     assert outcome(res) == "rejected"
@@ -211,14 +222,6 @@ def test_scrubbed_env_keeps_the_basics_only() -> None:
 
 
 # through the real client and the real sim ----------------------------------------------------------
-
-@dataclass
-class Sim:
-    proc: subprocess.Popen[str]
-    url: str
-    cert: str
-    runs: queue.Queue[str]
-
 
 def tool(kind: str, **args: Any) -> dict[str, Any]:
     return {"tool": {"exec": kind, "args": args, "client_tools": "never"}}
@@ -243,39 +246,9 @@ def scenarios(lay: Layout) -> dict[str, Any]:
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Layout, Sim]]:
     root = tmp_path_factory.mktemp("local-tools")
     lay = make_layout(root)
-    folder = root / "scenarios"
-    folder.mkdir()
-    for name, doc in scenarios(lay).items():
-        (folder / f"{name}.json").write_text(json.dumps(doc))
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    proc = subprocess.Popen([*WORKBENCH, "sim", "--port", "0", "--heartbeat-interval", "0.05", "--cert-dir",
-                             str(root / "cert"), "--scenario-dir", str(folder)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    lines: queue.Queue[str | None] = queue.Queue()
-    runs: queue.Queue[str] = queue.Queue()
-
-    def pump(stream: Any, into: queue.Queue[Any], end: bool) -> None:
-        for line in stream:
-            into.put(line.rstrip("\n"))
-        if end:
-            into.put(None)
-
-    threading.Thread(target=pump, args=(proc.stdout, lines, True), daemon=True).start()
-    threading.Thread(target=pump, args=(proc.stderr, runs, False), daemon=True).start()
-    url = lines.get(timeout=60)
-    cert = lines.get(timeout=60) if url else None
-    if not url or not cert:
-        proc.kill()
-        raise RuntimeError("workbench sim did not start")
-    yield lay, Sim(proc, url, cert.split(":", 1)[1].strip(), runs)
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=30)
-
-
-def next_run(sim: Sim) -> str:
-    while not (line := sim.runs.get(timeout=120)).startswith("run "):
-        pass
-    return line
+    sim = start_sim(root, scenarios=scenarios(lay))
+    yield lay, sim
+    sim.stop(timeout=30)
 
 
 def client_payloads(db: Path) -> list[tuple[str, bytes]]:
@@ -298,6 +271,7 @@ def exec_outcomes(db: Path) -> list[tuple[str, str]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["run", "runsse"])
 async def test_escapes_through_the_client_are_refused_and_the_turn_goes_on(
         world: tuple[Layout, Sim], tmp_path: Path, transport: str) -> None:
@@ -306,8 +280,10 @@ async def test_escapes_through_the_client_are_refused_and_the_turn_goes_on(
     async with AgentClient(sim.url, TOKEN, transport=transport, verify=sim.cert, workspace=lay.ws,
                            execute_locally=True, record_to=db, heartbeat_budget=400) as c:
         res = await c.run_turn("[scenario:escapes] look around")
-    summary = await asyncio.to_thread(next_run, sim)
-    assert res.ended and res.error is None and "-> turn_ended" in summary  # the model re-planned
+    summary = await asyncio.to_thread(sim.next_run)
+    assert res.ended
+    assert res.error is None
+    assert "-> turn_ended" in summary  # the model re-planned
     outcomes = exec_outcomes(db)
     n = len(escapes(lay))
     assert outcomes[:2 * n] == [("read_result", "rejected"), ("delete_result", "rejected")] * n
@@ -330,24 +306,27 @@ def run_cli(world: tuple[Layout, Sim], db: Path, prompt: str, *extra: str) -> su
                            prompt], capture_output=True, text=True, timeout=180, env=env)
 
 
+@pytest.mark.slow
 def test_shell_is_refused_without_allow_shell_through_the_cli(world: tuple[Layout, Sim], tmp_path: Path) -> None:
     lay, sim = world
     db = tmp_path / "cli.duckdb"
     proc = run_cli(world, db, "[scenario:shell_escape] try the shell")
-    summary = next_run(sim)
+    summary = sim.next_run()
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("Carried on after") and "-> turn_ended" in summary
+    assert proc.stdout.startswith("Carried on after")
+    assert "-> turn_ended" in summary
     assert [o for o in exec_outcomes(db) if o[0] == "shell_result"] == [("shell_result", "rejected")] * 2
     assert ("shell_stream_result", "rejected") in exec_outcomes(db)
     assert not (lay.ws / "ran-anyway").exists()
     assert not any(SECRET.encode() in payload for _, payload in client_payloads(db))
 
 
+@pytest.mark.slow
 def test_allowed_shell_runs_without_the_token(world: tuple[Layout, Sim], tmp_path: Path) -> None:
     _, sim = world
     db = tmp_path / "env.duckdb"
     proc = run_cli(world, db, "[scenario:shell_env] show the environment", "--allow-shell")
-    summary = next_run(sim)
+    summary = sim.next_run()
     assert proc.returncode == 0, proc.stderr
     assert "-> turn_ended" in summary
     [env_out] = [pb.AgentClientMessage.FromString(p).exec_client_message.shell_result.success.stdout
@@ -358,8 +337,10 @@ def test_allowed_shell_runs_without_the_token(world: tuple[Layout, Sim], tmp_pat
     assert TOKEN not in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_allow_shell_needs_execute_locally(tmp_path: Path) -> None:
     proc = subprocess.run([*WORKBENCH, "client", "--upstream", "https://127.0.0.1:9", "--allow-shell", "hi"],
                           capture_output=True, text=True, timeout=60, env={**os.environ, "CURSOR_ACCESS_TOKEN": "t"})
-    assert proc.returncode == 2 and "--allow-shell needs --execute-locally" in proc.stderr
+    assert proc.returncode == 2
+    assert "--allow-shell needs --execute-locally" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -15,9 +15,6 @@ import os
 import re
 import ssl
 import subprocess
-import sys
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -25,49 +22,19 @@ from urllib.parse import urlsplit
 import openai
 import pytest
 from security_rig import live_writer
+from support import WORKBENCH, Process, start_workbench
 
 from workbench.schema import pb
 from workbench.wire.envelope import encode
 
-WORKBENCH = [sys.executable, "-m", "workbench.cli"]
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 CHAT = json.dumps({"model": "default", "messages": [{"role": "user", "content": "hello"}]})
 
 
-class Proc:
-    """A subprocess whose stdout/stderr lines are collected by threads."""
-
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen([*WORKBENCH, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env={**os.environ, **(env or {})})
-        self.out: list[str] = []
-        self.err: list[str] = []
-        for stream, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
-            threading.Thread(target=lambda s=stream, k=sink: k.extend(s), daemon=True).start()
-
-    def wait_for(self, what: Callable[[], object], timeout: float = 60) -> object:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            got = what()
-            if got:
-                return got
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"timed out; stdout={self.out} stderr={''.join(self.err)[-2000:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 @pytest.fixture(scope="module")
-def sim() -> Iterator[tuple[Proc, str, str]]:
-    p = Proc("sim", "--port", "0")
+def sim() -> Iterator[tuple[Process, str, str]]:
+    p = start_workbench("sim", "--port", "0")
     try:
         p.wait_for(lambda: len(p.out) >= 2)
         url = p.out[0].strip()
@@ -77,19 +44,19 @@ def sim() -> Iterator[tuple[Proc, str, str]]:
         p.stop()
 
 
-def _runs(sim_proc: Proc) -> int:
+def _runs(sim_proc: Process) -> int:
     """Runs the simulator has finished (it logs one summary line per run on stderr)."""
     return sum(1 for line in sim_proc.err if re.match(r"run \d+ ", line))
 
 
 @pytest.fixture
-def proxy_factory(sim: tuple[Proc, str, str]) -> Iterator[Callable[..., tuple[Proc, str]]]:
-    started: list[Proc] = []
+def proxy_factory(sim: tuple[Process, str, str]) -> Iterator[Callable[..., tuple[Process, str]]]:
+    started: list[Process] = []
 
-    def start(*extra: str, env: dict[str, str] | None = None) -> tuple[Proc, str]:
+    def start(*extra: str, env: dict[str, str] | None = None) -> tuple[Process, str]:
         _, url, cert = sim
-        p = Proc("proxy", "--port", "0", "--upstream", url, "--ca-file", cert, "--model", "default", *extra,
-                 env={"CURSOR_ACCESS_TOKEN": "test-token-not-real", **(env or {})})
+        p = start_workbench("proxy", "--port", "0", "--upstream", url, "--ca-file", cert, "--model", "default",
+                            *extra, env={"CURSOR_ACCESS_TOKEN": "test-token-not-real", **(env or {})})
         started.append(p)
         p.wait_for(lambda: p.out)
         return p, p.out[0].strip()
@@ -127,8 +94,8 @@ def _sdk_chat(url: str, key: str = "sk-anything") -> str:
     return out.choices[0].message.content or ""
 
 
-def test_proxy_refuses_web_pages_and_foreign_hosts(sim: tuple[Proc, str, str],
-                                                    proxy_factory: Callable[..., tuple[Proc, str]]) -> None:
+def test_proxy_refuses_web_pages_and_foreign_hosts(sim: tuple[Process, str, str],
+                                                    proxy_factory: Callable[..., tuple[Process, str]]) -> None:
     sim_proc = sim[0]
     proxy, url = proxy_factory()
     port = urlsplit(url).port
@@ -148,7 +115,9 @@ def test_proxy_refuses_web_pages_and_foreign_hosts(sim: tuple[Proc, str, str],
     status, body = raw(url, "OPTIONS", "/v1/chat/completions",
                        {"Origin": "https://evil.example", "Access-Control-Request-Method": "POST",
                         "Access-Control-Request-Headers": "content-type"})
-    assert status == 403 and "preflight" in body and "access-control-allow" not in body.lower()
+    assert status == 403
+    assert "preflight" in body
+    assert "access-control-allow" not in body.lower()
     status, body = raw(url, "GET", "/v1/models", {"Host": "evil.example"})
     assert status == 403
     # loopback names are the user's own
@@ -157,15 +126,16 @@ def test_proxy_refuses_web_pages_and_foreign_hosts(sim: tuple[Proc, str, str],
     # a malformed chunked body is a 400, not a crash; the proxy keeps serving
     status, body = raw(url, "POST", "/v1/chat/completions",
                        {"Transfer-Encoding": "chunked", "content-type": "application/json"}, b"zz\r\nabc\r\n0\r\n\r\n")
-    assert status == 400 and "chunk size" in body
+    assert status == 400
+    assert "chunk size" in body
     assert _sdk_chat(url)
     sim_proc.wait_for(lambda: _runs(sim_proc) >= runs + 1)
     assert _runs(sim_proc) == runs + 1, "a refused request reached the upstream"
     assert proxy.proc.poll() is None
-    assert "Traceback" not in "".join(proxy.err)
+    assert "Traceback" not in "\n".join(proxy.err)
 
 
-def test_proxy_allow_host_allow_origin_and_api_key(proxy_factory: Callable[..., tuple[Proc, str]]) -> None:
+def test_proxy_allow_host_allow_origin_and_api_key(proxy_factory: Callable[..., tuple[Process, str]]) -> None:
     _, url = proxy_factory("--allow-host", "bridge.example", "--allow-origin", "http://localhost:3000")
     assert raw(url, "GET", "/v1/models", {"Host": "bridge.example"})[0] == 200
     assert raw(url, "GET", "/v1/models", {"Host": "evil.example"})[0] == 403
@@ -176,7 +146,8 @@ def test_proxy_allow_host_allow_origin_and_api_key(proxy_factory: Callable[..., 
 
     _, url = proxy_factory("--api-key", "s3cret-key")
     status, body = raw(url, "GET", "/v1/models", {})
-    assert status == 401 and "API key" in body
+    assert status == 401
+    assert "API key" in body
     assert raw(url, "GET", "/v1/models", {"Authorization": "Bearer wrong"})[0] == 401
     assert raw(url, "GET", "/v1/models", {"Authorization": "Bearer s3cret-key"})[0] == 200
     with pytest.raises(openai.AuthenticationError):
@@ -188,7 +159,7 @@ def test_proxy_allow_host_allow_origin_and_api_key(proxy_factory: Callable[..., 
     proxy, url = proxy_factory(env={"WORKBENCH_PROXY_API_KEY": "env-key"})
     assert raw(url, "GET", "/v1/models", {})[0] == 401
     assert raw(url, "GET", "/v1/models", {"Authorization": "Bearer env-key"})[0] == 200
-    assert "env-key" not in "".join(proxy.err) + "".join(proxy.out)
+    assert "env-key" not in "\n".join(proxy.err) + "\n".join(proxy.out)
 
 
 def test_live_service_checks_host_and_origin(tmp_path: Path) -> None:
@@ -202,7 +173,8 @@ def test_live_service_checks_host_and_origin(tmp_path: Path) -> None:
         for extra in ({"Host": "evil.example"}, {"Host": "rebound.example:80"},
                       {"Origin": "https://evil.example"}, {"Origin": "null"}):
             status, body = raw(url, "POST", "/query", {**ok, **extra}, query)
-            assert status == 403 and ("Host" in body or "Origin" in body), (extra, status, body)
+            assert status == 403, (extra, status, body)
+            assert "Host" in body or "Origin" in body, (extra, status, body)
         status, body = raw(url, "OPTIONS", "/query", {"Origin": "https://evil.example",
                                                       "Access-Control-Request-Method": "POST"})
         assert status == 403
@@ -211,7 +183,7 @@ def test_live_service_checks_host_and_origin(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def fixture_file(sim: tuple[Proc, str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fixture_file(sim: tuple[Process, str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A replay fixture recorded from a real run of the built-in client against the simulator."""
     _, url, cert = sim
     work = tmp_path_factory.mktemp("replay")
@@ -229,11 +201,11 @@ def fixture_file(sim: tuple[Proc, str, str], tmp_path_factory: pytest.TempPathFa
 
 
 def test_replay_checks_host_and_origin(fixture_file: Path) -> None:
-    p = Proc("replay", str(fixture_file), "--port", "0")
+    p = start_workbench("replay", str(fixture_file), "--port", "0")
     try:
         p.wait_for(lambda: p.out and p.err)
         url = p.out[0].strip()
-        m = re.search(r"certificate (\S+)", "".join(p.err))
+        m = re.search(r"certificate (\S+)", "\n".join(p.err))
         assert m, p.err
         ctx = ssl.create_default_context(cafile=m.group(1))
         ctx.check_hostname = False
@@ -241,10 +213,13 @@ def test_replay_checks_host_and_origin(fixture_file: Path) -> None:
         for extra in ({"Host": "evil.example"}, {"Origin": "https://evil.example"}):
             headers = {"content-type": "application/connect+proto", **extra}
             status, body = raw(url, "POST", "/agent.v1.AgentService/RunSSE", headers, envelope, ctx)
-            assert status == 200 and "permission_denied" in body and "workbench replay" in body, (extra, status, body)
+            assert status == 200, (extra, status, body)
+            assert "permission_denied" in body, (extra, status, body)
+            assert "workbench replay" in body, (extra, status, body)
             status, body = raw(url, "POST", "/aiserver.v1.BidiService/BidiAppend",
                                {"content-type": "application/proto", **extra}, b"", ctx)
-            assert status == 403 and "workbench replay" in body, (extra, status, body)
+            assert status == 403, (extra, status, body)
+            assert "workbench replay" in body, (extra, status, body)
         assert raw(url, "OPTIONS", "/agent.v1.AgentService/Run",
                    {"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}, b"", ctx)[0] >= 400
         # none of that was a run: the real client still gets the recording as run 1
@@ -252,7 +227,9 @@ def test_replay_checks_host_and_origin(fixture_file: Path) -> None:
                            capture_output=True, text=True, timeout=120,
                            env={**os.environ, "CURSOR_ACCESS_TOKEN": "test-token-not-real"})
         assert r.returncode == 0, r.stderr
-        p.wait_for(lambda: "run 1 (" in "".join(p.err))
-        assert "run 1 (" in "".join(p.err) and "FAILED" not in "".join(p.err) and "run 2 (" not in "".join(p.err)
+        p.wait_for(lambda: "run 1 (" in "\n".join(p.err))
+        assert "run 1 (" in "\n".join(p.err)
+        assert "FAILED" not in "\n".join(p.err)
+        assert "run 2 (" not in "\n".join(p.err)
     finally:
         p.stop()

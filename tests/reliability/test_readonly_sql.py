@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 import pytest
 from security_rig import live_writer
+from support import run_workbench
 
 from workbench.decode.classify import Frame
 from workbench.notebook import connect
@@ -97,11 +96,6 @@ def _file_state(db: Path) -> tuple[int, str]:
         con.close()
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True,
-                          timeout=180, stdin=subprocess.DEVNULL)
-
-
 def _refused_by_api(query: Callable[[str], object], sql: str) -> str:
     with pytest.raises((QueryRefused, StoreError, duckdb.Error)) as info:
         query(sql)
@@ -123,21 +117,25 @@ def test_parser_classification() -> None:
         assert word in str(info.value)
 
 
+@pytest.mark.slow
 def test_closed_database_workbench_sql(work: Path) -> None:
     db = _closed_db(work / "closed.duckdb")
     before = _file_state(db)
     for name, sql in probes(work).items():
-        r = _cli("sql", sql, "--db", str(db))
+        r = run_workbench("sql", sql, "--db", str(db))
         assert r.returncode == 2, f"{name}: {r.stdout}{r.stderr}"
         assert "Traceback" not in r.stderr, name
         _intact(work, r.stdout + r.stderr)
     assert _file_state(db) == before
     # still usable, and the limits: a slow query is interrupted, a huge result refused
-    assert _cli("sql", "SELECT count(*) AS n FROM frames", "--json", "--db", str(db)).stdout.strip() == '{"n": 50}'
-    r = _cli("sql", SLOW, "--timeout", "1", "--db", str(db))
-    assert r.returncode == 2 and "interrupted" in r.stderr and "1 s time limit" in r.stderr, r.stderr
-    r = _cli("sql", "SELECT repeat('x', 100000) AS s FROM range(1000)", "--max-result-mb", "5", "--db", str(db))
-    assert r.returncode == 2 and "larger than the 5 MiB cap" in r.stderr, r.stderr
+    assert run_workbench("sql", "SELECT count(*) AS n FROM frames", "--json", "--db", str(db)).stdout.strip() == '{"n": 50}'
+    r = run_workbench("sql", SLOW, "--timeout", "1", "--db", str(db))
+    assert r.returncode == 2, r.stderr
+    assert "interrupted" in r.stderr, r.stderr
+    assert "1 s time limit" in r.stderr, r.stderr
+    r = run_workbench("sql", "SELECT repeat('x', 100000) AS s FROM range(1000)", "--max-result-mb", "5", "--db", str(db))
+    assert r.returncode == 2, r.stderr
+    assert "larger than the 5 MiB cap" in r.stderr, r.stderr
 
 
 def test_closed_database_tui_data_layer_and_reader(work: Path) -> None:
@@ -157,6 +155,7 @@ def test_closed_database_tui_data_layer_and_reader(work: Path) -> None:
     assert _file_state(db) == before
 
 
+@pytest.mark.slow
 def test_notebook_connect_file_and_live(work: Path) -> None:
     db = _closed_db(work / "closed.duckdb")
     before = _file_state(db)
@@ -170,7 +169,8 @@ def test_notebook_connect_file_and_live(work: Path) -> None:
             with pytest.raises(duckdb.Error) as info:
                 con.execute(sql).fetchall()
             _intact(work, str(info.value))
-            assert name and con.sql("SELECT count(*) FROM frames").fetchall() == [(50,)]
+            assert name
+            assert con.sql("SELECT count(*) FROM frames").fetchall() == [(50,)]
         con.sql("CREATE TEMP TABLE mine AS SELECT 1 AS x")  # the documented scratch space still works
         assert con.sql("SELECT count(*) FROM v_frames").fetchall() == [(50,)]
     finally:
@@ -195,6 +195,7 @@ def test_notebook_connect_file_and_live(work: Path) -> None:
         assert total == frames == "100"
 
 
+@pytest.mark.slow
 def test_live_service_of_a_writer_process(work: Path) -> None:
     db = work / "live.duckdb"
     with live_writer(db) as writer:
@@ -205,9 +206,10 @@ def test_live_service_of_a_writer_process(work: Path) -> None:
         data = TuiData(db)
         assert data.live
         for name, sql in probes(work).items():
-            r = _cli("sql", sql, "--db", str(db))
+            r = run_workbench("sql", sql, "--db", str(db))
             assert r.returncode == 2, f"{name}: {r.stdout}{r.stderr}"
-            assert "(live)" in r.stderr and "Traceback" not in r.stderr, name
+            assert "(live)" in r.stderr, name
+            assert "Traceback" not in r.stderr, name
             _intact(work, r.stdout + r.stderr)
             _intact(work, _refused_by_api(reader.query, sql))
             _intact(work, _refused_by_api(data.query, sql))
@@ -215,13 +217,16 @@ def test_live_service_of_a_writer_process(work: Path) -> None:
         # the writer is unharmed: its frames and tables are all there and it keeps writing
         assert writer.ask("count").split() == [total, frames, tables]
         assert writer.ask("add") == "110"
-        r = _cli("sql", "SELECT count(*) AS n FROM frames", "--json", "--db", str(db))
+        r = run_workbench("sql", "SELECT count(*) AS n FROM frames", "--json", "--db", str(db))
         assert json.loads(r.stdout) == {"n": 110}
         # a slow query on the writer's instance is interrupted at the limit (and only that query)
-        r = _cli("sql", SLOW, "--timeout", "1", "--db", str(db))
-        assert r.returncode == 2 and "interrupted" in r.stderr and "1 s time limit" in r.stderr, r.stderr
-        r = _cli("sql", "SELECT repeat('x', 100000) AS s FROM range(1000)", "--max-result-mb", "5", "--db", str(db))
-        assert r.returncode == 2 and "larger than the 5 MiB cap" in r.stderr, r.stderr
+        r = run_workbench("sql", SLOW, "--timeout", "1", "--db", str(db))
+        assert r.returncode == 2, r.stderr
+        assert "interrupted" in r.stderr, r.stderr
+        assert "1 s time limit" in r.stderr, r.stderr
+        r = run_workbench("sql", "SELECT repeat('x', 100000) AS s FROM range(1000)", "--max-result-mb", "5", "--db", str(db))
+        assert r.returncode == 2, r.stderr
+        assert "larger than the 5 MiB cap" in r.stderr, r.stderr
         assert writer.ask("add") == "120"
         assert writer.ask("count").split()[:2] == ["120", "120"]
     assert _file_state(db)[0] == 120

@@ -4,31 +4,31 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import pytest
 from js_generators import SHAPE_FILES, SHAPES, Generators
+from support import run_workbench
 
 from workbench.schema.extract import extract
 
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True)
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 
 def test_file_without_protobuf_es_code_exits_2(tmp_path: Path) -> None:
     js = tmp_path / "plain.js"
     js.write_text('export function add(a,b){return a+b}const typeName="not.a.Message";console.log(add(1,2));\n')
-    proc = _cli("schema", "extract", str(js), "-o", str(tmp_path / "out"))
+    proc = run_workbench("schema", "extract", str(js), "-o", str(tmp_path / "out"))
     assert proc.returncode == 2
-    assert "plain.js" in proc.stderr and "no protobuf-es code" in proc.stderr
+    assert "plain.js" in proc.stderr
+    assert "no protobuf-es code" in proc.stderr
     assert "Traceback" not in proc.stderr
-    assert _cli("schema", "extract", str(tmp_path / "missing.js")).returncode == 2
+    assert run_workbench("schema", "extract", str(tmp_path / "missing.js")).returncode == 2
     empty = tmp_path / "empty"
     empty.mkdir()
-    proc = _cli("schema", "extract", str(empty))
-    assert proc.returncode == 2 and "no .js" in proc.stderr
+    proc = run_workbench("schema", "extract", str(empty))
+    assert proc.returncode == 2
+    assert "no .js" in proc.stderr
 
 
 def test_truncated_v1_bundle_keeps_what_came_before(generators: Generators, tmp_path: Path) -> None:
@@ -39,7 +39,7 @@ def test_truncated_v1_bundle_keeps_what_came_before(generators: Generators, tmp_
     cut = tmp_path / "cut.js"
     cut.write_bytes(data[: anchor + 400])  # ends inside AllShapes' field list
     whole = extract([bundle])
-    proc = _cli("schema", "extract", str(cut), "-o", str(tmp_path / "out"), "--json")
+    proc = run_workbench("schema", "extract", str(cut), "-o", str(tmp_path / "out"), "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     problems = [p for p in report["problems"] if p["file"] == str(cut) and p["offset"] is not None]

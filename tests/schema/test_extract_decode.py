@@ -13,10 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from js_generators import Generators
+from support import run_workbench
 
 from workbench.schema.loader import BUILTIN_FILES, PROTO_ROOT, compile_protos
 from workbench.wire.envelope import encode
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 
 def _next_build(root: Path) -> Path:
@@ -64,8 +68,7 @@ def test_session_of_a_renumbered_schema_decodes_with_the_extracted_one(generator
     sources = generators.generate("v1", root, list(BUILTIN_FILES), tmp_path / "gen", "ts")
     bundle = generators.bundle("v1", sources, tmp_path / "gen", tmp_path / "app.js")[0]
     out = tmp_path / "extracted"
-    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "schema", "extract", str(bundle), "-o", str(out)],
-                          capture_output=True, text=True)
+    proc = run_workbench("schema", "extract", str(bundle), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "message ShellInvocation {" in (out / "agent/v1/agent.proto").read_text()
     lines = _record(root)

@@ -9,12 +9,11 @@ enums, nested types, services).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from js_generators import SHAPE_FILES, SHAPES, Generators
+from support import run_workbench
 
 from workbench.schema.compare import facts
 from workbench.schema.extract import extract
@@ -42,10 +41,6 @@ def _case_id(case: tuple[str, ...]) -> str:
     return "-".join((*case[:4], label)).rstrip("-")
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True)
-
-
 def _source_facts(root: Path, files: list[str]) -> dict[str, object]:
     return facts(compile_protos([root / f for f in files], [root]).file)
 
@@ -62,11 +57,12 @@ def _build(gen: Generators, tmp: Path, root: Path, files: list[str], case: tuple
     return gen.bundle(major, sources, tmp / "gen", tmp / "bundle.js", fmt=fmt, target=es_target, extra=tuple(extra))[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", SHAPES_OF_OUTPUT, ids=[_case_id(c) for c in SHAPES_OF_OUTPUT])
 def test_overlay_round_trips(generators: Generators, tmp_path: Path, case: tuple[str, ...]) -> None:
     bundle = _build(generators, tmp_path, PROTO_ROOT, list(BUILTIN_FILES), case)
     out = tmp_path / "out"
-    proc = _cli("schema", "extract", str(bundle), "-o", str(out), "--descriptor-set", str(tmp_path / "set.pb"))
+    proc = run_workbench("schema", "extract", str(bundle), "-o", str(out), "--descriptor-set", str(tmp_path / "set.pb"))
     assert proc.returncode == 0, proc.stderr
     source = _source_facts(PROTO_ROOT, list(BUILTIN_FILES))
     assert _extracted_facts(out) == source
@@ -78,6 +74,7 @@ def test_overlay_round_trips(generators: Generators, tmp_path: Path, case: tuple
     assert str(bundle) in report["sources"]["agent.v1.AgentServerMessage"][0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", SHAPES_OF_OUTPUT, ids=[_case_id(c) for c in SHAPES_OF_OUTPUT])
 def test_every_field_shape_and_packages_in_one_bundle(generators: Generators, tmp_path: Path,
                                                       case: tuple[str, ...]) -> None:
@@ -95,17 +92,19 @@ def test_every_field_shape_and_packages_in_one_bundle(generators: Generators, tm
     assert {"shapes.v1.AllShapes", "legacy.v1.Record", "other.v2.Envelope"} <= set(got)
 
 
+@pytest.mark.slow
 def test_many_chunks_with_renamed_exports(generators: Generators, tmp_path: Path) -> None:
     """esbuild code splitting: types live in shared chunks, referenced through import/export aliases."""
     sources = generators.generate("v1", SHAPES, SHAPE_FILES, tmp_path / "gen", "js")
     chunks = generators.bundle("v1", sources, tmp_path / "gen", tmp_path / "dist", splitting=True)
     assert len(chunks) > 3
     out = tmp_path / "out"
-    proc = _cli("schema", "extract", str(tmp_path / "dist"), "-o", str(out))
+    proc = run_workbench("schema", "extract", str(tmp_path / "dist"), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert _extracted_facts(out) == _source_facts(SHAPES, SHAPE_FILES)
 
 
+@pytest.mark.slow
 def test_tsc_commonjs_files_minified_one_by_one(generators: Generators, tmp_path: Path) -> None:
     """tsc output (``Y.typeName = …``, ``exports.Y``, ``require("./common_pb.js").Point``), no bundler,
     the runtime package not among the files (its well-known types are still known)."""
@@ -121,6 +120,7 @@ def test_tsc_commonjs_files_minified_one_by_one(generators: Generators, tmp_path
     assert _extracted_facts(out) == _source_facts(SHAPES, SHAPE_FILES)
 
 
+@pytest.mark.slow
 def test_bundles_concatenated_in_one_file_reuse_names(generators: Generators, tmp_path: Path) -> None:
     """Three separately minified apps in one file, each in its own function scope: the minifier gave
     unrelated types the same short names in each, and every reference must still find its own."""

@@ -39,7 +39,7 @@ def test_pb_lookups() -> None:
 
 
 def test_overlay_numbers_match_protocol() -> None:
-    """Spot checks of §3/§6 numbers the classifier depends on."""
+    """Spot checks of numbers (docs/protocol.md §3, §5) the classifier depends on."""
     f = pb.AgentServerMessage.DESCRIPTOR.fields_by_name
     assert {n: f[n].number for n in ("interaction_update", "exec_server_message", "conversation_checkpoint_update",
                                      "kv_server_message", "exec_server_control_message", "interaction_query")} == {
@@ -55,6 +55,7 @@ def test_overlay_numbers_match_protocol() -> None:
     assert (p["seqno"].number, p["data"].number, p["eof"].number) == (1, 2, 3)
 
 
+@pytest.mark.slow
 def test_user_proto_file_takes_precedence(tmp_path: Path) -> None:
     proto = tmp_path / "newer.proto"
     proto.write_text(USER_TEXT_DELTA)
@@ -72,11 +73,13 @@ def test_user_proto_file_takes_precedence(tmp_path: Path) -> None:
     # the user's type is the one embedded in the overlay's messages, and the rest still works
     upd = user.schema.descriptor("agent.v1.InteractionUpdate")
     assert "provider_chunk_id" in upd.fields_by_name["text_delta"].message_type.fields_by_name
-    assert user.schema.has(SERVER_MSG) and user.schema.has("aiserver.v1.BidiAppendRequest")
+    assert user.schema.has(SERVER_MSG)
+    assert user.schema.has("aiserver.v1.BidiAppendRequest")
     # the overlay itself (and pb) is unchanged
     assert "provider_chunk_id" not in pb.TextDelta.DESCRIPTOR.fields_by_name
 
 
+@pytest.mark.slow
 def test_user_proto_folder_with_new_types_importing_the_overlay(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "td.proto").write_text(USER_TEXT_DELTA)
@@ -90,6 +93,7 @@ def test_user_proto_folder_with_new_types_importing_the_overlay(tmp_path: Path) 
     assert cls.FromString(b"\x0a\x03\x0a\x01x").rid.request_id == "x"
 
 
+@pytest.mark.slow
 def test_bad_user_protos_name_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "broken.proto"
     bad.write_text('syntax = "proto3";\nmessage X { strin x = 1; }\n')

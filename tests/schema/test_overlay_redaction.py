@@ -51,16 +51,22 @@ def test_content_level_hides_text_of_newly_typed_messages_and_keeps_structure() 
         out = redact_payload(payload, msg_type, content=True)
         assert b"SECRET_" not in out, out
     edit = pb.AgentServerMessage.FromString(redact_payload(_pi_edit(), SERVER_MSG, content=True))
-    assert edit.exec_server_message.exec_id == "ex-3" and edit.exec_server_message.pi_edit_args.path == "src/app.py"
+    assert edit.exec_server_message.exec_id == "ex-3"
+    assert edit.exec_server_message.pi_edit_args.path == "src/app.py"
     req = pb.AgentClientMessage.FromString(redact_payload(_rules(), CLIENT_MSG, content=True))
     assert req.run_request.conversation_id == "conv-1"
     assert req.run_request.action.user_message_action.request_context.rules[0].full_path == ".cursor/rules/a.mdc"
 
 
 def test_content_names_default_to_hidden() -> None:
-    assert is_content_field("old_text") and is_content_field("markdown") and is_content_field("final_message")
-    assert not is_content_field("path") and not is_content_field("tool_call_id") and not is_content_field("blob_id")
-    assert is_content_field("text") and "text" not in STRUCTURE_FIELDS
+    assert is_content_field("old_text")
+    assert is_content_field("markdown")
+    assert is_content_field("final_message")
+    assert not is_content_field("path")
+    assert not is_content_field("tool_call_id")
+    assert not is_content_field("blob_id")
+    assert is_content_field("text")
+    assert "text" not in STRUCTURE_FIELDS
 
 
 def test_subagent_credentials_from_the_server_are_hidden_at_the_secrets_level() -> None:
@@ -72,7 +78,8 @@ def test_subagent_credentials_from_the_server_are_hidden_at_the_secrets_level() 
     out = redact_payload(data, SERVER_MSG)
     assert b"sk-SECRETKEY" not in out
     args = pb.AgentServerMessage.FromString(out).exec_server_message.subagent_args
-    assert args.prompt == "explore the repo" and args.api_key_credentials.base_url == "https://llm.example"
+    assert args.prompt == "explore the repo"
+    assert args.api_key_credentials.base_url == "https://llm.example"
     # other exec messages stay byte-identical (and unparsed)
     shell = pb.AgentServerMessage(exec_server_message=pb.ExecServerMessage(
         id=1, shell_args=pb.ShellArgs(command="ls"))).SerializeToString()
@@ -105,4 +112,5 @@ def test_fixture_scrub_scrambles_newly_typed_text() -> None:
     scrub_frames(frames, Scrambler(KEY))
     assert all(b"SECRET_" not in f.payload for f in frames)
     edit = pb.AgentServerMessage.FromString(frames[0].payload).exec_server_message
-    assert edit.exec_id == "ex-3" and len(edit.pi_edit_args.edits[0].old_text) == len("SECRET_OLD")
+    assert edit.exec_id == "ex-3"
+    assert len(edit.pi_edit_args.edits[0].old_text) == len("SECRET_OLD")

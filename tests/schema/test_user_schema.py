@@ -59,18 +59,22 @@ def _decode(hex_: str, *proto: str, transport: str = "run", direction: str = "se
     return subprocess.run(args, capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_complete_folder_takes_effect(tmp_path: Path) -> None:
     root = _public_like(tmp_path / "schema")
     builtin = _decode(DIAGNOSTICS)
     assert json.loads(builtin.stdout)["fields"]["exec_server_message"]["diagnostics_args"] == {
         "path": "a.txt", "tool_call_id": "tc01"}
     proc = _decode(DIAGNOSTICS, str(root))
-    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr
     assert json.loads(proc.stdout)["fields"]["exec_server_message"]["diagnostics_args"] == {
         "file_path": "a.txt", "tool_call_id": "tc01"}
     schema = load_schema([root])
     ident = schema.identity
-    assert ident.user_messages > 250 and ident.replaced > 250 and len(ident.hash) == 16
+    assert ident.user_messages > 250
+    assert ident.replaced > 250
+    assert len(ident.hash) == 16
     assert str(root) in ident.source
     assert schema.has("aiserver.v1.RunEnvelope")
     # the same two files named one by one: imports resolve from the package layout
@@ -87,6 +91,7 @@ def _mcp_frame(values: dict[str, object]) -> tuple[bytes, dict[str, object]]:
     return msg.SerializeToString(), values
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("declared", ["map<string, google.protobuf.Value> args = 2;",
                                       "map<string, bytes> args = 2;", "map<string, string> args = 2;"])
 def test_mcp_args_and_input_schema_stay_json(tmp_path: Path, declared: str) -> None:
@@ -97,6 +102,7 @@ def test_mcp_args_and_input_schema_stay_json(tmp_path: Path, declared: str) -> N
     assert fields_of(dec, f.kind, f.payload, f.msg_type)["exec_server_message"]["mcp_args"]["args"] == values
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("declared", ["google.protobuf.Value input_schema = 3;",
                                       "google.protobuf.Struct input_schema = 3;", "bytes input_schema = 3;"])
 def test_tool_input_schema_stays_json(tmp_path: Path, declared: str) -> None:
@@ -111,6 +117,7 @@ def test_tool_input_schema_stays_json(tmp_path: Path, declared: str) -> None:
     assert message_to_tree(cls.FromString(payload))["input_schema"] == doc
 
 
+@pytest.mark.slow
 def test_wrappers_blob_ids_and_appends_decode_as_before(tmp_path: Path) -> None:
     from workbench.schema import pb
 
@@ -129,6 +136,7 @@ def test_wrappers_blob_ids_and_appends_decode_as_before(tmp_path: Path) -> None:
         assert fields_of(user, a.kind, a.payload, a.msg_type) == fields_of(builtin, b.kind, b.payload, b.msg_type)
 
 
+@pytest.mark.slow
 def test_conflicts_name_files_and_types(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
@@ -138,33 +146,42 @@ def test_conflicts_name_files_and_types(tmp_path: Path) -> None:
                                  "string extra = 2; }\n")
     proc = _decode(DIAGNOSTICS, str(a), str(b))
     assert proc.returncode == 2
-    assert "TextDelta" in proc.stderr and "one.proto" in proc.stderr and "two.proto" in proc.stderr
+    assert "TextDelta" in proc.stderr
+    assert "one.proto" in proc.stderr
+    assert "two.proto" in proc.stderr
     (b / "one.proto").write_text((b / "two.proto").read_text())
     (b / "two.proto").unlink()
     proc = _decode(DIAGNOSTICS, str(a), str(b))
-    assert proc.returncode == 2 and str(a / "one.proto") in proc.stderr and str(b / "one.proto") in proc.stderr
+    assert proc.returncode == 2
+    assert str(a / "one.proto") in proc.stderr
+    assert str(b / "one.proto") in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_unusable_schemas_are_errors(tmp_path: Path) -> None:
     root = _public_like(tmp_path / "s")
     _edit(root / "agent/v1/agent.proto", ("message ExecServerMessage {\n  uint32 id = 1;", "message ExecServerMessage {"))
     proc = _decode(DIAGNOSTICS, str(root))
     assert proc.returncode == 2
-    assert "agent.v1.ExecServerMessage" in proc.stderr and "`id`" in proc.stderr
+    assert "agent.v1.ExecServerMessage" in proc.stderr
+    assert "`id`" in proc.stderr
     with pytest.raises(SchemaError, match="ExecServerMessage"):
         load_schema([root])
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "x.proto").write_text('syntax = "proto3";\npackage agent.v1;\nmessage X { strin y = 1; }\n')
     proc = _decode(DIAGNOSTICS, str(bad))
-    assert proc.returncode == 2 and "x.proto" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2
+    assert "x.proto" in proc.stderr
+    assert "Traceback" not in proc.stderr
     dup_only = tmp_path / "copy"
     (dup_only / "agent/v1").mkdir(parents=True)
     (dup_only / "agent/v1/agent.proto").write_text((PROTO_ROOT / "agent/v1/agent.proto").read_text())
     assert load_schema([dup_only]).identity.replaced > 0  # a copy of the overlay is still a schema
 
 
+@pytest.mark.slow
 def test_descriptor_set_as_proto(tmp_path: Path) -> None:
     root = _public_like(tmp_path / "s")
     out = tmp_path / "set.pb"
@@ -177,7 +194,9 @@ def test_descriptor_set_as_proto(tmp_path: Path) -> None:
     junk = tmp_path / "junk.pb"
     junk.write_bytes(b"\xff\xff\xff")
     proc = _decode(DIAGNOSTICS, str(junk))
-    assert proc.returncode == 2 and "junk.pb" in proc.stderr and "FileDescriptorSet" in proc.stderr
+    assert proc.returncode == 2
+    assert "junk.pb" in proc.stderr
+    assert "FileDescriptorSet" in proc.stderr
 
 
 def _wkt() -> str:
@@ -193,8 +212,10 @@ def test_every_decoder_need_names_something_in_the_overlay() -> None:
     overlay = load_schema()
     for need in contract.NEEDS:
         found = contract._containers(overlay.descriptor(need.root), need.path, need.root)
-        assert isinstance(found, list) and found, need
+        assert isinstance(found, list), need
+        assert found, need
         for desc, _where in found:
             fd = desc.fields_by_name.get(need.name)
-            assert fd is not None and contract._kind_ok(fd, need.kind), (need, desc.full_name)
+            assert fd is not None, (need, desc.full_name)
+            assert contract._kind_ok(fd, need.kind), (need, desc.full_name)
     assert contract.check(overlay.descriptor) == []

@@ -191,7 +191,9 @@ class RunSession:
         f = self._frames.pop(0)
         self.log.append(f)
         # Everything the simulator sends must decode cleanly with the workbench's own decoder.
-        assert f.kind != "malformed" and f.error is None and not f.kind[-1].isdigit(), f
+        assert f.kind != "malformed", f
+        assert f.error is None, f
+        assert not f.kind[-1].isdigit(), f
         return f
 
     async def until(self, kind: str, timeout: float = 30, auto_kv: bool = True) -> list[Frame]:

@@ -65,7 +65,8 @@ class BidiRun:
                     ready.set()
                     async for chunk in resp.aiter_raw():
                         for f in dec.feed(chunk):
-                            assert f.kind != "malformed" and f.error is None, f
+                            assert f.kind != "malformed", f
+                            assert f.error is None, f
                             self.frames.put_nowait(f)
                 for f in dec.close():
                     self.frames.put_nowait(f)

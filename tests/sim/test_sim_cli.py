@@ -4,64 +4,59 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-# Not ``-m workbench.cli``: that would load the module twice (as __main__ too), with two CliErrors.
-WORKBENCH = [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())"]
+import pytest
+from support import WORKBENCH, ProcessGroup, run_workbench
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 
-def start(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([*WORKBENCH, "sim", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def test_cli_prints_url_first_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
-    proc = start("--port", "0", "--cert-dir", str(tmp_path), "--heartbeat-interval", "0.05")
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert re.fullmatch(r"https://127\.0\.0\.1:\d+", url), url
-        cert_line = proc.stdout.readline().strip()
-        assert cert_line == f"cert: {tmp_path / 'sim-cert.pem'}"
-        # A client that trusts the certificate through SSL_CERT_FILE (OpenSSL's default paths).
-        probe = textwrap.dedent(f"""
-            import ssl, urllib.request
-            req = urllib.request.Request("{url}/agent.v1.AgentService/GetUsableModels", data=b"{{}}",
-                headers={{"authorization": "Bearer t", "content-type": "application/json"}})
-            print(urllib.request.urlopen(req, context=ssl.create_default_context()).read().decode())
-        """)
-        env = {**os.environ, "SSL_CERT_FILE": str(tmp_path / "sim-cert.pem")}
-        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0, out.stderr
-        assert '"modelId": "claude-4-sonnet"' in out.stdout
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 0
-        assert "stopped" in err and "Traceback" not in err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
+def test_cli_prints_url_first_serves_and_stops_on_sigterm(tmp_path: Path, processes: ProcessGroup) -> None:
+    proc = processes.workbench("sim", "--port", "0", "--cert-dir", str(tmp_path), "--heartbeat-interval", "0.05")
+    url = proc.next_line().strip()
+    assert re.fullmatch(r"https://127\.0\.0\.1:\d+", url), url
+    cert_line = proc.next_line().strip()
+    assert cert_line == f"cert: {tmp_path / 'sim-cert.pem'}"
+    # A client that trusts the certificate through SSL_CERT_FILE (OpenSSL's default paths).
+    probe = textwrap.dedent(f"""
+        import ssl, urllib.request
+        req = urllib.request.Request("{url}/agent.v1.AgentService/GetUsableModels", data=b"{{}}",
+            headers={{"authorization": "Bearer t", "content-type": "application/json"}})
+        print(urllib.request.urlopen(req, context=ssl.create_default_context()).read().decode())
+    """)
+    env = {**os.environ, "SSL_CERT_FILE": str(tmp_path / "sim-cert.pem")}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert '"modelId": "claude-4-sonnet"' in out.stdout
+    assert proc.stop(timeout=30) == 0
+    err = "\n".join(proc.err)
+    assert "stopped" in err
+    assert "Traceback" not in err
 
 
 def test_cli_unknown_scenario_exits_2(tmp_path: Path) -> None:
-    proc = start("--scenario", "nope", "--cert-dir", str(tmp_path))
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 2
-    assert "unknown scenario 'nope'" in err and "tool_flow" in err and "kv_only_on_reuse" in err
+    r = run_workbench("sim", "--scenario", "nope", "--cert-dir", str(tmp_path), timeout=60)
+    err = r.stderr
+    assert r.returncode == 2
+    assert "unknown scenario 'nope'" in err
+    assert "tool_flow" in err
+    assert "kv_only_on_reuse" in err
 
 
 def test_cli_list_and_bad_scenario_dir(tmp_path: Path) -> None:
     (tmp_path / "mine.json").write_text('{"description": "mine", "steps": [{"text": "x"}]}')
     out = subprocess.run([*WORKBENCH, "sim", "--scenario-dir", str(tmp_path),
                           "--list-scenarios"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and re.search(r"^mine\s+mine$", out.stdout, re.M)
+    assert out.returncode == 0
+    assert re.search(r"^mine\s+mine$", out.stdout, re.M)
     out = subprocess.run([*WORKBENCH, "sim", "--scenario-dir", str(tmp_path / "x")],
                          capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "does not exist" in out.stderr
+    assert out.returncode == 2
+    assert "does not exist" in out.stderr
 
 
 def test_cli_policy_options_are_checked(tmp_path: Path) -> None:
@@ -71,36 +66,31 @@ def test_cli_policy_options_are_checked(tmp_path: Path) -> None:
                           (["--exec-stream-close", "shell=sometimes"], "must be one of required, accepted, ignored")]:
         out = subprocess.run([*WORKBENCH, "sim", "--cert-dir", str(tmp_path), *args],
                              capture_output=True, text=True, timeout=60)
-        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
+        assert out.returncode == 2, (args, out.stderr)
+        assert message in out.stderr, (args, out.stderr)
+        assert "Traceback" not in out.stderr, (args, out.stderr)
 
 
-def test_cli_strict_switch_and_listing_choice_are_announced(tmp_path: Path) -> None:
-    proc = start("--port", "0", "--cert-dir", str(tmp_path), "--strict-stream-close",
-                 "--exec-stream-close", "mcp=accepted", "--model-listing", "aiserver")
-    try:
-        assert proc.stdout is not None
-        lines = [proc.stdout.readline().strip() for _ in range(5)]
-        assert "stream_close: required, mcp=accepted; framings: connect, grpc-web(-text), grpc" in lines
-        url = lines[0]
-        probe = textwrap.dedent(f"""
-            import ssl, urllib.request, urllib.error
-            ctx = ssl.create_default_context(cafile="{tmp_path / 'sim-cert.pem'}")
-            for path in ("/aiserver.v1.AiService/GetUsableModels", "/agent.v1.AgentService/GetUsableModels"):
-                req = urllib.request.Request("{url}" + path, data=b"{{}}",
-                    headers={{"authorization": "Bearer t", "content-type": "application/json"}})
-                try:
-                    print(path, urllib.request.urlopen(req, context=ctx).read().decode())
-                except urllib.error.HTTPError as exc:
-                    print(path, exc.code, exc.read().decode())
-        """)
-        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-        ai, agent = out.stdout.splitlines()
-        assert '"modelId": "gpt-5"' in ai
-        assert agent.startswith("/agent.v1.AgentService/GetUsableModels 501") and '"unimplemented"' in agent
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
-        assert proc.returncode == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
+def test_cli_strict_switch_and_listing_choice_are_announced(tmp_path: Path, processes: ProcessGroup) -> None:
+    proc = processes.workbench("sim", "--port", "0", "--cert-dir", str(tmp_path), "--strict-stream-close",
+                               "--exec-stream-close", "mcp=accepted", "--model-listing", "aiserver")
+    lines = [proc.next_line().strip() for _ in range(5)]
+    assert "stream_close: required, mcp=accepted; framings: connect, grpc-web(-text), grpc" in lines
+    url = lines[0]
+    probe = textwrap.dedent(f"""
+        import ssl, urllib.request, urllib.error
+        ctx = ssl.create_default_context(cafile="{tmp_path / 'sim-cert.pem'}")
+        for path in ("/aiserver.v1.AiService/GetUsableModels", "/agent.v1.AgentService/GetUsableModels"):
+            req = urllib.request.Request("{url}" + path, data=b"{{}}",
+                headers={{"authorization": "Bearer t", "content-type": "application/json"}})
+            try:
+                print(path, urllib.request.urlopen(req, context=ctx).read().decode())
+            except urllib.error.HTTPError as exc:
+                print(path, exc.code, exc.read().decode())
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    ai, agent = out.stdout.splitlines()
+    assert '"modelId": "gpt-5"' in ai
+    assert agent.startswith("/agent.v1.AgentService/GetUsableModels 501")
+    assert '"unimplemented"' in agent
+    assert proc.stop(timeout=30) == 0

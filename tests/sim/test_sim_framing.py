@@ -51,6 +51,7 @@ def trailer_of(body: bytes) -> dict[str, str]:
 # BidiAppend: one live run, appends in every unary framing --------------------------------------
 
 
+@pytest.mark.slow
 async def test_bidi_append_accepts_every_unary_framing_and_415s_exactly_where_connect_does(sim_factory: Any) -> None:
     sim = await sim_factory()
     async with http1(sim) as http:
@@ -63,7 +64,8 @@ async def test_bidi_append_accepts_every_unary_framing_and_415s_exactly_where_co
 
         first = pb.AgentClientMessage.FromString(run_request("[scenario:text] every framing"))
         r = await post(append_body(rid, 0, first), "application/proto")  # Connect unary: bare
-        assert r.status_code == 200 and r.content == b""
+        assert r.status_code == 200
+        assert r.content == b""
         # The two 415s: an envelope sent as Connect unary, and connect+proto on a unary method.
         assert (await post(encode(append_body(rid, 1, HB)), "application/proto")).status_code == 415
         assert (await post(append_body(rid, 1, HB), "application/connect+proto")).status_code == 415
@@ -71,21 +73,26 @@ async def test_bidi_append_accepts_every_unary_framing_and_415s_exactly_where_co
         assert (await post(append_body(rid, 1, HB), "text/plain")).status_code == 415
         # gRPC-Web: enveloped by design, answered with an (empty) message and a 0x80 trailer frame.
         r = await post(encode(append_body(rid, 1, HB)), GRPC_WEB)
-        assert r.status_code == 200 and r.headers["content-type"] == GRPC_WEB
+        assert r.status_code == 200
+        assert r.headers["content-type"] == GRPC_WEB
         envs = split_frames(r.content)
-        assert [(e.flags, e.payload) for e in envs[:-1]] == [(0, b"")] and envs[-1].flags == FLAG_TRAILER
+        assert [(e.flags, e.payload) for e in envs[:-1]] == [(0, b"")]
+        assert envs[-1].flags == FLAG_TRAILER
         assert trailer_of(r.content) == {"grpc-status": "0"}
         # gRPC-Web text: the same bytes in base64 both ways.
         r = await post(base64.b64encode(encode(append_body(rid, 2, HB))), "application/grpc-web-text")
-        assert r.status_code == 200 and r.headers["content-type"] == "application/grpc-web-text+proto"
+        assert r.status_code == 200
+        assert r.headers["content-type"] == "application/grpc-web-text+proto"
         assert trailer_of(base64.b64decode(r.content[:8]) + base64.b64decode(r.content[8:])) == {"grpc-status": "0"}
         # Connect JSON unary.
         doc = {"data": HB.SerializeToString().hex(), "requestId": {"requestId": rid}, "appendSeqno": "3"}
         r = await post(json.dumps(doc).encode(), "application/json")
-        assert r.status_code == 200 and r.json() == {}
+        assert r.status_code == 200
+        assert r.json() == {}
         # A bare body under gRPC-Web breaks its own framing: answered in that framing, not 415.
         r = await post(append_body(rid, 4, HB), GRPC_WEB)
-        assert r.status_code == 200 and trailer_of(r.content)["grpc-status"] == "3"
+        assert r.status_code == 200
+        assert trailer_of(r.content)["grpc-status"] == "3"
         # An unknown request id: not_found, as gRPC status 5 for a gRPC-Web caller.
         r = await post(encode(append_body("no-such-run", 0, HB)), GRPC_WEB)
         assert trailer_of(r.content)["grpc-status"] == "5"
@@ -101,6 +108,7 @@ async def test_bidi_append_accepts_every_unary_framing_and_415s_exactly_where_co
 # streams --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_runsse_in_grpc_web_text(sim_factory: Any, tmp_path: Any) -> None:
     (tmp_path / "short.json").write_text('{"steps": [{"text": "text over base64", "chunks": 3}, {"end": "ok"}]}')
     sim = await sim_factory(append_grace=5, scenario_dirs=[tmp_path])
@@ -122,11 +130,13 @@ async def test_runsse_in_grpc_web_text(sim_factory: Any, tmp_path: Any) -> None:
     raw = dec.feed(r.content) + dec.close()
     frames = default_decoder().decode_body(raw, "runsse", "server")
     kinds = [f.kind for f in frames]
-    assert "interaction_update.text_delta" in kinds and kinds[-1] == "end_stream"  # a grpc-status 0 trailer
+    assert "interaction_update.text_delta" in kinds
+    assert kinds[-1] == "end_stream"  # a grpc-status 0 trailer
     assert split_frames(raw)[-1].flags == FLAG_TRAILER
     assert "end_stream" not in kinds[:-1]  # no Connect end-stream in a gRPC-Web answer
 
 
+@pytest.mark.slow
 async def test_unary_content_types_on_streams_get_415(sim_factory: Any) -> None:
     sim = await sim_factory()
     body = encode(pb.BidiRequestId(request_id=str(uuid.uuid4())).SerializeToString())
@@ -141,6 +151,7 @@ async def test_unary_content_types_on_streams_get_415(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_grpc_run_ends_with_real_http2_trailers(sim_factory: Any) -> None:
     sim = await sim_factory()
     client, s = await open_run(sim, **{"content-type": "application/grpc"})
@@ -155,9 +166,11 @@ async def test_grpc_run_ends_with_real_http2_trailers(sim_factory: Any) -> None:
     await s.send(run_request("bad model", model="no-such-model"))
     assert [f async for f in _drain(s)] == []  # no end-stream envelope in the body
     t = s.stream.trailers
-    assert t["grpc-status"] == "5" and t["grpc-message"] == "Error"
+    assert t["grpc-status"] == "5"
+    assert t["grpc-message"] == "Error"
     status = pb.RpcStatus.FromString(base64.b64decode(t["grpc-status-details-bin"] + "=="))
-    assert status.code == 5 and status.details[0].type_url == "type.googleapis.com/aiserver.v1.ErrorDetails"
+    assert status.code == 5
+    assert status.details[0].type_url == "type.googleapis.com/aiserver.v1.ErrorDetails"
     assert pb.ErrorDetails.FromString(status.details[0].value).error == 5  # ERROR_BAD_MODEL_NAME
     await client.close()
 
@@ -189,6 +202,7 @@ PROTOCOLS = [(ProtocolType.CONNECT, False), (ProtocolType.CONNECT, True), (Proto
              (ProtocolType.GRPC, False)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("protocol", "json_codec"), PROTOCOLS, ids=["connect", "connect-json", "grpc-web", "grpc"])
 async def test_connect_python_reads_both_model_listings(sim_factory: Any, protocol: ProtocolType,
                                                        json_codec: bool) -> None:
@@ -212,6 +226,7 @@ async def test_connect_python_reads_both_model_listings(sim_factory: Any, protoc
     assert info.value.code.name == "UNIMPLEMENTED"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", [ProtocolType.GRPC_WEB, ProtocolType.GRPC], ids=["grpc-web", "grpc"])
 async def test_connect_python_server_stream_error_trailers(sim_factory: Any, protocol: ProtocolType) -> None:
     """A RunSSE refused at once (no token) ends with the status in the caller's trailers."""
@@ -221,10 +236,12 @@ async def test_connect_python_server_stream_error_trailers(sim_factory: Any, pro
         async for _ in _client(sim, protocol).execute_server_stream(request=pb.BidiRequestId(request_id="r"),
                                                                     method=sse):
             pass
-    assert info.value.code.name == "UNAUTHENTICATED" and info.value.message == "Not logged in"
+    assert info.value.code.name == "UNAUTHENTICATED"
+    assert info.value.message == "Not logged in"
     assert pb.ErrorDetails.FromString(info.value.details[0].value).details.title == "Not logged in"
 
 
+@pytest.mark.slow
 async def test_connect_python_drives_a_grpc_run_full_duplex(sim_factory: Any) -> None:
     """gRPC Run over HTTP/2: a third-party client needs the grpc-status trailer to accept the end."""
     sim = await sim_factory()
@@ -251,7 +268,8 @@ async def test_connect_python_drives_a_grpc_run_full_duplex(sim_factory: Any) ->
             queue.put_nowait(None)
     assert text.endswith("You said: duplex")
     rec = (await sim.state.finished_runs(1))[0]
-    assert rec.outcome == "turn_ended" and not rec.faults
+    assert rec.outcome == "turn_ended"
+    assert not rec.faults
 
 
 # codecs --------------------------------------------------------------------------------------

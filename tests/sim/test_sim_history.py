@@ -7,6 +7,7 @@ import json
 import uuid
 from typing import Any
 
+import pytest
 import sim_h2
 from sim_h2 import open_run, run_request, server_msg
 
@@ -24,7 +25,8 @@ OPENAI = [{"role": "system", "content": "be brief"},
 
 def test_our_proxys_flattening_is_read_back() -> None:
     h = from_prompt(flatten_messages(OPENAI))
-    assert h is not None and h.source == "prompt"
+    assert h is not None
+    assert h.source == "prompt"
     assert [(t.call_id, t.name, t.result) for t in h.answered] == [("call_1", "bash", "a.txt\n\nb.txt")]
     assert h.last_user == "[scenario:tool_flow] list files"
 
@@ -34,13 +36,16 @@ def test_the_seed_proxys_flattening_is_read_back() -> None:
             "\n\n[Tool result for call_0f3a]: a.txt b.txt\n\n\nBased on the tool results above, please continue "
             "your response:")
     h = from_prompt(text)
-    assert h is not None and [(t.call_id, t.name, t.result) for t in h.answered] == [("call_0f3a", "bash", "a.txt b.txt")]
+    assert h is not None
+    assert [(t.call_id, t.name, t.result) for t in h.answered] == [("call_0f3a", "bash", "a.txt b.txt")]
 
 
 def test_a_new_user_message_after_the_results_is_a_new_turn() -> None:
     later = OPENAI + [{"role": "assistant", "content": "Two files."}, {"role": "user", "content": "and now?"}]
     h = from_prompt(flatten_messages(later))
-    assert h is not None and h.answered == [] and h.last_user == "and now?"
+    assert h is not None
+    assert h.answered == []
+    assert h.last_user == "and now?"
     assert h.result_for("call_1") == "a.txt\n\nb.txt"
     assert from_prompt("User: what does TOOL_RESULT mean?") is None
     assert from_prompt("[scenario:text] hello") is None
@@ -53,10 +58,12 @@ def test_structured_histories_ai_sdk_and_openai_shapes() -> None:
     v5 = [{"role": "tool", "content": [{"type": "tool-result", "toolCallId": "t2", "toolName": "read",
                                          "output": {"type": "text", "value": "file body"}}]}]
     h = from_messages(v4 + v5)
-    assert h is not None and [(t.call_id, t.name, t.result) for t in h.answered] == [
+    assert h is not None
+    assert [(t.call_id, t.name, t.result) for t in h.answered] == [
         ("t1", "Shell", "ok"), ("t2", "read", "file body")]
     h = from_messages(OPENAI)
-    assert h is not None and [(t.call_id, t.name, t.result) for t in h.answered] == [("call_1", "bash", "a.txt\n\nb.txt")]
+    assert h is not None
+    assert [(t.call_id, t.name, t.result) for t in h.answered] == [("call_1", "bash", "a.txt\n\nb.txt")]
     assert from_messages([{"role": "system", "content": "x"}]) is None
 
 
@@ -64,13 +71,17 @@ def test_resume_points_come_from_the_scenario() -> None:
     sc = load_scenarios()
     steps = sc["read_write"].steps
     one = resume_steps(steps, 1, None)
-    assert one is not None and one[:3] == steps[:3] and one[3:] == steps[5:]  # prelude, then resume_at 5
+    assert one is not None
+    assert one[:3] == steps[:3]
+    assert one[3:] == steps[5:]  # prelude, then resume_at 5
     assert resume_steps(steps, 2, None) == steps[:3] + steps[7:]
     assert resume_steps(steps, 9, None) == steps[:3] + steps[7:]  # more answers than tools: after the last
     assert resume_steps(steps, 1, 0) == steps[5:]
-    assert resume_steps(steps, 0, None) is None and resume_steps(sc["text"].steps, 1, None) is None
+    assert resume_steps(steps, 0, None) is None
+    assert resume_steps(sc["text"].steps, 1, None) is None
 
 
+@pytest.mark.slow
 async def test_structured_history_in_root_prompt_blobs_is_fetched_and_resumed(sim_factory: Any) -> None:
     """A client holding its history as AI-SDK JSON blobs: the server asks for them (get_blob) and continues."""
     sim = await sim_factory()
@@ -101,6 +112,7 @@ async def test_structured_history_in_root_prompt_blobs_is_fetched_and_resumed(si
     await client.close()
 
 
+@pytest.mark.slow
 async def test_a_prompt_without_history_still_plays_the_scenario(sim_factory: Any) -> None:
     sim = await sim_factory()
     client, s = await open_run(sim)
@@ -110,6 +122,7 @@ async def test_a_prompt_without_history_still_plays_the_scenario(sim_factory: An
     await client.close()
 
 
+@pytest.mark.slow
 async def test_a_history_for_a_scenario_with_continuation_plays_it(sim_factory: Any) -> None:
     sim = await sim_factory()
     client, s = await open_run(sim)

@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 import httpx
+import pytest
 from sim_h2 import run_request
 from sim_http1 import APPEND, AUTH, MODELS, RUNSSE, BidiRun, append_body, http1, trust
 
@@ -15,21 +16,27 @@ from workbench.decode import default_decoder, fields_of
 from workbench.schema import pb
 from workbench.wire.envelope import encode
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 
 async def test_runsse_full_turn(sim_factory: Any) -> None:
     sim = await sim_factory()
     async with http1(sim) as http:
         run = BidiRun(http, sim.url)
         await run.start()
-        assert run.status == 200 and run.content_type == "application/connect+proto"
+        assert run.status == 200
+        assert run.content_type == "application/connect+proto"
         r = await run.append(pb.AgentClientMessage.FromString(run_request("over http/1.1")))
-        assert r.status_code == 200 and r.content == b""
+        assert r.status_code == 200
+        assert r.content == b""
         frames = await run.until_end()
     kinds = [f.kind for f in frames]
     assert kinds[0] == "kv_server_message.set_blob_args"
     assert kinds[-2:] == ["interaction_update.turn_ended", "end_stream"]
     rec = (await sim.state.finished_runs(1))[0]
-    assert rec.transport == "runsse" and rec.request_id == run.request_id and rec.outcome == "turn_ended"
+    assert rec.transport == "runsse"
+    assert rec.request_id == run.request_id
+    assert rec.outcome == "turn_ended"
     assert not rec.faults
 
 
@@ -57,7 +64,8 @@ async def test_runsse_appends_out_of_order(sim_factory: Any) -> None:
         assert (await run.append(first, seqno=0)).status_code == 200
         run.seqno = 3
         f = await run.next()
-        assert f is not None and f.kind == "kv_server_message.set_blob_args"
+        assert f is not None
+        assert f.kind == "kv_server_message.set_blob_args"
         rec = sim.state.runs[0]
         assert rec.client_kinds[:3] == ["run_request", "client_heartbeat", "client_heartbeat"]
         await run.close()
@@ -72,7 +80,8 @@ async def test_runpoll_records(sim_factory: Any) -> None:
         frames = await run.until_end()
     records = [pb.BidiPollResponse.FromString(f.raw) for f in frames if f.raw is not None]
     assert [r.seqno for r in records] == list(range(len(records)))
-    assert records[-1].eof and not records[-1].data
+    assert records[-1].eof
+    assert not records[-1].data
     assert not any(r.eof for r in records[:-1])
     first = pb.AgentServerMessage.FromString(base64.b64decode(records[0].data))
     assert first.WhichOneof("message") == "kv_server_message"
@@ -86,13 +95,16 @@ async def test_append_errors(sim_factory: Any) -> None:
         hb = pb.AgentClientMessage(client_heartbeat=pb.ClientHeartbeat())
         r = await http.post(sim.url + APPEND, content=append_body("no-such-run", 0, hb),
                             headers={**AUTH, "content-type": "application/proto"})
-        assert r.status_code == 404 and r.json()["code"] == "not_found" and "no-such-run" in r.json()["message"]
+        assert r.status_code == 404
+        assert r.json()["code"] == "not_found"
+        assert "no-such-run" in r.json()["message"]
         r = await http.post(sim.url + APPEND, content=encode(append_body("x", 0, hb)),
                             headers={**AUTH, "content-type": "application/connect+proto"})
         assert r.status_code == 415
         r = await http.post(sim.url + APPEND, content=append_body("x", 0, hb),
                             headers={"content-type": "application/proto"})
-        assert r.status_code == 401 and r.json()["code"] == "unauthenticated"
+        assert r.status_code == 401
+        assert r.json()["code"] == "unauthenticated"
         r = await http.post(sim.url + "/agent.v1.AgentService/Run", content=b"",
                             headers={**AUTH, "content-type": "application/connect+proto"})
         assert r.status_code == 464  # Run is h2-only, like the real load balancer
@@ -115,7 +127,8 @@ async def test_get_usable_models(sim_factory: Any) -> None:
     sim = await sim_factory()
     async with httpx.AsyncClient(http2=True, verify=trust(sim)) as http:
         r = await http.post(sim.url + MODELS, content=b"", headers={**AUTH, "content-type": "application/proto"})
-        assert r.http_version == "HTTP/2" and r.status_code == 200
+        assert r.http_version == "HTTP/2"
+        assert r.status_code == 200
         ids = [m.model_id for m in pb.GetUsableModelsResponse.FromString(r.content).models]
         assert {"default", "claude-4-sonnet", "gpt-5", "composer-1"} <= set(ids)
         assert r.content.startswith(b"\x0a")  # field 1, repeated ModelDetails
@@ -127,10 +140,12 @@ async def test_get_usable_models(sim_factory: Any) -> None:
         assert "gpt-5" in [m["modelId"] for m in json.loads(r.content)["models"]]
         r = await http.post(sim.url + "/aiserver.v1.ServerConfigService/GetServerConfig", content=b"",
                             headers={**AUTH, "content-type": "application/proto"})
-        assert r.status_code == 200 and pb.GetServerConfigResponse.FromString(r.content).http2_config == 0
+        assert r.status_code == 200
+        assert pb.GetServerConfigResponse.FromString(r.content).http2_config == 0
         r = await http.post(sim.url + "/agent.v1.AgentService/NoSuchRpc", content=b"",
                             headers={**AUTH, "content-type": "application/proto"})
-        assert r.status_code == 501 and r.json()["code"] == "unimplemented"
+        assert r.status_code == 501
+        assert r.json()["code"] == "unimplemented"
         r = await http.post(sim.url + MODELS, content=b"", headers={"content-type": "application/proto"})
         assert r.status_code == 401
         assert r.json()["details"][0]["debug"]["error"] == "ERROR_NOT_LOGGED_IN"

@@ -21,6 +21,8 @@ from grpcweb_mode_d_client import ModeDClient, flatten, tool_round  # noqa: E402
 
 from workbench.schema import pb  # noqa: E402
 
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
 BASH = {"name": "bash", "description": "Run a shell command",
         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
 READ = {"name": "read", "parameters": {"type": "object", "properties": {"filePath": {"type": "string"}}}}
@@ -34,7 +36,8 @@ def client(sim: Any, **kw: Any) -> ModeDClient:
 
 def healthy(res: Any) -> None:
     """What mode D needs to see: every append accepted, the end as a gRPC-Web trailer, no Connect frames."""
-    assert set(res.append_statuses) == {200} and set(res.append_grpc_status) == {"0"}, res.append_statuses
+    assert set(res.append_statuses) == {200}, res.append_statuses
+    assert set(res.append_grpc_status) == {"0"}, res.append_statuses
     assert res.connect_end_frames == 0
 
 
@@ -48,13 +51,16 @@ async def test_tool_call_then_stateless_followup_continues_the_scenario(sim_fact
     first = await c.run(flatten(messages, style), tools=[BASH])
     healthy(first)
     [call] = first.tool_calls
-    assert call.name == "bash" and call.arguments == {"command": "echo hello from workbench"}
-    assert first.abandoned and first.trailer is None  # handed out: the run is left, never resumed
+    assert call.name == "bash"
+    assert call.arguments == {"command": "echo hello from workbench"}
+    assert first.abandoned
+    assert first.trailer is None  # handed out: the run is left, never resumed
 
     messages = tool_round(messages, call, "hello from workbench")
     second = await c.run(flatten(messages, style), conversation_id=str(uuid.uuid4()), tools=[BASH])
     healthy(second)
-    assert second.turn_ended and second.grpc_status == "0"
+    assert second.turn_ended
+    assert second.grpc_status == "0"
     assert second.text == "The bash call returned: hello from workbench"
     assert not any(k.startswith("exec_server_message") for k in second.kinds)  # not the same call again
 
@@ -78,7 +84,9 @@ async def test_multi_step_history_resumes_with_the_next_tool(sim_factory: Any) -
     messages = tool_round(messages, second.tool_calls[0], "wrote NOTES.md")
     third = await c.run(flatten(messages), conversation_id=str(uuid.uuid4()), tools=[READ, WRITE])
     healthy(third)
-    assert third.turn_ended and third.text == "Done: wrote NOTES.md." and third.tool_calls == []
+    assert third.turn_ended
+    assert third.text == "Done: wrote NOTES.md."
+    assert third.tool_calls == []
     assert [r.path for r in await sim.state.finished_runs(3)] == ["steps", "history", "history"]
 
 
@@ -89,14 +97,16 @@ async def test_executing_client_2026_style_has_no_faults(sim_factory: Any) -> No
     for scenario in ("shell_stream", "explore", "read_write"):
         res = await c.run(f"[scenario:{scenario}] go", hand_out=False)
         healthy(res)
-        assert res.turn_ended and res.grpc_status == "0", (scenario, res.kinds[-5:])
+        assert res.turn_ended, (scenario, res.kinds[-5:])
+        assert res.grpc_status == "0", (scenario, res.kinds[-5:])
         if scenario == "shell_stream":
             i = res.sent.index("exec_client_message.shell_result")
             assert res.sent[i - 3:i + 2] == ["exec_client_message.shell_stream_result"] * 3 + [
                 "exec_client_message.shell_result", "exec_client_control_message.stream_close"]
     runs = await sim.state.finished_runs(3)
     assert [(r.outcome, r.faults) for r in runs] == [("turn_ended", [])] * 3
-    assert runs[0].execs[0].results == 4 and runs[0].execs[0].closed  # 3 events + the final shell_result
+    assert runs[0].execs[0].results == 4
+    assert runs[0].execs[0].closed  # 3 events + the final shell_result
     assert not any(e.closed for r in runs[1:] for e in r.execs)  # never closed, never needed
 
 
@@ -105,7 +115,8 @@ async def test_strict_server_stalls_the_client_until_it_sends_stream_close(sim_f
     c = client(sim, close_policy="never", close_after_heartbeats=3)
     res = await c.run("[scenario:tool_flow] go", hand_out=False)
     healthy(res)
-    assert res.turn_ended and res.grpc_status == "0"
+    assert res.turn_ended
+    assert res.grpc_status == "0"
     closes = [i for i, s in enumerate(res.sent) if s == "exec_client_control_message.stream_close"]
     assert len(closes) == 2  # one per exec, each sent only after the stall
     # Between the request_context result and the end of the stall the server sent heartbeats only.
@@ -113,13 +124,17 @@ async def test_strict_server_stalls_the_client_until_it_sends_stream_close(sim_f
     after = res.kinds[first_exec + 1:]
     assert after[:3] == ["interaction_update.heartbeat"] * 3
     rec = (await sim.state.finished_runs(1))[0]
-    assert rec.outcome == "turn_ended" and not rec.faults and rec.heartbeats >= 6
+    assert rec.outcome == "turn_ended"
+    assert not rec.faults
+    assert rec.heartbeats >= 6
 
 
 async def test_enveloped_append_sent_as_connect_unary_gets_415(sim_factory: Any) -> None:
     sim = await sim_factory()
     res = await client(sim, append_content_type="application/proto").run("[scenario:text] hi")
-    assert res.append_statuses == [415] and res.error and "run_request" in res.error
+    assert res.append_statuses == [415]
+    assert res.error
+    assert "run_request" in res.error
     assert res.kinds == []  # nothing reached the run
 
 
@@ -127,8 +142,11 @@ async def test_errors_reach_a_grpc_web_client_as_trailers(sim_factory: Any) -> N
     sim = await sim_factory()
     c = client(sim)
     res = await c.run("[scenario:rate_limit] go")
-    assert res.grpc_status == "8" and "interaction_update.text_delta" in res.kinds  # mid-turn, after text
+    assert res.grpc_status == "8"
+    assert "interaction_update.text_delta" in res.kinds  # mid-turn, after text
     res = await c.run("hi", model="no-such-model")
-    assert res.grpc_status == "5" and res.trailer is not None and res.trailer["grpc-message"] == "Error"
+    assert res.grpc_status == "5"
+    assert res.trailer is not None
+    assert res.trailer["grpc-message"] == "Error"
     status = pb.RpcStatus.FromString(base64.b64decode(res.trailer["grpc-status-details-bin"] + "=="))
     assert pb.ErrorDetails.FromString(status.details[0].value).details.title == "Invalid model"

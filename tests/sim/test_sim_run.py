@@ -26,6 +26,7 @@ from workbench.schema import pb
 from workbench.sim.scenario import ScenarioError, load_scenarios
 
 
+@pytest.mark.slow
 async def test_text_turn_shape(sim_factory: Any) -> None:
     sim = await sim_factory()
     client, s = await open_run(sim)
@@ -41,14 +42,18 @@ async def test_text_turn_shape(sim_factory: Any) -> None:
         < first["interaction_update.step_completed"] < first["interaction_update.turn_ended"]
     assert kinds.count("interaction_update.text_delta") == 4
     assert kinds.count("interaction_update.token_delta") == 4
-    assert end is not None and end.kind == "end_stream" and end.payload == b"{}"
+    assert end is not None
+    assert end.kind == "end_stream"
+    assert end.payload == b"{}"
 
     # The prompt blobs are AI-SDK JSON messages keyed by SHA-256 of their bytes.
     sets = [server_msg(f).kv_server_message.set_blob_args for f in frames
             if f.kind == "kv_server_message.set_blob_args"]
     system, user = (json.loads(b.blob_data) for b in sets[:2])
-    assert system["role"] == "system" and "gpt-5" in system["content"]
-    assert user["role"] == "user" and "What is 2+2?" in user["content"][0]["text"]
+    assert system["role"] == "system"
+    assert "gpt-5" in system["content"]
+    assert user["role"] == "user"
+    assert "What is 2+2?" in user["content"][0]["text"]
     assert all(hashlib.sha256(b.blob_data).digest() == b.blob_id for b in sets)
     text = "".join(server_msg(f).interaction_update.text_delta.text for f in frames
                    if f.kind == "interaction_update.text_delta")
@@ -58,21 +63,27 @@ async def test_text_turn_shape(sim_factory: Any) -> None:
     cp = next(server_msg(f).conversation_checkpoint_update for f in frames
               if f.kind == "conversation_checkpoint_update")
     set_ids = {bytes(b.blob_id) for b in sets}
-    assert len(cp.turns) == 1 and bytes(cp.turns[0]) in set_ids
+    assert len(cp.turns) == 1
+    assert bytes(cp.turns[0]) in set_ids
     assert all(bytes(r) in set_ids for r in cp.root_prompt_messages_json)
     assert cp.token_details.max_tokens > cp.token_details.used_tokens > 0
     rec = (await sim.state.finished_runs(1))[0]
-    assert rec.outcome == "turn_ended" and rec.scenario == "text" and not rec.faults and not rec.blob_misses
+    assert rec.outcome == "turn_ended"
+    assert rec.scenario == "text"
+    assert not rec.faults
+    assert not rec.blob_misses
     await client.close()
 
 
+@pytest.mark.slow
 async def test_run_is_full_duplex(sim_factory: Any) -> None:
     """The server's frames arrive while the request body is still open, and it needs our answers."""
     sim = await sim_factory()
     client, s = await open_run(sim)
     await s.send(run_request("hello"))
     first = await s.next()
-    assert first is not None and first.kind == "kv_server_message.set_blob_args"
+    assert first is not None
+    assert first.kind == "kv_server_message.set_blob_args"
     assert not s.ended
     # The run cannot go on until we answer on the same (still open) request body.
     await s.answer_kv(first)
@@ -83,6 +94,7 @@ async def test_run_is_full_duplex(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_tool_flow_exec_then_text(sim_factory: Any) -> None:
     sim = await sim_factory()
     client, s = await open_run(sim)
@@ -103,7 +115,8 @@ async def test_tool_flow_exec_then_text(sim_factory: Any) -> None:
     assert started.call_id == partial[0].call_id
     assert started.tool_call.shell_tool_call.args.command == "echo hello from workbench"
     exec_msg = server_msg(frames[-1]).exec_server_message
-    assert exec_msg.shell_args.tool_call_id == started.call_id and exec_msg.exec_id
+    assert exec_msg.shell_args.tool_call_id == started.call_id
+    assert exec_msg.exec_id
 
     await answer_exec(s, frames[-1], shell_ok("hello from workbench\n"))
     rest = await s.until("interaction_update.turn_ended")
@@ -122,6 +135,7 @@ async def test_tool_flow_exec_then_text(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_client_tools_turn_shell_into_mcp(sim_factory: Any) -> None:
     sim = await sim_factory()
     schema = struct_pb2.Value()
@@ -137,7 +151,8 @@ async def test_client_tools_turn_shell_into_mcp(sim_factory: Any) -> None:
         success=pb.RequestContextSuccess())})
     frames = await s.until("exec_server_message.mcp_args")
     mcp = server_msg(frames[-1]).exec_server_message.mcp_args
-    assert mcp.name == "myserver___run_command" and mcp.tool_name == "run_command"
+    assert mcp.name == "myserver___run_command"
+    assert mcp.tool_name == "run_command"
     assert set(mcp.args) == {"cmd"}
     assert struct_pb2.Value.FromString(mcp.args["cmd"]).string_value == "echo hello from workbench"
     await answer_exec(s, frames[-1], {"mcp_result": pb.McpResult(success=pb.McpSuccess(
@@ -149,6 +164,7 @@ async def test_client_tools_turn_shell_into_mcp(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_missing_stream_close_parks_with_heartbeats_when_strict(sim_factory: Any) -> None:
     """--strict-stream-close: the December 2025 stall (a result alone parks the run)."""
     sim = await sim_factory(scenario="tool_flow", stream_close="required")
@@ -164,12 +180,15 @@ async def test_missing_stream_close_parks_with_heartbeats_when_strict(sim_factor
     assert kinds.count("interaction_update.heartbeat") >= 3
     assert set(kinds) == {"interaction_update.heartbeat"}, kinds
     rec = sim.state.runs[0]
-    assert rec.waiting_for is not None and "stream_close" in rec.waiting_for
+    assert rec.waiting_for is not None
+    assert "stream_close" in rec.waiting_for
     await client.close()
     rec = (await sim.state.finished_runs(1))[0]
-    assert rec.outcome is not None and rec.outcome.startswith("disconnected while waiting for exec 2")
+    assert rec.outcome is not None
+    assert rec.outcome.startswith("disconnected while waiting for exec 2")
 
 
+@pytest.mark.slow
 async def test_unanswered_exec_hits_park_timeout(sim_factory: Any) -> None:
     sim = await sim_factory(park_timeout=0.3)
     client, s = await open_run(sim)
@@ -181,10 +200,12 @@ async def test_unanswered_exec_hits_park_timeout(sim_factory: Any) -> None:
     assert [f.kind for f in rest[:-1]] == ["interaction_update.heartbeat"] * (len(rest) - 1)
     assert len(rest) >= 3
     err = error_of(s, rest[-1])
-    assert err["code"] == "deadline_exceeded" and "exec 1 (request_context) result" in err["message"]
+    assert err["code"] == "deadline_exceeded"
+    assert "exec 1 (request_context) result" in err["message"]
     await client.close()
 
 
+@pytest.mark.slow
 async def test_read_write_two_execs(sim_factory: Any) -> None:
     sim = await sim_factory()
     client, s = await open_run(sim)
@@ -198,7 +219,8 @@ async def test_read_write_two_execs(sim_factory: Any) -> None:
         path="README.md", content="a\nb\nc\n", total_lines=3))})
     write = await s.until("exec_server_message.write_args")
     wa = server_msg(write[-1]).exec_server_message.write_args
-    assert wa.path == "NOTES.md" and wa.file_text.startswith("# Notes")
+    assert wa.path == "NOTES.md"
+    assert wa.file_text.startswith("# Notes")
     done_read = next(server_msg(f).interaction_update.tool_call_completed for f in write
                      if f.kind == "interaction_update.tool_call_completed")
     assert done_read.tool_call.read_tool_call.result.success.content == "a\nb\nc\n"
@@ -211,6 +233,7 @@ async def test_read_write_two_execs(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_mcp_large_args_completion_is_lossy(sim_factory: Any) -> None:
     sim = await sim_factory()
     client, s = await open_run(sim)
@@ -219,25 +242,29 @@ async def test_mcp_large_args_completion_is_lossy(sim_factory: Any) -> None:
     snaps = [server_msg(f).interaction_update.partial_tool_call.args_text_delta for f in frames
              if f.kind == "interaction_update.partial_tool_call"]
     full = json.loads(snaps[-1])
-    assert len(full["tasks"]) == 40 and isinstance(full["options"], dict)
+    assert len(full["tasks"]) == 40
+    assert isinstance(full["options"], dict)
     assert all(b.startswith(a) for a, b in zip(snaps, snaps[1:], strict=False))
     exec_args = server_msg(frames[-1]).exec_server_message.mcp_args
     assert exec_args.name == "cursor___task"
     tasks = json_format.MessageToDict(struct_pb2.Value.FromString(exec_args.args["tasks"]))
-    assert len(tasks) == 40 and tasks[0]["id"] == "task-00"
+    assert len(tasks) == 40
+    assert tasks[0]["id"] == "task-00"
     await answer_exec(s, frames[-1], {"mcp_result": pb.McpResult(success=pb.McpSuccess(
         content=[pb.McpToolResultContentItem(text=pb.McpTextContent(text="40 subagents started"))]))})
     rest = await s.until("interaction_update.turn_ended")
     done = next(server_msg(f).interaction_update.tool_call_completed for f in rest
                 if f.kind == "interaction_update.tool_call_completed")
     args = done.tool_call.mcp_tool_call.args.args
-    assert "tasks" not in args and "description" in args
+    assert "tasks" not in args
+    assert "description" in args
     options = struct_pb2.Value.FromString(args["options"])
     assert options.WhichOneof("kind") == "string_value"
     assert json.loads(options.string_value) == full["options"]
     await client.close()
 
 
+@pytest.mark.slow
 async def test_kv_only_on_reuse_then_new_run(sim_factory: Any) -> None:
     sim = await sim_factory()
     conv = str(uuid.uuid4())
@@ -252,11 +279,14 @@ async def test_kv_only_on_reuse_then_new_run(sim_factory: Any) -> None:
     kinds = [f.kind for f in seen]
     assert "interaction_update.tool_call_completed" in kinds
     assert kinds.count("interaction_update.heartbeat") >= 3
-    assert "interaction_update.text_delta" not in kinds and "interaction_update.turn_ended" not in kinds
+    assert "interaction_update.text_delta" not in kinds
+    assert "interaction_update.turn_ended" not in kinds
     blobs = [json.loads(server_msg(f).kv_server_message.set_blob_args.blob_data) for f in seen
              if f.kind == "kv_server_message.set_blob_args"]
-    assert blobs and blobs[-1]["role"] == "assistant"
-    assert blobs[-1]["content"][0]["type"] == "tool-call" and blobs[-1]["content"][0]["toolName"] == "Shell"
+    assert blobs
+    assert blobs[-1]["role"] == "assistant"
+    assert blobs[-1]["content"][0]["type"] == "tool-call"
+    assert blobs[-1]["content"][0]["toolName"] == "Shell"
     await client.close()
 
     # The fix: a new run on the same conversation with the checkpoint echoed gets the text.
@@ -265,11 +295,13 @@ async def test_kv_only_on_reuse_then_new_run(sim_factory: Any) -> None:
     rest = await s2.until("interaction_update.turn_ended")
     assert "interaction_update.text_delta" in [f.kind for f in rest]
     runs = (await sim.state.finished_runs(2))
-    assert runs[0].path == "on_reuse" and runs[1].path == "continuation"
+    assert runs[0].path == "on_reuse"
+    assert runs[1].path == "continuation"
     assert not runs[1].blob_misses  # the echoed checkpoint's blobs were in our client store
     await client2.close()
 
 
+@pytest.mark.slow
 async def test_second_turn_reads_checkpoint_blobs(sim_factory: Any) -> None:
     sim = await sim_factory()
     conv = str(uuid.uuid4())
@@ -293,10 +325,12 @@ async def test_second_turn_reads_checkpoint_blobs(sim_factory: Any) -> None:
             break
     assert gets[0] == bytes(cp.turns[-1])
     rec = (await sim.state.finished_runs(2))[1]
-    assert rec.blob_misses and rec.blob_misses[0].startswith("turns ")
+    assert rec.blob_misses
+    assert rec.blob_misses[0].startswith("turns ")
     await client.close()
 
 
+@pytest.mark.slow
 async def test_cancel_action_ends_the_stream(sim_factory: Any) -> None:
     sim = await sim_factory()
     client, s = await open_run(sim)
@@ -312,6 +346,7 @@ async def test_cancel_action_ends_the_stream(sim_factory: Any) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("scenario", "last_kinds"), [
     ("no_turn_end", ["conversation_checkpoint_update", "end_stream"]),
 ])
@@ -326,12 +361,15 @@ async def test_marker_selects_scenario(sim_factory: Any, scenario: str, last_kin
             await s.answer_kv(f)
     kinds = [f.kind for f in frames]
     assert kinds[-2:] == last_kinds
-    assert "interaction_update.turn_ended" not in kinds and "interaction_update.text_delta" in kinds
+    assert "interaction_update.turn_ended" not in kinds
+    assert "interaction_update.text_delta" in kinds
     rec = (await sim.state.finished_runs(1))[0]
-    assert rec.scenario == scenario and rec.outcome == "ended without turn_ended"
+    assert rec.scenario == scenario
+    assert rec.outcome == "ended without turn_ended"
     await client.close()
 
 
+@pytest.mark.slow
 async def test_rate_limit_end_stream_error(sim_factory: Any) -> None:
     sim = await sim_factory(scenario="rate_limit")
     client, s = await open_run(sim)
@@ -360,31 +398,38 @@ async def one_error(sim: Any, message: bytes, token: str | None = "test-token") 
     return s, err
 
 
+@pytest.mark.slow
 async def test_auth_errors(sim_factory: Any) -> None:
     sim = await sim_factory()
     _, err = await one_error(sim, run_request("hi"), token=None)
-    assert err["code"] == "unauthenticated" and detail_error(err) == "ERROR_NOT_LOGGED_IN"
+    assert err["code"] == "unauthenticated"
+    assert detail_error(err) == "ERROR_NOT_LOGGED_IN"
     locked = await sim_factory(token="s3cret")
     _, err = await one_error(locked, run_request("hi"), token="wrong")
-    assert err["code"] == "unauthenticated" and detail_error(err) == "ERROR_NOT_LOGGED_IN"
+    assert err["code"] == "unauthenticated"
+    assert detail_error(err) == "ERROR_NOT_LOGGED_IN"
     client, s = await open_run(locked, token="s3cret")
     await s.send(run_request("hi"))
     assert (await s.until("interaction_update.turn_ended"))[-1].kind == "interaction_update.turn_ended"
     await client.close()
 
 
+@pytest.mark.slow
 async def test_bad_model_missing_state_unknown_scenario(sim_factory: Any) -> None:
     sim = await sim_factory()
     _, err = await one_error(sim, run_request("hi", model="gpt-9000"))
-    assert err["code"] == "not_found" and detail_error(err) == "ERROR_BAD_MODEL_NAME"
+    assert err["code"] == "not_found"
+    assert detail_error(err) == "ERROR_BAD_MODEL_NAME"
     assert "gpt-9000" in err["details"][0]["value"]["details"]["detail"]
     _, err = await one_error(sim, run_request("hi", with_state=False))
     assert err["message"] == "Conversation state is required"
     _, err = await one_error(sim, run_request("[scenario:does_not_exist] hi"))
     assert err["code"] == "invalid_argument"
-    assert "does_not_exist" in err["message"] and "tool_flow" in err["message"]
+    assert "does_not_exist" in err["message"]
+    assert "tool_flow" in err["message"]
 
 
+@pytest.mark.slow
 async def test_user_scenario_dir(sim_factory: Any, tmp_path: Path) -> None:
     (tmp_path / "haiku.json").write_text(json.dumps({
         "description": "a custom one",
@@ -417,6 +462,7 @@ def test_builtin_scenarios_load() -> None:
             "rate_limit"} <= names
 
 
+@pytest.mark.slow
 async def test_new_run_resumes_after_abandoned_tool_calls(sim_factory: Any) -> None:
     """A client that answers tool calls with a fresh run (history in the prompt), like the OpenAI proxy."""
     sim = await sim_factory()
@@ -448,6 +494,7 @@ async def test_new_run_resumes_after_abandoned_tool_calls(sim_factory: Any) -> N
     assert runs[1].path == "resumed"
 
 
+@pytest.mark.slow
 async def test_gzip_envelopes_for_clients_that_accept_them(sim_factory: Any) -> None:
     sim = await sim_factory(gzip_min=1000)
     client, s = await open_run(sim, **{"connect-accept-encoding": "gzip"})

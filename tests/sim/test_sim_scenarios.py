@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 from typing import Any
 
 import httpx
+import pytest
 from sim_h2 import (
     H2Client,
     RunSession,
@@ -18,9 +18,12 @@ from sim_h2 import (
     server_msg,
 )
 from sim_http1 import BidiRun, http1
+from support import wait_until_async
 
 from workbench.schema import pb
 from workbench.sim import SimThread
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 
 def texts(frames: list[Any]) -> str:
@@ -49,7 +52,8 @@ async def test_shell_stream_strict_events_then_close(sim_factory: Any) -> None:
     assert done.tool_call.shell_tool_call.result.success.stdout == "a.txt\nb.txt\n"
     assert "a.txt" in texts(rest)
     rec = (await sim.state.finished_runs(1))[0]
-    assert rec.execs[0].results == 4 and rec.execs[0].closed
+    assert rec.execs[0].results == 4
+    assert rec.execs[0].closed
     await client.close()
 
 
@@ -110,11 +114,13 @@ async def test_followup_on_the_same_run_answers_only_in_kv(sim_factory: Any) -> 
         user_message_action=pb.UserMessageAction(user_message=pb.UserMessage(text="and a second question")))))
     seen = await frames_until_heartbeats(s, 5)
     kinds = [f.kind for f in seen]
-    assert "interaction_update.text_delta" not in kinds and "interaction_update.turn_ended" not in kinds
+    assert "interaction_update.text_delta" not in kinds
+    assert "interaction_update.turn_ended" not in kinds
     assert kinds.count("interaction_update.heartbeat") >= 3
     blob = next(server_msg(f).kv_server_message.set_blob_args.blob_data for f in seen
                 if f.kind == "kv_server_message.set_blob_args")
-    assert b'"role":"assistant"' in blob and b"and a second question" in blob
+    assert b'"role":"assistant"' in blob
+    assert b"and a second question" in blob
     await client.close()
     assert (await sim.state.finished_runs(1))[0].path == "on_reuse"
 
@@ -126,7 +132,8 @@ async def test_followup_scenario_ends_cleanly_when_client_finishes(sim_factory: 
     await s.until("interaction_update.turn_ended")
     await s.stream.end()
     f = await s.next()
-    assert f is not None and f.kind == "end_stream"
+    assert f is not None
+    assert f.kind == "end_stream"
     assert (await sim.state.finished_runs(1))[0].outcome == "turn_ended"
     await client.close()
 
@@ -151,7 +158,8 @@ async def test_explore_blob_miss_and_provider_error(sim_factory: Any) -> None:
     frames = await s2.until("kv_server_message.get_blob_args")  # answered as a miss by the helper
     await s2.until("interaction_update.turn_ended")
     runs = await sim.state.finished_runs(2)
-    assert not runs[1].blob_misses and not runs[1].faults
+    assert not runs[1].blob_misses
+    assert not runs[1].faults
 
     s3 = await RunSession.open(client)
     await s3.send(run_request("[scenario:provider_error] x"))
@@ -161,7 +169,8 @@ async def test_explore_blob_miss_and_provider_error(sim_factory: Any) -> None:
         if f.kind.startswith("kv_server_message"):
             await s3.answer_kv(f)
     err = error_of(s3, frames[-1])
-    assert err["code"] == "unavailable" and err["details"][0]["value"]["error"] == "ERROR_OPENAI"
+    assert err["code"] == "unavailable"
+    assert err["details"][0]["value"]["error"] == "ERROR_OPENAI"
     assert err["details"][0]["value"]["details"]["is_retryable"] is True
     await client.close()
 
@@ -184,7 +193,8 @@ async def test_runsse_client_hangup_while_parked(sim_factory: Any) -> None:
         if f.kind == "interaction_query.web_search_request_query":
             break
     hb = await run.next()
-    assert hb is not None and hb.kind == "interaction_update.heartbeat"
+    assert hb is not None
+    assert hb.kind == "interaction_update.heartbeat"
     await run.close()  # hang up the RunSSE connection without answering
     await http.aclose()
     rec = (await sim.state.finished_runs(1))[0]
@@ -215,7 +225,8 @@ async def test_pending_answers_are_not_lost(sim_factory: Any) -> None:
         kinds.append(f.kind)
         if f.kind.startswith("kv_server_message") and server_msg(f).kv_server_message.id > 2:
             await s.answer_kv(f)
-    assert kinds[-1] == "end_stream" and "interaction_update.text_delta" in kinds
+    assert kinds[-1] == "end_stream"
+    assert "interaction_update.text_delta" in kinds
     await client.close()
 
 
@@ -247,10 +258,7 @@ async def test_goaway_after_turn_and_network_drop(sim_factory: Any) -> None:
     await s.send(run_request("[scenario:goaway_after_turn] hi"))
     await s.until("interaction_update.turn_ended")
     assert (await s.next()).kind == "end_stream"  # type: ignore[union-attr]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while client.goaway is None and loop.time() < deadline:
-        await asyncio.sleep(0.01)
+    await wait_until_async(lambda: client.goaway is not None, timeout=30, what="the GOAWAY after the turn")
     assert client.goaway == 0
     await client.close()
 
@@ -261,7 +269,8 @@ async def test_goaway_after_turn_and_network_drop(sim_factory: Any) -> None:
         frames.append(f)
         if f.kind.startswith("kv_server_message"):
             await s.answer_kv(f)
-    assert s.stream.reset and frames[-1].kind == "interaction_update.token_delta"
+    assert s.stream.reset
+    assert frames[-1].kind == "interaction_update.token_delta"
     assert (await sim.state.finished_runs(2))[1].outcome == "stream reset"
     await client.close()
 
@@ -297,5 +306,6 @@ async def test_server_aborts_a_slow_exec(sim_factory: Any) -> None:
     while await s.next() is not None:
         pass
     rec = (await sim.state.finished_runs(1))[0]
-    assert rec.execs[0].aborted and not rec.faults
+    assert rec.execs[0].aborted
+    assert not rec.faults
     await client.close()

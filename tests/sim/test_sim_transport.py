@@ -8,10 +8,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sim_h2 import H2Client
+from support import wait_until_async
 
 from workbench.sim.transport import AgentConnection, UnaryRequest, UnaryResponse, serve
 from workbench.wire.envelope import EnvelopeParser, encode
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 HEARTBEAT = bytes.fromhex("0a026a00")
 RUN = "/agent.v1.AgentService/Run"
@@ -50,16 +54,19 @@ async def test_h2_full_duplex_and_large_frames(sim_cert_dir: Path) -> None:
         # The server's first frame arrives although the client has not sent a single body byte.
         (first,) = await read_envelopes(stream, 1, parser)
         assert first.payload == HEARTBEAT
-        assert seen[0].transport == "run" and seen[0].request_id == rid
+        assert seen[0].transport == "run"
+        assert seen[0].request_id == rid
         assert seen[0].headers["content-type"] == "application/connect+proto"
         big = os.urandom(3 * 1024 * 1024)  # far beyond the 64 KiB default window and 16 KiB frames
         await stream.send(encode(b"small"))
         await stream.send(encode(big))
         small, echoed = await read_envelopes(stream, 2, parser)
-        assert small.payload == b"small" and echoed.payload == big
+        assert small.payload == b"small"
+        assert echoed.payload == big
         await stream.end()
         (end,) = await read_envelopes(stream, 1, parser)
-        assert end.is_end_stream and end.payload == b"{}"
+        assert end.is_end_stream
+        assert end.payload == b"{}"
         await client.close()
     finally:
         await server.close()
@@ -71,7 +78,8 @@ async def test_plain_h2c_and_unary(tmp_path: Path) -> None:
 
     server = await serve(echo, tls=False, unary={"/x.Y/Z": models})
     try:
-        assert server.url.startswith("http://127.0.0.1:") and server.cert_path is None
+        assert server.url.startswith("http://127.0.0.1:")
+        assert server.cert_path is None
         client = await H2Client.connect(server.url, None)
         stream = await client.request("/x.Y/Z", {"content-type": "application/proto"}, body=b"!")
         assert await stream.read_all() == b"\x0a\x03abc!"
@@ -95,10 +103,7 @@ async def test_close_stops_running_handlers(sim_cert_dir: Path) -> None:
     server = await serve(forever, cert_dir=sim_cert_dir)
     client = await H2Client.connect(server.url, server.cert_path)
     await client.request(RUN, {"content-type": "application/connect+proto"})
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while not server._handler_tasks and loop.time() < deadline:
-        await asyncio.sleep(0.01)
+    await wait_until_async(lambda: server._handler_tasks, timeout=10, what="the handler to start")
     await server.close()
     assert cancelled.is_set()
     await client.close()

@@ -138,9 +138,12 @@ def test_frame_batch_round_trip_keeps_bytes(tmp_path: Path) -> None:
         assert s.insert_frames(b) == 4
         rows = s.query("SELECT * FROM frames ORDER BY seq").to_pylist()
     assert [r["payload"] for r in rows] == [f.payload for f in frames]
-    assert rows[1]["payload"] == odd and rows[1]["error"] == "reserved envelope flags 0x40"
+    assert rows[1]["payload"] == odd
+    assert rows[1]["error"] == "reserved envelope flags 0x40"
     assert rows[1]["flags"] == 0  # a framing failure has no real flags byte
-    assert rows[2]["raw"] == frames[2].raw and rows[2]["request_id"] == "r" and rows[2]["append_seqno"] == 2
+    assert rows[2]["raw"] == frames[2].raw
+    assert rows[2]["request_id"] == "r"
+    assert rows[2]["append_seqno"] == 2
     assert [r["kind"] for r in rows] == ["interaction_update.heartbeat", "malformed", "client_heartbeat", "empty"]
     assert [r["size"] for r in rows] == [4, 256, 2, 0]
     assert rows[0]["ts"].timestamp() * 1e6 == pytest.approx(ts, abs=1)  # naive UTC
@@ -161,11 +164,13 @@ def test_recorder_seq_continues_across_reopen(tmp_path: Path) -> None:
         seqs = [rec.add("A", t0 + i * 1000, "server", "run", "1", frame(i)) for i in range(3)]
         seqs.append(rec.add("B", t0, "client", "run", "3", frame(9)))  # opened implicitly
         assert seqs == [0, 1, 2, 0]
-        assert rec.flush() == 4 and rec.flush() == 0
+        assert rec.flush() == 4
+        assert rec.flush() == 0
     with Store(db) as s:
         rec = Recorder(s)
         info = rec.open_session(SessionInfo("A"))
-        assert info.model == "m1" and info.frame_count == 3  # the stored row, not the blank one
+        assert info.model == "m1"
+        assert info.frame_count == 3  # the stored row, not the blank one
         assert rec.add("A", t0 + 5000, "server", "run", "1", frame(3)) == 3
         rec.sessions["A"].status = "complete"
         rec.touch("A")
@@ -174,8 +179,11 @@ def test_recorder_seq_continues_across_reopen(tmp_path: Path) -> None:
         assert [r["seq"] for r in rows] == [0, 1, 2, 3]
         assert rows[3]["summary"] == 'text "t3"'
         got = s.session("A")
-        assert got is not None and got.status == "complete" and got.frame_count == 4
-        assert got.started_at is not None and got.ended_at is not None
+        assert got is not None
+        assert got.status == "complete"
+        assert got.frame_count == 4
+        assert got.started_at is not None
+        assert got.ended_at is not None
         assert (got.ended_at - got.started_at).total_seconds() == pytest.approx(0.005, abs=1e-6)
         assert s.session("nope") is None
 
@@ -198,7 +206,9 @@ def test_session_meta_round_trip(tmp_path: Path) -> None:
         s.upsert_sessions([SessionInfo("x", meta={"headers": {"te": "trailers"}}, http_status=200)])
         s.upsert_sessions([SessionInfo("x", meta={"v": 2}, http_status=500)])
         got = s.session("x")
-    assert got is not None and got.meta == {"v": 2} and got.http_status == 500
+    assert got is not None
+    assert got.meta == {"v": 2}
+    assert got.http_status == 500
 
 
 # ---- readers ---------------------------------------------------------------------------------
@@ -212,7 +222,8 @@ def test_open_reader_local_read_only(tmp_path: Path) -> None:
         rec.flush()
     r = open_reader(db)
     try:
-        assert isinstance(r, LocalReader) and not r.live
+        assert isinstance(r, LocalReader)
+        assert not r.live
         assert r.query("SELECT count(*) AS n FROM frames WHERE seq > ?", [1]).column("n").to_pylist() == [3]
         with pytest.raises(ValueError, match="read-only"):
             r.query("DELETE FROM frames")
@@ -269,6 +280,7 @@ def _poll_all(reader: RemoteReader | LocalReader, total: int, deadline: float) -
     return seen
 
 
+@pytest.mark.slow
 def test_live_service_thread_reader_while_writing(tmp_path: Path) -> None:
     db = tmp_path / "live.duckdb"
     store = Store(db)
@@ -278,7 +290,8 @@ def test_live_service_thread_reader_while_writing(tmp_path: Path) -> None:
         assert json.loads(sidecar_path(db).read_text())["url"] == svc.url
         assert (os.stat(sidecar_path(db)).st_mode & 0o777) == 0o600
         reader = open_reader(db)
-        assert isinstance(reader, RemoteReader) and reader.live
+        assert isinstance(reader, RemoteReader)
+        assert reader.live
         w = _Writer(store, total=3000, batch=50)
         w.start()
         seen = _poll_all(reader, 3000, time.monotonic() + 120)
@@ -322,6 +335,7 @@ print(",".join(map(str, seen)), flush=True)
 """
 
 
+@pytest.mark.slow
 def test_live_service_reader_in_another_process(tmp_path: Path) -> None:
     db = tmp_path / "proc.duckdb"
     store = Store(db)
@@ -361,9 +375,12 @@ def test_recorder_background_mode_round_trip(tmp_path: Path) -> None:
         assert [r["seq"] for r in rows] == list(range(2500))
         assert rows[2499]["summary"] == 'text "t2499"'
         got = s.session("bg")
-        assert got is not None and got.frame_count == 2500 and got.model == "m"
+        assert got is not None
+        assert got.frame_count == 2500
+        assert got.model == "m"
         assert got.meta == {"k": [1, 2]}  # close() flushed the last change
-        assert rec.frames_written == 2500 and rec.unwritten == []
+        assert rec.frames_written == 2500
+        assert rec.unwritten == []
 
 
 def test_recorder_background_write_error_is_raised_and_frames_kept(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.syntax import Syntax
 from rich.text import Text
 from textual.widgets import DataTable, Input, Static
@@ -15,9 +16,9 @@ from workbench.store.db import SessionInfo, Store
 from workbench.store.reader import LiveService
 from workbench.store.recorder import Recorder
 from workbench.tui.app import WorkbenchApp
-from workbench.tui.demo import BASE_US, ERR_SESSION, HANG_SESSION, _record, hang_turn, ok_turn
 from workbench.tui.detail import FrameDetailView
 from workbench.tui.modals import BlobScreen, HelpScreen, ToolCallScreen
+from workbench.tui.sample_db import BASE_US, ERR_SESSION, HANG_SESSION, _record, hang_turn, ok_turn
 from workbench.tui.session_screen import SessionScreen
 from workbench.tui.sessions_screen import SessionsScreen
 from workbench.tui.timeline import Timeline
@@ -57,17 +58,19 @@ def _text(app: WorkbenchApp, selector: str) -> str:
     return _plain(app.screen.query_one(selector, Static))
 
 
-async def test_open_session_from_list(tui_demo_db: Path, wait_for: Wait) -> None:
-    app = WorkbenchApp(tui_demo_db)
+async def test_open_session_from_list(tui_sample_db: Path, wait_for: Wait) -> None:
+    app = WorkbenchApp(tui_sample_db)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.screen.query_one("#sessions", DataTable).row_count == 3)
         assert isinstance(app.screen, SessionsScreen)
         await pilot.press("enter")            # the first row: the hang (sorted by start)
         await wait_for(pilot, lambda: _ready(app), what="first paint")
         screen = app.screen
-        assert isinstance(screen, SessionScreen) and screen.session_id == HANG_SESSION
+        assert isinstance(screen, SessionScreen)
+        assert screen.session_id == HANG_SESSION
         tl = _timeline(app)
-        assert tl.index is not None and tl.index.total == 61
+        assert tl.index is not None
+        assert tl.index.total == 61
         assert len(tl.index) == 18            # 44 heartbeats folded into one row
         assert "61 frames" in _text(app, "#session-status")
         await pilot.press("escape")
@@ -75,8 +78,8 @@ async def test_open_session_from_list(tui_demo_db: Path, wait_for: Wait) -> None
         assert not app.errors
 
 
-async def test_sessions_filter_and_sort(tui_demo_db: Path, wait_for: Wait) -> None:
-    app = WorkbenchApp(tui_demo_db)
+async def test_sessions_filter_and_sort(tui_sample_db: Path, wait_for: Wait) -> None:
+    app = WorkbenchApp(tui_sample_db)
     async with app.run_test(size=SIZE) as pilot:
         table = app.screen.query_one("#sessions", DataTable)
         await wait_for(pilot, lambda: table.row_count == 3)
@@ -94,8 +97,8 @@ async def test_sessions_filter_and_sort(tui_demo_db: Path, wait_for: Wait) -> No
         assert str(table.get_row_at(0)[0]) == HANG_SESSION
 
 
-async def test_filter_frames_by_kind_direction_and_text(tui_demo_db: Path, wait_for: Wait) -> None:
-    app = WorkbenchApp(tui_demo_db, HANG_SESSION)
+async def test_filter_frames_by_kind_direction_and_text(tui_sample_db: Path, wait_for: Wait) -> None:
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: _ready(app))
         tl = _timeline(app)
@@ -114,8 +117,8 @@ async def test_filter_frames_by_kind_direction_and_text(tui_demo_db: Path, wait_
         await wait_for(pilot, lambda: tl.index is not None and tl.index.total == 61, what="filter cleared")
 
 
-async def test_detail_tabs_on_a_frame(tui_demo_db: Path, wait_for: Wait) -> None:
-    app = WorkbenchApp(tui_demo_db, HANG_SESSION)
+async def test_detail_tabs_on_a_frame(tui_sample_db: Path, wait_for: Wait) -> None:
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: _ready(app))
         detail = app.screen.query_one("#detail", FrameDetailView)
@@ -135,29 +138,34 @@ async def test_detail_tabs_on_a_frame(tui_demo_db: Path, wait_for: Wait) -> None
         await pilot.press("x")
         assert detail.active == "tab-hex"
         hex_text = _text(app, "#detail-hex")
-        assert "envelope header" in hex_text and "length 40" in hex_text
+        assert "envelope header" in hex_text
+        assert "length 40" in hex_text
         assert "00 00 00 00 28" in hex_text
         await pilot.press("t")
         assert detail.active == "tab-tree"
 
 
-async def test_fold_expand_and_finding_jump(tui_demo_db: Path, wait_for: Wait) -> None:
-    app = WorkbenchApp(tui_demo_db, HANG_SESSION)
+async def test_fold_expand_and_finding_jump(tui_sample_db: Path, wait_for: Wait) -> None:
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: _ready(app))
         tl = _timeline(app)
         await pilot.press("end")
-        assert tl.current is not None and tl.current.fold
+        assert tl.current is not None
+        assert tl.current.fold
         await pilot.press("enter")            # unfold the heartbeat run
-        assert tl.index is not None and len(tl.index) == 18 + 44
+        assert tl.index is not None
+        assert len(tl.index) == 18 + 44
         await pilot.press("enter")
         assert len(tl.index) == 18
         # findings panel: the blob miss (second row) → its evidence frames 5 and 6
         await pilot.press("f", "down", "enter")
         await wait_for(pilot, lambda: tl.current is not None and tl.current.seq == 5, what="jump to evidence")
-        assert tl.evidence == {5, 6} and tl.has_focus
+        assert tl.evidence == {5, 6}
+        assert tl.has_focus
         await pilot.press("right_square_bracket")
-        assert tl.current is not None and tl.current.seq == 6
+        assert tl.current is not None
+        assert tl.current.seq == 6
         # the hang finding's evidence reaches into the folded run: it opens, the cursor lands on frame 14
         await pilot.press("f", "up", "enter")
         await wait_for(pilot, lambda: tl.current is not None and tl.current.seq == 14)
@@ -165,8 +173,8 @@ async def test_fold_expand_and_finding_jump(tui_demo_db: Path, wait_for: Wait) -
         assert tl.index.row(tl.index.row_of_seq(17)).member
 
 
-async def test_finding_jump_clears_a_filter_that_hides_evidence(tui_demo_db: Path, wait_for: Wait) -> None:
-    app = WorkbenchApp(tui_demo_db, HANG_SESSION)
+async def test_finding_jump_clears_a_filter_that_hides_evidence(tui_sample_db: Path, wait_for: Wait) -> None:
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: _ready(app))
         tl = _timeline(app)
@@ -174,11 +182,12 @@ async def test_finding_jump_clears_a_filter_that_hides_evidence(tui_demo_db: Pat
         await wait_for(pilot, lambda: tl.index is not None and tl.index.total == 2)
         await pilot.press("f", "enter")
         await wait_for(pilot, lambda: tl.current is not None and tl.current.seq == 14, what="jump after reload")
-        assert tl.index is not None and tl.index.total == 61
+        assert tl.index is not None
+        assert tl.index.total == 61
 
 
-async def test_tool_call_blob_help_and_palette(tui_demo_db: Path, wait_for: Wait) -> None:
-    app = WorkbenchApp(tui_demo_db, HANG_SESSION)
+async def test_tool_call_blob_help_and_palette(tui_sample_db: Path, wait_for: Wait) -> None:
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: _ready(app))
         await wait_for(pilot, lambda: app.screen.query_one("#tools-table", DataTable).row_count == 1)
@@ -189,13 +198,15 @@ async def test_tool_call_blob_help_and_palette(tui_demo_db: Path, wait_for: Wait
         await pilot.press("escape")
         await pilot.press("b", "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, BlobScreen), what="blob screen")
-        assert app.screen.data is not None and b'"system"' in app.screen.data  # type: ignore[attr-defined]
+        assert app.screen.data is not None
+        assert b'"system"' in app.screen.data  # type: ignore[attr-defined]
         await pilot.press("escape")
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")
         titles = [c.title for c in app.get_system_commands(app.screen)]
-        assert "Start or stop replay at the recorded pace" in titles and "Detail: hex dump" in titles
+        assert "Start or stop replay at the recorded pace" in titles
+        assert "Detail: hex dump" in titles
         await pilot.press("ctrl+p")
         await pilot.press(*"Detail: hex")
         await pilot.pause(0.5)
@@ -204,8 +215,8 @@ async def test_tool_call_blob_help_and_palette(tui_demo_db: Path, wait_for: Wait
         await wait_for(pilot, lambda: detail.active == "tab-hex", what="palette command")
 
 
-async def test_replay_to_the_end(tui_demo_db: Path, wait_for: Wait) -> None:
-    app = WorkbenchApp(tui_demo_db, HANG_SESSION)
+async def test_replay_to_the_end(tui_sample_db: Path, wait_for: Wait) -> None:
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: _ready(app))
         screen = app.screen
@@ -218,23 +229,34 @@ async def test_replay_to_the_end(tui_demo_db: Path, wait_for: Wait) -> None:
         r = screen.replay
         assert r is not None
         await pilot.press(*["comma"] * (r.pos + 1))    # back to before the first frame
-        assert r.pos == -1 and tl.index is not None and tl.index.visible == 0
+        assert r.pos == -1
+        assert tl.index is not None
+        assert tl.index.visible == 0
         await pilot.press("full_stop", "full_stop")
-        assert r.pos == 1 and r.seq == r.pos and tl.index is not None and tl.index.visible == r.pos + 1
+        assert r.pos == 1
+        assert r.seq == r.pos
+        assert tl.index is not None
+        assert tl.index.visible == r.pos + 1
         assert screen.findings_table.lit == set()     # no evidence reached yet
         await pilot.press("comma")
         pos = r.pos
         await pilot.press(*["plus"] * 5, "i", "space")
-        assert r.speed == 20.0 and r.skip_idle and r.pos >= pos
+        assert r.speed == 20.0
+        assert r.skip_idle
+        assert r.pos >= pos
         await wait_for(pilot, lambda: r.at_end, timeout=60, what="replay end")
         assert "frame 61/61" in _text(app, "#replay-bar")
         assert tl.index.visible == 61
         assert screen.findings_table.lit == {0, 1, 2}
-        assert tl.current is not None and tl.current.seq == 17 and tl.current.fold   # cursor follows the end
+        assert tl.current is not None
+        assert tl.current.seq == 17
+        assert tl.current.fold  # cursor follows the end
         await pilot.press("p")                # leave replay: everything visible again
-        assert screen.replay is None and screen.findings_table.lit is None
+        assert screen.replay is None
+        assert screen.findings_table.lit is None
 
 
+@pytest.mark.slow
 async def test_follow_live_capture(tmp_path: Path, wait_for: Wait) -> None:
     """A capture in progress (writer + LiveService in this process): frames, sessions, findings appear."""
     db = tmp_path / "live.duckdb"
@@ -263,10 +285,11 @@ async def test_follow_live_capture(tmp_path: Path, wait_for: Wait) -> None:
             rec.flush()
             await wait_for(pilot, lambda: tl.index is not None and tl.index.total == 61,
                            what=lambda: f"new frames (errors: {app.errors}, {_follow_state(app)})")
-            assert tl.current is not None and tl.current.fold          # the cursor stayed on the tail
+            assert tl.current is not None
+            assert tl.current.fold  # the cursor stayed on the tail
             import pyarrow as pa
 
-            from workbench.tui.demo import FINDING_TYPES
+            from workbench.tui.sample_db import FINDING_TYPES
             screen = app.screen
             assert isinstance(screen, SessionScreen)
             # no findings rows yet: the incremental analyzer diagnoses the live capture
@@ -305,12 +328,12 @@ async def test_database_errors_are_reported_not_raised(tmp_path: Path, wait_for:
         assert app.is_running
 
 
-async def test_kind_picker_and_direction_cycle(tui_demo_db: Path, wait_for: Wait) -> None:
+async def test_kind_picker_and_direction_cycle(tui_sample_db: Path, wait_for: Wait) -> None:
     from textual.widgets import OptionList
 
     from workbench.tui.modals import KindPicker
 
-    app = WorkbenchApp(tui_demo_db, HANG_SESSION)
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: _ready(app))
         tl = _timeline(app)

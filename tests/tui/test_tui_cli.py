@@ -5,28 +5,27 @@ from __future__ import annotations
 import os
 import pty
 import select
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from workbench.tui.demo import HANG_SESSION
+import pytest
+from support import run_workbench
+
+from workbench.tui.sample_db import HANG_SESSION
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "workbench.cli", "tui", *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=120)
-
-
-def test_without_a_terminal_fails_clearly(tui_demo_db: Path) -> None:
-    r = _run("--db", str(tui_demo_db))
+@pytest.mark.slow
+def test_without_a_terminal_fails_clearly(tui_sample_db: Path) -> None:
+    r = run_workbench("tui", "--db", str(tui_sample_db))
     assert r.returncode == 2
     assert "needs an interactive terminal" in r.stderr
 
 
+@pytest.mark.slow
 def test_missing_database_is_named(tmp_path: Path) -> None:
     missing = tmp_path / "nope.duckdb"
-    r = _run("--db", str(missing))
+    r = run_workbench("tui", "--db", str(missing))
     assert r.returncode == 2
     assert f"{missing}: no such capture database" in r.stderr
 
@@ -46,12 +45,13 @@ def _read_until(fd: int, needle: bytes, timeout: float = 60) -> bytes:
     return buf
 
 
-def test_runs_in_a_terminal_and_quits(tui_demo_db: Path) -> None:
+@pytest.mark.slow
+def test_runs_in_a_terminal_and_quits(tui_sample_db: Path) -> None:
     pid, fd = pty.fork()
     if pid == 0:  # the child: the real command on a pseudo-terminal
         os.environ["TERM"] = "xterm-256color"
         os.environ["COLUMNS"], os.environ["LINES"] = "140", "40"
-        os.execv(sys.executable, [sys.executable, "-m", "workbench.cli", "tui", "--db", str(tui_demo_db),
+        os.execv(sys.executable, [sys.executable, "-m", "workbench.cli", "tui", "--db", str(tui_sample_db),
                                   HANG_SESSION[:8]])
     try:
         _read_until(fd, b"heartbeats over")          # the session screen with its folded run

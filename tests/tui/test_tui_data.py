@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from workbench.tui.data import FrameFilter, FrameIndex, TuiData, blob_needle, pretty_blob, sha256_check
-from workbench.tui.demo import ERR_SESSION, HANG_SESSION, OK_SESSION
 from workbench.tui.replay import IDLE_CAP_US, ReplayClock
+from workbench.tui.sample_db import ERR_SESSION, HANG_SESSION, OK_SESSION
 from workbench.wire.envelope import encode
 
 
@@ -42,33 +42,36 @@ def test_frame_index_folds_expands_and_cuts() -> None:
     ix.expand_around(4)
     assert len(ix) == 10
     assert ix.row(ix.row_of_seq(4)).member
-    assert ix.row(1).fold and ix.row(1).expanded
+    assert ix.row(1).fold
+    assert ix.row(1).expanded
     ix.set_limit(9)                       # replay reached seq 9: frames 0..8
     assert ix.visible == 5
     assert ix.row_of_seq(10) == -1
     ix.set_limit(None)
     ix.extend([20, 22], [True, True])
-    assert ix.row(len(ix) - 1).fold and ix.row(len(ix) - 1).count == 2
+    assert ix.row(len(ix) - 1).fold
+    assert ix.row(len(ix) - 1).count == 2
     ix.set_fold(False)
     assert len(ix) == 12
 
 
-def test_sessions_and_finding_counts(tui_demo_db: Path) -> None:
-    data = TuiData(tui_demo_db)
+def test_sessions_and_finding_counts(tui_sample_db: Path) -> None:
+    data = TuiData(tui_sample_db)
     by_id = {s.session_id: s for s in data.sessions()}
     assert set(by_id) == {HANG_SESSION, OK_SESSION, ERR_SESSION}
     hang = by_id[HANG_SESSION]
     assert hang.findings == {"error": 1, "warning": 1, "info": 1}
     assert hang.findings_text() == "1E 1W 1I"
-    assert hang.frame_count == 61 and hang.status == "incomplete"
+    assert hang.frame_count == 61
+    assert hang.status == "incomplete"
     assert by_id[OK_SESSION].findings_text() == "-"
     assert data.resolve("run-7f") == HANG_SESSION
     assert data.resolve("run-") is None   # ambiguous
     data.close()
 
 
-def test_frame_filters_and_folded_page(tui_demo_db: Path) -> None:
-    data = TuiData(tui_demo_db)
+def test_frame_filters_and_folded_page(tui_sample_db: Path) -> None:
+    data = TuiData(tui_sample_db)
     assert data.frame_count(HANG_SESSION) == 61
     # text inside the protobuf payload (the shell command), not only in summaries
     hits = data.frame_index(HANG_SESSION, FrameFilter.parse('"working_directory"'))
@@ -79,16 +82,18 @@ def test_frame_filters_and_folded_page(tui_demo_db: Path) -> None:
     page = data.frame_page(HANG_SESSION, 0, 100)
     folds = [r for r in page if r["fold"]]
     assert len(folds) == 1
-    assert folds[0]["count"] == 44 and folds[0]["client_count"] == 7
+    assert folds[0]["count"] == 44
+    assert folds[0]["client_count"] == 7
     assert (folds[0]["last_ts_us"] - folds[0]["ts_us"]) / 1e6 == pytest.approx(72.0)
     assert page[0]["kind"] == "run_request"
     seqs, hb, up = data.new_frames_since(HANG_SESSION, 55)
-    assert seqs.tolist() == [56, 57, 58, 59, 60] and hb.all()
+    assert seqs.tolist() == [56, 57, 58, 59, 60]
+    assert hb.all()
     data.close()
 
 
-def test_frame_detail_rebuilds_envelope_header(tui_demo_db: Path) -> None:
-    data = TuiData(tui_demo_db)
+def test_frame_detail_rebuilds_envelope_header(tui_sample_db: Path) -> None:
+    data = TuiData(tui_sample_db)
     seq = data.findings(HANG_SESSION)[0]["evidence"][0]
     d = data.frame_detail(HANG_SESSION, seq)
     assert d is not None
@@ -97,19 +102,21 @@ def test_frame_detail_rebuilds_envelope_header(tui_demo_db: Path) -> None:
     assert d.tree["exec_server_message"]["shell_stream_args"]["command"] == "pytest -q"
     assert '"shell_stream_args"' in d.as_json()
     err = data.frame_detail(ERR_SESSION, 1)
-    assert err is not None and err.header[0] == 0x02
+    assert err is not None
+    assert err.header[0] == 0x02
     assert err.tree["error"]["code"] == "resource_exhausted"
     assert data.frame_detail(HANG_SESSION, 10_000) is None
     data.close()
 
 
-def test_findings_tool_calls_blobs(tui_demo_db: Path) -> None:
-    data = TuiData(tui_demo_db)
+def test_findings_tool_calls_blobs(tui_sample_db: Path) -> None:
+    data = TuiData(tui_sample_db)
     findings = data.findings(HANG_SESSION)
     assert [f["severity"] for f in findings] == ["error", "warning", "info"]
     assert findings[0]["code"] == "exec_no_stream_close"
     calls = data.tool_calls(HANG_SESSION)
-    assert calls[0]["call_id"] == "toolu_01" and calls[0]["args_naive"].startswith('{"command{"command')
+    assert calls[0]["call_id"] == "toolu_01"
+    assert calls[0]["args_naive"].startswith('{"command{"command')
     blobs = data.blobs(HANG_SESSION)
     assert [b["status"] for b in blobs].count("miss") == 1
     stored = next(b for b in blobs if b["role"] == "system")
@@ -126,7 +133,8 @@ def test_replay_clock() -> None:
     ts = np.array([0, 100_000, 200_000, 10_200_000, 10_300_000])
     clock = ReplayClock(seqs, ts)
     assert clock.pos == -1
-    assert clock.advance(0.0) and clock.pos == 0
+    assert clock.advance(0.0)
+    assert clock.pos == 0
     clock.speed = 2.0
     clock.advance(0.1)            # 0.2 s of session time
     assert clock.seq == 2
@@ -137,10 +145,13 @@ def test_replay_clock() -> None:
     clock.advance(0.5)
     assert clock.seq == 3
     clock.step(-2)
-    assert clock.seq == 1 and clock.vt == 100_000
+    assert clock.seq == 1
+    assert clock.vt == 100_000
     clock.seek_end()
-    assert clock.at_end and "frame 5/5" in clock.describe()
-    assert clock.faster(10) == 20.0 and clock.faster(-10) == 0.5
+    assert clock.at_end
+    assert "frame 5/5" in clock.describe()
+    assert clock.faster(10) == 20.0
+    assert clock.faster(-10) == 0.5
 
 
 def test_a_gzip_frame_shows_its_length_on_the_wire(tmp_path: Path) -> None:

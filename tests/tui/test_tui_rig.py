@@ -6,12 +6,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.widgets import DataTable
 
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.session_screen import SessionScreen
 from workbench.tui.sessions_screen import SessionsScreen
 from workbench.tui.timeline import Timeline
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
 
 Wait = Callable[..., Any]
 
@@ -52,6 +55,7 @@ async def test_rig_session_finding_blobs_and_replay(tui_rig_db: tuple[Path, dict
         replay = screen.replay
         assert replay is not None
         await wait_for(pilot, lambda: replay.at_end, timeout=60, what="replay end")
-        assert tl.index is not None and tl.index.visible == tl.index.total
+        assert tl.index is not None
+        assert tl.index.visible == tl.index.total
         assert f"frame {len(replay)}/{len(replay)}" in replay.describe()
         assert not app.errors

@@ -6,19 +6,18 @@ waits for the data workers to finish, so the pictures are deterministic.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from support import wait_until_async
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
 from workbench.tui.app import WorkbenchApp
-from workbench.tui.demo import HANG_SESSION
 from workbench.tui.detail import FrameDetailView
 from workbench.tui.modals import ToolCallScreen
+from workbench.tui.sample_db import HANG_SESSION
 from workbench.tui.session_screen import SessionScreen
 from workbench.tui.timeline import Timeline
 
@@ -27,12 +26,8 @@ Snap = Callable[..., bool]
 
 
 async def _until(pilot: Pilot[Any], cond: Callable[[], object], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("snapshot setup timed out")
-        await pilot.pause(0.02)
-        await asyncio.sleep(0)
+    await wait_until_async(cond, timeout=timeout, interval=0, what="the snapshot's set-up",
+                           pause=lambda: pilot.pause(0.02))
 
 
 async def _session_ready(pilot: Pilot[Any]) -> None:
@@ -60,51 +55,51 @@ def _session_then(*keys: str, seq: int | None = None) -> Callable[[Pilot[Any]], 
     return run
 
 
-def test_snapshot_sessions_screen(tui_demo_db: Path, snap_compare: Snap) -> None:
+def test_snapshot_sessions_screen(tui_sample_db: Path, snap_compare: Snap) -> None:
     async def ready(pilot: Pilot[Any]) -> None:
         await _until(pilot, lambda: pilot.app.screen.query_one("#sessions", DataTable).row_count == 3)
-    assert snap_compare(WorkbenchApp(tui_demo_db), terminal_size=SIZE, run_before=ready)
+    assert snap_compare(WorkbenchApp(tui_sample_db), terminal_size=SIZE, run_before=ready)
 
 
-def test_snapshot_session_tree_tab(tui_demo_db: Path, snap_compare: Snap) -> None:
-    assert snap_compare(WorkbenchApp(tui_demo_db, HANG_SESSION), terminal_size=SIZE,
+def test_snapshot_session_tree_tab(tui_sample_db: Path, snap_compare: Snap) -> None:
+    assert snap_compare(WorkbenchApp(tui_sample_db, HANG_SESSION), terminal_size=SIZE,
                         run_before=_session_then(*["down"] * 14, seq=14))
 
 
-def test_snapshot_session_json_tab(tui_demo_db: Path, snap_compare: Snap) -> None:
-    assert snap_compare(WorkbenchApp(tui_demo_db, HANG_SESSION), terminal_size=SIZE,
+def test_snapshot_session_json_tab(tui_sample_db: Path, snap_compare: Snap) -> None:
+    assert snap_compare(WorkbenchApp(tui_sample_db, HANG_SESSION), terminal_size=SIZE,
                         run_before=_session_then(*["down"] * 14, "o", seq=14))
 
 
-def test_snapshot_session_hex_tab(tui_demo_db: Path, snap_compare: Snap) -> None:
-    assert snap_compare(WorkbenchApp(tui_demo_db, HANG_SESSION), terminal_size=SIZE,
+def test_snapshot_session_hex_tab(tui_sample_db: Path, snap_compare: Snap) -> None:
+    assert snap_compare(WorkbenchApp(tui_sample_db, HANG_SESSION), terminal_size=SIZE,
                         run_before=_session_then(*["down"] * 14, "x", seq=14))
 
 
-def test_snapshot_finding_evidence(tui_demo_db: Path, snap_compare: Snap) -> None:
-    assert snap_compare(WorkbenchApp(tui_demo_db, HANG_SESSION), terminal_size=SIZE,
+def test_snapshot_finding_evidence(tui_sample_db: Path, snap_compare: Snap) -> None:
+    assert snap_compare(WorkbenchApp(tui_sample_db, HANG_SESSION), terminal_size=SIZE,
                         run_before=_session_then("f", "enter", seq=14))
 
 
-def test_snapshot_tool_call(tui_demo_db: Path, snap_compare: Snap) -> None:
+def test_snapshot_tool_call(tui_sample_db: Path, snap_compare: Snap) -> None:
     async def run(pilot: Pilot[Any]) -> None:
         await _session_ready(pilot)
         await pilot.press("c", "enter")
         await _until(pilot, lambda: isinstance(pilot.app.screen, ToolCallScreen))
         await pilot.pause(0.1)
-    assert snap_compare(WorkbenchApp(tui_demo_db, HANG_SESSION), terminal_size=SIZE, run_before=run)
+    assert snap_compare(WorkbenchApp(tui_sample_db, HANG_SESSION), terminal_size=SIZE, run_before=run)
 
 
-def test_snapshot_blob(tui_demo_db: Path, snap_compare: Snap) -> None:
+def test_snapshot_blob(tui_sample_db: Path, snap_compare: Snap) -> None:
     async def run(pilot: Pilot[Any]) -> None:
         await _session_ready(pilot)
         await pilot.press("b", "enter")
         await _until(pilot, lambda: type(pilot.app.screen).__name__ == "BlobScreen")
         await pilot.pause(0.1)
-    assert snap_compare(WorkbenchApp(tui_demo_db, HANG_SESSION), terminal_size=SIZE, run_before=run)
+    assert snap_compare(WorkbenchApp(tui_sample_db, HANG_SESSION), terminal_size=SIZE, run_before=run)
 
 
-def test_snapshot_replay_paused(tui_demo_db: Path, snap_compare: Snap) -> None:
+def test_snapshot_replay_paused(tui_sample_db: Path, snap_compare: Snap) -> None:
     async def run(pilot: Pilot[Any]) -> None:
         await _session_ready(pilot)
         screen = pilot.app.screen
@@ -118,12 +113,12 @@ def test_snapshot_replay_paused(tui_demo_db: Path, snap_compare: Snap) -> None:
         await pilot.press(*["comma"] * (replay.pos + 1), *["full_stop"] * 12, "plus", "plus")
         await _until(pilot, lambda: not any(w.is_running for w in pilot.app.workers))
         await pilot.pause(0.2)
-    assert snap_compare(WorkbenchApp(tui_demo_db, HANG_SESSION), terminal_size=SIZE, run_before=run)
+    assert snap_compare(WorkbenchApp(tui_sample_db, HANG_SESSION), terminal_size=SIZE, run_before=run)
 
 
-def test_snapshot_help(tui_demo_db: Path, snap_compare: Snap) -> None:
+def test_snapshot_help(tui_sample_db: Path, snap_compare: Snap) -> None:
     async def run(pilot: Pilot[Any]) -> None:
         await _session_ready(pilot)
         await pilot.press("question_mark")
         await pilot.pause(0.1)
-    assert snap_compare(WorkbenchApp(tui_demo_db, HANG_SESSION), terminal_size=SIZE, run_before=run)
+    assert snap_compare(WorkbenchApp(tui_sample_db, HANG_SESSION), terminal_size=SIZE, run_before=run)

@@ -1,4 +1,4 @@
-"""Connect envelope framing (PROTOCOL.md §2): incremental parsing, gzip, end-stream, trailers, caps,
+"""Connect envelope framing (docs/protocol.md §2): incremental parsing, gzip, end-stream, trailers, caps,
 unary bodies."""
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ def test_encode_layout() -> None:
     assert encode(b"\x0a\x02\x6a\x00") == bytes.fromhex("00000000040a026a00")
     assert encode(b"{}", FLAG_END_STREAM) == bytes.fromhex("02000000027b7d")
     z = encode(b"hello" * 50, compress=True)
-    assert z[0] == FLAG_COMPRESSED and int.from_bytes(z[1:5], "big") == len(z) - 5
+    assert z[0] == FLAG_COMPRESSED
+    assert int.from_bytes(z[1:5], "big") == len(z) - 5
     assert gzip.decompress(z[5:]) == b"hello" * 50
 
 
@@ -61,7 +62,8 @@ def test_many_frames_in_one_chunk_and_offsets() -> None:
     a, b, c = encode(b"a"), encode(b"bb"), encode(b"{}", FLAG_END_STREAM)
     envs = feed_all([a + b + c])
     assert [(e.flags, e.payload, e.offset) for e in envs] == [(0, b"a", 0), (0, b"bb", 6), (2, b"{}", 13)]
-    assert envs[2].is_end_stream and not envs[2].is_trailer
+    assert envs[2].is_end_stream
+    assert not envs[2].is_trailer
     assert all(e.error is None for e in envs)
 
 
@@ -82,7 +84,8 @@ def test_large_frame_in_small_chunks_is_not_rescanned() -> None:
         if len(got) == 0:
             assert p.buffered == min(i + 1000, len(body))
     assert [e.payload for e in got] == [payload]
-    assert p.buffered == 0 and p.close() == []
+    assert p.buffered == 0
+    assert p.close() == []
 
 
 def test_gzip_flag_inflates_each_envelope() -> None:
@@ -91,47 +94,59 @@ def test_gzip_flag_inflates_each_envelope() -> None:
     envs = split_frames(body)
     assert [e.payload for e in envs] == [one, two]
     assert all(e.flags == FLAG_COMPRESSED and e.error is None for e in envs)
-    assert envs[1].raw is not None and gzip.decompress(envs[1].raw) == two
+    assert envs[1].raw is not None
+    assert gzip.decompress(envs[1].raw) == two
     assert envs[1].wire_bytes == envs[1].raw
 
 
 def test_bad_gzip_keeps_bytes() -> None:
     body = bytes((FLAG_COMPRESSED,)) + (4).to_bytes(4, "big") + b"nope"
     [e] = split_frames(body)
-    assert e.error and e.error.startswith("gzip")
+    assert e.error
+    assert e.error.startswith("gzip")
     assert e.payload == b"nope"
 
 
 def test_compressed_end_stream() -> None:
     body = bytes((FLAG_END_STREAM | FLAG_COMPRESSED,)) + len(z := gzip.compress(b"{}")).to_bytes(4, "big") + z
     [e] = split_frames(body)
-    assert e.is_end_stream and e.payload == b"{}"
+    assert e.is_end_stream
+    assert e.payload == b"{}"
 
 
 def test_frame_size_cap() -> None:
     body = encode(b"ok") + encode(b"x" * 2000) + encode(b"never")
     envs = split_frames(body, max_frame=1024)
-    assert envs[0].payload == b"ok" and envs[0].error is None
+    assert envs[0].payload == b"ok"
+    assert envs[0].error is None
     bad = envs[1]
-    assert bad.error is not None and "2000" in bad.error and "1024-byte cap" in bad.error
-    assert bad.offset == 7 and bad.raw == body[7:]
+    assert bad.error is not None
+    assert "2000" in bad.error
+    assert "1024-byte cap" in bad.error
+    assert bad.offset == 7
+    assert bad.raw == body[7:]
     assert len(envs) == 2  # everything after the desync is kept as raw bytes, not reframed
     p = EnvelopeParser(max_frame=1024)
     p.feed(body)
     [later] = p.feed(b"more")
-    assert later.error and "out of sync" in later.error and later.payload == b"more"
+    assert later.error
+    assert "out of sync" in later.error
+    assert later.payload == b"more"
 
 
 def test_default_cap_catches_desync() -> None:
     [e] = split_frames(b"\x00\xff\xff\xff\xff" + b"junk")
-    assert e.error and "cap" in e.error and e.flags == -1
+    assert e.error
+    assert "cap" in e.error
+    assert e.flags == -1
 
 
 def test_reserved_flags() -> None:
     body = encode(b"ok") + bytes((0x40,)) + (1).to_bytes(4, "big") + b"x"
     envs = split_frames(body)
     assert envs[1].error == "reserved envelope flags 0x40"
-    assert envs[1].payload == body[7:] and envs[1].offset == 7
+    assert envs[1].payload == body[7:]
+    assert envs[1].offset == 7
 
 
 def test_truncated_tail() -> None:
@@ -139,7 +154,8 @@ def test_truncated_tail() -> None:
     envs = split_frames(body)
     assert envs[0].payload == b"abc"
     assert envs[1].error == "truncated frame: header announces 5 bytes, 3 arrived"
-    assert envs[1].payload == encode(b"defgh")[:-2] and envs[1].offset == 8
+    assert envs[1].payload == encode(b"defgh")[:-2]
+    assert envs[1].offset == 8
     [e] = split_frames(b"\x00\x00\x00")
     assert e.error == "truncated frame header (3 of 5 bytes)"
     assert split_frames(b"") == []
@@ -149,19 +165,22 @@ def test_bytes_after_end_stream() -> None:
     body = encode(b"{}", FLAG_END_STREAM) + encode(b"late")
     envs = split_frames(body)
     assert envs[0].is_end_stream
-    assert envs[1].error == "bytes after end-stream" and envs[1].payload == encode(b"late")
+    assert envs[1].error == "bytes after end-stream"
+    assert envs[1].payload == encode(b"late")
     assert envs[1].offset == 7
     # the same when the late bytes come in a later chunk
     p = EnvelopeParser()
     assert len(p.feed(encode(b"{}", FLAG_END_STREAM))) == 1
     [late] = p.feed(b"\x00")
-    assert late.error == "bytes after end-stream" and late.offset == 7
+    assert late.error == "bytes after end-stream"
+    assert late.offset == 7
 
 
 def test_grpc_web_trailer() -> None:
     body = encode(b"x") + encode(b"grpc-status: 8\r\ngrpc-message: usage%20limit\r\n", FLAG_TRAILER)
     envs = split_frames(body)
-    assert envs[1].is_trailer and not envs[1].is_end_stream
+    assert envs[1].is_trailer
+    assert not envs[1].is_end_stream
     assert parse_grpc_web_trailer(envs[1].payload) == {"grpc-status": "8", "grpc-message": "usage limit"}
 
 
@@ -177,7 +196,8 @@ def test_unary_bodies() -> None:
     two = encode(bare) + encode(b"{}", FLAG_END_STREAM)
     assert [x.payload for x in split_unary(two)] == [bare, b"{}"]
     [e] = split_unary(b"")
-    assert e.payload == b"" and not e.enveloped
+    assert e.payload == b""
+    assert not e.enveloped
     # a 0x00 first byte whose lengths do not add up is not an envelope
     assert not looks_enveloped(b"\x00\x00\x00\x00\x09abc")
 

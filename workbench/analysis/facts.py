@@ -47,8 +47,8 @@ from workbench.protocol.run_request import run_request_facts
 from workbench.schema import pb
 
 # Message classes looked up once (pb's lookup is a dict walk per attribute access).
-SERVER_CLS = pb.message("AgentServerMessage")
-CLIENT_CLS = pb.message("AgentClientMessage")
+SERVER_CLS = pb.AgentServerMessage
+CLIENT_CLS = pb.AgentClientMessage
 
 HEARTBEAT = SERVER_HEARTBEAT
 TEXT_DELTA = "interaction_update.text_delta"
@@ -421,6 +421,8 @@ class FactsBuilder:
         except DecodeError:
             return
         member = upd.WhichOneof("message")
+        if member is None:  # the kind came from another schema (a user's --proto) that numbers it differently
+            return
         inner = getattr(upd, member)
         call_id = inner.call_id or cid or f"?{seq}"
         st = self._call(call_id, seq, ts)
@@ -462,10 +464,12 @@ class FactsBuilder:
             msg = SERVER_CLS.FromString(payload or b"").exec_server_message
         except DecodeError:
             return
-        member = msg.WhichOneof("args") or "unknown"
+        known = msg.WhichOneof("args")
+        # A member the overlay lacks keeps the name the capture's schema gave its frame kind.
+        member = known or (kind.split(".", 1)[1] if "." in kind else "unknown")
         tcid = None
-        if member != "unknown":
-            args = getattr(msg, member)
+        if known:
+            args = getattr(msg, known)
             if hasattr(args, "DESCRIPTOR") and "tool_call_id" in args.DESCRIPTOR.fields_by_name:
                 tcid = args.tool_call_id or None
         req = ExecReq(self.facts.seg, msg.id, seq, ts, member, msg.exec_id, tcid, payload or b"")

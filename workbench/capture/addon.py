@@ -13,7 +13,8 @@ code and recorded with the side that reset.
 
 Options (``--set name=value``): ``cursor_db``, ``cursor_hosts``, ``cursor_paths``,
 ``cursor_redact`` (``secrets`` | ``content``), ``cursor_flush_ms``, ``cursor_live``,
-``cursor_stats_file``. Values are checked here, whichever way they were given (mitmproxy itself
+``cursor_stats_file``, ``cursor_schema`` (empty: the active schema, see ``workbench schema use``;
+``builtin``; or schema paths joined by the path separator, as ``--proto`` gives them). Values are checked here, whichever way they were given (mitmproxy itself
 does not enforce ``choices``): a bad one is an ``OptionsError`` naming it, logged as an error so
 mitmdump stops at start-up.
 """
@@ -44,9 +45,12 @@ from workbench.capture.writer import (
     FlowOpen,
     WriterConfig,
 )
+from workbench.decode.classify import Decoder
 from workbench.protocol.routes import DEFAULT_HOSTS, DEFAULT_PATHS, Matcher, Route
 from workbench.protocol.status import describe_reset
 from workbench.redact import LEVELS, bearer_hash, redact_headers
+from workbench.schema.active import schema_for_option
+from workbench.schema.loader import Schema, SchemaError
 from workbench.store.db import DEFAULT_DB
 
 log = logging.getLogger("workbench.capture")
@@ -83,6 +87,7 @@ class CursorCapture:
         self._routes: dict[str, Route] = {}
         self._answered: set[str] = set()
         self._db: str | None = None
+        self._schema: Schema | None = None
 
     # options -----------------------------------------------------------------------------------
 
@@ -100,6 +105,9 @@ class CursorCapture:
                           "serve live readers (workbench frames --follow, the TUI) while capturing")
         loader.add_option("cursor_stats_file", str, "",
                           "write capture counters (JSON) to this file after every flush")
+        loader.add_option("cursor_schema", str, "",
+                          "decode with this schema: empty = the active one ('workbench schema use'), 'builtin', "
+                          "or .proto files/folders/descriptor sets joined by the path separator")
         loader.add_option("cursor_hold_frames", int, HOLD_FRAMES,
                           "frames held in memory when neither the database nor any spool location "
                           "takes writes; beyond this they are counted as lost")
@@ -118,6 +126,12 @@ class CursorCapture:
             # loads is easily lost: log it too, so mitmdump stops at start-up with the message.
             log.error("cursor capture: %s", exc)
             raise
+        if "cursor_schema" in updated and self.writer is None:
+            try:
+                self._schema = schema_for_option(opts.cursor_schema)
+            except SchemaError as exc:
+                log.error("cursor capture: cursor_schema: %s", exc)
+                raise exceptions.OptionsError(f"cursor_schema: {exc}") from exc
         if "cursor_hosts" in updated or "cursor_paths" in updated:
             self.matcher = Matcher(opts.cursor_hosts, opts.cursor_paths)
         if self.writer is not None and "cursor_db" in updated and opts.cursor_db != self._db:
@@ -144,10 +158,11 @@ class CursorCapture:
         cfg = WriterConfig(db_path=opts.cursor_db, flush_interval=opts.cursor_flush_ms / 1000.0,
                            content=opts.cursor_redact == "content", live=opts.cursor_live,
                            stats_path=opts.cursor_stats_file or None, hold_frames=opts.cursor_hold_frames)
-        self.writer = CaptureWriter(cfg)
+        self.writer = CaptureWriter(cfg, Decoder(self._schema or schema_for_option(opts.cursor_schema)))
         self.writer.start()
-        log.info("cursor capture: recording agent traffic into %s (redaction: %s)",
-                 os.path.abspath(os.path.expanduser(opts.cursor_db)), opts.cursor_redact)
+        ident = self.writer.decoder.schema.identity
+        log.info("cursor capture: recording agent traffic into %s (redaction: %s), decoding with %s (hash %s)",
+                 os.path.abspath(os.path.expanduser(opts.cursor_db)), opts.cursor_redact, ident.source, ident.hash)
 
     def done(self) -> None:
         if self.writer is None:

@@ -17,8 +17,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from workbench.cli import CliError
-from workbench.commands.common import add_db_arg
+from workbench.commands.common import add_db_arg, add_proto_arg
+from workbench.errors import CliError
 from workbench.protocol.routes import DEFAULT_HOSTS, DEFAULT_PATHS
 
 ENTRY = Path(__file__).with_name("mitm_entry.py")
@@ -50,6 +50,7 @@ def register(sub: Any) -> None:
     p.add_argument("--confdir", default="~/.mitmproxy", help="mitmproxy configuration/CA directory")
     p.add_argument("--no-live", action="store_true", help="do not serve live readers while capturing")
     p.add_argument("--mitmdump", default=None, help="mitmdump executable (default: next to python, then PATH)")
+    add_proto_arg(p)
     p.add_argument("mitmdump_args", nargs="*", metavar="-- MITMDUMP_ARGS", help="passed to mitmdump unchanged")
     p.set_defaults(func=cmd_capture)
 
@@ -143,13 +144,19 @@ def cmd_capture(args: argparse.Namespace) -> int:
     from workbench.store.db import check_readable
 
     check_readable(db)  # a damaged file: exit 2 naming it, not a capture that can only spool
+    from workbench.schema.active import active_schema, schema_option
+
+    schema = active_schema(args.proto)  # a schema that cannot be used: exit 2 before mitmdump starts
+    print(f"workbench capture: decoding with {schema.identity.source} ({schema.identity.messages} messages, "
+          f"hash {schema.identity.hash})", file=sys.stderr, flush=True)
     statsdir = tempfile.mkdtemp(prefix="workbench-capture-")
     stats_path = Path(statsdir) / "stats.json"
     cmd = [mitmdump, "-s", str(ENTRY), "--listen-host", host, "--listen-port", str(port),
            "--set", f"confdir={confdir}", "--set", f"cursor_db={db}", "--set", f"cursor_redact={args.redact}",
            "--set", f"cursor_flush_ms={args.flush_ms}", "--set", f"cursor_hosts={args.hosts}",
            "--set", f"cursor_paths={args.paths}", "--set", f"cursor_stats_file={stats_path}",
-           "--set", f"cursor_live={'false' if args.no_live else 'true'}", "--set", "flow_detail=0"]
+           "--set", f"cursor_live={'false' if args.no_live else 'true'}", "--set", "flow_detail=0",
+           "--set", f"cursor_schema={schema_option(args.proto)}"]
     for mode in args.mode:
         cmd += ["--mode", mode]
     cmd += args.mitmdump_args

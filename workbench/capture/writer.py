@@ -48,6 +48,7 @@ from workbench.protocol.status import (
     with_append,
 )
 from workbench.redact import marker, redact_frame, secret_method
+from workbench.schema.active import schema_stamp
 from workbench.store.db import SessionInfo, Store, us_to_datetime
 from workbench.store.recorder import Recorder
 
@@ -287,7 +288,7 @@ class CaptureWriter:
         return SessionInfo(session_id=sid, source="capture", transport=fo.transport,
                            request_id=fo.request_id, client_version=fo.client_version,
                            started_at=us_to_datetime(fo.ts_us), host=fo.host, path=fo.path,
-                           auth_hash=fo.auth_hash, meta=dict(fo.meta))
+                           auth_hash=fo.auth_hash, meta={**fo.meta, **schema_stamp(self.decoder.schema)})
 
     def _bind(self, fl: _Flow, sid: str) -> None:
         """Attach a flow to its session (creating or completing the session row)."""
@@ -473,7 +474,7 @@ class CaptureWriter:
         if self.sink.get_session(rid) is None:
             info = SessionInfo(session_id=rid, source="capture", transport=None, request_id=rid,
                                client_version=fo.client_version, started_at=us_to_datetime(fo.ts_us),
-                               host=fo.host, auth_hash=fo.auth_hash)
+                               host=fo.host, auth_hash=fo.auth_hash, meta=schema_stamp(self.decoder.schema))
             self.sink.open_session(info)
         self.appends.add(rid, f.append_seqno, items)
 

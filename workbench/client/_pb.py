@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.schema import pb as _schema_pb
 
@@ -17,4 +17,7 @@ class _Classes:
         return cls
 
 
-pb = _Classes()
+if TYPE_CHECKING:  # mypy sees the typed stub (workbench/schema/pb.pyi): field names are checked
+    from workbench.schema import pb
+else:
+    pb = _Classes()

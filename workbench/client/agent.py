@@ -63,7 +63,7 @@ from workbench.client.transport import (
     TransportError,
     unary,
 )
-from workbench.protocol import args as A
+from workbench.protocol import args as tool_args
 
 FAULTS = frozenset({"no_stream_close", "naive_args_concat", "reuse_session", "omit_conversation_state",
                     "reset_append_seqno"})
@@ -203,7 +203,7 @@ class AgentClient(ExecAnswers):
     def build_run_request(self, prompt: str, model: str, tools: Sequence[Any], conversation_id: str) -> bytes:
         req = pb.AgentRunRequest(conversation_id=conversation_id)
         if "omit_conversation_state" not in self.faults:
-            # Always present, even empty (`0a 00`): the server rejects a run without it (§13 #6).
+            # Always present, even empty (`0a 00`): the server rejects a run without it (docs/protocol.md §7).
             req.conversation_state.SetInParent()
             if self.checkpoint:
                 req.conversation_state.ParseFromString(self.checkpoint)
@@ -547,8 +547,8 @@ class AgentClient(ExecAnswers):
                     st.completion_args = mcp
             if sub == "partial_tool_call" and upd.args_text_delta:
                 st.deltas.append(upd.args_text_delta)
-                st.args_text = (A.naive_concat(st.deltas) if "naive_args_concat" in self.faults
-                                else A.accumulate_args_text(st.args_text, upd.args_text_delta))
+                st.args_text = (tool_args.naive_concat(st.deltas) if "naive_args_concat" in self.faults
+                                else tool_args.accumulate_args_text(st.args_text, upd.args_text_delta))
             if sub == "tool_call_completed":
                 st.completed = True
                 return [ToolCall(st.call_id, st.name, final_args(st), st.exec_id, st.kind, st.args_text,

@@ -13,7 +13,7 @@ class BlobStore:
     """Blobs the server stored with ``set_blob`` and reads back with ``get_blob``.
 
     The server chooses the id; ``mismatched`` lists ids that are not the SHA-256 of their data,
-    which is worth knowing when hunting blob misses (§13 #9) but is not an error.
+    which is worth knowing when hunting blob misses (docs/protocol.md §7, blob_miss) but is not an error.
     """
 
     def __init__(self) -> None:

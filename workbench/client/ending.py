@@ -22,13 +22,14 @@ from typing import Any
 
 from workbench.client._pb import pb
 from workbench.decode.classify import Frame, default_decoder, http_error_frame
+from workbench.errors import WorkbenchError
 from workbench.protocol.append_meta import answer_grpc
 from workbench.protocol.status import GRPC_WEB, ExchangeEnd, session_status
 from workbench.wire.endstream import EndStream, end_from_grpc, parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import Envelope, split_frames
 
 
-class TransportError(Exception):
+class TransportError(WorkbenchError):
     """The upstream refused or broke the exchange; ``code`` follows Connect (lower_snake)."""
 
     def __init__(self, code: str, message: str, details: list[dict[str, Any]] | None = None,
@@ -55,7 +56,7 @@ _HTTP_CODES = {400: "invalid_argument", 401: "unauthenticated", 403: "permission
 
 
 def error_from_http(status: int, body: bytes, what: str) -> TransportError:
-    """A non-200 answer: Connect puts a JSON error in the body (PROTOCOL.md §2.3)."""
+    """A non-200 answer: Connect puts a JSON error in the body (docs/protocol.md §2)."""
     code = _HTTP_CODES.get(status, "unknown")
     message = f"HTTP {status} from {what}"
     details: list[dict[str, Any]] = []

@@ -6,6 +6,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.errors import WorkbenchError
+
 
 @dataclass(slots=True)
 class Usage:
@@ -107,7 +109,7 @@ class Checkpoint:
 
 @dataclass(slots=True)
 class KvSet:
-    """A KV set_blob the server stored with us (used to spot an answer hidden in KV, §13 #3)."""
+    """A KV set_blob the server stored with us (used to spot an answer hidden in KV, docs/protocol.md §7)."""
 
     blob_id: bytes
     data: bytes
@@ -161,7 +163,7 @@ class TurnResult:
     events: list[Event] = field(default_factory=list)
 
 
-class AgentError(Exception):
+class AgentError(WorkbenchError):
     """Raised by ``run_turn`` when a turn fails; carries the :class:`Error` event."""
 
     def __init__(self, error: Error) -> None:

@@ -35,7 +35,7 @@ from workbench.client.localexec import (
     final_shell_result,
     result_field,
 )
-from workbench.protocol import args as A
+from workbench.protocol import args as tool_args
 
 if TYPE_CHECKING:
     from workbench.client.agent import _Run
@@ -92,7 +92,7 @@ class ExecAnswers:
             if not st.kind:
                 st.kind = kind
             if kind == "mcp" and isinstance(args_msg, Message):
-                st.exec_args = A.mcp_args_to_json(args_msg.args)  # type: ignore[attr-defined]
+                st.exec_args = tool_args.mcp_args_to_json(args_msg.args)  # type: ignore[attr-defined]
                 if not st.name or st.name == "mcp":
                     st.name = args_msg.tool_name or args_msg.name  # type: ignore[attr-defined]
         return st
@@ -143,7 +143,7 @@ class ExecAnswers:
         req = ExecRequest(eid, exec_id, kind, json_format.MessageToDict(args_msg, preserving_proto_field_name=True),
                           call, bytes(ex.SerializeToString()))
         if kind == "mcp":
-            req.args["args"] = A.mcp_args_to_json(args_msg.args)  # type: ignore[attr-defined]
+            req.args["args"] = tool_args.mcp_args_to_json(args_msg.args)  # type: ignore[attr-defined]
 
         async def respond(result: Any) -> None:
             parts = caller_result(kind, args_msg, result)

@@ -26,7 +26,9 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-# Advertised to the server: PROTOCOL.md §2.4 — a 16 KiB max frame size made MITMs GOAWAY.
+from workbench.errors import WorkbenchError
+
+# Advertised to the server (docs/protocol.md §1, "HTTP/2 connections"): a 16 KiB max frame size made MITMs GOAWAY.
 _MAX_FRAME = (1 << 24) - 1
 _WINDOW = (1 << 31) - 1
 _PING_EVERY = 15.0
@@ -49,7 +51,7 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]]) -> None:
         await asyncio.gather(*pending, return_exceptions=True)
 
 
-class NetError(Exception):
+class NetError(WorkbenchError):
     """A transport-level failure (connect, TLS, proxy tunnel, HTTP/2 reset or GOAWAY)."""
 
 
@@ -305,7 +307,7 @@ class H2Connection:
             self._flush_nowait()
 
     async def _ping_loop(self) -> None:
-        # Keep long thinking phases alive: servers GOAWAY idle connections (PROTOCOL.md §2.4).
+        # Keep long thinking phases alive: servers GOAWAY idle connections (docs/protocol.md §1).
         while not self.closed:
             await asyncio.sleep(_PING_EVERY)
             if self._streams and not self.closed:

@@ -45,9 +45,12 @@ class Journal:
         self.pending.clear()
 
     def open_session(self, session_id: str, **info: Any) -> None:
+        from workbench.decode.classify import default_decoder
+        from workbench.schema.active import schema_stamp
         from workbench.store.db import SessionInfo
 
         self.session_id = session_id
+        info["meta"] = {**info.get("meta", {}), **schema_stamp(default_decoder().schema)}
         self.recorder.open_session(SessionInfo(session_id=session_id, source="client", **info))
 
     def finish_session(self, session_id: str, end: ExchangeEnd,

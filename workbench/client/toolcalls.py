@@ -9,7 +9,7 @@ from google.protobuf.message import Message
 
 from workbench.client._pb import pb
 from workbench.client.events import CallState
-from workbench.protocol import args as A
+from workbench.protocol import args as tool_args
 
 ToolDef = Any  # a McpToolDefinition dict (see tool_definition) or message
 
@@ -22,7 +22,7 @@ def tool_definition(tool: ToolDef) -> Any:
     schema = tool.get("input_schema") or tool.get("parameters") or {"type": "object", "properties": {}}
     return pb.McpToolDefinition(
         name=name, description=str(tool.get("description") or ""),
-        input_schema=schema if isinstance(schema, bytes) else A.encode_value(schema),
+        input_schema=schema if isinstance(schema, bytes) else tool_args.encode_value(schema),
         provider_identifier=str(tool.get("provider_identifier") or ""),
         tool_name=str(tool.get("tool_name") or name))
 
@@ -38,16 +38,16 @@ def describe_tool_call(tc: Any) -> tuple[str, str, dict[str, Any] | None, dict[s
         return kind, kind, None, None
     targs = wrapper.args
     if kind == "mcp":
-        return kind, targs.tool_name or targs.name, None, A.mcp_args_to_json(targs.args)
+        return kind, targs.tool_name or targs.name, None, tool_args.mcp_args_to_json(targs.args)
     return kind, kind, json_format.MessageToDict(targs, preserving_proto_field_name=True), None
 
 
 def final_args(st: CallState) -> dict[str, Any]:
     """The best reconstruction of a call's arguments (see ``args.merge_mcp_args``)."""
-    streamed = A.parse_args_text(st.args_text)
+    streamed = tool_args.parse_args_text(st.args_text)
     other = st.completion_args if st.completion_args is not None else st.exec_args
     if st.kind == "mcp" or other is not None:
-        return A.merge_mcp_args(streamed, other)
+        return tool_args.merge_mcp_args(streamed, other)
     if streamed is not None:
         return streamed
     return dict(st.typed_args or {})

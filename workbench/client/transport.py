@@ -1,4 +1,4 @@
-"""The three ways a client talks to the agent backend (PROTOCOL.md §1.3, §3).
+"""The three ways a client talks to the agent backend (docs/protocol.md §1, §3).
 
 - ``run``: one full-duplex HTTP/2 POST ``/agent.v1.AgentService/Run`` (enveloped both ways);
 - ``runsse``: POST ``…/RunSSE`` carrying one enveloped BidiRequestId, read AgentServerMessages from
@@ -107,7 +107,7 @@ class Incoming:
 
 def connect_headers(token: str, request_id: str, content_type: str, *, http1: bool = False
                     ) -> list[tuple[str, str]]:
-    """Headers the real CLI sends (PROTOCOL.md §1.5); the token is only ever put here."""
+    """Headers the real CLI sends (docs/protocol.md §1); the token is only ever put here."""
     hdrs = [
         ("authorization", f"Bearer {token}"),
         ("connect-protocol-version", "1"),
@@ -357,7 +357,7 @@ class _AppendingChannel(Channel):
         self.seqno += 1
         if self._reset_seqno and seq == 0 and self.appends_sent == 0:
             # Fault: behave like a client that restarts its counter (retry/reconnect) after the
-            # run request, so the next message repeats seqno 0 (PROTOCOL.md §13 #7).
+            # run request, so the next message repeats seqno 0 (docs/protocol.md §3, §7 append_seqno_anomaly).
             self.seqno = 0
             self._reset_seqno = False
         self.appends_sent += 1

@@ -7,9 +7,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from workbench.cli import CliError
 from workbench.decode.classify import Decoder
-from workbench.schema.loader import load_schema
+from workbench.errors import CliError
+from workbench.schema.active import active_schema
 from workbench.store.db import DEFAULT_DB
 from workbench.store.reader import LocalReader, RemoteReader, open_reader
 
@@ -20,11 +20,14 @@ def add_db_arg(p: argparse.ArgumentParser) -> None:
 
 def add_proto_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proto", action="append", default=[], metavar="PATH",
-                   help="extra .proto file or folder (repeatable); its types take precedence")
+                   help=".proto file, folder or descriptor set (repeatable); its types replace the built-in "
+                        "ones. Overrides the default set with 'workbench schema use' ('--proto builtin': the "
+                        "built-in overlay)")
 
 
 def decoder_from(args: argparse.Namespace) -> Decoder:
-    return Decoder(load_schema(getattr(args, "proto", []) or []))
+    """The decoder of a command: the active schema (``--proto``, else ``schema use``, else the overlay)."""
+    return Decoder(active_schema(getattr(args, "proto", []) or []))
 
 
 def reader_from(args: argparse.Namespace) -> LocalReader | RemoteReader:

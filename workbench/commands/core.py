@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from workbench.cli import CliError
 from workbench.commands.common import (
     add_db_arg,
     add_proto_arg,
@@ -21,6 +20,7 @@ from workbench.commands.common import (
 )
 from workbench.decode import frame_to_json
 from workbench.decode.classify import DIRECTIONS, TRANSPORTS, Decoder, Frame
+from workbench.errors import CliError
 from workbench.store.db import StoreError
 from workbench.store.reader import open_reader
 from workbench.store.readonly import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_S, ReadLimits

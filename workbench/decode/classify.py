@@ -15,7 +15,7 @@ from typing import Any
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from workbench.decode import summary as S
+from workbench.decode import summary
 from workbench.schema.loader import Schema, load_schema
 from workbench.wire.endstream import b64decode_loose, parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import (
@@ -169,7 +169,7 @@ class Decoder:
             upd = self.schema.descriptor(SERVER_MSG).fields_by_name["interaction_update"].message_type
             self._call_id_members = frozenset(
                 f.name for f in upd.fields if f.message_type is not None and "call_id" in f.message_type.fields_by_name)
-            for name, label in S.TEXT_LABELS.items():
+            for name, label in summary.TEXT_LABELS.items():
                 fd = upd.fields_by_name.get(name)
                 if fd is not None and fd.message_type is not None:
                     self._text_members[fd.number] = (f"interaction_update.{name}", label + " ")
@@ -346,9 +346,9 @@ class Decoder:
         if i != n:
             return None
         # sniff_blob only ever looks at the first 4 KiB: no copy of the whole blob
-        ctype, role = S.sniff_blob(p[start : start + 4096])
+        ctype, role = summary.sniff_blob(p[start : start + 4096])
         return Frame("kv_server_message.set_blob_args",
-                     f"set_blob#{kv_id} {S.short_id(blob_id)} {S.human_size(n - start)} "
+                     f"set_blob#{kv_id} {summary.short_id(blob_id)} {summary.human_size(n - start)} "
                      f"{ctype + '/' + role if role else ctype}",
                      p, 0, SERVER_MSG, None, None, kv_id)
 
@@ -411,7 +411,7 @@ class Decoder:
             except DecodeError as exc:
                 return Frame("malformed", f"not a valid {short}", payload, msg_type=msg_type,
                              error=f"protobuf: {exc}")
-        return Frame("unary", f"{short} {S.human_size(len(payload))}", payload, msg_type=msg_type)
+        return Frame("unary", f"{short} {summary.human_size(len(payload))}", payload, msg_type=msg_type)
 
     # envelopes and wrappers ------------------------------------------------------------------
 
@@ -428,13 +428,13 @@ class Decoder:
                          env.payload, flags=env.flags, error=env.error)
         if env.deferred:
             # Over an inflate budget (workbench.wire.inflate): kept compressed, inflated when viewed.
-            return Frame(COMPRESSED, f"gzip frame {S.human_size(len(env.payload))} kept compressed (over an "
+            return Frame(COMPRESSED, f"gzip frame {summary.human_size(len(env.payload))} kept compressed (over an "
                          "inflate budget)", env.payload, flags=env.flags,
                          msg_type=CARRIED.get((transport, direction)), error=env.error)
         if env.is_end_stream:
             return self._end_stream(env)
         if env.error is not None:  # a gzip failure: keep the compressed bytes
-            return Frame("malformed", f"undecodable compressed frame {S.human_size(len(env.payload))}",
+            return Frame("malformed", f"undecodable compressed frame {summary.human_size(len(env.payload))}",
                          env.payload, flags=env.flags, error=env.error)
         f = self.classify_carried(env.payload, CARRIED.get((transport, direction)))
         f.flags = env.flags if env.enveloped else 0
@@ -481,7 +481,7 @@ class Decoder:
             label = str(v.get("error") or dbg.get("error") or "")
             if label:
                 break
-        msg = S.quote(es.message or "", 50)
+        msg = summary.quote(es.message or "", 50)
         return Frame("end_stream.error", f"{es.code} {msg} {label}".rstrip(), env.payload, flags=env.flags)
 
     def error_details(self, raw: bytes) -> dict[str, Any]:
@@ -691,7 +691,7 @@ def _fast_tool_delta(p: bytes, j: int, n: int) -> Frame | None:
 
 _PARTIAL_TAGS = frozenset((0x0A, 0x1A, 0x22))
 _DELTA_TAGS = frozenset((0x0A, 0x12, 0x1A))
-_quote = S.quote
+_quote = summary.quote
 
 # Payloads up to this size are memoised per message type (bounded by _SMALL_CACHE entries).
 _SMALL = 16
@@ -705,9 +705,9 @@ _CONTROL = frozenset({"exec_client_control_message", "exec_server_control_messag
 _ID_FIELDS = frozenset({1, 4, 15, 19, 39, 45, 55})
 
 _KINDS: dict[tuple[str, str], str] = {}
-_PLAIN_SUMMARIES = S.PLAIN_SUMMARIES
-_UPDATE_SUMMARIES = S.UPDATE_SUMMARIES
-_TOP_SUMMARIES = S.TOP_SUMMARIES
+_PLAIN_SUMMARIES = summary.PLAIN_SUMMARIES
+_UPDATE_SUMMARIES = summary.UPDATE_SUMMARIES
+_TOP_SUMMARIES = summary.TOP_SUMMARIES
 
 _ERROR_NAMES = {2: "ERROR_NOT_LOGGED_IN", 5: "ERROR_BAD_MODEL_NAME", 13: "ERROR_OPENAI",
                 30: "ERROR_OUTDATED_CLIENT", 38: "ERROR_UNAUTHORIZED", 51: "ERROR_RATE_LIMITED_CHANGEABLE"}

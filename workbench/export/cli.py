@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from workbench.cli import CliError
 from workbench.commands.common import add_db_arg, reader_from, resolve_session
+from workbench.errors import CliError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import duckdb
 
+from workbench.errors import WorkbenchError
 from workbench.store.db import Store
 from workbench.store.schema import SCHEMA_VERSION
 
@@ -32,7 +33,7 @@ FORMAT = "workbench-parquet"
 VERSION = 1
 
 
-class ParquetError(Exception):
+class ParquetError(WorkbenchError):
     """Export or import failed; the message names the directory/file."""
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.errors import WorkbenchError
 from workbench.ingest.progress import Progress
 from workbench.wire.inflate import InflateBudget, use_budget
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 HEAD_BYTES = 64 * 1024
 
 
-class IngestError(Exception):
+class IngestError(WorkbenchError):
     """A file cannot be imported; the message names the file (and line or entry)."""
 
 

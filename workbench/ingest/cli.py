@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from workbench.cli import CliError
 from workbench.commands.common import add_db_arg, add_proto_arg, decoder_from
+from workbench.errors import CliError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -28,7 +28,7 @@ from workbench.protocol.status import (
 from workbench.redact import marker, redact_frame, redact_headers, secret_method
 from workbench.store.db import SessionInfo, Store
 
-# Classify by path, never by host (PROTOCOL.md §1.1): every aiserver RPC counts as agent traffic.
+# Classify by path, never by host (docs/protocol.md §1): every aiserver RPC counts as agent traffic.
 _MATCHER = Matcher(hosts=(), paths=DEFAULT_PATHS + ("/aiserver.v1.*/*", "/agent.v1.*/*"))
 
 

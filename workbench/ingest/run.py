@@ -68,7 +68,7 @@ def _write_all(out: BinaryIO | None, data: bytes) -> BinaryIO | None:
 def run_and_record(cmd: Sequence[str], db: str, *, out: BinaryIO | None = None,
                    flush_ms: int = 250) -> int:
     """Run ``cmd``; returns its exit code (128 + signal number when a signal ended it)."""
-    from workbench.cli import CliError
+    from workbench.errors import CliError
 
     if not cmd:
         raise CliError("no command given (usage: workbench run [--db PATH] -- CMD ARGS…)")

@@ -31,6 +31,7 @@ from workbench.ingest.identity import PlannedFrame, SessionPlan, frame_key
 from workbench.protocol.append_meta import answer_grpc, append_exchange_meta
 from workbench.protocol.status import with_append
 from workbench.redact import bearer_hash, redact_headers
+from workbench.schema.active import schema_stamp
 from workbench.store.db import SessionInfo
 
 TIMING_CAUSAL = ("the file has no per-frame timing: frames are in causal order (each answer right after the "
@@ -144,7 +145,7 @@ class PlanBuilder:
                            path=ex.path.split("?", 1)[0], http_status=ex.status,
                            auth_hash=bearer_hash(ex.header("authorization")), status=status, error=error,
                            meta={**self.file_meta, "exchange": ex.ident, "timing": "per-message",
-                                 **exchange_meta(ex)})
+                                 **exchange_meta(ex), **schema_stamp(self.dec.schema)})
         rid_header = ex.header("x-request-id")
         if part.request_id and rid_header and rid_header != part.request_id:
             info.meta["request_id_mismatch"] = {"header": rid_header, "body": part.request_id}

@@ -3,7 +3,7 @@
 The server streams a tool call's arguments as ``PartialToolCall.args_text_delta``, which is
 usually the *cumulative* JSON text so far rather than an increment (docs/protocol.md §5), and then
 sends ``tool_call_completed`` whose ``McpArgs`` map can drop oversized keys or downgrade structured
-values to strings (docs/protocol.md §7, "lossy arguments"). The rule: treat snapshots as snapshots,
+values to strings (docs/protocol.md §7, completion_args_lossy). The rule: treat snapshots as snapshots,
 then merge the completion map into the streamed args instead of letting it overwrite them.
 
 One implementation for everyone: the client and the proxy rebuild args with it, analysis judges a

@@ -5,7 +5,7 @@ globs) and imports (``workbench.ingest.exchange``, every agent and aiserver RPC 
 path names the RPC, and the RPC decides the transport (Run/RunSSE/RunPoll streams, BidiAppend,
 unary calls).
 
-Classification is by path first (PROTOCOL.md §1.1: "classify by path, not host"): the agent RPC
+Classification is by path first (docs/protocol.md §1, "Paths, not hosts"): the agent RPC
 paths are recorded on any host, so the addon works in front of the simulator or a local proxy. On
 Cursor's own hosts every Connect/gRPC RPC path (``/<package>.<Service>/<Method>``) is recorded
 too; other paths there (``/auth/...``) are left alone, their bodies being login tokens.

@@ -14,15 +14,10 @@ from typing import Any
 
 from workbench.client.agent import CLOSE_POLICIES, END_TIMEOUT_S, FAULTS
 from workbench.client.transport import FRAMINGS, TRANSPORTS
+from workbench.errors import CliError
 from workbench.proxy.server import DEFAULT_PORT, DEFAULT_UPSTREAM, ProxyConfig, ProxyServer
 
 TOKEN_ENV = "CURSOR_ACCESS_TOKEN"
-
-
-def _cli_error(msg: str) -> Exception:
-    from workbench.cli import CliError
-
-    return CliError(msg)
 
 
 def read_token(token_file: str | None) -> str:
@@ -31,13 +26,13 @@ def read_token(token_file: str | None) -> str:
         try:
             token = Path(token_file).read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise _cli_error(f"--token-file {token_file}: {exc.strerror}") from exc
+            raise CliError(f"--token-file {token_file}: {exc.strerror}") from exc
         if not token:
-            raise _cli_error(f"--token-file {token_file} is empty")
+            raise CliError(f"--token-file {token_file} is empty")
         return token
     token = os.environ.get(TOKEN_ENV, "").strip()
     if not token:
-        raise _cli_error(f"no upstream token: set {TOKEN_ENV} or pass --token-file FILE")
+        raise CliError(f"no upstream token: set {TOKEN_ENV} or pass --token-file FILE")
     return token
 
 
@@ -125,25 +120,25 @@ def access_policy(args: argparse.Namespace) -> Any:
 
     key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)
     if key is not None and not key.strip():
-        raise _cli_error("--api-key is empty")
+        raise CliError("--api-key is empty")
     return AccessPolicy.build(args.host, args.allow_host, args.allow_origin, key.strip() if key else None)
 
 
 def _check_common(args: argparse.Namespace) -> None:
     if args.execute_locally and not args.workspace:
-        raise _cli_error("--execute-locally needs --workspace DIR")
+        raise CliError("--execute-locally needs --workspace DIR")
     if args.workspace and not Path(args.workspace).is_dir():
-        raise _cli_error(f"--workspace {args.workspace}: not a directory")
+        raise CliError(f"--workspace {args.workspace}: not a directory")
     if args.ca_file and not Path(args.ca_file).is_file():
-        raise _cli_error(f"--ca-file {args.ca_file}: no such file")
+        raise CliError(f"--ca-file {args.ca_file}: no such file")
     if not args.upstream.startswith(("https://", "http://")):
-        raise _cli_error(f"--upstream {args.upstream!r}: must be an https:// (or http://) URL")
+        raise CliError(f"--upstream {args.upstream!r}: must be an https:// (or http://) URL")
 
 
 def run_proxy(args: argparse.Namespace) -> int:
     _check_common(args)
     if not 0 <= args.port <= 65535:
-        raise _cli_error(f"--port {args.port}: must be 0-65535")
+        raise CliError(f"--port {args.port}: must be 0-65535")
     config = ProxyConfig(token=read_token(args.token_file), upstream=args.upstream, transport=args.transport,
                          host=args.host, port=args.port, verify=args.ca_file, faults=frozenset(args.fault),
                          heartbeat_budget=args.heartbeat_budget, heartbeat_interval=args.heartbeat_interval,
@@ -162,7 +157,7 @@ async def _serve(config: ProxyConfig) -> int:
     try:
         await server.start()
     except OSError as exc:
-        raise _cli_error(f"cannot listen on {config.host}:{config.port}: {exc.strerror}") from exc
+        raise CliError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}") from exc
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):  # before the URL line: a caller may stop us right after it
@@ -180,9 +175,9 @@ async def _serve(config: ProxyConfig) -> int:
 def run_client(args: argparse.Namespace) -> int:
     _check_common(args)
     if args.allow_shell and not args.execute_locally:
-        raise _cli_error("--allow-shell needs --execute-locally --workspace DIR")
+        raise CliError("--allow-shell needs --execute-locally --workspace DIR")
     if not args.end_timeout > 0:
-        raise _cli_error(f"--end-timeout {args.end_timeout:g}: must be > 0 seconds")
+        raise CliError(f"--end-timeout {args.end_timeout:g}: must be > 0 seconds")
     return asyncio.run(_client(args))
 
 

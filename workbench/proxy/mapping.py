@@ -5,7 +5,7 @@
   delete→``delete``, ls→``list``, grep with a pattern→``grep``, grep with only a glob→``glob``,
   mcp→its own name; argument names follow the offered tool's schema when it names them;
 - a follow-up carrying ``role: "tool"`` messages is flattened, whole history included, into the
-  user text of a fresh run (same-session continuation streams nothing, PROTOCOL.md §13 #3).
+  user text of a fresh run (same-session continuation streams nothing, docs/protocol.md §7 kv_only_response).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from workbench.client.events import ExecRequest
-from workbench.protocol import args as A
+from workbench.protocol import args as tool_args
 
 PROVIDER = "openai-proxy"
 
@@ -115,10 +115,10 @@ def exec_to_tool_call(req: ExecRequest, offered: Mapping[str, Mapping[str, Any]]
         exec_args = a.get("args") if isinstance(a.get("args"), dict) else {}
         call = req.call
         if call is not None and call.args_text:
-            streamed = A.parse_args_text(call.args_text)
+            streamed = tool_args.parse_args_text(call.args_text)
             if streamed is None:
                 return name, call.args_text
-            return name, json.dumps(A.merge_mcp_args(streamed, exec_args), ensure_ascii=False)
+            return name, json.dumps(tool_args.merge_mcp_args(streamed, exec_args), ensure_ascii=False)
         return name, json.dumps(exec_args, ensure_ascii=False)
     values: dict[str, Any]
     if req.kind in ("shell", "shell_stream"):
@@ -155,7 +155,7 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 
 
 def openai_call_id(req: ExecRequest) -> str:
-    """A tool_call id OpenAI clients accept (Cursor call ids may contain newlines, §4)."""
+    """A tool_call id OpenAI clients accept (Cursor call ids may contain newlines, docs/protocol.md §4)."""
     cid = req.call.call_id if req.call is not None and req.call.call_id else ""
     if cid and _SAFE_ID.match(cid):
         return cid
@@ -187,7 +187,7 @@ def flatten_messages(messages: Sequence[Mapping[str, Any]]) -> str:
     """The whole OpenAI history as the user text of one fresh run.
 
     System/developer messages go first inside ``<rules>`` (root system prompts are ignored by the
-    backend, PROTOCOL.md §8). A lone user message is sent as is; otherwise the history is written
+    backend, docs/protocol.md §6). A lone user message is sent as is; otherwise the history is written
     out turn by turn, tool calls with their ids and results as ``TOOL_RESULT (call_id: …)`` blocks.
     """
     if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:

@@ -403,7 +403,7 @@ class ProxyServer:
             prior = self._prior(messages)
             if prior is not None:
                 # A fresh run, but on the same conversation with its last checkpoint echoed
-                # (PROTOCOL.md §13 #3); the whole history is in the prompt either way.
+                # (docs/protocol.md §6, §7 kv_only_response); the whole history is in the prompt either way.
                 client.conversation_id, client.checkpoint = prior
             events = client.stream_turn(prompt, model, defs)
         keep_open = False

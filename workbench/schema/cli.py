@@ -1,4 +1,7 @@
-"""``workbench schema …``: extract a schema from protobuf-es generated JavaScript (more to come)."""
+"""``workbench schema …``: extract a schema from protobuf-es generated JavaScript, make one the default
+(``use``, ``show``), compare two (``diff``) and find what the captures carry that a schema does not
+name (``drift``). The work is done in ``extract/``, ``active.py``, ``diff.py`` and ``drift.py``;
+this module parses arguments and prints."""
 
 from __future__ import annotations
 
@@ -13,9 +16,12 @@ _SHOW_PROBLEMS = 20
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("schema", help="extract a protobuf schema from Cursor's JavaScript",
+    p = sub.add_parser("schema", help="extract, choose, compare protobuf schemas; find drift in captures",
                        description="Work with protobuf schemas: `schema extract` recovers every message, enum "
-                                   "and service that protobuf-es generated code defines.")
+                                   "and service that protobuf-es generated code defines; `schema use` makes one "
+                                   "the default for decoding, `schema show` says which is active; `schema diff` "
+                                   "compares two; `schema drift` lists what captures carry that a schema does "
+                                   "not name.")
     ssub = p.add_subparsers(dest="schema_command", metavar="SUBCOMMAND")
     e = ssub.add_parser("extract", help="recover .proto files from protobuf-es generated JavaScript",
                         description="Read .js/.mjs/.cjs files or folders (minified or not, ESM or CommonJS, one "
@@ -30,11 +36,14 @@ def register(sub: Any) -> None:
                    help="also write a FileDescriptorSet (self-contained; usable with --proto FILE)")
     e.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
     e.set_defaults(func=_extract)
+    from workbench.schema import commands
+
+    commands.register(ssub)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
 def _extract(args: argparse.Namespace) -> int:
-    from workbench.cli import CliError
+    from workbench.errors import CliError
     from workbench.schema.extract import ExtractError, extract, report, write
 
     try:

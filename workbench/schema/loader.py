@@ -27,6 +27,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError, Message
 
+from workbench.errors import WorkbenchError
 from workbench.schema import contract
 from workbench.schema.merge import MergeError, check_user_files, count_types, merged_pool
 
@@ -36,7 +37,7 @@ DESCRIPTOR_SET_SUFFIXES = (".pb", ".binpb", ".desc", ".fds", ".protoset")
 _MAX_PROTOC_LINES = 12
 
 
-class SchemaError(Exception):
+class SchemaError(WorkbenchError):
     """A schema could not be found, compiled or used; the message names the file (and type)."""
 
 
@@ -202,18 +203,22 @@ class Schema:
     """Message classes by full name; a user schema's types replace the overlay's.
 
     ``builtin`` is the overlay's pool, ``user`` the merged pool (None without a user schema).
-    ``files`` are the descriptors in force, ``notes`` what the merge decided on the user's behalf.
+    ``files`` are the descriptors in force, ``notes`` what the merge decided on the user's behalf,
+    ``own_files`` the user schema's own files plus the well-known files they import (empty for the
+    overlay): a self-contained copy of what the user gave (``workbench schema use`` stores it).
     """
 
     def __init__(self, builtin: descriptor_pool.DescriptorPool,
                  user: descriptor_pool.DescriptorPool | None = None, *,
                  identity: SchemaIdentity | None = None, notes: Sequence[str] = (),
-                 files: Sequence[descriptor_pb2.FileDescriptorProto] = ()) -> None:
+                 files: Sequence[descriptor_pb2.FileDescriptorProto] = (),
+                 own_files: Sequence[descriptor_pb2.FileDescriptorProto] = ()) -> None:
         self.builtin = builtin
         self.user = user
         self.identity = identity or SchemaIdentity("", "built-in overlay", 0, 0, 0)
         self.notes = list(notes)
         self.files = list(files)
+        self.own_files = list(own_files)
         self._classes: dict[str, type[Message]] = {}
 
     def descriptor(self, full_name: str) -> Descriptor:
@@ -236,7 +241,7 @@ class Schema:
         return True
 
 
-def _set_hash(files: Iterable[descriptor_pb2.FileDescriptorProto]) -> str:
+def descriptor_hash(files: Iterable[descriptor_pb2.FileDescriptorProto]) -> str:
     digest = hashlib.sha256()
     for fd in sorted(files, key=lambda f: f.name):
         digest.update(fd.SerializeToString(deterministic=True))
@@ -252,16 +257,22 @@ def builtin_descriptor_set() -> descriptor_pb2.FileDescriptorSet:
 def _builtin_schema() -> Schema:
     fds = builtin_descriptor_set()
     m, e, s = count_types(fds.file)
-    return Schema(_pool_from(fds), None, identity=SchemaIdentity(_set_hash(fds.file), "built-in overlay", m, e, s),
+    return Schema(_pool_from(fds), None, identity=SchemaIdentity(descriptor_hash(fds.file), "built-in overlay", m, e, s),
                   files=list(fds.file))
 
 
 def _user_files(inputs: _Inputs) -> tuple[list[descriptor_pb2.FileDescriptorProto],
                                           list[descriptor_pb2.FileDescriptorProto], dict[str, str]]:
-    """(user files, extra well-known files, file name → path) of all inputs."""
+    """(user files, extra well-known files, file name → path) of all inputs.
+
+    Every file of a descriptor set counts as given (a set is what its author chose to ship), so a
+    schema reads the same from its ``.proto`` folder and from its descriptor set; a ``.proto``
+    file's imports that equal the overlay's files are the overlay itself.
+    """
     builtin = {f.name: f for f in builtin_descriptor_set().file}
     origin: dict[str, str] = {name: str(path) for name, path in inputs.names.items()}
     found: list[descriptor_pb2.FileDescriptorProto] = []
+    given = set(inputs.names)
     if inputs.protos:
         fds = compile_protos(inputs.protos, [*inputs.roots, PROTO_ROOT])
         found += list(fds.file)
@@ -269,14 +280,16 @@ def _user_files(inputs: _Inputs) -> tuple[list[descriptor_pb2.FileDescriptorProt
         for fd in read_descriptor_set(path).file:
             origin.setdefault(fd.name, str(path))
             found.append(fd)
+            if not fd.name.startswith("google/protobuf/"):
+                given.add(fd.name)
     user: dict[str, descriptor_pb2.FileDescriptorProto] = {}
     shared: dict[str, descriptor_pb2.FileDescriptorProto] = {}
     for fd in found:
         same_as_builtin = fd.name in builtin and fd.SerializeToString(deterministic=True) == \
             builtin[fd.name].SerializeToString(deterministic=True)
-        if same_as_builtin and fd.name not in inputs.names:
+        if same_as_builtin and fd.name not in given:
             continue  # the overlay itself, imported by a user file
-        if fd.name.startswith("google/protobuf/") and fd.name not in inputs.names:
+        if fd.name.startswith("google/protobuf/") and fd.name not in given:
             if fd.name not in builtin:
                 shared.setdefault(fd.name, fd)
             continue
@@ -288,12 +301,27 @@ def _user_files(inputs: _Inputs) -> tuple[list[descriptor_pb2.FileDescriptorProt
     return list(user.values()), list(shared.values()), origin
 
 
+def schema_files(paths: Sequence[str | Path]) -> list[descriptor_pb2.FileDescriptorProto]:
+    """The files a schema defines, as given (compiled, not merged with the overlay or checked against
+    the decoder's needs): what ``workbench schema diff`` compares."""
+    user, _shared, _origin = _user_files(_expand(paths))
+    if not user:
+        raise SchemaError(f"{', '.join(str(p) for p in paths)}: defines no types of its own "
+                          "(only copies of the built-in overlay or well-known types)")
+    return user
+
+
 _schemas: dict[tuple[str, ...], Schema] = {}
 
 
-def load_schema(extra: Sequence[str | Path] = ()) -> Schema:
-    """The overlay, plus a user schema (files, folders, descriptor sets) whose types replace ours."""
-    key = tuple(str(Path(p).resolve()) for p in extra)
+def load_schema(extra: Sequence[str | Path] = (), *, source: str | None = None) -> Schema:
+    """The overlay, plus a user schema (files, folders, descriptor sets) whose types replace ours.
+
+    ``source`` names the schema in its identity instead of the paths (a copy kept by
+    ``workbench schema use`` is named after what it was copied from).
+    """
+    paths = tuple(str(Path(p).resolve()) for p in extra)
+    key = (*paths, f"source={source}") if source and extra else paths
     schema = _schemas.get(key)
     if schema is not None:
         return schema
@@ -303,7 +331,7 @@ def load_schema(extra: Sequence[str | Path] = ()) -> Schema:
         return base
     inputs = _expand(extra)
     user, shared, origin = _user_files(inputs)
-    source = ", ".join(key)
+    source = source or ", ".join(paths)
     if not user:
         raise SchemaError(f"{source}: defines no types of its own (only copies of the built-in overlay "
                           "or well-known types)")
@@ -329,10 +357,32 @@ def load_schema(extra: Sequence[str | Path] = ()) -> Schema:
     um, _, _ = count_types(user)
     if um == 0 and not any(f.enum_type or f.service for f in user):
         notes.append(f"{source}: defines no message types")
-    identity = SchemaIdentity(_set_hash(user), source, m, e, s, user_messages=um, replaced=replaced)
-    schema = Schema(base.builtin, pool, identity=identity, notes=notes, files=protos)
+    identity = SchemaIdentity(descriptor_hash(user), source, m, e, s, user_messages=um, replaced=replaced)
+    used = {d for f in user for d in f.dependency}
+    schema = Schema(base.builtin, pool, identity=identity, notes=notes, files=protos,
+                    own_files=[*_needed_well_known(used, shared), *user])
     _schemas[key] = schema
     return schema
+
+
+def _needed_well_known(names: set[str], shared: list[descriptor_pb2.FileDescriptorProto]
+                       ) -> list[descriptor_pb2.FileDescriptorProto]:
+    """The well-known files among ``names`` (and what they import), from ``shared`` or the overlay's set."""
+    known = {f.name: f for f in builtin_descriptor_set().file if f.name.startswith("google/protobuf/")}
+    known.update({f.name: f for f in shared})
+    out: dict[str, descriptor_pb2.FileDescriptorProto] = {}
+
+    def add(name: str) -> None:
+        fd = known.get(name)
+        if fd is None or name in out:
+            return
+        for dep in fd.dependency:
+            add(dep)
+        out[name] = fd
+
+    for name in sorted(names):
+        add(name)
+    return list(out.values())
 
 
 def _file_names(builtin: descriptor_pb2.FileDescriptorSet,

@@ -19,12 +19,14 @@ from collections.abc import Iterable
 
 from google.protobuf import descriptor_pb2, descriptor_pool
 
+from workbench.errors import WorkbenchError
+
 PINNED = ("aiserver.v1.BidiRequestId", "aiserver.v1.BidiAppendRequest", "aiserver.v1.BidiPollRequest",
           "aiserver.v1.BidiPollResponse")
 OVERLAY_PREFIX = "workbench-overlay/"
 
 
-class MergeError(Exception):
+class MergeError(WorkbenchError):
     """The user's files and the overlay do not combine; the text names files and types."""
 
 

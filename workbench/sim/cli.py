@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import Any
 
-from workbench.cli import CliError
+from workbench.errors import CliError
 from workbench.sim.engine import DEFAULT_MODELS, RunRecord, SimConfig
 from workbench.sim.exec_completion import DEFAULT_POLICY, EXEC_TYPES, POLICIES, REQUIRED, server_policy
 from workbench.sim.models import LISTING_CHOICES

@@ -32,7 +32,7 @@ from workbench.sim.exec_completion import (
     DEFAULT_POLICY,
     ExecRecord,
     ExecWait,
-    exec_ref,
+    exec_numeric_id_of,
     resolve,
     server_policy,
 )
@@ -248,7 +248,7 @@ def _chunks(text: str, n: int) -> list[str]:
 
 
 def _prefixes(text: str, n: int) -> list[str]:
-    """Cumulative snapshots, each a longer prefix, the last the whole text (PROTOCOL §13 #4)."""
+    """Cumulative snapshots, each a longer prefix, the last the whole text (docs/protocol.md §5, §7 args_cumulative_snapshots)."""
     n = max(1, n)
     cuts = sorted({max(1, len(text) * i // n) for i in range(1, n + 1)})
     return [text[:c] for c in cuts]
@@ -548,7 +548,7 @@ class _Run:
 
     def _absorb(self, m: Any) -> bool:
         """An answer for an exec no longer waited on (or a stream_close its policy ignores)."""
-        ref = exec_ref(m)
+        ref = exec_numeric_id_of(m)
         w = self.waits.get(ref) if ref is not None else None
         return w is not None and w.absorb(m)
 

@@ -111,7 +111,7 @@ def resolve(kind: str, step: str | None, scenario: StreamClosePolicy | None, ser
     return server.get(kind) or DEFAULT_POLICY
 
 
-def exec_ref(m: Any) -> int | None:
+def exec_numeric_id_of(m: Any) -> int | None:
     """The exec id an AgentClientMessage answers (result or control message), else None."""
     c = client_message_correlation(m)
     return c.id if c is not None and c.family == "exec" else None
@@ -139,7 +139,7 @@ class ExecWait:
 
     def concerns(self, m: Any) -> bool:
         """Is ``m`` an answer to this exec that the policy listens to?"""
-        if exec_ref(m) != self.rec.id:
+        if exec_numeric_id_of(m) != self.rec.id:
             return False
         if self.policy == IGNORED and m.WhichOneof("message") == "exec_client_control_message":
             return m.exec_client_control_message.WhichOneof("message") == "throw"
@@ -163,7 +163,7 @@ class ExecWait:
     def absorb(self, m: Any) -> bool:
         """Consume ``m`` outside the wait for this exec: anything after completion, and a
         ``stream_close`` the ``ignored`` policy does not listen to. False: leave it to ``feed``."""
-        if exec_ref(m) != self.rec.id:
+        if exec_numeric_id_of(m) != self.rec.id:
             return False
         if self.done:
             self.late(m)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.errors import WorkbenchError
 from workbench.sim.exec_completion import POLICIES, StreamClosePolicy, parse_policy
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "scenarios"
@@ -52,7 +53,7 @@ TOOL_KEYS = frozenset({"exec", "args", "partial_snapshots", "client_tools", "mcp
 ERROR_KEYS = frozenset({"code", "message", "error", "title", "detail", "is_retryable", "is_expected"})
 
 
-class ScenarioError(Exception):
+class ScenarioError(WorkbenchError):
     """A scenario file or name is wrong; the message names the file/step or the name."""
 
 

@@ -15,6 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from workbench.decode.classify import Frame
+from workbench.errors import WorkbenchError
 from workbench.store.schema import SCHEMA_VERSION, SchemaVersionError, current_version, migrate
 
 DEFAULT_DB = "captures/workbench.duckdb"
@@ -49,7 +50,7 @@ FRAME_SCHEMA = pa.schema(FRAME_COLUMNS)
 _FRAME_COLS_SQL = ", ".join(name for name, _ in FRAME_COLUMNS)
 
 
-class StoreError(Exception):
+class StoreError(WorkbenchError):
     """The database could not be opened or written; the message names the file."""
 
 
@@ -386,6 +387,24 @@ def check_readable(path: str | Path) -> None:
         raise StoreError(damage_message(p, exc) if is_damage(exc) else open_message(p, exc)) from exc
     finally:
         con.close()
+
+
+@contextlib.contextmanager
+def database_errors_named(path: str | Path | None) -> Iterator[None]:
+    """Turn a DuckDB error nobody anticipated into a :class:`StoreError` naming ``path``.
+
+    Most often a damaged file that opened fine and failed on a later read: the user gets the
+    file's name and what DuckDB said, not a traceback. Without a path the error passes unchanged.
+    """
+    try:
+        yield
+    except duckdb.Error as exc:
+        if not path:
+            raise
+        p = str(path)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        text = damage_message(p, exc) if is_damage(exc) else f"{p}: {first}"
+        raise StoreError(text) from exc
 
 
 def damage_message(path: str, exc: BaseException) -> str:

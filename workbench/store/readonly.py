@@ -36,6 +36,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from workbench.errors import WorkbenchError
+
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_RESULT_BYTES = 256 * 1024 * 1024
 _BATCH_ROWS = 256  # the cap is checked at least this often (DuckDB still computes a vector of 2048)
@@ -44,7 +46,7 @@ _BATCH_ROWS = 256  # the cap is checked at least this often (DuckDB still comput
 _READ_TYPES = frozenset({"SELECT"})
 
 
-class QueryRefused(Exception):
+class QueryRefused(WorkbenchError):
     """A read-only path refused or stopped a query; the message says why and what to change."""
 
 

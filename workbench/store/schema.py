@@ -11,6 +11,8 @@ import logging
 
 import duckdb
 
+from workbench.errors import WorkbenchError
+
 log = logging.getLogger("workbench.store")
 
 SCHEMA_VERSION = 3
@@ -197,7 +199,7 @@ MIGRATIONS: list[list[str]] = [
 ]
 
 
-class SchemaVersionError(Exception):
+class SchemaVersionError(WorkbenchError):
     pass
 
 

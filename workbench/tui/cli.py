@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from workbench.cli import CliError
 from workbench.commands.common import add_db_arg, add_proto_arg, decoder_from
+from workbench.errors import CliError
 from workbench.store.reader import sidecar_path
 
 

@@ -19,8 +19,8 @@ from typing import Any
 from textual.pilot import Pilot
 
 from workbench.tui.app import WorkbenchApp
-from workbench.tui.demo import HANG_SESSION, build_demo_db
 from workbench.tui.detail import FrameDetailView
+from workbench.tui.sample_db import HANG_SESSION, build_sample_db
 from workbench.tui.session_screen import SessionScreen
 from workbench.tui.sessions_screen import SessionsScreen
 from workbench.tui.timeline import Timeline
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args[0]) if args else Path("docs/screenshots")
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        db = build_demo_db(Path(tmp) / "capture.duckdb")
+        db = build_sample_db(Path(tmp) / "capture.duckdb")
         for path in asyncio.run(shoot(db, out)):
             print(path)
     return 0

@@ -1,7 +1,7 @@
 """Realistic agent traffic recorded by a real ``mitmdump -w`` (test data generator, not a mock).
 
 A small HTTP/1.1 server answers the agent paths the way Cursor's backend does in transport mode B
-(RunSSE + BidiAppend, PROTOCOL.md §1.3/§3) with bodies built from the real protobuf overlay and
+(RunSSE + BidiAppend, docs/protocol.md §1, §3) with bodies built from the real protobuf overlay and
 Connect envelopes. A client sends requests through mitmdump, so the flow file is what mitmproxy
 itself writes. One RunSSE response is larger than ``stream_large_bodies`` so mitmdump streams it
 and keeps no body: the "streamed, no body" case. ``mitmdump -nr FLOWS --set hardump=OUT`` then
@@ -196,7 +196,7 @@ def drive(proxy_port: int, server_port: int) -> None:
     post("/agent.v1.AgentService/GetUsableModels", b"", RID_OK, "application/proto")
     post("/agent.v1.AgentService/Run", encode(client_messages()[0]), RID_OK, "application/connect+proto")
     msgs = client_messages()
-    # Up to 16 appends are in flight, so they are captured out of order (PROTOCOL §3 rule 2).
+    # Up to 16 appends are in flight, so they are captured out of order (docs/protocol.md §3).
     for seq in (2, 0, 1):
         post("/aiserver.v1.BidiService/BidiAppend", append_body(RID_OK, seq, msgs[seq]), RID_OK,
              "application/proto")

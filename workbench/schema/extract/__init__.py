@@ -15,6 +15,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool
 
+from workbench.errors import WorkbenchError
 from workbench.schema.extract import v1, v2
 from workbench.schema.extract.build import Extraction, Problem, build
 from workbench.schema.extract.wkt import well_known_files
@@ -25,7 +26,7 @@ JS_SUFFIXES = (".js", ".mjs", ".cjs")
 __all__ = ["Extraction", "Problem", "extract", "js_files", "write"]
 
 
-class ExtractError(Exception):
+class ExtractError(WorkbenchError):
     """A path given to extract does not exist or holds no JavaScript."""
 
 

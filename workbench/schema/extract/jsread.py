@@ -13,6 +13,7 @@ GB for a 50 MB bundle (see docs/schema.md).
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
@@ -450,3 +451,70 @@ def _block_return(s: str, i: int) -> tuple[Any, int]:
         except JsSyntax:
             pass
     return Opaque(s[i:end], i), end
+
+
+# A brace, a quoted string (skipped whole by the regex engine), a template literal's backquote, or a
+# slash (comment, regex literal or division). Everything else is skipped in C.
+_BLOCK_TOKEN = re.compile(r""""(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|[{}`/]""")
+_WORD_BEFORE_REGEX = re.compile(r"(?<![\w$])(?:return|typeof|case|do|else|in|of|void|throw|delete|yield|await)$")
+
+
+class Blocks:
+    """The ``{}`` blocks of a file: which block encloses a position (a declaration's scope).
+
+    Built in one pass that skips strings, template literals, comments and regex literals, so the
+    braces counted are code. Object literals count as blocks too, which is harmless: a binding is
+    never declared directly inside one. An unclosed block (a truncated file) runs to the end.
+    """
+
+    def __init__(self, s: str) -> None:
+        self.size = len(s)
+        self.starts: list[int] = []   # block b opens at starts[b]
+        self.ends: list[int] = []     # … and closes at ends[b]
+        self._tok: list[int] = []     # brace positions, in order
+        self._inner: list[int] = []   # innermost open block after each brace (-1: none)
+        stack: list[int] = []
+        pos = 0
+        n = len(s)
+        finder = _BLOCK_TOKEN.search
+        while True:
+            m = finder(s, pos)
+            if m is None:
+                break
+            j = m.start()
+            c = s[j]
+            pos = m.end()
+            if c == "{":
+                stack.append(len(self.starts))
+                self.starts.append(j)
+                self.ends.append(n)
+            elif c == "}":
+                if stack:
+                    self.ends[stack.pop()] = j
+            elif c == "`":
+                try:
+                    pos = read_string(s, j)[1]
+                except JsSyntax:
+                    break
+                continue
+            elif c == "/":
+                nxt = s[j + 1:j + 2]
+                if nxt == "/" or nxt == "*":
+                    pos = skip_ws(s, j)
+                    continue
+                k = j - 1
+                while k >= 0 and s[k] in " \t\r\n":
+                    k -= 1
+                if k < 0 or s[k] in _REGEX_BEFORE or _WORD_BEFORE_REGEX.search(s, max(0, k - 7), k + 1):
+                    pos = _skip_regex(s, j)
+                continue
+            else:
+                continue  # a string literal
+            self._tok.append(j)
+            self._inner.append(stack[-1] if stack else -1)
+
+    def enclosing(self, pos: int) -> tuple[int, int]:
+        """(start, end) of the innermost block around ``pos``; (0, size) at the top level."""
+        k = bisect_right(self._tok, pos) - 1
+        b = self._inner[k] if k >= 0 else -1
+        return (self.starts[b], self.ends[b]) if b >= 0 else (0, self.size)

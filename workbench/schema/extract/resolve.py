@@ -3,8 +3,9 @@
 Order of evidence, most specific first:
 
 1. a binding of that name in the same file whose scope holds the reference (``class n`` inside
-   its own body), else the nearest binding of that name in the file (minifiers reuse short names
-   in different module scopes of one bundle: the nearest definition is the one in scope);
+   its own body; where a file binds one short name to several types, as separately minified
+   apps or module functions in one bundle do, the ``{}`` block each is declared in, innermost
+   first), else the nearest binding of that name in the file;
 2. an ESM import of that name, followed through the chunk's ``export {a as b}`` (and re-exports);
 3. for ``ns.Foo``: the module ``ns`` was imported or required from, then bindings made as
    ``exports.Foo = …`` or exported as ``Foo``;
@@ -85,6 +86,12 @@ class Resolver:
             free = [b for b in cands if b.scope is None] or cands
             if pos is None:
                 return free[-1].type_name
+            # JavaScript scoping: only a binding whose block holds the reference is visible, and the
+            # innermost one shadows the others.
+            visible = [b for b in free if b.block is not None and b.block[0] <= pos <= b.block[1]]
+            if visible:
+                inner = max(b.block[0] for b in visible)  # type: ignore[index]
+                free = [b for b in visible if b.block[0] == inner]  # type: ignore[index]
             return min(free, key=lambda b: (self._foreign(b.type_name), abs(b.pos - pos))).type_name
         imp = scan.imports.get(name)
         if imp is not None:

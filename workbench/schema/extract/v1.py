@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.schema.extract.jsread import (
+    Blocks,
     Call,
     JsSyntax,
     Opaque,
@@ -72,6 +73,7 @@ class Binding:
     pos: int
     scope: tuple[int, int] | None = None
     member: bool = False
+    block: tuple[int, int] | None = None  # the ``{}`` block it is declared in; None: not computed
 
 
 @dataclass
@@ -124,7 +126,23 @@ def scan(path: str, s: str) -> FileScan:
         out.errors.append((m.start(), "a protobuf-es v1 extension (makeExtension) is not recovered"))
     if out.found:
         _modules(s, out)
+        _declaration_blocks(s, out)
     return out
+
+
+def _declaration_blocks(s: str, out: FileScan) -> None:
+    """Where a short name is bound to different types in one file (separately minified apps or
+    module functions in one bundle), note each binding's enclosing block, so that a reference
+    resolves to the binding whose scope holds it rather than to the nearest one in the text."""
+    reused = [bs for bs in out.bindings.values()
+              if len({b.type_name for b in bs if not b.member and b.scope is None}) > 1]
+    if not reused:
+        return
+    blocks = Blocks(s)
+    for bs in reused:
+        for b in bs:
+            if not b.member and b.scope is None:
+                b.block = blocks.enclosing(b.pos)
 
 
 def _callee_before(s: str, end: int) -> str | None:

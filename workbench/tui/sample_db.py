@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -32,15 +33,15 @@ ERR_SESSION = "runsse-c4d0-rate-limit"
 Msg = tuple[float, str, bytes]  # (seconds after start, direction, enveloped bytes)
 
 
-def _server(**kw: object) -> bytes:
+def _server(**kw: Any) -> bytes:
     return encode(pb.AgentServerMessage(**kw).SerializeToString())
 
 
-def _client(**kw: object) -> bytes:
+def _client(**kw: Any) -> bytes:
     return encode(pb.AgentClientMessage(**kw).SerializeToString())
 
 
-def _update(**kw: object) -> bytes:
+def _update(**kw: Any) -> bytes:
     return _server(interaction_update=pb.InteractionUpdate(**kw))
 
 
@@ -60,7 +61,7 @@ SHELL_ARGS = '{"command": "pytest -q", "working_directory": "/repo"}'
 
 
 def hang_turn() -> Iterator[Msg]:
-    """A turn that hangs: the shell exec is answered but never closed (PROTOCOL §13 #1)."""
+    """A turn that hangs: the shell exec is answered but never closed (docs/protocol.md §7, missing_stream_close)."""
     yield 0.0, "client", _run_request("run the tests", "c0ffee00-0000-4000-8000-000000000001")
     t = 0.2
     for kv_id, blob in ((1, SYSTEM_BLOB), (2, USER_BLOB)):
@@ -146,8 +147,8 @@ FINDING_TYPES = {"session_id": pa.string(), "code": pa.string(), "severity": pa.
                  "created_at": pa.timestamp("us")}
 
 
-def build_demo_db(path: str | Path, decoder: Decoder | None = None) -> Path:
-    """Three sessions: a §13 #1 hang (with findings, blobs, a tool call), a clean turn, an error."""
+def build_sample_db(path: str | Path, decoder: Decoder | None = None) -> Path:
+    """Three sessions: a missing_stream_close hang (with findings, blobs, a tool call), a clean turn, an error."""
     path = Path(path)
     dec = decoder or default_decoder()
     with Store(path) as store:

@@ -1,0 +1,288 @@
+"""Helpers every test folder shares: wait for a condition, run or start ``workbench`` (or any
+command) as a real process, find a free port.
+
+Importable as ``support`` from any test module (``tests/conftest.py`` is the rootdir conftest, so
+pytest puts ``tests/`` on ``sys.path``). Waiting is on conditions, never a fixed sleep: each helper
+polls a condition until it holds and fails with a message that says what it was waiting for (and,
+for a process, what it printed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# The command line as a user runs it: ``python -m workbench`` (the same ``main`` as the console
+# script, without depending on the venv's bin/ being on PATH).
+WORKBENCH = [sys.executable, "-m", "workbench"]
+BIN = Path(sys.executable).parent
+MITMDUMP = BIN / "mitmdump"
+STARTUP_TIMEOUT = 60.0
+PROXY_VARIABLES = ("https_proxy", "http_proxy", "all_proxy")
+
+What = str | Callable[[], object]
+
+
+def _describe(what: What, condition: object) -> str:
+    text = what() if callable(what) else what
+    return str(text or condition)
+
+
+def wait_until(condition: Callable[[], T], *, timeout: float = 60.0, interval: float = 0.05,
+               what: What = "", proc: subprocess.Popen[str] | subprocess.Popen[bytes] | None = None) -> T:
+    """Poll ``condition`` until it returns something truthy and return that.
+
+    ``what`` (text, or a function giving it) names the condition in the failure message. With
+    ``proc``, a process that exits before the condition holds fails at once instead of timing out.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        got = condition()
+        if got:
+            return got
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"{proc.args!r} exited with {proc.returncode} while waiting for "
+                                 f"{_describe(what, condition)}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {_describe(what, condition)}")
+        time.sleep(interval)
+
+
+async def wait_until_async(condition: Callable[[], T], *, timeout: float = 30.0, interval: float = 0.01,
+                           what: What = "", pause: Callable[[], Awaitable[object]] | None = None) -> T:
+    """``wait_until`` for a test running on an event loop: the loop keeps running while it waits.
+
+    ``pause`` replaces the sleep between checks (e.g. a Textual pilot's ``pause``).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        got = condition()
+        if got:
+            return got
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {_describe(what, condition)}")
+        if pause is not None:
+            await pause()
+        await asyncio.sleep(interval)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (for programs without ``--port 0``)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def wait_port(port: int, proc: subprocess.Popen[str] | subprocess.Popen[bytes] | None = None,
+              timeout: float = 90.0) -> None:
+    """Wait until something accepts connections on ``port`` (failing early if ``proc`` exits)."""
+    wait_until(lambda: port_open(port), timeout=timeout, what=f"a listener on port {port}", proc=proc)
+
+
+def env_without_proxy(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without proxy variables (tests talk to loopback servers), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in PROXY_VARIABLES}
+    env.update(extra or {})
+    return env
+
+
+def run_workbench(*args: str, cwd: str | Path | None = None, env: Mapping[str, str] | None = None,
+                  input: str | None = None, timeout: float = 600.0) -> subprocess.CompletedProcess[str]:
+    """Run ``workbench ARGS`` to completion; stdout/stderr captured as text, stdin empty unless ``input``."""
+    return subprocess.run([*WORKBENCH, *args], cwd=cwd, env=dict(env) if env is not None else None,
+                          input=input, stdin=None if input is not None else subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class Process:
+    """A running command whose stdout and stderr lines are collected by reader threads.
+
+    ``next_line()`` takes stdout lines in order (``url``/``cert`` of a server are read that way),
+    ``next_line(stream="err")`` stderr lines; ``out`` and ``err`` hold every line so far; ``stop()``
+    sends a signal and waits, killing the process if it does not exit.
+    """
+
+    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                 cwd: str | Path | None = None) -> None:
+        self.argv = list(argv)
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, cwd=cwd,
+                                     env=dict(env) if env is not None else env_without_proxy())
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._lines: dict[str, queue.Queue[str | None]] = {"out": queue.Queue(), "err": queue.Queue()}
+        self._readers = [threading.Thread(target=self._pump, args=(self.proc.stdout, self.out, self._lines["out"]),
+                                          daemon=True),
+                         threading.Thread(target=self._pump, args=(self.proc.stderr, self.err, self._lines["err"]),
+                                          daemon=True)]
+        for t in self._readers:
+            t.start()
+        self.url = ""
+        self.cert: str | None = None
+
+    @staticmethod
+    def _pump(stream: object, sink: list[str], lines: queue.Queue[str | None]) -> None:
+        assert stream is not None
+        for line in stream:  # type: ignore[attr-defined]
+            line = line.rstrip("\n")
+            sink.append(line)
+            lines.put(line)
+        lines.put(None)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.poll()
+
+    def stderr_tail(self, chars: int = 2000) -> str:
+        return "\n".join(self.err)[-chars:]
+
+    def next_line(self, timeout: float = STARTUP_TIMEOUT, stream: str = "out") -> str:
+        """The next line of stdout (``stream="err"``: stderr); fails naming the command when it
+        exits or stays silent."""
+        lines = self._lines[stream]
+        try:
+            line = lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"{self.argv[2:] or self.argv} printed nothing for {timeout:g} s; "
+                                 f"stderr: {self.stderr_tail()}") from None
+        if line is None:
+            lines.put(None)
+            rc = self.proc.wait(timeout=30)
+            for t in self._readers:
+                t.join(timeout=5)
+            raise AssertionError(f"{self.argv[2:] or self.argv} exited with {rc}; stderr: {self.stderr_tail()}")
+        return line
+
+    def wait_for(self, condition: Callable[[], T], timeout: float = 60.0, what: What = "") -> T:
+        """``wait_until`` that fails early, with the process's output, if the process exits."""
+        try:
+            return wait_until(condition, timeout=timeout, what=what, proc=self.proc)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; stdout={self.out[-20:]} stderr={self.stderr_tail()}") from None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        for t in self._readers:
+            t.join(timeout=5)
+        return self.proc.returncode
+
+
+def start_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                  cwd: str | Path | None = None) -> Process:
+    return Process(argv, env=env, cwd=cwd)
+
+
+P = TypeVar("P", bound=Process)
+
+
+def start_workbench(*args: str, env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
+                    cls: type[P] = Process) -> P:  # type: ignore[assignment]
+    """``workbench ARGS`` as a running process (proxy variables removed, ``env`` added)."""
+    return cls([*WORKBENCH, *args], env=env_without_proxy(env), cwd=cwd)
+
+
+def start_server(*args: str, want_cert: bool = False, env: Mapping[str, str] | None = None,
+                 cwd: str | Path | None = None, timeout: float = STARTUP_TIMEOUT,
+                 cls: type[P] = Process) -> P:  # type: ignore[assignment]
+    """A ``workbench`` server (``sim``, ``proxy``, ``replay`` with ``--port 0``): its first line is
+    its URL (``.url``); with ``want_cert`` the second is ``cert: PATH`` (``.cert``)."""
+    p = start_workbench(*args, env=env, cwd=cwd, cls=cls)
+    try:
+        p.url = p.next_line(timeout).strip()
+        if want_cert:
+            line = p.next_line(timeout)
+            if not line.startswith("cert:"):
+                raise AssertionError(f"workbench {args[0]}: expected 'cert: PATH' as the second line, got {line!r}")
+            p.cert = line.split(":", 1)[1].strip()
+    except BaseException:
+        p.stop(signal.SIGKILL)
+        raise
+    return p
+
+
+class SimProcess(Process):
+    """``workbench sim`` as a process; each finished run is one summary line on stderr."""
+
+    def next_run(self, timeout: float = 120.0) -> str:
+        """The summary line of the next run the sim finishes."""
+        while True:
+            line = self.next_line(timeout, stream="err")
+            if line.startswith("run "):
+                return line
+
+
+def start_sim(tmp: Path, *extra: str, scenarios: dict[str, Any] | None = None) -> SimProcess:
+    """``workbench sim --port 0`` with fast heartbeats and, if given, a folder of extra scenarios."""
+    args = ["sim", "--port", "0", "--heartbeat-interval", "0.05", "--cert-dir", str(tmp / "sim-cert"), *extra]
+    if scenarios:
+        folder = tmp / "scenarios"
+        folder.mkdir(exist_ok=True)
+        for name, doc in scenarios.items():
+            (folder / f"{name}.json").write_text(json.dumps(doc), encoding="utf-8")
+        args += ["--scenario-dir", str(folder)]
+    return start_server(*args, want_cert=True, cls=SimProcess)
+
+
+class ProcessGroup:
+    """Processes started for one test (or module); all stopped when the group closes."""
+
+    def __init__(self) -> None:
+        self.started: list[Process] = []
+
+    def add(self, p: Process) -> Process:
+        self.started.append(p)
+        return p
+
+    def start(self, argv: Sequence[str], **kw: object) -> Process:
+        return self.add(Process(argv, **kw))  # type: ignore[arg-type]
+
+    def workbench(self, *args: str, **kw: object) -> Process:
+        return self.add(start_workbench(*args, **kw))  # type: ignore[arg-type]
+
+    def server(self, *args: str, **kw: object) -> Process:
+        return self.add(start_server(*args, **kw))  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        for p in reversed(self.started):
+            p.stop()
+        self.started.clear()
+
+    def __enter__(self) -> ProcessGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def process_group() -> Iterator[ProcessGroup]:
+    """Body of the ``processes`` fixture (tests/conftest.py)."""
+    with ProcessGroup() as group:
+        yield group
