@@ -45,6 +45,7 @@ def _diagnose(db: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, list[st
     return out
 
 
+@pytest.mark.slow  # needs the live recording (a sim and mitmdump)
 @pytest.mark.parametrize("source", ["flow", "har"])
 def test_imports_match_the_live_capture(ingest_live: Recording, source: str, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
@@ -82,6 +83,7 @@ def test_imports_match_the_live_capture(ingest_live: Recording, source: str, tmp
         assert bool(statuses) == (transport == "runsse")
 
 
+@pytest.mark.slow  # needs the live recording (a sim and mitmdump)
 def test_appends_saved_in_any_order_give_the_same_sessions(ingest_live: Recording, tmp_path: Path) -> None:
     with ingest_live.flows.open("rb") as fh:
         flows = list(io.FlowReader(fh).stream())
@@ -111,6 +113,7 @@ def _rewrite_client_body(flow: http.HTTPFlow, edit: Any) -> None:
     flow.request.raw_content = out
 
 
+@pytest.mark.slow  # needs the live recording (a sim and mitmdump)
 def test_damaged_ids_keep_body_order(ingest_live: Recording, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rid = ingest_live.runs[("tool_flow", "run")]
     with ingest_live.flows.open("rb") as fh:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 FORBIDDEN = ("workbench.capture", "workbench.ingest", "workbench.client", "workbench.sim", "workbench.analysis",
              "workbench.tui", "workbench.fixtures", "workbench.proxy", "mitmproxy", "textual")
 
 
+@pytest.mark.slow  # a fresh interpreter, so nothing another test imported counts
 def test_the_protocol_package_imports_nothing_above_it() -> None:
     code = ("import sys, pkgutil, importlib, workbench.protocol as p\n"
             "for m in pkgutil.iter_modules(p.__path__): importlib.import_module('workbench.protocol.' + m.name)\n"
