@@ -3,7 +3,7 @@
     python benchmarks/capture.py [--rounds 300] [--passes 3] [--flood 50000]
 
 Real processes on loopback: an HTTP/2 TLS upstream (this script with ``--upstream``, built on
-``workbench.sim.transport``), mitmdump, and an HTTP/2 client (``workbench.client.net``) in this
+``workbench.transport``), mitmdump, and an HTTP/2 client (``workbench.client.net``) in this
 process tunnelling through the proxy with CONNECT.
 
 1. Latency: a bidi Run ping-pong (client frame → server answers at once) measured through plain
@@ -63,7 +63,7 @@ def responseheaders(flow):
 
 async def _upstream() -> None:
     from workbench.schema import pb
-    from workbench.sim.transport import serve
+    from workbench.transport import serve
 
     def text(t: str) -> bytes:
         return bytes(pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(

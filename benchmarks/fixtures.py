@@ -115,9 +115,9 @@ def bench_parquet(db: Path, n: int, out: Path) -> None:
 async def bench_replay(db: Path, n: int) -> None:
     from workbench.client.agent import AgentClient
     from workbench.fixtures.export import export_session
-    from workbench.fixtures.replay import ReplayServer
-    from workbench.sim.transport import serve
+    from workbench.fixtures.replay_server import ReplayServer
     from workbench.store.reader import open_reader
+    from workbench.transport import serve
 
     reader = open_reader(db)
     fx = export_session(reader, "r", reanalyze=False)

@@ -5,7 +5,7 @@
 Both sides are real: the simulated backend on loopback (TLS, HTTP/2) and the workbench client's
 HTTP/2 connection (``workbench.client.net``) in this process.
 
-- baseline: a bare handler on the same transport (``workbench.sim.transport.serve``) sending
+- baseline: a bare handler on the same transport (``workbench.transport.serve``) sending
   pre-serialized heartbeat envelopes as fast as it can — the transport's ceiling;
 - sim: the scenario engine streaming a text turn of the same number of frames (text_delta +
   token_delta pairs built, serialized and recorded one by one), then turn_ended.
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from workbench.client.net import H2Connection  # noqa: E402
 from workbench.schema import pb  # noqa: E402
 from workbench.sim.runner import start_sim  # noqa: E402
-from workbench.sim.transport import AgentConnection, serve  # noqa: E402
+from workbench.transport import AgentConnection, serve  # noqa: E402
 from workbench.wire.envelope import EnvelopeParser, encode  # noqa: E402
 
 RUN = "/agent.v1.AgentService/Run"

@@ -46,6 +46,11 @@ def processes() -> Iterator[ProcessGroup]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The overlay is compiled by protoc (a subprocess) on first use and cached on disk: do it once
+    # here, so the first test to load a schema on a fresh clone is not charged with a process.
+    from workbench.schema.loader import builtin_descriptor_set
+
+    builtin_descriptor_set()
     subprocess.Popen._execute_child = _noting_execute_child  # type: ignore[attr-defined]
     socket.socket.listen = _noting_listen  # type: ignore[method-assign]
     os.forkpty = _noting_forkpty

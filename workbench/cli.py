@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK  (argcomplete looks for this marker in the entry point's module)
 """The ``workbench`` command line.
 
 Each subsystem registers its own subcommands (``register(subparsers)``) so this file stays a
@@ -12,6 +13,8 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+
+import argcomplete
 
 from workbench import __version__
 from workbench.errors import CliError, WorkbenchError
@@ -31,7 +34,7 @@ COMMAND_MODULES = [
     "workbench.fixtures.cli",
     "workbench.export.cli",
     "workbench.analysis.cli",
-    "workbench.schema.cli",
+    "workbench.commands.schema",
 ]
 
 
@@ -49,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    if argv is None:
+        # Shell completion: a no-op unless the shell's completion hook set _ARGCOMPLETE (see README,
+        # "Shell completion"); then it prints the candidates and exits before anything runs.
+        argcomplete.autocomplete(parser)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

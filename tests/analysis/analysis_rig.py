@@ -16,7 +16,7 @@ import pytest
 from workbench.analysis import AnalysisResult, analyze
 from workbench.client.agent import AgentClient
 from workbench.client.events import Error, ExecRequest, TurnEnded, TurnResult
-from workbench.sim.engine import SimConfig
+from workbench.sim import SimConfig
 from workbench.sim.runner import running_sim
 from workbench.store.db import Store
 

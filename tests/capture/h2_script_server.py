@@ -12,7 +12,7 @@ what it received in ``events``:
   reading (and counting) what the client still sends until the client ends or resets;
 - ``echo``: one heartbeat frame per client message, until the client ends or resets.
 
-It runs in a thread of the test process (TLS from ``workbench.sim.certs``).
+It runs in a thread of the test process (TLS from ``workbench.transport.certs``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import h2.events
 import h2.exceptions
 
 from workbench.schema import pb
-from workbench.sim.certs import ensure_cert
+from workbench.transport.certs import ensure_cert
 
 
 def _env(payload: bytes, flags: int = 0) -> bytes:

@@ -22,7 +22,7 @@ import h2.events
 import h2.exceptions
 
 from workbench.schema import pb
-from workbench.sim.certs import ensure_cert
+from workbench.transport.certs import ensure_cert
 from workbench.wire.envelope import FLAG_END_STREAM, encode
 
 
@@ -92,35 +92,45 @@ class HeldEndServer:
                     return
                 for ev in conn.receive_data(data):
                     sid = getattr(ev, "stream_id", 0)
-                    if isinstance(ev, h2.events.RequestReceived):
-                        logs[sid] = StreamLog()
-                        self.streams.append(logs[sid])
-                        pending[sid] = b""
-                        conn.send_headers(sid, [(":status", "200"), ("content-type", "application/connect+proto")])
-                    elif isinstance(ev, h2.events.DataReceived):
-                        conn.acknowledge_received_data(ev.flow_controlled_length, sid)
-                        if sid in answered:
-                            logs[sid].client_frames_after_turn += 1
-                            continue
-                        pending[sid] += ev.data
-                        if len(pending[sid]) >= 5 and len(pending[sid]) >= 5 + int.from_bytes(pending[sid][1:5], "big"):
-                            answered.add(sid)  # the run_request is in: answer the turn
-                            body = b"".join(encode(m) for m in TURN)
-                            if self.mode != "silent":
-                                body += encode(b"{}", flags=FLAG_END_STREAM)
-                            conn.send_data(sid, body, end_stream=self.mode == "prompt")
-                            logs[sid].released = self.mode == "prompt"
-                    elif isinstance(ev, h2.events.StreamEnded):
-                        log = logs[sid]
-                        log.client_ended = True
-                        if not log.released:  # the proxy lets the end through once the request is done
-                            log.released = True
-                            conn.end_stream(sid)
-                    elif isinstance(ev, h2.events.StreamReset):
-                        logs[sid].client_reset = True
+                    try:
+                        self._on_event(conn, ev, sid, logs, pending, answered)
+                    except h2.exceptions.StreamClosedError:
+                        # The peer reset this stream while we answered it (a client leaving at
+                        # turn_ended does): only that stream is gone, the connection serves on.
+                        if sid in logs:
+                            logs[sid].client_reset = True
                 writer.write(conn.data_to_send())
                 await writer.drain()
         except (ConnectionError, ssl.SSLError, h2.exceptions.ProtocolError):
             return
         finally:
             writer.close()
+
+    def _on_event(self, conn: h2.connection.H2Connection, ev: h2.events.Event, sid: int,
+                  logs: dict[int, StreamLog], pending: dict[int, bytes], answered: set[int]) -> None:
+        if isinstance(ev, h2.events.RequestReceived):
+            logs[sid] = StreamLog()
+            self.streams.append(logs[sid])
+            pending[sid] = b""
+            conn.send_headers(sid, [(":status", "200"), ("content-type", "application/connect+proto")])
+        elif isinstance(ev, h2.events.DataReceived):
+            conn.acknowledge_received_data(ev.flow_controlled_length, sid)
+            if sid in answered:
+                logs[sid].client_frames_after_turn += 1
+                return
+            pending[sid] += ev.data
+            if len(pending[sid]) >= 5 and len(pending[sid]) >= 5 + int.from_bytes(pending[sid][1:5], "big"):
+                answered.add(sid)  # the run_request is in: answer the turn
+                body = b"".join(encode(m) for m in TURN)
+                if self.mode != "silent":
+                    body += encode(b"{}", flags=FLAG_END_STREAM)
+                conn.send_data(sid, body, end_stream=self.mode == "prompt")
+                logs[sid].released = self.mode == "prompt"
+        elif isinstance(ev, h2.events.StreamEnded):
+            log = logs[sid]
+            log.client_ended = True
+            if not log.released:  # the proxy lets the end through once the request is done
+                log.released = True
+                conn.end_stream(sid)
+        elif isinstance(ev, h2.events.StreamReset):
+            logs[sid].client_reset = True

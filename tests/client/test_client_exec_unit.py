@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from workbench.client.agent import AgentClient, _Run
+from workbench.client.agent import AgentClient, ClientRun
 from workbench.client.events import ExecHandled, ExecRequest
 from workbench.schema import pb
 
@@ -27,9 +27,9 @@ class RecordingChannel:
         self.sent.append(pb.AgentClientMessage.FromString(msg))
 
 
-def setup(**kw: Any) -> tuple[AgentClient, _Run, RecordingChannel]:
+def setup(**kw: Any) -> tuple[AgentClient, ClientRun, RecordingChannel]:
     ch = RecordingChannel()
-    return AgentClient("https://example.invalid", "t", **kw), _Run(ch, [], "default"), ch  # type: ignore[arg-type]
+    return AgentClient("https://example.invalid", "t", **kw), ClientRun(ch, [], "default"), ch  # type: ignore[arg-type]
 
 
 def controls(ch: RecordingChannel) -> list[tuple[str, int]]:

@@ -22,6 +22,8 @@ from workbench.schema import pb
 from workbench.store import open_reader
 from workbench.wire.envelope import encode, split_frames
 
+pytestmark = pytest.mark.slow  # every test uses the live recording (workbench sim, mitmdump, our client)
+
 
 def _q(db: Path, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
     r = open_reader(db)
@@ -45,7 +47,6 @@ def _diagnose(db: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, list[st
     return out
 
 
-@pytest.mark.slow  # needs the live recording (a sim and mitmdump)
 @pytest.mark.parametrize("source", ["flow", "har"])
 def test_imports_match_the_live_capture(ingest_live: Recording, source: str, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
@@ -83,7 +84,6 @@ def test_imports_match_the_live_capture(ingest_live: Recording, source: str, tmp
         assert bool(statuses) == (transport == "runsse")
 
 
-@pytest.mark.slow  # needs the live recording (a sim and mitmdump)
 def test_appends_saved_in_any_order_give_the_same_sessions(ingest_live: Recording, tmp_path: Path) -> None:
     with ingest_live.flows.open("rb") as fh:
         flows = list(io.FlowReader(fh).stream())
@@ -113,7 +113,6 @@ def _rewrite_client_body(flow: http.HTTPFlow, edit: Any) -> None:
     flow.request.raw_content = out
 
 
-@pytest.mark.slow  # needs the live recording (a sim and mitmdump)
 def test_damaged_ids_keep_body_order(ingest_live: Recording, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rid = ingest_live.runs[("tool_flow", "run")]
     with ingest_live.flows.open("rb") as fh:

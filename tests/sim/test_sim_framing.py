@@ -22,7 +22,7 @@ from sim_http1 import APPEND, AUTH, RUNSSE, BidiRun, append_body, http1
 
 from workbench.decode import default_decoder
 from workbench.schema import pb
-from workbench.sim.framing import GRPC_WEB_TEXT, Framing, RequestDecoder
+from workbench.transport.framing import GRPC_WEB_TEXT, Framing, RequestDecoder
 from workbench.wire.endstream import (
     end_from_grpc,
     grpc_trailers,

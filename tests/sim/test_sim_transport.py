@@ -12,7 +12,7 @@ import pytest
 from sim_h2 import H2Client
 from support import wait_until_async
 
-from workbench.sim.transport import AgentConnection, UnaryRequest, UnaryResponse, serve
+from workbench.transport import AgentConnection, UnaryRequest, UnaryResponse, serve
 from workbench.wire.envelope import EnvelopeParser, encode
 
 pytestmark = pytest.mark.slow  # starts subprocesses or servers

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,6 +126,19 @@ def parse_stream_error(payload: bytes, flags: int,
     err = StreamError(es.code or "unknown", es.message or "")
     for d in es.details:
         _apply_detail(err, d.get("value") or {}, d.get("debug") or {})
+    return err
+
+
+def error_facts(code: str, message: str, details: Iterable[Mapping[str, Any]] = ()) -> StreamError:
+    """A Connect error with its ``details[]`` read: ErrorDetails label, title, detail, retryable.
+
+    ``details`` as ``parse_end_stream`` gives them (``value`` decoded, ``debug`` as sent); the
+    decoded value wins over the debug JSON, which wins over nothing.
+    """
+    err = StreamError(code, message)
+    for d in details:
+        value, debug = d.get("value"), d.get("debug")
+        _apply_detail(err, value if isinstance(value, dict) else {}, debug if isinstance(debug, dict) else {})
     return err
 
 

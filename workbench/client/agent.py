@@ -46,14 +46,12 @@ from workbench.client.events import (
 )
 from workbench.client.execs import CLOSE_POLICIES, ExecAnswers, check_close_policy
 from workbench.client.localexec import LocalExecutor
-from workbench.client.models import model_ids
 from workbench.client.net import H2Stream, NetError, Verify, cancel_and_wait
 from workbench.client.recording import FrameLogEntry, Journal, RunWire
 from workbench.client.toolcalls import ToolDef, describe_tool_call, final_args, tool_definition
 from workbench.client.transport import (
     END_WAIT_S,
     FRAMINGS,
-    MODELS_PATH,
     TRANSPORTS,
     Channel,
     Incoming,
@@ -61,7 +59,7 @@ from workbench.client.transport import (
     RunPollChannel,
     RunSSEChannel,
     TransportError,
-    unary,
+    list_usable_models,
 )
 from workbench.protocol import args as tool_args
 
@@ -74,8 +72,8 @@ __all__ = ["CLOSE_POLICIES", "END_TIMEOUT_S", "FAULTS", "AgentClient", "AgentErr
            "ToolDef", "describe_tool_call", "final_args", "tool_definition"]
 
 
-class _Run:
-    """One open run: its channel and per-turn state."""
+class ClientRun:
+    """One run of the client: its channel and per-turn state (kept open under ``reuse_session``)."""
 
     def __init__(self, channel: Channel, tools: list[Any], model: str) -> None:
         self.channel = channel
@@ -146,7 +144,7 @@ class AgentClient(ExecAnswers):
         self.last_request_id: str | None = None
         self._own_conns = connections is None
         self.connections = connections or Connections(self.base_url, verify)
-        self._parked: _Run | None = None
+        self._parked: ClientRun | None = None
         self._journal = Journal(record_to) if record_to is not None else None
 
     def __repr__(self) -> str:  # never show the token
@@ -173,7 +171,7 @@ class AgentClient(ExecAnswers):
 
     # recording ------------------------------------------------------------------------------
 
-    def _record_session(self, run: _Run) -> None:
+    def _record_session(self, run: ClientRun) -> None:
         if self._journal is None:
             return
         meta: dict[str, Any] = {"close_policy": self.close_policy}
@@ -184,7 +182,7 @@ class AgentClient(ExecAnswers):
             rid, transport=self.transport, request_id=rid, conversation_id=self.conversation_id, model=run.model,
             client_version=f"workbench-client ({self.transport})", host=self.base_url, meta=meta)
 
-    def _finish_session(self, run: _Run) -> None:
+    def _finish_session(self, run: ClientRun) -> None:
         """The run's channel is closed: its recording gets the status of what the wire showed
         (``workbench.client.ending``), the same a capture of these bytes gets."""
         if self._journal is not None:
@@ -228,18 +226,18 @@ class AgentClient(ExecAnswers):
         return cls(self.base_url, self._token, wire, self.connections.http(), request_id=rid,
                    reset_seqno="reset_append_seqno" in self.faults, framing=self.framing)
 
-    async def _send(self, run: _Run, msg: Any) -> None:
+    async def _send(self, run: ClientRun, msg: Any) -> None:
         await run.channel.send(bytes(pb.AgentClientMessage(**msg).SerializeToString())
                                if isinstance(msg, dict) else msg)
 
-    async def _heartbeats(self, run: _Run) -> None:
+    async def _heartbeats(self, run: ClientRun) -> None:
         beat = bytes(pb.AgentClientMessage(client_heartbeat=pb.ClientHeartbeat()).SerializeToString())
         while not run.channel.closed:
             await asyncio.sleep(self.heartbeat_interval)
             with contextlib.suppress(Exception):
                 await run.channel.send(beat)
 
-    async def _close_run(self, run: _Run) -> None:
+    async def _close_run(self, run: ClientRun) -> None:
         await cancel_and_wait([task for task, _, _ in run.local.values()] + run.aborted)
         if run.hb_task is not None:
             await cancel_and_wait([run.hb_task])
@@ -255,9 +253,8 @@ class AgentClient(ExecAnswers):
     # public API -----------------------------------------------------------------------------
 
     async def list_models(self) -> list[str]:
-        """``GetUsableModels``: the model ids the backend offers."""
-        body = await unary(self.connections.http(), self.base_url, self._token, MODELS_PATH)
-        return model_ids(body)
+        """``GetUsableModels``: the model ids the backend offers (agent.v1, else aiserver.v1.AiService)."""
+        return await list_usable_models(self.connections.http(), self.base_url, self._token, self.framing)
 
     async def stream_turn(self, prompt: str, model: str | None = None, tools: Sequence[ToolDef] | None = None,
                           conversation_id: str | None = None) -> AsyncIterator[Event]:
@@ -269,7 +266,7 @@ class AgentClient(ExecAnswers):
         """
         model = model or self.default_model
         defs = [tool_definition(t) for t in tools or ()]
-        run: _Run | None = None
+        run: ClientRun | None = None
         error: Error | None = None
         keep = False
         try:
@@ -288,7 +285,7 @@ class AgentClient(ExecAnswers):
                     self._parked = None
                 self.conversation_id = conversation_id or self.conversation_id or str(uuid.uuid4())
                 channel = await self._channel()
-                run = _Run(channel, defs, model)
+                run = ClientRun(channel, defs, model)
                 self.last_request_id = channel.request_id
                 self._record_session(run)
                 await channel.open(self.build_run_request(prompt, model, defs, self.conversation_id))
@@ -351,7 +348,7 @@ class AgentClient(ExecAnswers):
 
     # the turn -------------------------------------------------------------------------------
 
-    async def _events(self, run: _Run) -> AsyncIterator[Event]:
+    async def _events(self, run: ClientRun) -> AsyncIterator[Event]:
         assert run.iterator is not None
         async for item in run.iterator:
             while run.done:
@@ -391,7 +388,7 @@ class AgentClient(ExecAnswers):
             async for ev in self._until_end(run):
                 yield ev
 
-    def _ended_by(self, run: _Run, item: Incoming) -> Error | None:
+    def _ended_by(self, run: ClientRun, item: Incoming) -> Error | None:
         """What the end of the stream (or its failure) means for the turn."""
         if item.kind == "error":
             return _error_from(item.error)
@@ -403,7 +400,7 @@ class AgentClient(ExecAnswers):
                          f"(last frame: {run.last_kind or 'none'}); the turn is incomplete and retryable")
         return None
 
-    async def _until_end(self, run: _Run) -> AsyncIterator[Event]:
+    async def _until_end(self, run: ClientRun) -> AsyncIterator[Event]:
         """After turn_ended, as real clients do: keep the request open (heartbeats go on), answer
         whatever still comes, and read until the server ends the response — its end-stream frame
         and, on HTTP/2, the END_STREAM flag — for at most ``end_timeout`` seconds."""
@@ -458,7 +455,7 @@ class AgentClient(ExecAnswers):
             "that holds back the response's end until the request side ends (mitmproxy does this to HTTP/2 "
             "bidi streams); otherwise a server keeping the run open for a follow-up message. See docs/client.md."))
 
-    def _stall_message(self, run: _Run) -> str:
+    def _stall_message(self, run: ClientRun) -> str:
         secs = time.monotonic() - run.first_heartbeat_at
         msg = (f"gave up after {run.heartbeats} consecutive server heartbeats ({secs:.1f} s) with no progress "
                f"(heartbeat budget {self.heartbeat_budget}; last other frame: {run.last_kind or 'none'})")
@@ -479,7 +476,7 @@ class AgentClient(ExecAnswers):
             msg += "; the server sent only heartbeats and no turn_ended (docs/protocol.md §6)"
         return msg
 
-    async def _dispatch(self, run: _Run, msg: Any, case: str | None) -> AsyncIterator[Event]:
+    async def _dispatch(self, run: ClientRun, msg: Any, case: str | None) -> AsyncIterator[Event]:
         if case == "interaction_update":
             iu = msg.interaction_update
             sub = iu.WhichOneof("message")
@@ -521,7 +518,7 @@ class AgentClient(ExecAnswers):
         else:
             run.last_kind = f"AgentServerMessage.{case}"
 
-    def _update(self, run: _Run, iu: Any, sub: str | None) -> list[Event]:
+    def _update(self, run: ClientRun, iu: Any, sub: str | None) -> list[Event]:
         if sub == "text_delta":
             return [TextDelta(iu.text_delta.text)]
         if sub == "thinking_delta":
@@ -555,14 +552,14 @@ class AgentClient(ExecAnswers):
                                  st.completion_args)]
         return []
 
-    def _call(self, run: _Run, call_id: str) -> CallState:
+    def _call(self, run: ClientRun, call_id: str) -> CallState:
         st = run.calls.get(call_id)
         if st is None:
             st = run.calls[call_id] = CallState(call_id)
             run.call_order.append(call_id)
         return st
 
-    async def _kv(self, run: _Run, kv: Any) -> Event | None:
+    async def _kv(self, run: ClientRun, kv: Any) -> Event | None:
         which = kv.WhichOneof("args")
         if which == "get_blob_args":
             data = self.blobs.get(bytes(kv.get_blob_args.blob_id))
@@ -581,7 +578,7 @@ class AgentClient(ExecAnswers):
         await self._send(run, {"kv_client_message": pb.KvClientMessage(id=kv.id)})
         return None
 
-    async def _answer_query(self, run: _Run, q: Any) -> None:
+    async def _answer_query(self, run: ClientRun, q: Any) -> None:
         which = q.WhichOneof("query")
         resp = pb.InteractionResponse(id=q.id)
         if which is not None:

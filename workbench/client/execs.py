@@ -38,7 +38,7 @@ from workbench.client.localexec import (
 from workbench.protocol import args as tool_args
 
 if TYPE_CHECKING:
-    from workbench.client.agent import _Run
+    from workbench.client.agent import ClientRun
 
 CLOSE_POLICIES = ("always", "streams-only")
 # Exec kinds whose answer is a stream of events: under streams-only they still end with stream_close.
@@ -59,7 +59,7 @@ class ExecAnswers:
     close_policy: str
     heartbeat_interval: float
 
-    async def _send(self, run: _Run, msg: Any) -> None:
+    async def _send(self, run: ClientRun, msg: Any) -> None:
         raise NotImplementedError
 
     def _request_context(self, tools: Iterable[Any]) -> Any:
@@ -69,7 +69,7 @@ class ExecAnswers:
         """Whether an exec of ``kind`` answered with a result gets ``stream_close`` (the policy)."""
         return self.close_policy == "always" or kind in STREAMED_KINDS
 
-    async def _exec_heartbeats(self, run: _Run, eid: int) -> None:
+    async def _exec_heartbeats(self, run: ClientRun, eid: int) -> None:
         # Newer CLIs keep a long local exec alive with ExecClientHeartbeat{id} (docs/protocol.md §5).
         beat = bytes(pb.AgentClientMessage(exec_client_control_message=pb.ExecClientControlMessage(
             heartbeat=pb.ExecClientHeartbeat(id=eid))).SerializeToString())
@@ -78,7 +78,7 @@ class ExecAnswers:
             with contextlib.suppress(Exception):
                 await run.channel.send(beat)
 
-    def _link_exec(self, run: _Run, args_msg: Any, kind: str, exec_id: str) -> CallState | None:
+    def _link_exec(self, run: ClientRun, args_msg: Any, kind: str, exec_id: str) -> CallState | None:
         tcid = getattr(args_msg, "tool_call_id", "") if isinstance(args_msg, Message) else ""
         st = run.calls.get(tcid) if tcid else None
         if st is None:
@@ -97,7 +97,7 @@ class ExecAnswers:
                     st.name = args_msg.tool_name or args_msg.name  # type: ignore[attr-defined]
         return st
 
-    async def _run_local(self, run: _Run, eid: int, exec_id: str, kind: str, args_msg: Any) -> None:
+    async def _run_local(self, run: ClientRun, eid: int, exec_id: str, kind: str, args_msg: Any) -> None:
         assert self.executor is not None
         beats = asyncio.create_task(self._exec_heartbeats(run, eid))
         try:
@@ -114,7 +114,7 @@ class ExecAnswers:
         run.done.append(ExecHandled(eid, exec_id, kind, refused is None,
                                     "executed locally" if refused is None else f"refused: {refused}"))
 
-    async def _exec(self, run: _Run, ex: Any) -> Event | None:
+    async def _exec(self, run: ClientRun, ex: Any) -> Event | None:
         member = ex.WhichOneof("args")
         eid, exec_id = ex.id, ex.exec_id
         if member is None or not member.endswith("_args"):
@@ -160,7 +160,7 @@ class ExecAnswers:
         run.unanswered[eid] = req
         return req
 
-    async def _send_result(self, run: _Run, eid: int, exec_id: str, kind: str, args_msg: Any, parts: ResultParts,
+    async def _send_result(self, run: ClientRun, eid: int, exec_id: str, kind: str, args_msg: Any, parts: ResultParts,
                            force_close: bool = False) -> None:
         if kind == "shell_stream":
             parts = final_shell_result(args_msg, parts)
@@ -177,13 +177,13 @@ class ExecAnswers:
         else:
             await self._close(run, eid)
 
-    async def _throw(self, run: _Run, eid: int, error: str, code: str = "") -> None:
+    async def _throw(self, run: ClientRun, eid: int, error: str, code: str = "") -> None:
         await self._send(run, {"exec_client_control_message": pb.ExecClientControlMessage(
             throw=pb.ExecClientThrow(id=eid, error=error, error_code=code))})
         if "no_stream_close" not in self.faults:
             await self._close(run, eid)
 
-    async def _close(self, run: _Run, eid: int) -> None:
+    async def _close(self, run: ClientRun, eid: int) -> None:
         await self._send(run, {"exec_client_control_message": pb.ExecClientControlMessage(
             stream_close=pb.ExecClientStreamClose(id=eid))})
 

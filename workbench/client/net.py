@@ -33,7 +33,9 @@ _MAX_FRAME = (1 << 24) - 1
 _WINDOW = (1 << 31) - 1
 _PING_EVERY = 15.0
 
-Verify = ssl.SSLContext | str | bool | None
+# What a caller may pass as ``verify``: a CA file (str or path-like, e.g. a replay server's
+# ``cert_path``), True/None for system trust, False for none, or a ready SSLContext.
+Verify = ssl.SSLContext | str | os.PathLike[str] | bool | None
 
 
 async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]]) -> None:
@@ -59,10 +61,15 @@ def ssl_context(verify: Verify = None, alpn: Sequence[str] = ("h2", "http/1.1"))
     """A client TLS context.
 
     ``verify``: None/True = system trust (OpenSSL's default paths honour ``SSL_CERT_FILE``), a path
-    = system trust plus that CA/certificate file (e.g. the simulator's self-signed certificate),
-    False = no verification, or a ready SSLContext.
+    (``str`` or ``os.PathLike``) = system trust plus that CA/certificate file (e.g. the simulator's
+    self-signed certificate), False = no verification, or a ready SSLContext: its trust and client
+    certificates are used as given, and the client offers ALPN ``h2`` and ``http/1.1`` on it (a
+    context made by ``ssl.create_default_context()`` offers none, and Run needs h2; one context
+    may serve the client's HTTP/2 and HTTP/1.1 connections alike). A CA file that cannot be read raises ``NetError``
+    naming it, rather than surfacing later as a certificate failure.
     """
     if isinstance(verify, ssl.SSLContext):
+        verify.set_alpn_protocols(["h2", "http/1.1"])
         return verify
     if verify is False:
         ctx = ssl.create_default_context()
@@ -70,8 +77,12 @@ def ssl_context(verify: Verify = None, alpn: Sequence[str] = ("h2", "http/1.1"))
         ctx.verify_mode = ssl.CERT_NONE
     else:
         ctx = ssl.create_default_context()
-        if isinstance(verify, str) and verify:
-            ctx.load_verify_locations(cafile=verify)
+        if isinstance(verify, str | os.PathLike) and os.fspath(verify):
+            cafile = os.fspath(verify)
+            try:
+                ctx.load_verify_locations(cafile=cafile)
+            except (OSError, ssl.SSLError) as exc:
+                raise NetError(f"verify={cafile!r}: cannot load CA file: {exc}") from exc
     ctx.set_alpn_protocols(list(alpn))
     return ctx
 

@@ -36,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--file", "-f", help="read raw bytes from this file ('-' = stdin as raw bytes)")
     p.add_argument("--direction", choices=DIRECTIONS, default="server",
                    help="server = server→client (default), client = client→server")
-    p.add_argument("--transport", choices=TRANSPORTS, default="run")
+    p.add_argument("--transport", choices=TRANSPORTS, default="run",
+                   help="how the bytes travelled: run (default), runsse, runpoll (enveloped frames), "
+                        "bidi_append (a BidiAppend request body), unary")
     p.add_argument("--json", action="store_true", help="print JSON objects with kind, summary, fields")
     p.add_argument("--batch", action="store_true",
                    help='read NDJSON lines {"hex", "direction", "transport"} (from the positional path, '
@@ -46,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("sessions", help="list captured sessions")
     add_db_arg(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per session (id, status, label, times, counts, top finding)")
     p.set_defaults(func=cmd_sessions)
 
     p = sub.add_parser("frames", help="list the frames of one session")
@@ -54,7 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_db_arg(p)
     p.add_argument("--kind", action="append", default=[],
                    help="only kinds starting with this (repeatable), e.g. interaction_update.text_delta")
-    p.add_argument("--direction", choices=DIRECTIONS)
+    p.add_argument("--direction", choices=DIRECTIONS,
+                   help="only frames sent this way: server (server→client) or client (client→server)")
     p.add_argument("--limit", type=int, default=0, help="at most N frames (0 = all)")
     p.add_argument("--json", action="store_true", help="one JSON object per line, with decoded fields")
     p.add_argument("--follow", action="store_true",
@@ -66,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Run read-only SQL (SELECT, or EXPLAIN [ANALYZE] of a SELECT) on the capture "
                        "database, or through a running capture's live read service. SQL cannot read or write "
                        "files or the network, change settings, or write the database.")
-    p.add_argument("query")
+    p.add_argument("query", help="one SELECT (or EXPLAIN [ANALYZE] SELECT …) statement")
     add_db_arg(p)
     p.add_argument("--json", action="store_true", help="one JSON object per row")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",

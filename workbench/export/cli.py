@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parquet", required=True, metavar="DIR", help="output directory")
     p.add_argument("--session", action="append", default=[], metavar="ID",
                    help="only this session (unique prefix; repeatable); default: all")
+    p.add_argument("--json", action="store_true",
+                   help="print what was written as one JSON object (directory, sessions, rows per table)")
     add_db_arg(p)
     p.set_defaults(func=cmd_export)
     _register_import_format()
@@ -70,6 +73,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         res = export_parquet(args.db, args.parquet, sessions)
     except ParquetError as exc:
         raise CliError(str(exc)) from exc
+    if args.json:
+        print(json.dumps({"directory": str(res.directory), "sessions": list(res.sessions), "rows": dict(res.rows)}))
+        return 0
     rows = ", ".join(f"{t} {n}" for t, n in res.rows.items())
     print(f"wrote {res.directory}: {len(res.sessions)} session(s); rows: {rows}")
     return 0

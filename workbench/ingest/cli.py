@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 
 from workbench.commands.common import add_db_arg, add_proto_arg, decoder_from
@@ -19,10 +21,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--output-format stream-json NDJSON. Imports are idempotent: what a file holds is stored once "
         "(importing it again, or a grown copy, adds only what is new), and an interrupted import is "
         "completed by running it again.")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="file or folder to import (format detected from its content; repeatable)")
     add_db_arg(p)
     p.add_argument("--format", default="auto",
                    help=f"auto (default) or one of: {', '.join(IMPORTERS)}")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per file on stdout: format, sessions, frames, session_ids, notes, "
+                        "what was already stored, or the error")
     add_proto_arg(p)
     for what, default in (("frame", "32"), ("session", "256"), ("import", "512")):
         p.add_argument(f"--inflate-{what}-mb", type=float, default=None, metavar="MB",
@@ -37,7 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Example: workbench run -- cursor-agent -p --output-format stream-json 'fix the test'")
     add_db_arg(p)
     p.add_argument("--flush-ms", type=int, default=250, help="commit recorded frames at most this far apart")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
+                   help="the command to run, after --; its stream-json output is recorded")
     p.set_defaults(func=cmd_run)
 
 
@@ -70,6 +77,8 @@ def cmd_import(args: argparse.Namespace) -> int:
             except IngestError as exc:
                 failed += 1
                 print(f"workbench import: {exc}", file=sys.stderr)
+                if args.json:
+                    print(json.dumps({"file": name, "error": str(exc)}), flush=True)
                 continue
             except (duckdb.Error, OSError) as exc:
                 # Sessions are committed whole, batch by batch: what was written stays, and the same
@@ -78,8 +87,10 @@ def cmd_import(args: argparse.Namespace) -> int:
                 progress.finish()
                 print(f"workbench import: {name}: writing {args.db} failed: {exc}; the sessions written "
                       f"so far are complete, run the same import again to resume", file=sys.stderr)
+                if args.json:
+                    print(json.dumps({"file": name, "error": f"writing {args.db} failed: {exc}"}), flush=True)
                 continue
-            print(result.summary_line(), flush=True)
+            print(json.dumps(dataclasses.asdict(result)) if args.json else result.summary_line(), flush=True)
     finally:
         store.close()
     if failed and len(args.files) == 1:

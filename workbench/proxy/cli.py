@@ -65,7 +65,8 @@ def register(sub: Any) -> None:
                        description="Serve /v1/models and /v1/chat/completions, translating to Cursor's agent "
                                    "protocol. Prints the URL it listens on as the first line.")
     _common(p)
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="listen address (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0 = a free port")
     _access_args(p)
     p.add_argument("--quiet", action="store_true", help="do not log each request on stderr")
@@ -76,8 +77,8 @@ def register(sub: Any) -> None:
     c = sub.add_parser("client", help="run one agent turn with the built-in client and print the answer",
                        description="Send PROMPT to the agent backend and stream the answer to stdout.")
     _common(c)
-    c.add_argument("prompt")
-    c.add_argument("--model", default="default")
+    c.add_argument("prompt", help="the user message of the turn")
+    c.add_argument("--model", default="default", help="model id sent in the run request (default: default)")
     c.add_argument("--events", action="store_true", help="print every event, not just the text")
     c.add_argument("--record", metavar="DB", help="record the client's own frames into this DuckDB file")
     c.add_argument("--close-policy", choices=CLOSE_POLICIES, default="always",

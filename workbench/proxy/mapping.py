@@ -243,16 +243,48 @@ def has_tool_results(messages: Sequence[Mapping[str, Any]]) -> bool:
 HTTP_STATUS = {"resource_exhausted": 429, "unauthenticated": 401, "permission_denied": 403, "not_found": 404,
                "invalid_argument": 400, "heartbeat_budget": 504, "deadline_exceeded": 504}
 
+# Connect code → OpenAI error type
+ERROR_TYPES = {"resource_exhausted": "rate_limit_error", "unauthenticated": "authentication_error",
+               "permission_denied": "permission_error", "not_found": "not_found_error",
+               "invalid_argument": "invalid_request_error"}
+
+# aiserver.v1.ErrorDetails.error → (OpenAI error code, OpenAI error type), where OpenAI has a word for
+# the same situation (its SDK users match on these); other errors keep the Connect code.
+CURSOR_ERRORS = {"ERROR_BAD_MODEL_NAME": ("model_not_found", "invalid_request_error"),
+                 "ERROR_RATE_LIMITED_CHANGEABLE": ("rate_limit_exceeded", "rate_limit_error")}
+
 
 def error_status(code: str) -> int:
     return HTTP_STATUS.get(code, 502)
 
 
 def error_body(code: str, message: str, details: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    etype = {"resource_exhausted": "rate_limit_error", "unauthenticated": "authentication_error",
-             "permission_denied": "permission_error", "not_found": "not_found_error",
-             "invalid_argument": "invalid_request_error"}.get(code, "upstream_error")
-    err: dict[str, Any] = {"message": message, "type": etype, "code": code, "param": None}
+    """An OpenAI error object in Cursor's words.
+
+    The Connect message is often just "Error"; the words are in ``details[]`` (an
+    ``aiserver.v1.ErrorDetails``: docs/protocol.md §2, Errors). The OpenAI ``message`` is the detail
+    (else the title, else the Connect message); ``code`` is OpenAI's own code where there is one
+    (``model_not_found``), else the Connect code. Cursor's title, ``ERROR_…`` label and
+    retryability, the Connect code and the raw details ride along as extra fields.
+    """
+    from workbench.analysis.status import error_facts
+
+    facts = error_facts(code, message, details)
+    oa_code, etype = CURSOR_ERRORS.get(facts.label, (code, ERROR_TYPES.get(code, "upstream_error")))
+    text = facts.detail or facts.title or message or code
+    err: dict[str, Any] = {"message": text, "type": etype, "code": oa_code, "param": None}
+    if facts.title:
+        err["title"] = facts.title
+    if facts.detail:
+        err["detail"] = facts.detail
+    if facts.label:
+        err["cursor_error"] = facts.label
+    if facts.retryable is not None:
+        err["retryable"] = facts.retryable
+    if details or oa_code != code:
+        err["connect_code"] = code
+        if message and message not in (text, "Error"):
+            err["connect_message"] = message
     if details:
         err["details"] = list(details)
     return {"error": err}

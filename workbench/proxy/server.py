@@ -1,15 +1,17 @@
-"""The OpenAI-compatible proxy: ``/v1/models`` and ``/v1/chat/completions`` over the agent client.
+"""The OpenAI-compatible proxy: ``/v1/models``, ``/v1/chat/completions`` and ``/v1/responses``
+(``workbench.proxy.responses``) over the agent client.
 
-A small asyncio HTTP/1.1 server rather than an ASGI stack: the proxy's job is to add as little as
-possible to time-to-first-token, so each upstream text delta is written to the socket as one SSE
-chunk the moment it arrives. Every OpenAI request is a fresh run (full history flattened into the
-user text, tools offered every time) — on the conversation the tool call came from, with its last
-checkpoint echoed when one arrived; all runs share one warm upstream connection.
+Served by workbench's own HTTP/1.1 server (``workbench.transport``, on ``h11``) rather than an
+ASGI stack: the proxy's job is to add as little as possible to time-to-first-token, so each
+upstream text delta is written to the socket as one SSE chunk the moment it arrives. Every
+OpenAI request is a fresh run (full history flattened into the user text, tools offered every
+time) — on the conversation the tool call came from, with its last checkpoint echoed when one
+arrived; all runs share one warm upstream connection. Who may call it is checked before a
+request's body is read (``workbench.security.origin``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -22,20 +24,18 @@ from typing import Any
 
 from workbench.client.agent import AgentClient, Connections
 from workbench.client.events import Error, ExecRequest, TextDelta, ThinkingDelta, TurnEnded, Usage
-from workbench.client.net import Verify, cancel_and_wait
+from workbench.client.net import Verify
 from workbench.client.transport import list_usable_models
-from workbench.proxy import mapping as M
+from workbench.proxy import mapping, responses
 from workbench.security.origin import AccessPolicy
+from workbench.transport import ConnectionClosed, Exchange, HttpServer, Router, listen
 
 log = logging.getLogger("workbench.proxy")
 
 DEFAULT_PORT = 18741
 DEFAULT_UPSTREAM = "https://api2.cursor.sh"
-_MAX_BODY = 64 * 1024 * 1024
 _MAX_REMEMBERED = 4096
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-            405: "Method Not Allowed", 413: "Payload Too Large", 429: "Too Many Requests",
-            500: "Internal Server Error", 502: "Bad Gateway", 504: "Gateway Timeout"}
+_SSE_HEADERS = [("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache")]
 
 
 @dataclass
@@ -61,23 +61,15 @@ class ProxyConfig:
                 f"host={self.host!r}, port={self.port}, faults={sorted(self.faults)})")
 
 
-class _HttpError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
 class _Responder:
     """Writes one chat completion, streamed (SSE) or whole; the HTTP status is chosen lazily so an
     upstream failure before the first token still becomes a proper 4xx/5xx."""
 
-    def __init__(self, writer: asyncio.StreamWriter, model: str, stream: bool, include_usage: bool,
-                 keep_alive: bool) -> None:
-        self.writer = writer
+    def __init__(self, ex: Exchange, model: str, stream: bool, include_usage: bool) -> None:
+        self.ex = ex
         self.model = model
         self.stream = stream
         self.include_usage = include_usage
-        self.keep_alive = keep_alive
         self.id = "chatcmpl-" + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.started = False
@@ -90,40 +82,38 @@ class _Responder:
                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
         return b"data: " + json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
-    async def _write_chunked(self, data: bytes, last: bool = False) -> None:
-        head = self._head()
-        self.writer.write(head + b"%x\r\n%s\r\n" % (len(data), data) + (b"0\r\n\r\n" if last else b""))
-        await self.writer.drain()
-
-    def _head(self) -> bytes:
-        """The status line and role chunk, sent with the first real chunk (one write, one packet)."""
-        if self.started:
-            return b""
-        self.started = True
-        role = self._chunk({"role": "assistant", "content": ""})
-        return (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-                b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"
-                + (b"connection: keep-alive\r\n" if self.keep_alive else b"connection: close\r\n")
-                + b"\r\n" + b"%x\r\n%s\r\n" % (len(role), role))
+    async def _send(self, data: bytes, last: bool = False) -> None:
+        """SSE bytes; the first go out with the status line and the role chunk (one write, one packet)."""
+        if not self.started:
+            self.started = True
+            data = self._chunk({"role": "assistant", "content": ""}) + data
+            await self.ex.start(200, _SSE_HEADERS, data)
+            if last:
+                await self.ex.finish()
+            return
+        if last:
+            await self.ex.finish(data)
+        else:
+            await self.ex.write(data)
 
     async def add_text(self, text: str) -> None:
         if not self.stream:
             self.text.append(text)
             return
-        await self._write_chunked(self._chunk({"content": text}))
+        await self._send(self._chunk({"content": text}))
 
     async def add_reasoning(self, text: str) -> None:
         if not self.stream:
             self.reasoning.append(text)
             return
-        await self._write_chunked(self._chunk({"reasoning_content": text}))
+        await self._send(self._chunk({"reasoning_content": text}))
 
     async def add_tool_call(self, call_id: str, name: str, arguments: str) -> None:
         call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
         index = len(self.tool_calls)
         self.tool_calls.append(call)
         if self.stream:
-            await self._write_chunked(self._chunk({"tool_calls": [{"index": index, **call}]}))
+            await self._send(self._chunk({"tool_calls": [{"index": index, **call}]}))
 
     async def finish(self, reason: str, usage: dict[str, int]) -> None:
         if self.stream:
@@ -133,7 +123,7 @@ class _Responder:
                        "model": self.model, "choices": [], "usage": usage}
                 out += b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
             out += b"data: [DONE]\n\n"
-            await self._write_chunked(out, last=True)
+            await self._send(out, last=True)
             return
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) if self.text or not
                                    self.tool_calls else None}
@@ -143,23 +133,24 @@ class _Responder:
             message["tool_calls"] = self.tool_calls
         doc = {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
                "choices": [{"index": 0, "message": message, "finish_reason": reason}], "usage": usage}
-        await send_json(self.writer, 200, doc, self.keep_alive)
+        await send_json(self.ex, 200, doc)
 
     async def fail(self, status: int, body: dict[str, Any]) -> None:
         if not self.started:
-            await send_json(self.writer, status, body, self.keep_alive)
+            await send_json(self.ex, status, body)
             return
         # Mid-stream: the OpenAI SDK raises on an SSE event carrying "error".
         data = b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\ndata: [DONE]\n\n"
-        await self._write_chunked(data, last=True)
+        await self._send(data, last=True)
 
 
-async def send_json(writer: asyncio.StreamWriter, status: int, doc: Any, keep_alive: bool = True) -> None:
-    body = json.dumps(doc, ensure_ascii=False).encode()
-    writer.write(f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\ncontent-type: application/json\r\n"
-                 f"content-length: {len(body)}\r\nconnection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
-                 .encode() + body)
-    await writer.drain()
+async def send_json(ex: Exchange, status: int, doc: Any) -> None:
+    await ex.respond(status, json.dumps(doc, ensure_ascii=False).encode(), "application/json")
+
+
+def _json_error(status: int, message: str) -> tuple[str, bytes]:
+    """The body of a refused or unusable request (malformed HTTP, body too large), OpenAI-style."""
+    return "application/json", json.dumps(mapping.error_body("invalid_argument", message)).encode()
 
 
 def _usage(u: Usage | None, prompt: str) -> dict[str, int]:
@@ -186,12 +177,12 @@ class ProxyServer:
             raise ValueError("no upstream token: set CURSOR_ACCESS_TOKEN or pass --token-file")
         self.config = config
         self.connections = Connections(config.upstream, config.verify)
-        self._server: asyncio.Server | None = None
-        self._clients: set[asyncio.Task[None]] = set()
+        self._http: HttpServer | None = None
         self._models: tuple[float, list[str]] | None = None
         self._parked: dict[str, _Parked] = {}
         # tool_call id handed out → (conversation_id, last checkpoint) of the run it came from
         self._issued: OrderedDict[str, tuple[str, bytes | None]] = OrderedDict()
+        self._responses_kept = responses.ResponseStore()
         self.port = config.port
         self.access = config.access or AccessPolicy.build(config.host)
 
@@ -200,27 +191,34 @@ class ProxyServer:
         host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
         return f"http://{host}:{self.port}"
 
+    def router(self) -> Router:
+        """The proxy's endpoints (a trailing slash is ignored); anything else is a 404."""
+        router = Router(self._not_found, guard=self._admit, normalize=lambda p: p.rstrip("/") or "/",
+                        error_body=_json_error)
+        for path in ("/v1/chat/completions", "/chat/completions"):
+            router.route(path, self._chat)
+        for path in ("/v1/responses", "/responses"):
+            router.route(path, self._responses)
+        for path in ("/v1/models", "/models"):
+            router.route(path, self._list_models)
+        router.route_prefix("/v1/models/", self._one_model)
+        for path in ("/", "/health"):
+            router.route(path, self._health)
+        return router
+
     async def start(self) -> ProxyServer:
-        self._server = await asyncio.start_server(self._on_client, self.config.host, self.config.port,
-                                                  limit=1 << 20)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._http = await listen(self.router(), host=self.config.host, port=self.config.port, tls=False,
+                                  http2=False)
+        self.port = self._http.port
         return self
 
-    async def serve_forever(self) -> None:
-        assert self._server is not None
-        await self._server.serve_forever()
-
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        await cancel_and_wait(list(self._clients))
+        if self._http is not None:
+            await self._http.close()
         for parked in list(self._parked.values()):
             await self._drop(parked)
         self._parked.clear()
         await self.connections.aclose()
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2.0)
 
     async def __aenter__(self) -> ProxyServer:
         return await self.start()
@@ -228,112 +226,34 @@ class ProxyServer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    # HTTP/1.1 ---------------------------------------------------------------------------------
+    # HTTP -------------------------------------------------------------------------------------
 
-    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._clients.add(task)
-        try:
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-                    return
-                lines = head.decode("latin-1").split("\r\n")
-                parts = lines[0].split(" ")
-                if len(parts) != 3:
-                    await send_json(writer, 400, M.error_body("invalid_argument", "malformed request line"), False)
-                    return
-                method, target, version = parts
-                headers: dict[str, str] = {}
-                for line in lines[1:]:
-                    name, sep, value = line.partition(":")
-                    if sep:
-                        headers[name.strip().lower()] = value.strip()
-                conn_hdr = headers.get("connection", "").lower()
-                keep_alive = conn_hdr != "close" and (version == "HTTP/1.1" or conn_hdr == "keep-alive")
-                refusal = self.access.refusal(method, headers)
-                if refusal is not None:
-                    # Before reading the body: a refused request gets nothing buffered, and the
-                    # connection closes (its body, unread, cannot be mistaken for a next request).
-                    status, why = refusal
-                    log.info("refused %s %s: %s", method, target.split("?", 1)[0], why)
-                    await send_json(writer, status, M.error_body(
-                        "permission_denied" if status == 403 else "unauthenticated", why), False)
-                    return
-                try:
-                    body = await self._read_body(reader, headers)
-                except _HttpError as exc:
-                    await send_json(writer, exc.status, M.error_body(exc.code, exc.message), False)
-                    return
-                except asyncio.LimitOverrunError:
-                    await send_json(writer, 400, M.error_body("invalid_argument", "malformed chunked body: "
-                                                              "line too long"), False)
-                    return
-                await self._route(method, target.split("?", 1)[0], body, writer, keep_alive)
-                if not keep_alive:
-                    return
-        except (ConnectionError, asyncio.IncompleteReadError):
+    async def _admit(self, ex: Exchange) -> bool:
+        """Host/Origin/preflight/API-key checks, then the body (read whole: requests are small)."""
+        refusal = self.access.refusal(ex.method, ex.headers)
+        if refusal is not None:
+            # Before reading the body: a refused request gets nothing buffered, and the
+            # connection closes (its body, unread, cannot be mistaken for a next request).
+            status, why = refusal
+            log.info("refused %s %s: %s", ex.method, ex.path.split("?", 1)[0], why)
+            await ex.goaway()
+            await send_json(ex, status, mapping.error_body(
+                "permission_denied" if status == 403 else "unauthenticated", why))
+            return False
+        await ex.read_body()  # a RequestError (malformed chunked body, too large) is answered by the router
+        return True
+
+    async def _not_found(self, ex: Exchange) -> None:
+        path = ex.path.split("?", 1)[0].rstrip("/") or "/"
+        await send_json(ex, 404, mapping.error_body("not_found", f"{ex.method} {path} is not an endpoint of "
+                                                    "this proxy (try /v1/chat/completions, /v1/responses, /v1/models)"))
+
+    async def _health(self, ex: Exchange) -> None:
+        if ex.method != "GET":
+            await self._not_found(ex)
             return
-        except asyncio.CancelledError:
-            # close() is shutting us down; ending quietly avoids asyncio 3.11's streams callback
-            # reporting the cancelled handler as an unhandled exception.
-            return
-        finally:
-            if task is not None:
-                self._clients.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-
-    async def _read_body(self, reader: asyncio.StreamReader, headers: Mapping[str, str]) -> bytes:
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            out = bytearray()
-            while True:
-                try:
-                    size_line = await reader.readuntil(b"\r\n")
-                except asyncio.LimitOverrunError as exc:
-                    raise _HttpError(400, "invalid_argument", "malformed chunked body: chunk size line too long") from exc
-                size = _hex_size(size_line.split(b";")[0].strip())
-                if size == 0:
-                    # trailer fields (ignored) up to the empty line
-                    while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                        pass
-                    return bytes(out)
-                if len(out) + size > _MAX_BODY:
-                    raise _HttpError(413, "invalid_argument", "request body too large")
-                out += await reader.readexactly(size)
-                if await reader.readexactly(2) != b"\r\n":
-                    raise _HttpError(400, "invalid_argument", "malformed chunked body: chunk not followed by CRLF")
-        raw_length = headers.get("content-length", "0").strip() or "0"
-        if not raw_length.isdigit():
-            raise _HttpError(400, "invalid_argument", f"bad content-length {raw_length[:40]!r}")
-        length = int(raw_length)
-        if length > _MAX_BODY:
-            raise _HttpError(413, "invalid_argument", "request body too large")
-        return await reader.readexactly(length) if length else b""
-
-    async def _route(self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter,
-                     keep_alive: bool) -> None:
-        path = path.rstrip("/") or "/"
-        if path in ("/v1/chat/completions", "/chat/completions"):
-            if method != "POST":
-                await send_json(writer, 405, M.error_body("invalid_argument", "use POST"), keep_alive)
-                return
-            await self._chat(body, writer, keep_alive)
-        elif path in ("/v1/models", "/models") and method == "GET":
-            await self._list_models(writer, keep_alive)
-        elif path.startswith("/v1/models/") and method == "GET":
-            await self._list_models(writer, keep_alive, path.split("/v1/models/", 1)[1])
-        elif path in ("/", "/health") and method == "GET":
-            await send_json(writer, 200, {"status": "ok", "upstream": self.config.upstream,
-                                          "transport": self.config.transport, "framing": self.config.framing},
-                            keep_alive)
-        else:
-            await send_json(writer, 404, M.error_body("not_found", f"{method} {path} is not an endpoint of "
-                                                      "this proxy (try /v1/chat/completions, /v1/models)"),
-                            keep_alive)
+        await send_json(ex, 200, {"status": "ok", "upstream": self.config.upstream,
+                                  "transport": self.config.transport, "framing": self.config.framing})
 
     # endpoints --------------------------------------------------------------------------------
 
@@ -344,7 +264,17 @@ class ProxyServer:
                            heartbeat_interval=c.heartbeat_interval, verify=c.verify, connections=self.connections,
                            framing=c.framing)
 
-    async def _list_models(self, writer: asyncio.StreamWriter, keep_alive: bool, one: str | None = None) -> None:
+    async def _list_models(self, ex: Exchange) -> None:
+        await self._models_answer(ex, None)
+
+    async def _one_model(self, ex: Exchange) -> None:
+        path = ex.path.split("?", 1)[0].rstrip("/")
+        await self._models_answer(ex, path.split("/v1/models/", 1)[1])
+
+    async def _models_answer(self, ex: Exchange, one: str | None) -> None:
+        if ex.method != "GET":
+            await self._not_found(ex)
+            return
         ids = list(self.config.models)
         if not ids:
             now = time.monotonic()
@@ -355,46 +285,85 @@ class ProxyServer:
                                                                   self.config.token, self.config.framing))
                 except Exception as exc:
                     err = _as_error(exc)
-                    await send_json(writer, M.error_status(err.code), M.error_body(err.code, err.message), keep_alive)
+                    await send_json(ex, mapping.error_status(err.code), mapping.error_body(err.code, err.message))
                     return
             ids = self._models[1]
         data = [{"id": i, "object": "model", "created": 0, "owned_by": "cursor"} for i in ids]
         if one is not None:
             match = [d for d in data if d["id"] == one]
             if not match:
-                await send_json(writer, 404, M.error_body("not_found", f"model {one!r} is not offered upstream"),
-                                keep_alive)
+                await send_json(ex, 404, mapping.error_body("not_found", f"model {one!r} is not offered upstream"))
                 return
-            await send_json(writer, 200, match[0], keep_alive)
+            await send_json(ex, 200, match[0])
             return
-        await send_json(writer, 200, {"object": "list", "data": data}, keep_alive)
+        await send_json(ex, 200, {"object": "list", "data": data})
 
-    async def _chat(self, body: bytes, writer: asyncio.StreamWriter, keep_alive: bool) -> None:
+    async def _json_request(self, ex: Exchange, what: str) -> dict[str, Any] | None:
+        """The POSTed JSON object, or None after answering 405/400."""
+        if ex.method != "POST":
+            await send_json(ex, 405, mapping.error_body("invalid_argument", "use POST"))
+            return None
+        body = await ex.read_body()
         try:
             req = json.loads(body or b"{}")
-            if not isinstance(req, dict):
-                raise M.MappingError("the request body must be a JSON object")
+        except ValueError as exc:
+            await send_json(ex, 400, mapping.error_body("invalid_argument", f"bad {what} request: {exc}"))
+            return None
+        if not isinstance(req, dict):
+            await send_json(ex, 400, mapping.error_body("invalid_argument",
+                                                        f"bad {what} request: the request body must be a JSON object"))
+            return None
+        return req
+
+    async def _chat(self, ex: Exchange) -> None:
+        req = await self._json_request(ex, "chat")
+        if req is None:
+            return
+        try:
             messages = req.get("messages")
             if not isinstance(messages, list):
-                raise M.MappingError("messages must be a non-empty list")
+                raise mapping.MappingError("messages must be a non-empty list")
             tools = req.get("tools") or []
-            defs = M.tools_to_mcp(tools)
-            prompt = M.flatten_messages(messages)
-        except (ValueError, M.MappingError) as exc:
-            await send_json(writer, 400, M.error_body("invalid_argument", f"bad chat request: {exc}"), keep_alive)
+            mapping.tools_to_mcp(tools)
+            mapping.flatten_messages(messages)
+        except (ValueError, mapping.MappingError) as exc:
+            await send_json(ex, 400, mapping.error_body("invalid_argument", f"bad chat request: {exc}"))
             return
         model = str(req.get("model") or "default")
         stream = bool(req.get("stream"))
         include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
-        out = _Responder(writer, model, stream, include_usage, keep_alive)
-        offered = M.offered_schemas(tools)
+        await self._answer(_Responder(ex, model, stream, include_usage), "chat", model, messages, tools)
 
+    async def _responses(self, ex: Exchange) -> None:
+        req = await self._json_request(ex, "responses")
+        if req is None:
+            return
+        try:
+            messages, tools = responses.to_chat(req, self._responses_kept)
+            mapping.tools_to_mcp(tools)
+            mapping.flatten_messages(messages)
+        except (ValueError, mapping.MappingError) as exc:
+            await send_json(ex, 400, mapping.error_body("invalid_argument", f"bad responses request: {exc}"))
+            return
+        model = str(req.get("model") or "default")
+        out = responses.ResponsesWriter(ex, model, bool(req.get("stream")), req)
+        if await self._answer(out, "responses", model, messages, tools):
+            self._responses_kept.put(out.id, responses.history_after(messages, out))
+
+    async def _answer(self, out: Any, label: str, model: str, messages: list[Any], tools: list[Any]) -> bool:
+        """Run the turn for one OpenAI request and write it with ``out`` (a chat or Responses writer).
+
+        True when the answer finished (text or tool calls), False after an error or a lost client.
+        """
+        defs = mapping.tools_to_mcp(tools)
+        prompt = mapping.flatten_messages(messages)
+        offered = mapping.offered_schemas(tools)
         parked = self._resume(messages) if "reuse_session" in self.config.faults else None
         if parked is not None:
             client, events = parked.client, parked.events
-            result = next((M.content_text(m.get("content")) for m in messages
+            result = next((mapping.content_text(m.get("content")) for m in messages
                            if m.get("role") == "tool"
-                           and m.get("tool_call_id") == M.openai_call_id(parked.request)), "")
+                           and m.get("tool_call_id") == mapping.openai_call_id(parked.request)), "")
             # Same-session continuation (the bug the seeds document): answer the old exec inside
             # the still-open run instead of starting a fresh one.
             await parked.request.respond(result)
@@ -420,8 +389,8 @@ class ProxyServer:
                     if not tools:
                         await ev.fail("the OpenAI client offered no tools, so the proxy cannot hand this exec out")
                         continue
-                    call_id = M.openai_call_id(ev)
-                    name, arguments = M.exec_to_tool_call(ev, offered)
+                    call_id = mapping.openai_call_id(ev)
+                    name, arguments = mapping.exec_to_tool_call(ev, offered)
                     await out.add_tool_call(call_id, name, arguments)
                     self._remember(call_id, client)
                     finish = "tool_calls"
@@ -434,21 +403,23 @@ class ProxyServer:
                     break
                 elif isinstance(ev, Error):
                     outcome = f"error {ev.code}"
-                    await out.fail(M.error_status(ev.code), M.error_body(ev.code, ev.message, ev.details))
-                    return
+                    await out.fail(mapping.error_status(ev.code), mapping.error_body(ev.code, ev.message, ev.details))
+                    return False
             outcome = finish
             await out.finish(finish, _usage(usage, prompt))
-        except (ConnectionError, asyncio.IncompleteReadError):
+            return True
+        except ConnectionClosed:
             outcome = "client went away"
-            return  # abandon the run
+            return False  # abandon the run
         except Exception as exc:  # a proxy bug must still answer the request, not drop it
-            log.exception("chat completion failed")
+            log.exception("%s request failed", label)
             outcome = f"internal error {type(exc).__name__}"
             with contextlib.suppress(Exception):
-                await out.fail(502, M.error_body("internal", f"workbench proxy error: {type(exc).__name__}: {exc}"))
+                await out.fail(502, mapping.error_body("internal", f"workbench proxy error: {type(exc).__name__}: {exc}"))
+            return False
         finally:
-            log.info("chat %s %s -> %s in %.0f ms (request %s)", model, "stream" if stream else "whole", outcome,
-                     (time.perf_counter() - started) * 1000, client.last_request_id or "-")
+            log.info("%s %s %s -> %s in %.0f ms (request %s)", label, model, "stream" if out.stream else "whole",
+                     outcome, (time.perf_counter() - started) * 1000, client.last_request_id or "-")
             if not keep_open:
                 await _aclose(events)
                 await client.aclose()
@@ -478,14 +449,6 @@ class ProxyServer:
     async def _drop(self, parked: _Parked) -> None:
         await _aclose(parked.events)
         await parked.client.aclose()
-
-
-def _hex_size(text: bytes) -> int:
-    """A chunk size: hex digits only (``int(…, 16)`` would also take "0x", "+", "_" and spaces)."""
-    if not text or len(text) > 16 or any(c not in b"0123456789abcdefABCDEF" for c in text):
-        shown = text[:20].decode("latin-1")
-        raise _HttpError(400, "invalid_argument", f"malformed chunked body: bad chunk size {shown!r}")
-    return int(text, 16)
 
 
 async def _aclose(events: AsyncIterator[Any]) -> None:

@@ -9,10 +9,10 @@ import sys
 from typing import Any
 
 from workbench.errors import CliError
-from workbench.sim.engine import DEFAULT_MODELS, RunRecord, SimConfig
 from workbench.sim.exec_completion import DEFAULT_POLICY, EXEC_TYPES, POLICIES, REQUIRED, server_policy
 from workbench.sim.models import LISTING_CHOICES
 from workbench.sim.scenario import DEFAULT_SCENARIO, ScenarioError, load_scenarios, unknown_scenario_message
+from workbench.sim.state import DEFAULT_MODELS, RunRecord, SimConfig
 
 
 def register(sub: Any) -> None:

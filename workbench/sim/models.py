@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from workbench.schema import pb
-from workbench.sim.unary import UnaryHandler, UnaryRequest, typed_unary
+from workbench.transport.unary import UnaryHandler, UnaryRequest, typed_unary
 
 AGENT_MODELS_PATH = "/agent.v1.AgentService/GetUsableModels"
 AISERVER_MODELS_PATH = "/aiserver.v1.AiService/GetUsableModels"

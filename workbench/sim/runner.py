@@ -1,27 +1,28 @@
 """Running the simulator in-process: ``async with running_sim(...)`` or the threaded ``SimThread``.
 
 ``running_sim`` is for asyncio tests; ``SimThread`` runs the server on its own event loop in a
-background thread, for synchronous callers (the ``openai`` SDK, a notebook, a sync test).
+background thread (``workbench.transport.runner``), for synchronous callers (the ``openai`` SDK,
+a notebook, a sync test).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import threading
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from workbench.sim.engine import SimBackend, SimConfig, SimState
-from workbench.sim.transport import APPEND_GRACE, AgentServer, serve
+from workbench.sim.backend import SimBackend
+from workbench.sim.state import SimConfig, SimState
+from workbench.transport import BackgroundServer, HttpServer, serve
+from workbench.transport.bidi_append import APPEND_GRACE
 
 
 class SimServer:
     """A listening simulated backend: ``url``, ``port``, ``cert_path``, ``state`` (runs, blobs)."""
 
-    def __init__(self, backend: SimBackend, server: AgentServer) -> None:
+    def __init__(self, backend: SimBackend, server: HttpServer) -> None:
         self.backend = backend
         self.server = server
 
@@ -82,34 +83,19 @@ class SimThread:
     """The simulator on a background thread: ``with SimThread(scenario="text") as sim: sim.url``."""
 
     def __init__(self, config: SimConfig | None = None, **kwargs: Any) -> None:
-        self._config = config
-        self._kwargs = kwargs
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="workbench-sim", daemon=True)
-        self.sim: SimServer | None = None
+        self._background: BackgroundServer[SimServer] = BackgroundServer(
+            lambda: start_sim(config, **kwargs), name="workbench-sim")
 
     def start(self) -> SimThread:
-        self._thread.start()
-        fut = asyncio.run_coroutine_threadsafe(start_sim(self._config, **self._kwargs), self._loop)
-        try:
-            self.sim = fut.result(timeout=60)
-        except BaseException:
-            self._stop_loop()
-            raise
+        self._background.start()
         return self
 
     def stop(self) -> None:
-        if self.sim is not None:
-            asyncio.run_coroutine_threadsafe(self.sim.close(), self._loop).result(timeout=30)
-            self.sim = None
-        self._stop_loop()
+        self._background.stop()
 
-    def _stop_loop(self) -> None:
-        if self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-        if not self._loop.is_running():
-            self._loop.close()
+    @property
+    def sim(self) -> SimServer | None:
+        return self._background.server
 
     def _need(self) -> SimServer:
         if self.sim is None:

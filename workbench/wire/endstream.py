@@ -1,4 +1,6 @@
-"""Connect end-stream (flag 0x02) JSON and gRPC-Web trailer (flag 0x80) parsing."""
+"""Connect end-stream (flag 0x02) JSON and gRPC status trailers (HTTP trailers, gRPC-Web flag 0x80):
+parsing what a server sent, and building what a server sends (``end_stream_payload``,
+``grpc_trailers``, ``grpc_web_trailer_payload``)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import base64
 import binascii
 import json
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +63,18 @@ def parse_end_stream(payload: bytes, decode_details: DetailsDecoder | None = Non
         es.message = urllib.parse.unquote(msg) if isinstance(msg, str) else msg
         es.details = [_detail(d, decode_details) for d in err.get("details") or [] if isinstance(d, dict)]
     return es
+
+
+def end_stream_payload(error: Mapping[str, Any] | None = None) -> bytes:
+    """The JSON of a Connect end-stream: ``{}`` for a clean end, else ``{"error": …}``.
+
+    ``error`` is the error object (``{"code": …, "message": …, "details": […]}``) or the whole
+    document (``{"error": …, "metadata": …}``).
+    """
+    doc: dict[str, Any] = {}
+    if error:
+        doc = dict(error) if ("error" in error or "metadata" in error) else {"error": dict(error)}
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def _detail(d: dict[str, Any], decode_details: DetailsDecoder | None) -> dict[str, Any]:

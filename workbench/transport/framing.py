@@ -1,7 +1,7 @@
 """Per-request framing of agent backends: Connect, gRPC-Web (binary and base64 text) and gRPC.
 
-The simulated backend answers every method in the caller's framing, chosen from the request's
-``content-type`` (docs/protocol.md §2, docs/sim.md "Framing"):
+Agent backends (the simulator, the replay server) answer every method in the caller's framing,
+chosen from the request's ``content-type`` (docs/protocol.md §2, docs/sim.md "Framing"):
 
 ============================  =========================================================  ==========================
 content type                  request body                                               how a response ends
@@ -14,7 +14,8 @@ content type                  request body                                      
 ``application/grpc(+proto)``   envelopes, unary and streams                              HTTP trailers (h2; HTTP/1.1: chunked)
 ============================  =========================================================  ==========================
 
-Everything here is bytes in, bytes out; the HTTP exchanges live in ``workbench.sim.transport``.
+Everything here is bytes in, bytes out; the HTTP exchanges live in
+``workbench.transport.exchange`` and the methods in ``workbench.transport.agent_service``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.wire.endstream import b64decode_loose, grpc_trailers, grpc_web_trailer_payload
+from workbench.wire.endstream import (
+    GRPC_STATUS,
+    b64decode_loose,
+    end_stream_payload,
+    grpc_trailers,
+    grpc_web_trailer_payload,
+)
 from workbench.wire.envelope import (
     FLAG_END_STREAM,
     FLAG_TRAILER,
@@ -228,10 +235,7 @@ class ResponseEncoder:
     def end(self, error: Mapping[str, Any] | None) -> tuple[bytes, list[tuple[str, str]] | None]:
         """(body bytes, HTTP trailers or None) that end the response; ``error`` a Connect error object."""
         if not self.framing.grpc_family:
-            doc: dict[str, Any] = {}
-            if error:
-                doc = dict(error) if ("error" in error or "metadata" in error) else {"error": dict(error)}
-            return encode(json.dumps(doc, separators=(",", ":")).encode(), FLAG_END_STREAM), None
+            return encode(end_stream_payload(error), FLAG_END_STREAM), None
         err = (error.get("error") if error and "error" in error else error) or None
         trailers = self.trailers(err)
         if self.framing.http_trailers:
@@ -257,7 +261,6 @@ def status_details(code: str, message: str, details: list[Any]) -> bytes | None:
     entries without a value (debug only) have nothing to carry and are left out.
     """
     from workbench.schema import pb
-    from workbench.wire.endstream import GRPC_STATUS
 
     anys = []
     for d in details:

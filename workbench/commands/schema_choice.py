@@ -176,10 +176,10 @@ def _diff(args: argparse.Namespace) -> int:
 def _drift(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from workbench.analysis.schema_drift import drift
     from workbench.commands.common import reader_from
     from workbench.errors import CliError
     from workbench.schema.active import active_schema
-    from workbench.schema.drift import drift
 
     if args.sample is not None and args.sample < 1:
         raise CliError(f"--sample must be at least 1, not {args.sample}")

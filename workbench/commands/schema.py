@@ -36,9 +36,9 @@ def register(sub: Any) -> None:
                    help="also write a FileDescriptorSet (self-contained; usable with --proto FILE)")
     e.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
     e.set_defaults(func=_extract)
-    from workbench.schema import commands
+    from workbench.commands import schema_choice
 
-    commands.register(ssub)
+    schema_choice.register(ssub)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 

@@ -1,4 +1,7 @@
-"""A self-signed loopback certificate for the simulated backend, made on first use and reused.
+"""A self-signed loopback certificate for workbench's TLS servers, made on first use and reused.
+
+The simulated backend and the replay server share it (its folder and file names say "sim" for
+the first of them; clients already point at that path).
 
 Clients trust it by pointing ``SSL_CERT_FILE`` (or httpx's ``verify=``) at ``cert_path``: the
 certificate is its own trust anchor, so it is a leaf (CA:FALSE) with the key identifiers strict

@@ -1,7 +1,7 @@
 """Unary calls of agent backends: request/response objects, Connect errors, typed handlers.
 
 A ``UnaryHandler`` sees the request message's bytes whatever the caller's framing (the router
-strips gRPC/gRPC-Web envelopes first and frames the answer back, see ``workbench.sim.framing``);
+strips gRPC/gRPC-Web envelopes first and frames the answer back, see ``workbench.transport.framing``);
 ``typed_unary`` additionally turns Connect JSON (``application/json``) into the same protobuf
 message and answers in JSON, so one handler serves every content type.
 """
@@ -51,6 +51,8 @@ class UnaryResponse:
 
 
 UnaryHandler = Callable[[UnaryRequest], Awaitable[UnaryResponse]]
+# Request headers → a Connect error object refusing the call, or None to let it through.
+AuthCheck = Callable[[Mapping[str, str]], "dict[str, Any] | None"]
 
 
 def connect_error(code: str, message: str, details: list[dict[str, Any]] | None = None) -> dict[str, Any]:

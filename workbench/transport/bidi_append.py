@@ -12,14 +12,14 @@ import asyncio
 import base64
 
 from workbench.decode.classify import append_payload
-from workbench.sim.unary import UnaryRequest, UnaryResponse, connect_error, typed_unary, unary_error
+from workbench.transport.unary import UnaryRequest, UnaryResponse, connect_error, typed_unary, unary_error
 from workbench.wire.envelope import Envelope
 
 APPEND_GRACE = 2.0  # seconds a BidiAppend may precede its RunSSE/RunPoll (separate connections)
 MAX_HELD = 16  # appends held for a gap before it counts as a fault (the CLI keeps ≤16 in flight)
 
 
-class BidiChannel:
+class AppendChannel:
     """The write side of one RunSSE/RunPoll run: BidiAppends put back in append_seqno order."""
 
     def __init__(self, request_id: str) -> None:
@@ -47,24 +47,24 @@ class BidiChannel:
             self.queue.put_nowait(None)
 
 
-class BidiChannels:
+class AppendChannels:
     """Live channels by request_id, and the BidiAppend unary handler that feeds them."""
 
     def __init__(self, grace: float = APPEND_GRACE) -> None:
         self.grace = grace
-        self.channels: dict[str, BidiChannel] = {}
+        self.channels: dict[str, AppendChannel] = {}
         from workbench.schema import pb
 
         self.handle = typed_unary(pb.BidiAppendRequest, self._append)
 
-    def register(self, channel: BidiChannel) -> str | None:
+    def register(self, channel: AppendChannel) -> str | None:
         """Make ``channel`` the target of its request_id's appends; a problem text if one is live."""
         if channel.request_id in self.channels:
             return f"request_id {channel.request_id} already has a live stream"
         self.channels[channel.request_id] = channel
         return None
 
-    def release(self, channel: BidiChannel) -> None:
+    def release(self, channel: AppendChannel) -> None:
         if self.channels.get(channel.request_id) is channel:
             del self.channels[channel.request_id]
 
@@ -72,7 +72,7 @@ class BidiChannels:
         for ch in list(self.channels.values()):
             ch.close()
 
-    async def _find(self, request_id: str) -> BidiChannel | None:
+    async def _find(self, request_id: str) -> AppendChannel | None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.grace
         while True:
