@@ -10,6 +10,7 @@ from workbench.analysis.context import ORDER_TIME, Context, rule
 from workbench.analysis.model import Finding
 from workbench.analysis.records import Append, HttpFailure
 from workbench.analysis.status import DEFAULT_FIX, ERROR_FIX, grpc_code_name, http_cause, looks_enveloped
+from workbench.protocol.matching import RUN_REQUEST
 
 
 def _failed(status: int | None) -> bool:
@@ -84,11 +85,26 @@ def _resent_ok(ctx: Context, f: HttpFailure) -> bool:
                and a.seq not in ctx.facts.http_failures for a in ctx.facts.appends)
 
 
+def _refused_after_the_run(ctx: Context, f: HttpFailure) -> bool:
+    """Refused once its run's stream had ended: the answer (its http_error frame, else the append)
+    comes after an end-stream and no run_request started a new run in between. The server has no
+    stream left to give the message to, so nothing of the run was lost; a client that keeps sending
+    long after the end is ``end_stream_not_delivered``. The same rule as the session status
+    (``workbench.protocol.status.with_append``: an append refused after the stream ended has no run
+    left to harm); it also covers a heartbeat that crossed the end-stream on the wire."""
+    answered = f.error_seq if f.error_seq is not None else f.seq
+    ends = [e.seq for e in ctx.facts.end_streams if e.seq < answered]
+    if not ends or f.kind == RUN_REQUEST:
+        return False
+    return not any(ends[-1] < start <= answered for start in ctx.facts.seg_starts)
+
+
 @rule("append_rejected", "error", "a BidiAppend answered non-2xx and never accepted: the server never took its message")
 def append_rejected(ctx: Context) -> list[Finding]:
     groups: dict[tuple[str, str | None], list[HttpFailure]] = {}
     for f in sorted(ctx.facts.http_failures.values(), key=lambda f: f.seq):
-        if f.transport == "bidi_append" and (f.status or f.grpc) and not _resent_ok(ctx, f):
+        if f.transport == "bidi_append" and (f.status or f.grpc) and not _resent_ok(ctx, f) \
+                and not _refused_after_the_run(ctx, f):
             groups.setdefault((f.label, f.content_type), []).append(f)
     out = []
     for (label, ctype), fails in groups.items():
