@@ -84,3 +84,56 @@ def test_a_new_run_after_the_end_is_not_late_traffic(analysis_store: Store) -> N
     b.end_stream()
     codes = [f.code for f in analyze_session(analysis_store, b.done()).findings]
     assert "end_stream_not_delivered" not in codes
+
+
+def test_one_heartbeat_in_flight_is_judged_by_the_client_pace_not_the_server(analysis_store: Store) -> None:
+    """Found by the healthy matrix (RunPoll, our client, a loaded machine): the server heartbeats every
+    0.1 s, the client every 0.5 s, its two heartbeats before the end left together, and one more was
+    in flight when the end came (0.2 s later). One gap says nothing about the client's pace and the
+    server's spacing nothing at all: that frame is no sign the client missed the end."""
+    b = SessionBuilder(analysis_store, transport="runpoll")
+    b.run_request()
+    for _ in range(6):
+        b.heartbeat(dt_ms=100)
+    b.client_heartbeat(dt_ms=10)
+    b.client_heartbeat(dt_ms=7)  # queued behind the first, left with it
+    b.text("done")
+    b.turn_ended()
+    b.end_stream()
+    b.client_heartbeat(dt_ms=200)
+    assert analyze_session(analysis_store, b.done()).findings == []
+
+
+def _kv_turn(b: SessionBuilder, answer_ms: int) -> None:
+    """A turn whose KV answers take ``answer_ms`` to come back (the path's round trip), the client
+    beating every 50 ms (faster than that round trip, as test clients do on a loaded machine)."""
+    b.run_request()
+    for _ in range(4):
+        b.client_heartbeat(dt_ms=50)
+    b.set_blob(1, b"system prompt")
+    b.ts += answer_ms * 1000
+    b.set_blob_result(1)
+    b.text("done")
+    b.turn_ended()
+    b.end_stream()
+
+
+def test_a_heartbeat_in_flight_is_allowed_the_sessions_round_trip(analysis_store: Store) -> None:
+    """Found by the import equivalence test under load (RunSSE through mitmdump, client beats every
+    50 ms): a heartbeat sent just before the end reached the client was recorded 0.3 s after it.
+    The session's own KV answers took 0.4 s: that is the path, not a client that missed the end."""
+    b = SessionBuilder(analysis_store, transport="runsse")
+    _kv_turn(b, answer_ms=400)
+    b.client_heartbeat(dt_ms=300)
+    assert analyze_session(analysis_store, b.done()).findings == []
+
+
+def test_beating_on_beyond_the_round_trip_is_still_late(analysis_store: Store) -> None:
+    b = SessionBuilder(analysis_store, transport="runsse")
+    _kv_turn(b, answer_ms=400)
+    late = [b.client_heartbeat(dt_ms=300) for _ in range(3)]  # 0.3, 0.6, 0.9 s after the end
+    [f] = analyze_session(analysis_store, b.done()).findings
+    assert f.code == "end_stream_not_delivered"
+    assert late[2] in f.evidence  # beyond 50 ms + 0.4 s
+    assert late[0] not in f.evidence
+    assert "slowest KV round trip of the session (0.4 s)" in f.message

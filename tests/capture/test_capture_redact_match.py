@@ -106,4 +106,7 @@ def test_matcher_routes() -> None:
     assert m.route("api2.cursor.sh", "/aiserver.v1.ChatService/StreamUnifiedChatWithToolsSSE").streaming  # type: ignore[union-attr]
     assert m.route("api2.cursor.sh", "/auth/poll") is None  # login tokens: left alone
     assert m.route("example.com", "/aiserver.v1.AiService/AvailableModels") is None
+    # the model listing stateless proxies use (mode D) is recorded on any host, like the agent paths
+    ai = m.route("127.0.0.1", "/aiserver.v1.AiService/GetUsableModels")
+    assert ai is not None and ai.transport == "unary" and not ai.streaming
     assert Matcher("*.corp", "/x/*").route("a.corp", "/aiserver.v1.AiService/AvailableModels") is not None

@@ -125,7 +125,10 @@ class Response:
 
 
 class Http1:
-    def __init__(self, base_url: str, cafile: str | None) -> None:
+    """``proxy``: an HTTP proxy URL to tunnel through with CONNECT (as a client honouring
+    ``HTTPS_PROXY`` does), TLS to the origin inside the tunnel."""
+
+    def __init__(self, base_url: str, cafile: str | None, proxy: str | None = None) -> None:
         parts = urllib.parse.urlsplit(base_url)
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 443
@@ -133,10 +136,28 @@ class Http1:
         if parts.scheme == "https":
             self.tls = ssl.create_default_context(cafile=cafile)
             self.tls.set_alpn_protocols(["http/1.1"])
+        self.proxy = urllib.parse.urlsplit(proxy) if proxy else None
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        hostname = self.host if self.tls else None
+        if self.proxy is None:
+            return await asyncio.open_connection(self.host, self.port, ssl=self.tls, server_hostname=hostname)
+        reader, writer = await asyncio.open_connection(self.proxy.hostname, self.proxy.port or 80)
+        target = f"{self.host}:{self.port}"
+        writer.write(f"CONNECT {target} HTTP/1.1\r\nhost: {target}\r\n\r\n".encode("latin-1"))
+        await writer.drain()
+        status = int((await reader.readuntil(b"\r\n")).split()[1])
+        while (await reader.readuntil(b"\r\n")) != b"\r\n":
+            pass
+        if status != 200:
+            writer.close()
+            raise ConnectionError(f"proxy CONNECT {target} answered {status}")
+        if self.tls is not None:
+            await writer.start_tls(self.tls, server_hostname=hostname)
+        return reader, writer
 
     async def post(self, path: str, headers: dict[str, str], body: bytes) -> Response:
-        reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self.tls,
-                                                       server_hostname=self.host if self.tls else None)
+        reader, writer = await self._connect()
         head = [f"POST {path} HTTP/1.1", f"host: {self.host}:{self.port}", f"content-length: {len(body)}",
                 "connection: close", *[f"{k}: {v}" for k, v in headers.items()]]
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
@@ -179,6 +200,8 @@ class TurnResult:
     sent: list[str] = field(default_factory=list)  # what this client appended, in order
     abandoned: bool = False
     error: str | None = None  # why the turn stopped early (e.g. a refused BidiAppend)
+    request_id: str = ""  # the run's BidiRequestId (x-request-id, every append's request_id)
+    conversation_id: str = ""
 
     @property
     def grpc_status(self) -> str | None:
@@ -203,8 +226,8 @@ class ModeDClient:
 
     def __init__(self, base_url: str, token: str, cafile: str | None = None, *,
                  close_policy: str = "streams-only", close_after_heartbeats: int | None = None,
-                 append_content_type: str = GRPC_WEB, max_heartbeats: int = 200) -> None:
-        self.http = Http1(base_url, cafile)
+                 append_content_type: str = GRPC_WEB, max_heartbeats: int = 200, proxy: str | None = None) -> None:
+        self.http = Http1(base_url, cafile, proxy)
         self.token = token
         self.close_policy = close_policy
         self.close_after_heartbeats = close_after_heartbeats
@@ -237,8 +260,8 @@ class ModeDClient:
 
     async def _run(self, prompt: str, conversation_id: str, model: str, tools: Sequence[dict[str, Any]],
                    hand_out: bool) -> TurnResult:
-        res = TurnResult()
         request_id = str(uuid.uuid4())
+        res = TurnResult(request_id=request_id, conversation_id=conversation_id)
         seqno = 0
         unclosed: list[int] = []
         quiet_beats = 0
@@ -495,8 +518,10 @@ async def _main(argv: Sequence[str]) -> int:
     ap.add_argument("--token", default="test-token")
     ap.add_argument("--tool", action="append", default=[], help="offer a tool with this name")
     ap.add_argument("--append-content-type", default=GRPC_WEB)
+    ap.add_argument("--proxy", help="HTTP proxy to tunnel through (CONNECT), e.g. a workbench capture")
     args = ap.parse_args(argv)
-    client = ModeDClient(args.url, args.token, args.cafile, append_content_type=args.append_content_type)
+    client = ModeDClient(args.url, args.token, args.cafile, append_content_type=args.append_content_type,
+                         proxy=args.proxy)
     print("models:", ", ".join(await client.list_models()))
     res = await client.run(args.prompt, tools=[{"name": t} for t in args.tool])
     print(json.dumps({"text": res.text, "tool_calls": [c.__dict__ for c in res.tool_calls], "trailer": res.trailer,

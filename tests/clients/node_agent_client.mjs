@@ -31,6 +31,12 @@
 //   --cancel-after N       run only: reset the stream with RST_STREAM(CANCEL) after N server frames
 //   --after-end A          run only, once the response ended: reset (RST_STREAM NO_ERROR, the
 //                          default) or end (END_STREAM) the request stream it never half-closed
+//   --ignore-exec KINDS    never answer execs of these kinds (comma-separated args names without
+//                          `_args`: shell, read, request_context, …): a client whose handler for
+//                          them never returns, neither result nor throw
+//   --heartbeat-budget N   give up after N server heartbeats in a row with nothing else (not
+//                          counting those that come while an answer's BidiAppend is unanswered):
+//                          reset the Run stream (RST_STREAM CANCEL) or drop the RunSSE response, exit 1
 //   --log FILE             write every frame sent and received as NDJSON:
 //                          {"t": µs, "dir": "send"|"recv", "direction": "client"|"server",
 //                           "transport": "run"|"runsse"|"bidi_append", "kind", "flags",
@@ -65,7 +71,7 @@ function parseArgs(argv) {
     transport: 'run', framing: 'connect', prompt: 'hello', model: 'default', modelField: 'requested_model',
     token: 'node-agent-client-token', conversationId: crypto.randomUUID(), requestId: crypto.randomUUID(),
     clientVersion: 'cli-2026.01.01-nodetest', heartbeatMs: 5000, timeoutMs: 60000, cancelAfter: null,
-    afterEnd: 'reset', log: null, appendContentType: null,
+    afterEnd: 'reset', log: null, appendContentType: null, ignoreExec: '', heartbeatBudget: null,
   };
   const names = {
     '--base-url': 'baseUrl', '--ca': 'ca', '--proxy': 'proxy', '--transport': 'transport', '--framing': 'framing',
@@ -73,8 +79,9 @@ function parseArgs(argv) {
     '--conversation-id': 'conversationId', '--request-id': 'requestId', '--client-version': 'clientVersion',
     '--heartbeat-ms': 'heartbeatMs', '--timeout-ms': 'timeoutMs', '--cancel-after': 'cancelAfter',
     '--after-end': 'afterEnd', '--log': 'log', '--append-content-type': 'appendContentType',
+    '--ignore-exec': 'ignoreExec', '--heartbeat-budget': 'heartbeatBudget',
   };
-  const numeric = new Set(['heartbeatMs', 'timeoutMs', 'cancelAfter']);
+  const numeric = new Set(['heartbeatMs', 'timeoutMs', 'cancelAfter', 'heartbeatBudget']);
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--no-proxy') { opts.proxy = null; continue; }
@@ -97,6 +104,9 @@ function parseArgs(argv) {
   if (!['connect', 'grpc-web'].includes(opts.framing)) fail(`--framing ${opts.framing}: use connect or grpc-web`);
   if (!['requested_model', 'model_details'].includes(opts.modelField)) fail(`--model-field ${opts.modelField}`);
   if (!['reset', 'end'].includes(opts.afterEnd)) fail(`--after-end ${opts.afterEnd}: use reset or end`);
+  const kinds = new Set(Object.values(EXEC_ARGS));
+  opts.ignoreExec = new Set(opts.ignoreExec.split(',').filter(Boolean));
+  for (const k of opts.ignoreExec) if (!kinds.has(k)) fail(`--ignore-exec ${k}: not one of ${[...kinds].join(', ')}`);
   return opts;
 }
 
@@ -252,7 +262,7 @@ const execControl = (memberField, body) => msg([5, msg([memberField, body])]);
 const streamClose = (id) => execControl(1, msg([1, id]));
 
 // What a current real client answers to one server message (a list of AgentClientMessage bytes).
-function answers(bytes, blobs) {
+function answers(bytes, blobs, ignoreExec = new Set()) {
   const f = decode(bytes);
   const out = [];
   if (f.has(4)) {  // kv_server_message
@@ -272,6 +282,8 @@ function answers(bytes, blobs) {
     const id = uint(ex, 1);
     const execId = text(ex, 15);
     const which = member(ex, [2, 3, 4, 5, 7, 8, 10, 11, 14]);
+    const named = EXEC_ARGS[[...ex.keys()].find((n) => n !== 1 && n !== 15 && n !== 19)] ?? 'unknown';
+    if (ignoreExec.has(named)) return out;  // a handler that never returns
     const args = which !== undefined ? sub(ex, which) : new Map();
     const shellOk = (cmd) => msg([1, msg([1, cmd], [2, text(args, 2)], [5, 'ok\n'])]);
     switch (which) {
@@ -291,8 +303,7 @@ function answers(bytes, blobs) {
       case 10: out.push(execClient(id, execId, 10, msg([1, msg([1, Buffer.alloc(0)])]))); break;
       case 11: out.push(execClient(id, execId, 11, msg([1, msg([1, msg([1, msg([1, 'ok'])])])]))); break;
       default: {
-        const name = EXEC_ARGS[[...ex.keys()].find((n) => n !== 1 && n !== 15 && n !== 19)] ?? 'unknown';
-        out.push(execControl(2, msg([1, id], [2, `no handler for ${name}_args`])));
+        out.push(execControl(2, msg([1, id], [2, `no handler for ${named}_args`])));
         out.push(streamClose(id));
       }
     }
@@ -358,6 +369,8 @@ class Session {
     this.status = null;
     this.error = null;
     this.blobs = new Map();
+    this.quietBeats = 0;  // server heartbeats in a row with nothing else
+    this.answersPosting = 0;  // appends other than heartbeats not answered yet (RunSSE)
     this.started = process.hrtime.bigint();
     this.finished = null;
     this.done = new Promise((resolve) => { this.finish = (err) => { if (err && !this.error) this.error = String(err.message || err); resolve(); }; });
@@ -368,8 +381,16 @@ class Session {
   }
   serverMessage(bytes, transport, flags, wire) {
     this.received++;
-    this.record('recv', transport, kindOf(bytes, SERVER_TOP), flags, bytes.toString('hex'), wire.toString('hex'));
+    const kind = kindOf(bytes, SERVER_TOP);
+    this.record('recv', transport, kind, flags, bytes.toString('hex'), wire.toString('hex'));
     if (isTurnEnded(bytes)) this.turnEnded = true;
+    // Heartbeats while our own answer is still on its way are no stall: the server has not seen it.
+    if (kind !== 'interaction_update.heartbeat') this.quietBeats = 0;
+    else if (this.answersPosting === 0) this.quietBeats++;
+  }
+  // true once the server has sent only heartbeats for longer than --heartbeat-budget allows
+  overBudget() {
+    return this.o.heartbeatBudget !== null && this.quietBeats >= this.o.heartbeatBudget;
   }
   serverEnd(kind, payload, flags, wire, transport) {
     this.received++;
@@ -470,10 +491,15 @@ async function runH2(o, s) {
         continue;
       }
       s.serverMessage(payload, 'run', flags, wire);
-      for (const a of answers(payload, s.blobs)) send(a);
+      for (const a of answers(payload, s.blobs, o.ignoreExec)) send(a);
       if (o.cancelAfter !== null && s.received >= o.cancelAfter && open) {
         open = false;
         s.cancelled = true;
+        req.close(http2.constants.NGHTTP2_CANCEL);
+      } else if (s.overBudget() && open) {
+        open = false;
+        s.cancelled = true;
+        s.finish(new Error(`heartbeat budget: ${s.quietBeats} server heartbeats in a row`));
         req.close(http2.constants.NGHTTP2_CANCEL);
       }
     }
@@ -522,14 +548,21 @@ async function runSse(o, s) {
   };
   let seqno = 0;
   let chain = Promise.resolve();
+  let beat = null;
   const append = (bytes) => {
-    const n = seqno++;
-    const req = msg([1, bytes.toString('hex')], [2, msg([1, o.requestId])], [3, n]);
-    const body = grpcWeb ? envelope(req) : req;
-    s.sent++;
-    s.record('send', 'bidi_append', kindOf(bytes, CLIENT_TOP), 0, bytes.toString('hex'), body.toString('hex'), { seqno: n });
-    // In order, one at a time: the recording and the server see seqno order either way.
-    chain = chain.then(() => new Promise((resolve) => {
+    const kind = kindOf(bytes, CLIENT_TOP);
+    const answer = kind !== 'client_heartbeat';
+    if (answer) s.answersPosting++;
+    // In order, one at a time: the recording and the server see seqno order either way. A seqno
+    // is taken when the append leaves, so a heartbeat dropped from the queue leaves no gap.
+    chain = chain.then(() => new Promise((resolved) => {
+      const resolve = () => { if (answer) s.answersPosting--; resolved(); };
+      if (!answer && s.endStream) { resolve(); return; }  // the run is over: a queued heartbeat is moot
+      const n = seqno++;
+      const req = msg([1, bytes.toString('hex')], [2, msg([1, o.requestId])], [3, n]);
+      const body = grpcWeb ? envelope(req) : req;
+      s.sent++;
+      s.record('send', 'bidi_append', kind, 0, bytes.toString('hex'), body.toString('hex'), { seqno: n });
       const r = https.request({
         agent, host, port, method: 'POST', path: `${prefix}/aiserver.v1.BidiService/BidiAppend`,
         headers: {
@@ -541,10 +574,13 @@ async function runSse(o, s) {
         const parts = [];
         res.on('data', (c) => parts.push(c));
         res.on('end', () => {
-          const answer = Buffer.concat(parts);
+          const reply = Buffer.concat(parts);
           let grpcStatus = res.headers['grpc-status'] !== undefined ? Number(res.headers['grpc-status']) : null;
-          if (grpcWeb) for (const e of new Envelopes().feed(answer)) if (e.flags & 0x80) grpcStatus = trailerStatus(e.payload);
-          if (res.statusCode !== 200 || (grpcStatus !== null && grpcStatus !== 0)) {
+          if (grpcWeb) for (const e of new Envelopes().feed(reply)) if (e.flags & 0x80) grpcStatus = trailerStatus(e.payload);
+          const refused = res.statusCode !== 200 || (grpcStatus !== null && grpcStatus !== 0);
+          // A heartbeat that crossed the end of the response is refused (the run is gone): that is no
+          // failure of the turn.
+          if (refused && !(kind === 'client_heartbeat' && s.endStream)) {
             s.finish(new Error(`BidiAppend seqno ${n} answered HTTP ${res.statusCode}` +
               (grpcStatus ? ` grpc-status ${grpcStatus}` : '')));
           }
@@ -579,12 +615,18 @@ async function runSse(o, s) {
           s.serverEnd(s.endFrame === 'ok' ? 'end_stream' : 'end_stream.error', payload, flags, wire, 'runsse');
         } else {
           s.serverMessage(payload, 'runsse', flags, wire);
-          for (const a of answers(payload, s.blobs)) append(a);
+          for (const a of answers(payload, s.blobs, o.ignoreExec)) append(a);
+          if (s.overBudget()) {
+            s.finish(new Error(`heartbeat budget: ${s.quietBeats} server heartbeats in a row`));
+            res.destroy();
+            return;
+          }
         }
       }
     });
     res.on('end', () => {
       s.endStream = true;
+      clearInterval(beat);  // the run is over: no more heartbeats (queued ones are dropped)
       if (res.statusCode !== 200) s.finish(new Error(`RunSSE answered HTTP ${res.statusCode}`));
       chain.then(() => s.finish());
     });
@@ -595,7 +637,7 @@ async function runSse(o, s) {
   s.sent++;
   s.record('send', 'runsse', 'bidi_request_id', 0, rid.toString('hex'), ridWire.toString('hex'));
   append(runRequest(o));
-  const beat = setInterval(() => append(heartbeat()), o.heartbeatMs);
+  beat = setInterval(() => { if (!s.endStream) append(heartbeat()); }, o.heartbeatMs);
   await s.done;
   clearInterval(beat);
   await chain;

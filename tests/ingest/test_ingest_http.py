@@ -321,3 +321,38 @@ def test_har_request_body_left_out(tmp_path: Path, ingest_recorded: tuple[Path, 
     (s,) = _q(db, "SELECT status, error FROM sessions WHERE meta->>'exchange' = 'entry 7'")
     assert s["status"] == "incomplete"
     assert "request body not recorded" in s["error"]
+
+
+def test_har_stream_that_never_finished_has_no_response_end() -> None:
+    """mitmproxy's HAR exporter writes ``receive: 0`` for a response that never finished (the client
+    left a stalled stream): its end is unknown, so answers appended meanwhile keep their causal place
+    instead of being put after "the end" (found by the healthy matrix, strict sim × RunSSE × HAR)."""
+    from workbench.decode.classify import default_decoder
+    from workbench.ingest.har import to_exchange
+    from workbench.schema import pb
+    from workbench.wire.envelope import encode
+
+    beat = pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(heartbeat=pb.Heartbeat()))
+    body = encode(beat.SerializeToString()) * 20
+    rid = encode(pb.BidiRequestId(request_id="r-1").SerializeToString())
+
+    def entry(receive: float) -> dict[str, object]:
+        return {"startedDateTime": "2026-01-01T00:00:00+00:00", "time": 100.0,
+                "timings": {"connect": 1.0, "ssl": 1.0, "send": 1.0, "wait": 50.0, "receive": receive},
+                "request": {"method": "POST", "url": "https://h/agent.v1.AgentService/RunSSE", "httpVersion": "HTTP/1.1",
+                            "headers": [{"name": "content-type", "value": "application/connect+proto"}],
+                            "postData": {"mimeType": "application/connect+proto", "encoding": "base64",
+                                         "text": base64.b64encode(rid).decode()}, "bodySize": len(rid)},
+                "response": {"status": 200, "httpVersion": "HTTP/1.1",
+                             "headers": [{"name": "content-type", "value": "application/connect+proto"}],
+                             "content": {"size": len(body), "encoding": "base64",
+                                         "text": base64.b64encode(body).decode()}, "bodySize": len(body)}}
+
+    dec = default_decoder()
+    unfinished = to_exchange(dec, entry(0), 1)
+    assert unfinished.t_resp_start is not None
+    assert unfinished.t_resp_end is None
+    finished = to_exchange(dec, entry(900.0), 2)
+    assert finished.t_resp_end is not None
+    assert finished.t_resp_start is not None
+    assert round(finished.t_resp_end - finished.t_resp_start, 3) == 0.9

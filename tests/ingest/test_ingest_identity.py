@@ -84,7 +84,7 @@ def test_flows_held_twice_in_one_file_are_imported_once(ingest_live: Recording, 
     assert tables(db) == tables(clean)
 
 
-@pytest.mark.slow  # needs the live recording (a sim and mitmdump)
+@pytest.mark.slow
 def test_grown_flow_file_adds_only_what_is_new(ingest_live: Recording, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     """mitmdump -w saves a flow when it completes: a snapshot taken mid-run holds the appends of a
@@ -111,7 +111,7 @@ def test_grown_flow_file_adds_only_what_is_new(ingest_live: Recording, tmp_path:
     assert tables(db) == tables(clean)
 
 
-@pytest.mark.slow  # needs the live recording (a sim and mitmdump)
+@pytest.mark.slow
 def test_interrupted_import_resumes(ingest_live: Recording, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """A write failing mid-import leaves whole sessions only; running the import again completes it."""
@@ -142,7 +142,7 @@ def test_interrupted_import_resumes(ingest_live: Recording, tmp_path: Path, caps
     assert tables(db) == tables(clean)
 
 
-@pytest.mark.slow  # needs the live recording (a sim and mitmdump)
+@pytest.mark.slow
 def test_har_twice_grown_and_repeated_entries(ingest_live: Recording, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(ingest_live.har.read_text())

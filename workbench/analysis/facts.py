@@ -534,9 +534,9 @@ class FactsBuilder:
         member = msg.WhichOneof("args")
         if member == "set_blob_args":
             op = KvOp(self.facts.seg, msg.id, seq, "set", bytes(msg.set_blob_args.blob_id),
-                      bytes(msg.set_blob_args.blob_data))
+                      bytes(msg.set_blob_args.blob_data), ts=ts)
         elif member == "get_blob_args":
-            op = KvOp(self.facts.seg, msg.id, seq, "get", bytes(msg.get_blob_args.blob_id), None)
+            op = KvOp(self.facts.seg, msg.id, seq, "get", bytes(msg.get_blob_args.blob_id), None, ts=ts)
         else:
             return
         self.facts.kv.append(op)
@@ -558,6 +558,8 @@ class FactsBuilder:
         except DecodeError:
             return
         op.result_seq = seq
+        if op.ts and ts > op.ts:  # a KV answer needs no work on the client: its delay is the path's
+            self.facts.kv_round_trip_us = max(self.facts.kv_round_trip_us, ts - op.ts)
         op.result_member = msg.WhichOneof("result")
         if op.result_member == "get_blob_result":
             op.result_has_data = msg.get_blob_result.HasField("blob_data")

@@ -70,6 +70,7 @@ class KvOp:
     result_data: bytes | None = None
     set_error: str | None = None
     later_server: int = 0
+    ts: int = 0                      # when the server's request was recorded (µs)
 
 
 @dataclass
@@ -218,3 +219,6 @@ class SessionFacts:
     # client frames after the latest end-stream: (seq, ts, kind), the first ones and the last
     after_end: list[tuple[int, int, str]] = field(default_factory=list)
     after_end_count: int = 0
+    # the slowest KV answer (server request → the client's answer, as recorded, µs): a round trip
+    # through the client and whatever records, measured on this session's own path
+    kv_round_trip_us: int = 0

@@ -10,7 +10,6 @@ from workbench.analysis.context import ORDER_TIME, Context, rule
 from workbench.analysis.model import Finding
 from workbench.analysis.records import Append, HttpFailure
 from workbench.analysis.status import DEFAULT_FIX, ERROR_FIX, grpc_code_name, http_cause, looks_enveloped
-from workbench.protocol.matching import RUN_REQUEST
 
 
 def _failed(status: int | None) -> bool:
@@ -85,29 +84,18 @@ def _resent_ok(ctx: Context, f: HttpFailure) -> bool:
                and a.seq not in ctx.facts.http_failures for a in ctx.facts.appends)
 
 
-def _refused_after_the_run(ctx: Context, f: HttpFailure) -> bool:
-    """Refused once its run's stream had ended: the answer (its http_error frame, else the append)
-    comes after an end-stream and no run_request started a new run in between. The server has no
-    stream left to give the message to, so nothing of the run was lost; a client that keeps sending
-    long after the end is ``end_stream_not_delivered``. The same rule as the session status
-    (``workbench.protocol.status.with_append``: an append refused after the stream ended has no run
-    left to harm); it also covers a heartbeat that crossed the end-stream on the wire."""
-    answered = f.error_seq if f.error_seq is not None else f.seq
-    ends = [e.seq for e in ctx.facts.end_streams if e.seq < answered]
-    if not ends or f.kind == RUN_REQUEST:
-        return False
-    return not any(ends[-1] < start <= answered for start in ctx.facts.seg_starts)
-
-
 @rule("append_rejected", "error", "a BidiAppend answered non-2xx and never accepted: the server never took its message")
 def append_rejected(ctx: Context) -> list[Finding]:
     groups: dict[tuple[str, str | None], list[HttpFailure]] = {}
     for f in sorted(ctx.facts.http_failures.values(), key=lambda f: f.seq):
-        if f.transport == "bidi_append" and (f.status or f.grpc) and not _resent_ok(ctx, f) \
-                and not _refused_after_the_run(ctx, f):
+        if f.transport == "bidi_append" and (f.status or f.grpc) and not _resent_ok(ctx, f):
             groups.setdefault((f.label, f.content_type), []).append(f)
     out = []
     for (label, ctype), fails in groups.items():
+        if all(f.kind == "client_heartbeat" for f in fails):
+            # Heartbeats carry nothing the run needs: refused alone they harm nobody (typically one
+            # in flight as the run ended, answered 404 once the server had let the stream go).
+            continue
         head = fails[0]
         kinds: dict[str, int] = {}
         for f in fails:
@@ -186,29 +174,36 @@ def _grpc_status(info: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def _interval_s(ctx: Context) -> tuple[float, str]:
-    """The client's heartbeat interval (median gap of its heartbeats), else the server's, else the default."""
+    """The client's heartbeat interval: the median gap between its heartbeats before the end (in time
+    order) once it left at least two, else the usual interval of real clients. Not the server's
+    heartbeat spacing, which says nothing about when the client sends; and not a single gap, which
+    may be two heartbeats that left together (a queue flushed under load)."""
     f = ctx.facts
     end = f.end_streams[-1].ts if f.end_streams else None
-    hb = [t for t in f.client_hb_ts if end is None or t <= end]
+    hb = sorted(t for t in f.client_hb_ts if end is None or t <= end)
     gaps = [(b - a) / 1e6 for a, b in zip(hb, hb[1:], strict=False) if b > a]
-    if gaps:
+    if len(gaps) >= 2:
         return statistics.median(gaps), "the client's heartbeat interval"
-    spans = [r.span_s / (r.count - 1) for r in ctx.runs if r.count > 1 and r.span_s > 0]
-    if spans:
-        return statistics.median(spans), "the server's heartbeat interval"
     return ctx.config.heartbeat_interval_s, "the usual heartbeat interval"
 
 
 @rule("end_stream_not_delivered", "warning", "the client kept sending long after the server ended the stream")
 def end_stream_not_delivered(ctx: Context) -> list[Finding]:
     """Client frames more than one heartbeat interval after the server's end-stream: the client
-    never saw the end. Needs per-frame timing, so imports without it are not judged."""
+    never saw the end. Needs per-frame timing, so imports without it are not judged.
+
+    A frame the client sent just before the end reached it is recorded up to one round trip after
+    the end (the end travels to the client, the frame back to whatever records). That allowance is
+    measured on the session itself: its slowest KV answer, which costs the client no work. Without
+    it a heartbeat in flight through a loaded proxy reads as late once the client beats faster than
+    the path's round trip."""
     f = ctx.facts
     if not f.end_streams or not f.after_end or ctx.order != ORDER_TIME or ctx.session.get("transport") == "unary":
         return []
     end = f.end_streams[-1]
     interval, what = _interval_s(ctx)
-    late = [(s, t, k) for s, t, k in f.after_end if t - end.ts > interval * 1e6]
+    trip_s = f.kv_round_trip_us / 1e6
+    late = [(s, t, k) for s, t, k in f.after_end if t - end.ts > (interval + trip_s) * 1e6]
     if not late:
         return []
     last_seq, last_ts, _k = f.after_end[-1]
@@ -219,8 +214,9 @@ def end_stream_not_delivered(ctx: Context) -> list[Finding]:
         "end_stream_not_delivered",
         f"the server ended the stream at seq {end.seq}{after_turn}, but the client kept sending: "
         f"{f.after_end_count} frame(s) ({', '.join(kinds[:4])}), the last at seq {last_seq} "
-        f"{(last_ts - end.ts) / 1e6:.1f} s later, more than {what} ({interval:.1f} s). The client evidently never "
-        "saw the end of the response.",
+        f"{(last_ts - end.ts) / 1e6:.1f} s later, more than {what} ({interval:.1f} s)"
+        + (f" plus the slowest KV round trip of the session ({trip_s:.1f} s)" if trip_s >= 0.05 else "")
+        + ". The client evidently never saw the end of the response.",
         [end.seq] + ([turn[-1]] if turn else []) + [s for s, _t, _k in late[:5]] + [last_seq],
         "Something on the path held back the end of the response (END_STREAM / the last chunk): typically a proxy "
         "or MITM that forwards the response end only once the request side is done, or that buffers the response "

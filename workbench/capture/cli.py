@@ -34,9 +34,25 @@ def register(sub: Any) -> None:
                     "CA certificate and the environment lines a client needs (in reverse mode, the base URL "
                     "clients use instead of a proxy). Arguments after -- go to mitmdump unchanged (e.g. "
                     "-- --set ssl_insecure=true in front of the simulator). Exit status 3: frames were lost "
-                    "because neither the database nor any spool location took them.")
+                    "because neither the database nor any spool location took them. With --keylog: no proxy; "
+                    "packets (tcpdump or dumpcap) and the client's TLS key log are recorded and imported on "
+                    "Ctrl-C (docs/capture.md, \"Capturing without a proxy\"); exit status 1 then means a "
+                    "connection could not be decrypted.")
     add_db_arg(p)
-    p.add_argument("--port", type=int, default=8080, help="listen port (0 = a free port; default 8080)")
+    p.add_argument("--port", type=int, default=None,
+                   help="listen port (0 = a free port; default 8080); with --keylog: the server port to "
+                        "record (default 443)")
+    k = p.add_argument_group("capture without a proxy (TLS key log + packet capture)")
+    k.add_argument("--keylog", nargs="?", const=True, default=None, metavar="FILE",
+                   help="record packets and the client's TLS keys instead of proxying; FILE: a key log the "
+                        "client already writes (default: a new one in the capture folder)")
+    k.add_argument("--interface", default="any", metavar="IF", help="interface to capture on (default any)")
+    k.add_argument("--filter", default=None, metavar="BPF", help="capture filter (default: tcp port PORT)")
+    k.add_argument("--keylog-dir", default=None, metavar="DIR",
+                   help="capture folder (default: keylog-<time> next to the database)")
+    k.add_argument("--keep-keys", action="store_true", help="keep the key log after the import (it is a secret)")
+    k.add_argument("--capture-tool", choices=["tcpdump", "dumpcap"], default=None,
+                   help="packet capture program (default: tcpdump, else dumpcap)")
     p.add_argument("--listen-host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     p.add_argument("--mode", action="append", default=[], metavar="SPEC",
                    help="mitmproxy mode: regular (default), reverse:URL, transparent, upstream:URL (repeatable)")
@@ -131,6 +147,12 @@ def _counter(stats: dict[str, Any]) -> str:
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
+    if args.keylog:
+        from workbench.capture.keylog import cmd_capture_keylog
+
+        return cmd_capture_keylog(args)
+    if args.port is None:
+        args.port = 8080
     mitmdump = find_mitmdump(args.mitmdump)
     if args.flush_ms <= 0:
         raise CliError(f"--flush-ms {args.flush_ms}: must be a positive number of milliseconds")

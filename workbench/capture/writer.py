@@ -37,7 +37,7 @@ from workbench.decode.classify import (
     default_decoder,
     http_error_frame,
 )
-from workbench.protocol.append_meta import answer_grpc, append_exchange_meta
+from workbench.protocol.append_meta import answer_grpc, append_answer, append_exchange_meta
 from workbench.protocol.run_request import OPENING_KINDS, fill_session, run_request_facts
 from workbench.protocol.status import (
     ExchangeEnd,
@@ -432,8 +432,7 @@ class CaptureWriter:
             decoded = self.decoder.decode_body(body, "bidi_append", "server")
             for f in decoded:
                 fl.note_end(f)
-                if f.kind == "end_stream.error" or not (f.kind.startswith("end_stream") or f.kind == "empty"):
-                    answer.append(f)  # a refusal, or something other than the empty BidiAppendResponse
+            answer, _trailer = append_answer(decoded)  # the trailer frame's status: answer_grpc reads it
         grpc = answer_grpc(fl.response_headers, trailers, decoded)
         meta = append_exchange_meta(status, fo.meta.get("request_headers"), fo.content_type, grpc=grpc, error=error)
         frames, fl.append_frames = fl.append_frames, []

@@ -365,8 +365,8 @@ class AgentClient(ExecAnswers):
                 return
             case = msg.WhichOneof("message")
             if case == "interaction_update" and msg.interaction_update.WhichOneof("message") == "heartbeat":
-                if run.local:
-                    continue  # the wait is on our own exec, not the server
+                if run.local or run.channel.delivering():
+                    continue  # the wait is on our own exec or on our answer still in flight, not the server
                 if run.heartbeats == 0:
                     run.first_heartbeat_at = time.monotonic()
                 run.heartbeats += 1

@@ -289,6 +289,8 @@ class H2Connection:
                         self._h2.end_stream(sid)
                     except h2.exceptions.StreamClosedError as exc:
                         raise NetError(f"HTTP/2 stream {sid} already closed") from exc
+                    except h2.exceptions.ProtocolError as exc:  # a GOAWAY closed the connection (h2 state CLOSED)
+                        raise NetError(f"HTTP/2 connection to {self.authority} closed by the server: {exc}") from exc
                     await self._flush()
                 return
             try:
@@ -305,6 +307,8 @@ class H2Connection:
                 self._h2.send_data(sid, bytes(view[:n]), end_stream=last)
             except h2.exceptions.StreamClosedError as exc:
                 raise NetError(f"HTTP/2 stream {sid} closed by the server while sending") from exc
+            except h2.exceptions.ProtocolError as exc:
+                raise NetError(f"HTTP/2 connection to {self.authority} closed by the server: {exc}") from exc
             view = view[n:]
             await self._flush()
             if last:

@@ -68,6 +68,7 @@ APPEND_DRAIN_S = 2.0
 END_WAIT_S = 1.0
 # After a RunPoll eof record the server still owes the Connect end-stream; give up waiting after this.
 EOF_GRACE_S = 5.0
+_HEARTBEAT = bytes(pb.AgentClientMessage(client_heartbeat=pb.ClientHeartbeat()).SerializeToString())
 
 _clock_lock = threading.Lock()
 _clock_base = time.time_ns() // 1000 - time.monotonic_ns() // 1000
@@ -167,6 +168,12 @@ class Channel:
 
     async def send(self, msg: bytes) -> None:
         raise NotImplementedError
+
+    def delivering(self) -> bool:
+        """True while a message other than a heartbeat is still on its way to the server (a
+        BidiAppend not answered yet): the server cannot have acted on it, so its heartbeats
+        meanwhile are no sign of a stall."""
+        return False
 
     async def incoming(self) -> AsyncIterator[Incoming]:
         while True:
@@ -325,6 +332,7 @@ class _AppendingChannel(Channel):
         self._appends: set[asyncio.Task[None]] = set()
         self.appends_sent = 0
         self.append_drain_s = APPEND_DRAIN_S
+        self._answers_posting = 0  # appends other than heartbeats not answered yet
 
     def _read_body(self) -> bytes:
         raise NotImplementedError
@@ -366,11 +374,16 @@ class _AppendingChannel(Channel):
         if self.framing == "grpc-web":
             body = encode(body)  # gRPC-Web unary calls are enveloped too
         await self._sem.acquire()
-        task = self._spawn(self._append(seq, msg, body))
+        answer = msg != _HEARTBEAT
+        self._answers_posting += answer
+        task = self._spawn(self._append(seq, msg, body, answer))
         self._appends.add(task)
         task.add_done_callback(self._appends.discard)
 
-    async def _append(self, seq: int, msg: bytes, body: bytes) -> None:
+    def delivering(self) -> bool:
+        return self._answers_posting > 0
+
+    async def _append(self, seq: int, msg: bytes, body: bytes, answer: bool) -> None:
         ts = now_us()  # tasks start in send order, so timestamps follow append_seqno
         try:
             resp = await self.http.post(
@@ -381,6 +394,7 @@ class _AppendingChannel(Channel):
             return
         finally:
             self._sem.release()
+            self._answers_posting -= answer
         # Any HTTP answer, even an error status, means the server read the whole message (and a
         # capture in between stored it); cancelled or failed posts are never logged.
         self.wire.message(ts, "client", "bidi_append", msg)

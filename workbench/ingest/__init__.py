@@ -2,8 +2,9 @@
 
 Formats are plug-ins in ``IMPORTERS``: each has a ``detect(path, head) -> bool`` (``head`` = the
 first 64 KiB of a file, ``b""`` for a directory) and a ``run(ctx) -> ImportResult``. Built-ins:
-``flow`` (mitmproxy ``-w`` files), ``har`` and ``ndjson`` (``cursor-agent --output-format
-stream-json``). Another part of the workbench adds a format without touching the CLI::
+``flow`` (mitmproxy ``-w`` files), ``har``, ``ndjson`` (``cursor-agent --output-format
+stream-json``) and ``pcap`` (pcap/pcapng packet captures, decrypted with a TLS key log by tshark).
+Another part of the workbench adds a format without touching the CLI::
 
     from workbench.ingest import register_importer
     register_importer("parquet", detect=is_parquet_export, run=import_parquet_export)
@@ -48,6 +49,9 @@ class ImportResult:
     # sessions (and their frames) of this file that an earlier import already stored
     skipped_sessions: int = 0
     skipped_frames: int = 0
+    # connections whose traffic could not be decrypted (packet captures without their keys):
+    # reported, nothing stored for them; ``workbench import`` exits 1 when there are any
+    undecryptable: int = 0
 
     def summary_line(self) -> str:
         if self.skipped:
@@ -75,6 +79,8 @@ class ImportContext:
     warn: Callable[[str], None]
     decoder_factory: Callable[[], Decoder]
     file_sha256: str = ""
+    # format-specific inputs from the command line, e.g. {"keylog": Path} for packet captures
+    options: dict[str, Any] = field(default_factory=dict)
     _decoder: Decoder | None = None
 
     @property
@@ -116,6 +122,7 @@ register_importer("flow", _lazy("workbench.ingest.flowfile", "detect"),
 register_importer("har", _lazy("workbench.ingest.har", "detect"), _lazy("workbench.ingest.har", "run_import"))
 register_importer("ndjson", _lazy("workbench.ingest.ndjson", "detect"),
                   _lazy("workbench.ingest.ndjson", "run_import"))
+register_importer("pcap", _lazy("workbench.ingest.pcap", "detect"), _lazy("workbench.ingest.pcap", "run_import"))
 
 
 def open_store(db: str | Path) -> Store:
@@ -150,8 +157,8 @@ def detect_format(path: Path) -> str:
         if imp.detect(path, head):
             return imp.name
     what = "an empty file" if not head and not path.is_dir() else "not a recognised format"
-    raise IngestError(f"{path}: {what} (expected a mitmproxy flow file, a HAR file or cursor-agent "
-                      f"stream-json NDJSON; formats: {', '.join(IMPORTERS)}; or pass --format)")
+    raise IngestError(f"{path}: {what} (expected a mitmproxy flow file, a HAR file, cursor-agent "
+                      f"stream-json NDJSON or a pcap/pcapng packet capture; formats: {', '.join(IMPORTERS)}; or pass --format)")
 
 
 def file_sha256(path: Path) -> str:
@@ -185,10 +192,12 @@ def import_file(path: str | Path, store: Store, fmt: str = "auto", *,
                 decoder_factory: Callable[[], Decoder] | None = None,
                 progress: Progress | None = None,
                 warn: Callable[[str], None] | None = None,
-                inflate: InflateBudget | None = None) -> ImportResult:
+                inflate: InflateBudget | None = None,
+                options: dict[str, Any] | None = None) -> ImportResult:
     """Import one file (or directory, for plug-in formats) into ``store``.
 
     Gzip frames are inflated within ``inflate`` (default: ``InflateBudget.for_import()``).
+    ``options`` are format-specific (``{"keylog": PATH}`` for packet captures).
     """
     p = Path(path)
     if fmt == "auto":
@@ -207,7 +216,8 @@ def import_file(path: str | Path, store: Store, fmt: str = "auto", *,
         return ImportResult(str(p), fmt, skipped=f"already imported (same content, by an earlier workbench) as "
                             f"session {', '.join(earlier[:3])}{'…' if len(earlier) > 3 else ''}")
     ctx = ImportContext(path=p, store=store, progress=progress or Progress(str(p), enabled=False),
-                        warn=warn or (lambda _msg: None), decoder_factory=decoder_factory, file_sha256=sha)
+                        warn=warn or (lambda _msg: None), decoder_factory=decoder_factory, file_sha256=sha,
+                        options=dict(options or {}))
     with use_budget(inflate or InflateBudget.for_import()):
         return IMPORTERS[fmt].run(ctx)
 

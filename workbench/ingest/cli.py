@@ -15,12 +15,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     from workbench.ingest import IMPORTERS
 
     p = sub.add_parser(
-        "import", help="import mitmproxy flow files, HAR files or cursor-agent stream-json NDJSON",
+        "import", help="import mitmproxy flow files, HAR files, cursor-agent stream-json NDJSON or packet captures",
         description="Import recorded traffic into the capture database. The format is detected from "
         "the content: mitmproxy flow files (mitmdump -w), HAR (log.entries), cursor-agent "
-        "--output-format stream-json NDJSON. Imports are idempotent: what a file holds is stored once "
+        "--output-format stream-json NDJSON, pcap/pcapng packet captures (decrypted by tshark with "
+        "--keylog). Imports are idempotent: what a file holds is stored once "
         "(importing it again, or a grown copy, adds only what is new), and an interrupted import is "
-        "completed by running it again.")
+        "completed by running it again. Exit status 1: a packet capture held TLS connections that "
+        "could not be decrypted (no key for them).")
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="file or folder to import (format detected from its content; repeatable)")
     add_db_arg(p)
@@ -30,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="one JSON object per file on stdout: format, sessions, frames, session_ids, notes, "
                         "what was already stored, or the error")
     add_proto_arg(p)
+    p.add_argument("--keylog", metavar="KEYS", default=None,
+                   help="TLS key log (NSS format: SSLKEYLOGFILE, node --tls-keylog) to decrypt packet captures "
+                        "with; read by tshark, never stored")
     for what, default in (("frame", "32"), ("session", "256"), ("import", "512")):
         p.add_argument(f"--inflate-{what}-mb", type=float, default=None, metavar="MB",
                        help=f"inflate gzip frames up to this many MiB per {what} (default {default}); a frame "
@@ -60,8 +65,10 @@ def cmd_import(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             raise CliError(f"--inflate-{what}-mb {value:g}: must be positive")
         sizes[what] = int(value * MIB) if value is not None else None
+    options = {"keylog": args.keylog} if args.keylog else {}
     store = open_store(args.db)
     failed = 0
+    undecryptable = 0
     try:
         for name in args.files:
             progress = Progress(name, stream=sys.stderr)
@@ -73,7 +80,8 @@ def cmd_import(args: argparse.Namespace) -> int:
                 result = import_file(name, store, args.format, decoder_factory=lambda: decoder_from(args),
                                      progress=progress, warn=warn,
                                      inflate=InflateBudget.for_import(sizes["frame"], sizes["session"],
-                                                                      sizes["import"]))
+                                                                      sizes["import"]),
+                                     options=options)
             except IngestError as exc:
                 failed += 1
                 print(f"workbench import: {exc}", file=sys.stderr)
@@ -91,6 +99,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                     print(json.dumps({"file": name, "error": f"writing {args.db} failed: {exc}"}), flush=True)
                 continue
             print(json.dumps(dataclasses.asdict(result)) if args.json else result.summary_line(), flush=True)
+            undecryptable += result.undecryptable
     finally:
         store.close()
     if failed and len(args.files) == 1:
@@ -98,6 +107,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     if failed:
         print(f"workbench import: {failed} of {len(args.files)} files not imported", file=sys.stderr)
         return 2
+    if undecryptable:
+        print(f"workbench import: {undecryptable} TLS connection{'s' if undecryptable != 1 else ''} undecryptable "
+              f"(see above); exit status 1", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, http_error_frame
 from workbench.ingest.identity import WriteOutcome
 from workbench.ingest.progress import Progress
+from workbench.protocol.append_meta import append_answer
 from workbench.protocol.routes import DEFAULT_PATHS, Matcher, Route
 from workbench.protocol.run_request import OPENING_KINDS, fill_session, run_request_facts
 from workbench.protocol.status import (
@@ -27,6 +28,9 @@ from workbench.protocol.status import (
 )
 from workbench.redact import marker, redact_frame, redact_headers, secret_method
 from workbench.store.db import SessionInfo, Store
+
+if TYPE_CHECKING:
+    from workbench.ingest.runs import PlanBuilder
 
 # Classify by path, never by host (docs/protocol.md §1): every aiserver RPC counts as agent traffic.
 _MATCHER = Matcher(hosts=(), paths=DEFAULT_PATHS + ("/aiserver.v1.*/*", "/agent.v1.*/*"))
@@ -152,7 +156,11 @@ def decode_exchange(dec: Decoder, ex: Exchange, route: Route) -> Part:
                 part.server = [Frame("unary", "credential RPC body (redacted)", marker(ex.resp_body).encode())]
         elif transport == "bidi_append":
             if ex.resp_body:
-                part.server = dec.decode_body(ex.resp_body, "bidi_append", "server", session=ex.session_key)
+                # As live capture keeps it: an accepted answer is the append's meta (a gRPC-Web
+                # trailer's status joins the exchange's trailers), a refusal is a frame.
+                part.server, trailer = append_answer(dec.decode_body(ex.resp_body, "bidi_append", "server",
+                                                                     session=ex.session_key))
+                ex.trailers = [*ex.trailers, *trailer.items()]
         elif ex.resp_body or transport in STREAM_TRANSPORTS:
             part.server = dec.decode_body(ex.resp_body, transport, "server", msg_type=route.response_type,
                                           session=ex.session_key)
@@ -217,10 +225,12 @@ def exchange_meta(ex: Exchange) -> dict[str, Any]:
 
 def write_exchanges(store: Store, dec: Decoder, exchanges: Sequence[Exchange], *, source: str,
                     file_meta: dict[str, Any], warn: Callable[[str], None],
-                    progress: Progress | None = None) -> ExchangeImport:
+                    progress: Progress | None = None, builder: type[PlanBuilder] | None = None) -> ExchangeImport:
     """Decode every agent exchange and write what is new of its session(s); others are counted only.
 
     ``progress`` (a terminal progress line) shows the decoding, then the sessions written and skipped.
+    ``builder`` orders each session's frames (default: ``PlanBuilder``, causal order for files
+    without per-frame timing; packet captures pass one that keeps wire order).
     """
     from workbench.ingest.identity import write_plans
     from workbench.ingest.runs import PlanBuilder
@@ -269,12 +279,12 @@ def write_exchanges(store: Store, dec: Decoder, exchanges: Sequence[Exchange], *
         else:
             orphan.setdefault(a.request_id or "?", []).append(a)
 
-    builder = PlanBuilder(dec, source, file_meta)
-    plans = [builder.stream(p, joined[id(p)]) for p in streams]
+    plan = (builder or PlanBuilder)(dec, source, file_meta)
+    plans = [plan.stream(p, joined[id(p)]) for p in streams]
     for rid, parts in orphan.items():
-        plans.append(builder.orphan_appends(rid, parts))
+        plans.append(plan.orphan_appends(rid, parts))
         out.orphans += 1
-    plans += [builder.single(p) for p in singles]
+    plans += [plan.single(p) for p in singles]
 
     def written(done: int, skipped: int) -> None:
         if progress is not None:

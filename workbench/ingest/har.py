@@ -200,6 +200,11 @@ def to_exchange(dec: Decoder, entry: Any, n: int) -> Exchange:
         total = entry.get("time")
         if not timings and isinstance(total, int | float) and total > 0:
             ex.t_resp_end = start + total / 1000
+        if timings.get("receive") == 0 and transport in STREAM_TRANSPORTS and ex.resp_body:
+            # mitmproxy's exporter writes receive 0 when the response never finished (the flow ended
+            # in an error, e.g. the client left a stalled stream): a stream's body does not arrive in
+            # no time, so its end is unknown, as in the flow file (no timestamp_end).
+            ex.t_resp_end = None
     return ex
 
 

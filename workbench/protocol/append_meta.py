@@ -7,6 +7,11 @@ request's content type and headers, and the recorder's error for a failed exchan
 (``workbench.capture.writer``) and imports (``workbench.ingest.runs``) build these keys here, so
 analysis reads the same shapes from either (``workbench.analysis.exchanges.meta_fields``).
 
+What of an answer is kept (``append_answer``): an accepted append's answer is facts in the meta
+(a gRPC-Web trailer's status joins its ``grpc_*`` keys); only a refusal, or anything other than
+the empty ``BidiAppendResponse`` and a clean end, stays a frame of its own. Live capture, flow/HAR
+imports and packet-capture imports all keep it this way.
+
 Keys: ``http_status`` (int or null), ``request_headers`` (dict: names lower-cased, a repeated
 header's values joined with ", "; redacted by the caller), ``content_type``, and when there are
 any ``grpc_status`` (int), ``grpc_message``, ``error``.
@@ -46,6 +51,22 @@ def answer_grpc(response_headers: Iterable[tuple[str, str]] | None, trailers: Ma
     return grpc_fields(response_headers, trailers, *frames)
 
 
+def append_answer(frames: Iterable[Frame]) -> tuple[list[Frame], dict[str, str]]:
+    """A BidiAppend's decoded answer as recordings keep it: the frames worth a row (a refusal such
+    as ``end_stream.error`` or an error trailer, or anything but the empty ``BidiAppendResponse``
+    and a clean end) and the ``grpc-status``/``grpc-message`` of its gRPC-Web trailer frame, which
+    belong in the append's meta (pass them on as trailers to ``answer_grpc``)."""
+    kept: list[Frame] = []
+    grpc: dict[str, str] = {}
+    for f in frames:
+        if f.kind.startswith("end_stream") and f.flags & FLAG_TRAILER:
+            grpc.update({k: v for k, v in parse_grpc_web_trailer(f.payload).items()
+                         if k in ("grpc-status", "grpc-message")})
+        if f.kind == "end_stream.error" or not (f.kind.startswith("end_stream") or f.kind == "empty"):
+            kept.append(f)
+    return kept, grpc
+
+
 def append_exchange_meta(http_status: int | None, request_headers: Iterable[tuple[str, str]] | None,
                          content_type: str | None, *, grpc: Mapping[str, str] | None = None,
                          error: str | None = None) -> dict[str, Any]:
@@ -64,4 +85,4 @@ def append_exchange_meta(http_status: int | None, request_headers: Iterable[tupl
     return meta
 
 
-__all__ = ["answer_grpc", "append_exchange_meta", "grpc_status_number", "headers_dict"]
+__all__ = ["answer_grpc", "append_answer", "append_exchange_meta", "grpc_status_number", "headers_dict"]

@@ -19,7 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 DEFAULT_HOSTS = ("*.cursor.sh", "cursor.sh", "*.cursorapi.com")
-DEFAULT_PATHS = ("/agent.v1.AgentService/*", "/aiserver.v1.BidiService/*", "/aiserver.v1.ServerConfigService/*")
+# The AiService model listing is what stateless proxies ask (issue 17): recorded wherever it goes.
+DEFAULT_PATHS = ("/agent.v1.AgentService/*", "/aiserver.v1.BidiService/*", "/aiserver.v1.ServerConfigService/*",
+                 "/aiserver.v1.AiService/GetUsableModels")
 
 _RPC_PATH = re.compile(r"^/([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+)/([A-Za-z_]\w*)$")
 _STREAMING_TYPES = ("application/connect+", "application/grpc")

@@ -8,7 +8,11 @@ finished both ways it writes a copy with the collected request and response bodi
 mitmproxy's own ``io.FlowWriter``. The file is what mitmproxy would have saved had it buffered
 the exchange: whole bodies and the four timestamps, nothing per frame.
 
-    mitmdump -s addons/cursor_capture.py -s whole_body_flows.py --set whole_body_flows=OUT.flows
+``whole_body_har=OUT.har`` also exports the same copies at shutdown through mitmproxy's own HAR
+exporter (its ``save.har`` command), as ``mitmdump -nr OUT.flows --set hardump=OUT.har`` would.
+
+    mitmdump -s addons/cursor_capture.py -s whole_body_flows.py --set whole_body_flows=OUT.flows \
+        [--set whole_body_har=OUT.har]
 """
 
 from __future__ import annotations
@@ -37,9 +41,11 @@ class WholeBodyFlows:
         self._writer: io.FlowWriter | None = None
         self._bodies: dict[str, tuple[bytearray, bytearray]] = {}
         self._done: dict[str, set[str]] = {}
+        self._saved: list[http.HTTPFlow] = []  # the copies written, for the HAR export
 
     def load(self, loader: Any) -> None:
         loader.add_option("whole_body_flows", str, "", "write finished flows with whole bodies to this file")
+        loader.add_option("whole_body_har", str, "", "at shutdown, export the same flows as HAR to this file")
 
     def running(self) -> None:
         path = ctx.options.whole_body_flows
@@ -48,6 +54,8 @@ class WholeBodyFlows:
             self._writer = io.FlowWriter(self._fh)
 
     def done(self) -> None:
+        if ctx.options.whole_body_har:
+            ctx.master.commands.call("save.har", self._saved, ctx.options.whole_body_har)
         if self._fh is not None:
             self._fh.close()
             self._fh = None
@@ -88,6 +96,8 @@ class WholeBodyFlows:
             saved.response.stream = False
             saved.response.raw_content = bytes(resp_body)
         self._writer.add(saved)
+        if ctx.options.whole_body_har:
+            self._saved.append(saved)
         assert self._fh is not None
         self._fh.flush()
 
