@@ -20,7 +20,7 @@ from typing import Any
 
 from analysis_helpers import SessionBuilder
 
-from workbench.client.args import json_to_mcp_args
+from workbench.protocol.args import json_to_mcp_args
 from workbench.schema import pb
 
 STYLES = ("always", "streams-only")

@@ -248,7 +248,7 @@ def test_blobs_named_but_never_requested_are_not_misses(analysis_store: Store) -
 # tool-call args ------------------------------------------------------------------------------------------
 
 def _mcp_call(b: SessionBuilder, call_id: str, streamed: dict, completion: dict, *, echo: str | None = None) -> None:
-    from workbench.client.args import json_to_mcp_args
+    from workbench.protocol.args import json_to_mcp_args
 
     text = json.dumps(streamed)
     for cut in (len(text) // 3, 2 * len(text) // 3, len(text)):
@@ -301,7 +301,7 @@ def test_completion_args_lossy_needs_the_client_replaying_the_lossy_args(analysi
 
 
 def test_args_cumulative_snapshots_needs_the_client_echoing_garbled_args(analysis_store: Store) -> None:
-    from workbench.client.args import naive_concat
+    from workbench.protocol.args import naive_concat
 
     args = {"description": "d", "tasks": [{"id": 1}]}
     text = json.dumps(args)
@@ -531,7 +531,7 @@ def test_unanswered_kv_request_is_an_error(analysis_store: Store) -> None:
 
 
 def test_mcp_exec_without_stream_close_is_tolerated_when_the_turn_went_on(analysis_store: Store) -> None:
-    from workbench.client.args import json_to_mcp_args
+    from workbench.protocol.args import json_to_mcp_args
 
     b = SessionBuilder(analysis_store)
     b.run_request()

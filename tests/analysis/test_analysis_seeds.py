@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from analysis_rig import echo_args_text, rig_session
 
-from workbench.analysis.argsutil import parse_json
 from workbench.client.events import TurnResult
+from workbench.protocol.args import parse_json
 from workbench.store.reader import open_reader
 
 pytestmark = pytest.mark.slow  # starts subprocesses or servers

@@ -19,7 +19,6 @@ from mitmproxy.test import taddons, tflow
 
 from workbench.capture import stream_end
 from workbench.capture.addon import CursorCapture
-from workbench.capture.match import DEFAULT_HOSTS, DEFAULT_PATHS
 from workbench.capture.writer import (
     EV_BODY,
     EV_CHUNK,
@@ -31,6 +30,8 @@ from workbench.capture.writer import (
     FlowOpen,
     WriterConfig,
 )
+from workbench.protocol.routes import DEFAULT_HOSTS, DEFAULT_PATHS
+from workbench.protocol.status import describe_reset
 from workbench.redact import bearer_hash
 from workbench.store.db import DEFAULT_DB
 
@@ -243,7 +244,7 @@ def test_error_after_a_reset_carries_its_side_and_code(hooked: Any) -> None:
     addon.error(f)
     [(kind, key, _ts, msg, _trailers, got)] = events(writer)
     assert (kind, key) == (EV_DONE, f.id)
-    assert msg == stream_end.describe_reset(reset)
+    assert msg == describe_reset(reset)
     assert got == reset
 
 

@@ -39,6 +39,7 @@ from support import wait_until
 
 from workbench.capture import stream_end
 from workbench.capture.addon import CursorCapture
+from workbench.protocol.status import describe_reset
 
 RUN = "https://api2.cursor.sh/agent.v1.AgentService/Run"
 
@@ -182,7 +183,7 @@ def test_a_server_reset_mid_turn_is_an_error_with_its_side() -> None:
     assert info["side"] == "server"
     assert info["code"] == "REFUSED_STREAM"
     assert info["after_response_end"] is False
-    assert stream_end.describe_reset(info) == "stream reset by server (REFUSED_STREAM)"
+    assert info["message"] == describe_reset(info) == "stream reset by server (REFUSED_STREAM)"
 
 
 def test_unmarked_flows_ignore_a_recovered_reset() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import binascii
 import json
 
-from workbench.capture.match import Matcher
 from workbench.decode.classify import CLIENT_MSG, SERVER_MSG, default_decoder
+from workbench.protocol.routes import Matcher
 from workbench.redact import (
     bearer_hash,
     marker,

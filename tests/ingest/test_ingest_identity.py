@@ -72,7 +72,7 @@ def test_same_flow_file_twice_adds_nothing(ingest_live: Recording, tmp_path: Pat
     assert all(k and k.startswith("flow:") for k in keys) and len(set(keys)) == len(keys)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # needs the live recording (a sim and mitmdump)
 def test_flows_held_twice_in_one_file_are_imported_once(ingest_live: Recording, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     flows = _flows(ingest_live.flows)

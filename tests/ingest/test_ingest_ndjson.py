@@ -9,10 +9,10 @@ import pytest
 
 from workbench.cli import main
 from workbench.ingest import IngestError, detect_format, import_file
-from workbench.ingest.ndjson import (
+from workbench.ingest.ndjson import parse_line
+from workbench.protocol.stream_json import (
     assistant_form,
     naive_assistant_text,
-    parse_line,
     reconstruct_assistant_text,
     tool_info,
 )

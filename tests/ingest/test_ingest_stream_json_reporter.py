@@ -23,7 +23,11 @@ from workbench.client.events import (  # noqa: E402
     TurnResult,
     Usage,
 )
-from workbench.ingest.ndjson import assistant_form, naive_assistant_text, reconstruct_assistant_text  # noqa: E402
+from workbench.protocol.stream_json import (  # noqa: E402
+    assistant_form,
+    naive_assistant_text,
+    reconstruct_assistant_text,
+)
 
 
 def _turn(error: Error | None = None) -> TurnResult:

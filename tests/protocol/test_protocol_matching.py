@@ -6,7 +6,7 @@ from workbench.decode.classify import CLIENT_MSG, SERVER_MSG, Frame, default_dec
 from workbench.protocol.matching import (
     START,
     client_correlation,
-    exec_id_of,
+    exec_string_id_of,
     pair_messages,
     server_correlation,
 )
@@ -98,4 +98,4 @@ def test_real_messages_carry_ids_and_exec_id() -> None:
     assert s is not None and (s.family, s.id, s.role, s.exec_id) == ("exec", 4, "request", "ex-4")
     assert a is not None and (a.family, a.id, a.role, a.exec_id) == ("exec", 4, "answer", "ex-4")
     assert c is not None and (c.family, c.id, c.role) == ("exec", 4, "close")
-    assert exec_id_of("exec_client_message.shell_result", b"\xff\xff") is None  # undecodable: no id
+    assert exec_string_id_of("exec_client_message.shell_result", b"\xff\xff") is None  # undecodable: no id

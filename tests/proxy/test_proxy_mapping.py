@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from workbench.client import args as tool_args
 from workbench.client.events import CallState, ExecRequest
+from workbench.protocol import args as tool_args
 from workbench.proxy import mapping
 
 

@@ -152,3 +152,31 @@ def test_replay_clock() -> None:
     assert "frame 5/5" in clock.describe()
     assert clock.faster(10) == 20.0
     assert clock.faster(-10) == 0.5
+
+
+def test_a_gzip_frame_shows_its_length_on_the_wire(tmp_path: Path) -> None:
+    from workbench.decode.classify import default_decoder
+    from workbench.schema import pb
+    from workbench.store.db import SessionInfo, Store
+    from workbench.store.recorder import Recorder
+    from workbench.tui.detail import hex_dump
+
+    text = pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(
+        text_delta=pb.TextDelta(text="compressible " * 200))).SerializeToString()
+    wire = encode(text, compress=True)
+    [frame] = default_decoder().stream("run", "server").feed(wire)
+    store = Store(tmp_path / "gz.duckdb")
+    rec = Recorder(store)
+    rec.open_session(SessionInfo("gz", transport="run"))
+    rec.add("gz", 1, "server", "run", None, frame)
+    rec.flush()
+    store.close()
+    data = TuiData(tmp_path / "gz.duckdb")
+    d = data.frame_detail("gz", 0)
+    data.close()
+    assert d is not None
+    assert d.payload == text  # stored inflated
+    assert d.header == wire[:5]  # flags 0x01 and the compressed length, as sent
+    shown = hex_dump(d.header, d.payload, enveloped=d.enveloped, flags=d.flags).plain
+    assert f"flags 0x01 (gzip) | length {len(wire) - 5} on the wire" in shown
+    assert f"payload shown inflated ({len(text)} bytes)" in shown

@@ -258,3 +258,13 @@ def test_split_anywhere_equivalence(frames: list[tuple[bytes, int]], end: bool, 
     assert [t for t in as_tuples(feed_all(chunks)) if t[3] is None] == good
     # nothing is lost: payload bytes of good frames + raw of bad ones account for the body
     assert sum(5 + len(e.wire_bytes) if e.flags >= 0 else len(e.payload) for e in split_frames(body)) == len(body)
+
+
+def test_the_header_and_the_flag_names() -> None:
+    from workbench.wire.envelope import FLAG_COMPRESSED, FLAG_END_STREAM, FLAG_TRAILER, flag_names, header
+
+    assert header(FLAG_COMPRESSED, 300) == b"\x01\x00\x00\x01\x2c"
+    assert encode(b"abc", FLAG_END_STREAM)[:5] == header(FLAG_END_STREAM, 3)
+    assert flag_names(0) == ["data"]
+    assert flag_names(FLAG_COMPRESSED | FLAG_END_STREAM) == ["gzip", "end-stream"]
+    assert flag_names(FLAG_TRAILER) == ["trailer"]

@@ -5,7 +5,7 @@ from google.protobuf import descriptor_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workbench.wire.varint import encode_varint, read_varint
+from workbench.wire.varint import encode_varint, read_length_varint, read_varint, top_level_fields
 
 
 @given(st.integers(min_value=0, max_value=(1 << 64) - 1), st.binary(max_size=4))
@@ -27,3 +27,29 @@ def test_read_varint_truncated_and_overlong_raise_index_error() -> None:
 def test_encode_small_values() -> None:
     assert encode_varint(0) == b"\x00"
     assert encode_varint(150) == b"\x96\x01"
+
+
+@given(st.binary(max_size=12), st.integers(0, 12))
+def test_the_length_reader_agrees_with_read_varint_up_to_five_bytes(data: bytes, at: int) -> None:
+    value, pos = read_length_varint(data, at)
+    try:
+        expected, end = read_varint(data, at)
+    except IndexError:
+        expected, end = -1, -1
+    if 0 <= end - at <= 5:
+        assert (value, pos) == (expected, end)
+    else:  # truncated, or longer than a length prefix may be: a position past the end
+        assert value == -1 and pos > len(data)
+
+
+@given(st.lists(st.tuples(st.integers(1, 2000), st.one_of(st.integers(0, 2**63), st.binary(max_size=40))),
+                max_size=8))
+def test_top_level_fields_read_back_what_was_written(fields: list[tuple[int, int | bytes]]) -> None:
+    buf = b""
+    for num, value in fields:
+        if isinstance(value, int):
+            buf += encode_varint(num << 3) + encode_varint(value)
+        else:
+            buf += encode_varint(num << 3 | 2) + encode_varint(len(value)) + value
+    assert top_level_fields(buf) == fields
+    assert top_level_fields(b"\x0a\x05ab") == []  # a length past the end: not a message

@@ -13,12 +13,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workbench.analysis.argsutil import parse_json
 from workbench.analysis.engine import analyze_session, write_results
 from workbench.analysis.model import AnalysisResult, Config
 from workbench.analysis.report import print_report
 from workbench.commands.common import add_db_arg, resolve_session
 from workbench.errors import CliError
+from workbench.protocol.args import parse_json
 from workbench.store.db import Store, StoreError
 from workbench.store.reader import open_reader, sidecar_path
 

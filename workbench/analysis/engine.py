@@ -35,6 +35,7 @@ from workbench.analysis.model import AnalysisResult, Config, Finding
 from workbench.analysis.records import CallState, HeartbeatRun, SessionFacts
 from workbench.analysis.rules import Context, run_rules
 from workbench.analysis.tools import public_row, tool_rows
+from workbench.protocol.run_request import run_request_facts
 from workbench.schema import pb
 from workbench.store.db import Store
 
@@ -285,11 +286,8 @@ def _siblings(src: Queryable, session_id: str, conversation_id: str) -> list[tup
     t = src.query("SELECT f.session_id, f.payload, s.started_at FROM frames f JOIN sessions s USING (session_id) "
                   "WHERE f.kind = 'run_request' AND f.session_id <> ? AND s.conversation_id IS NULL", [session_id])
     for r in t.to_pylist():
-        try:
-            cid = pb.AgentClientMessage.FromString(r["payload"] or b"").run_request.conversation_id
-        except DecodeError:
-            continue
-        if cid == conversation_id:
+        rr = run_request_facts("run_request", r["payload"])
+        if rr is not None and rr.conversation_id == conversation_id:
             out[r["session_id"]] = r["started_at"]
     return sorted(out.items(), key=lambda kv: (kv[1] is None, kv[1]))
 

@@ -21,7 +21,6 @@ from typing import Any
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
-from workbench.analysis.argsutil import accumulate_args_text
 from workbench.analysis.exchanges import error_code, meta_fields
 from workbench.analysis.records import (
     Append,
@@ -37,14 +36,21 @@ from workbench.analysis.records import (
     SessionFacts,
 )
 from workbench.analysis.status import grpc_code_name, status_in_text
+from workbench.protocol.args import accumulate_args_text
+from workbench.protocol.matching import (
+    CLIENT_HEARTBEAT,
+    RUN_REQUEST,
+    SERVER_HEARTBEAT,
+    TURN_ENDED,
+)
+from workbench.protocol.run_request import run_request_facts
 from workbench.schema import pb
 
 # Message classes looked up once (pb's lookup is a dict walk per attribute access).
 SERVER_CLS = pb.AgentServerMessage
 CLIENT_CLS = pb.AgentClientMessage
 
-HEARTBEAT = "interaction_update.heartbeat"
-TURN_ENDED = "interaction_update.turn_ended"
+HEARTBEAT = SERVER_HEARTBEAT
 TEXT_DELTA = "interaction_update.text_delta"
 TOKEN_DELTA = "interaction_update.token_delta"
 THINKING_DELTA = "interaction_update.thinking_delta"
@@ -53,9 +59,6 @@ STARTED = "interaction_update.tool_call_started"
 COMPLETED = "interaction_update.tool_call_completed"
 TOOL_DELTA = "interaction_update.tool_call_delta"
 CHECKPOINT = "conversation_checkpoint_update"
-RUN_REQUEST = "run_request"
-CLIENT_HEARTBEAT = "client_heartbeat"
-EXEC_HEARTBEAT = "exec_client_control_message.heartbeat"
 HTTP_ERROR = "http_error"
 NDJSON = "cli_ndjson"
 
@@ -450,19 +453,11 @@ class FactsBuilder:
         f = self.facts
         f.seg += 1
         f.seg_starts.append(seq)
-        try:
-            rr = CLIENT_CLS.FromString(payload or b"").run_request
-        except DecodeError:
+        rr = run_request_facts(kind, payload, CLIENT_CLS)
+        if rr is None:
             return
-        has_state = rr.HasField("conversation_state")
-        action = rr.action.WhichOneof("action") if rr.HasField("action") else None
-        prompt = ""
-        if action == "user_message_action":
-            um = rr.action.user_message_action.user_message
-            prompt = um.text or um.rich_text
-        f.run_requests.append(RunRequest(seq, f.seg, has_state,
-                                         not has_state or rr.conversation_state.ByteSize() == 0,
-                                         rr.conversation_id, action, payload or b"", prompt))
+        f.run_requests.append(RunRequest(seq, f.seg, rr.has_state, rr.state_empty, rr.conversation_id or "",
+                                         rr.action, payload or b"", rr.prompt))
 
     def _on_exec(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
         try:

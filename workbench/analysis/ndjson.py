@@ -1,18 +1,22 @@
-"""stream-json (``cli_ndjson``) sessions: assistant text as a consumer would rebuild it.
+"""stream-json (``cli_ndjson``) sessions: assistant text as a consumer would rebuild it, errors, tools.
 
-The text logic itself lives in ``workbench.ingest.ndjson`` (one source for the importer and the
-analysis); this module only adapts stored frames to it and picks the evidence.
+What the events mean is ``workbench.protocol.stream_json`` (the one model the importer uses too);
+this module only adapts stored frames to it and picks the evidence.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from workbench.ingest.ndjson import (
+from workbench.protocol.stream_json import (
+    DELTA,
+    FULL,
     assistant_form,
+    call_id_of,
+    is_error_result,
     message_text,
     naive_assistant_text,
+    parse_event,
     reconstruct_assistant_text,
     tool_info,
 )
@@ -21,16 +25,8 @@ _SEAM = 12
 
 
 def _event(payload: bytes | None, decoded: str | None) -> dict[str, Any] | None:
-    for src in (payload, decoded):
-        if not src:
-            continue
-        try:
-            ev = json.loads(src)
-        except (ValueError, UnicodeDecodeError):
-            continue
-        if isinstance(ev, dict):
-            return ev
-    return None
+    """The stored event: its line as recorded, else the decoded JSON the importer kept."""
+    return parse_event(payload) or parse_event(decoded)
 
 
 def assistant_texts(events: list[tuple[int, str, bytes | None, str | None]]) -> tuple[str, str, list[int]]:
@@ -46,7 +42,7 @@ def assistant_texts(events: list[tuple[int, str, bytes | None, str | None]]) -> 
             continue
         parsed.append(ev)
         form = assistant_form(ev)
-        if form == "delta":
+        if form == DELTA:
             if first_delta is None:
                 first_delta = seq
         else:
@@ -79,9 +75,9 @@ def duplicated_final(events: list[tuple[int, str, bytes | None, str | None]]) ->
         parsed.append(ev)
         text = message_text(ev)
         form = assistant_form(ev)
-        if form != "delta" and so_far and text:
+        if form != DELTA and so_far and text:
             seams.append(so_far[-_SEAM:] + text[:_SEAM])
-        if form == "full":
+        if form == FULL:
             final = (seq, text) if final is None or final[0] < seq else final
         so_far += text
     if final is None or not parsed:
@@ -103,7 +99,7 @@ def error_results(events: list[tuple[int, str, bytes | None, str | None]]) -> li
         if not kind.startswith("result"):
             continue
         ev = _event(payload, decoded)
-        if ev is not None and (kind == "result.error" or ev.get("is_error")):
+        if ev is not None and is_error_result(kind, ev):
             out.append((seq, ev))
     return out
 
@@ -117,9 +113,7 @@ def tool_rows(session_id: str, events: list[tuple[int, str, bytes | None, str | 
         ev = _event(payload, decoded)
         if ev is None:
             continue
-        call_id = ev.get("call_id")
-        if not isinstance(call_id, str):
-            call_id = f"line:{seq}"
+        call_id = call_id_of(ev) or f"line:{seq}"
         info = tool_info(ev.get("tool_call")) or {}
         row = calls.get(call_id)
         if row is None:

@@ -12,29 +12,12 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from workbench.analysis.argsutil import accumulate_args_text
 from workbench.analysis.context import Context, rule
 from workbench.analysis.model import Finding
 from workbench.analysis.tools import canonical_args
+from workbench.protocol.args import accumulate_all, naive_junctions
 
-_JUNCTION = 12
 _MIN_NEEDLE = 8  # shorter texts turn up by chance
-
-
-def _junctions(deltas: list[str]) -> list[str]:
-    """Text that only a naive concatenation contains: tail of one snapshot + head of the next."""
-    out = []
-    for prev, cur in zip(deltas, deltas[1:], strict=False):
-        if prev and cur.startswith(prev):
-            out.append(prev[-_JUNCTION:] + cur[:_JUNCTION])
-    return out
-
-
-def _accumulated(deltas: list[str]) -> str:
-    text = ""
-    for d in deltas:
-        text = accumulate_args_text(text, d)
-    return text
 
 
 def _forms(texts: Iterable[str]) -> list[bytes]:
@@ -80,10 +63,10 @@ def args_cumulative_snapshots(ctx: Context) -> list[Finding]:
     out = []
     for row in ctx.tool_calls:
         deltas = row.get("_deltas") or []
-        good = _accumulated(deltas) if len(deltas) >= 2 else ""
+        good = accumulate_all(deltas) if len(deltas) >= 2 else ""
         if len(deltas) < 2 or row.get("args_naive") in (None, good):
             continue
-        junctions = [j for j in _junctions(deltas) if j not in good]
+        junctions = [j for j in naive_junctions(deltas) if j not in good]
         needles = _forms(junctions)
         if not needles:
             continue
@@ -102,7 +85,7 @@ def args_cumulative_snapshots(ctx: Context) -> list[Finding]:
             f"(…{shown}…, {len(naive)} chars, not JSON) instead of the {len(good)}-char snapshot.",
             row["_delta_seqs"] + hits[:5],
             "A delta that starts with the text so far is a snapshot: replace the buffer, append only the suffix "
-            "(workbench.client.args.accumulate_args_text); cross-check with the started/completed args."))
+            "(workbench.protocol.args.accumulate_args_text); cross-check with the started/completed args."))
     return out
 
 
@@ -165,7 +148,7 @@ def completion_args_lossy(ctx: Context) -> list[Finding]:
             f"(merged args keep {sorted(row['args_merged']) if isinstance(row.get('args_merged'), dict) else '?'}).",
             (row["_delta_seqs"][-1:] if row["_delta_seqs"] else []) + [completed, row.get("exec_seq")] + hits[:5],
             "Merge the completion map into the streamed (or exec) args instead of overwriting: keep keys it omits "
-            "and structured values it downgraded (workbench.client.args.merge_mcp_args).", order_dependent=True))
+            "and structured values it downgraded (workbench.protocol.args.merge_mcp_args).", order_dependent=True))
     return out
 
 

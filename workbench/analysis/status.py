@@ -14,13 +14,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.wire.endstream import b64decode_loose, parse_end_stream, parse_grpc_web_trailer
-from workbench.wire.varint import read_varint
+from workbench.wire.endstream import CONNECT_CODE, b64decode_loose, parse_end_stream, parse_grpc_web_trailer
+from workbench.wire.varint import top_level_fields
 
-# gRPC status numbers and the Connect code of the same meaning (lower_snake).
-GRPC_CODES = ("ok", "canceled", "unknown", "invalid_argument", "deadline_exceeded", "not_found", "already_exists",
-              "permission_denied", "resource_exhausted", "failed_precondition", "aborted", "out_of_range",
-              "unimplemented", "internal", "unavailable", "data_loss", "unauthenticated")
+# gRPC status numbers and the Connect code of the same meaning (lower_snake): the wire's one table.
+GRPC_CODES = ("ok", *(CONNECT_CODE[n] for n in range(1, len(CONNECT_CODE) + 1)))
 CONNECT_CODES = frozenset(GRPC_CODES[1:])
 ERROR_DETAILS_TYPE = "aiserver.v1.ErrorDetails"
 
@@ -163,11 +161,11 @@ def _apply_status_details(err: StreamError, text: str, details: Callable[[bytes]
             raw = base64.b64decode(text)
         except (binascii.Error, ValueError):
             return
-    for num, value in _fields(raw):
+    for num, value in top_level_fields(raw):
         if num == 2 and isinstance(value, bytes) and not err.message:
             err.message = value.decode("utf-8", "replace")
         elif num == 3 and isinstance(value, bytes) and details is not None:
-            any_fields = dict(_fields(value))
+            any_fields = dict(top_level_fields(value))
             type_url = any_fields.get(1)
             inner = any_fields.get(2)
             if isinstance(type_url, bytes) and type_url.decode("utf-8", "replace").endswith(ERROR_DETAILS_TYPE) \
@@ -176,31 +174,3 @@ def _apply_status_details(err: StreamError, text: str, details: Callable[[bytes]
                     _apply_detail(err, details(inner), {})
                 except Exception:  # a detail we cannot decode must not hide the error itself
                     continue
-
-
-def _fields(buf: bytes) -> list[tuple[int, int | bytes]]:
-    """Top-level (field number, value) pairs of a protobuf message; [] when it is not one."""
-    out: list[tuple[int, int | bytes]] = []
-    pos = 0
-    try:
-        while pos < len(buf):
-            key, pos = read_varint(buf, pos)
-            num, wire = key >> 3, key & 7
-            if wire == 0:
-                v, pos = read_varint(buf, pos)
-                out.append((num, v))
-            elif wire == 2:
-                n, pos = read_varint(buf, pos)
-                if pos + n > len(buf):
-                    return []
-                out.append((num, buf[pos:pos + n]))
-                pos += n
-            elif wire == 1:
-                pos += 8
-            elif wire == 5:
-                pos += 4
-            else:
-                return []
-    except IndexError:
-        return []
-    return out

@@ -15,10 +15,10 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from workbench.analysis.argsutil import merge_mcp_args, naive_concat, parse_json
 from workbench.analysis.facts import CLIENT_CLS, SERVER_CLS
 from workbench.analysis.records import CallState, ExecReq, SessionFacts
 from workbench.decode.tree import message_to_tree
+from workbench.protocol.args import merge_mcp_args, naive_concat, parse_json
 from workbench.store.db import us_to_datetime
 
 _STR_LIMIT = 2000

@@ -35,7 +35,6 @@ from typing import Any
 from mitmproxy import ctx, exceptions, http
 
 from workbench.capture import contentview, stream_end
-from workbench.capture.match import DEFAULT_HOSTS, DEFAULT_PATHS, Matcher, Route
 from workbench.capture.sink import HOLD_FRAMES
 from workbench.capture.writer import (
     EV_BODY,
@@ -50,6 +49,8 @@ from workbench.capture.writer import (
     WriterConfig,
 )
 from workbench.decode.classify import Decoder
+from workbench.protocol.routes import DEFAULT_HOSTS, DEFAULT_PATHS, Matcher, Route
+from workbench.protocol.status import describe_reset
 from workbench.redact import LEVELS, bearer_hash, redact_headers
 from workbench.schema.active import schema_for_option
 from workbench.schema.loader import Schema, SchemaError
@@ -293,7 +294,7 @@ class CursorCapture:
             return
         reset = flow.metadata.get(stream_end.RESET)
         if reset is not None:
-            msg = stream_end.describe_reset(reset)
+            msg = describe_reset(reset)
         else:
             msg = flow.error.msg if flow.error else "flow failed"
         self.writer.queue.put((EV_DONE, flow.id, time.time_ns() // 1000, msg, {}, reset))

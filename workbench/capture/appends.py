@@ -10,20 +10,17 @@ small per-run window and releases them in seqno order; a gap that does not fill 
 
 Evidence: each append frame is recorded where it arrived, and carries the facts of the HTTP
 exchange that carried it in ``Frame.meta`` (``frames.meta``), completed when the answer comes
-(``Sink.patch_meta``), with the keys imports use too (``append_exchange_meta``); the server's
+(``Sink.patch_meta``), with the keys imports use too (``workbench.protocol.append_meta``); the server's
 refusal follows the append it refuses.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from workbench.decode.classify import Frame
-from workbench.wire.endstream import parse_grpc_web_trailer
-from workbench.wire.envelope import FLAG_TRAILER
 
 REORDER_WINDOW_S = 10.0
 REORDER_AFTER_END_S = 2.0
@@ -33,36 +30,6 @@ REORDER_MAX = 64
 # append itself, then the server's refusal if any, travel together).
 Held = tuple[int, str, str, str | None, Frame]
 Emit = Callable[[str, int, str, str, "str | None", Frame], None]
-
-
-def append_exchange_meta(http_status: int | None, request_headers: Iterable[tuple[str, str]] | None,
-                         content_type: str | None, **extra: Any) -> dict[str, Any]:
-    """``frames.meta`` of a BidiAppend frame: the HTTP status it was answered with, its request
-    headers as a dict (names lower-cased, repeated headers joined with ", "; already redacted by the
-    caller with ``workbench.redact.redact_headers``) and its content type, plus any ``extra`` facts (``grpc_status``, ``grpc_message``, ``error``)."""
-    headers: dict[str, str] = {}
-    for name, value in request_headers or ():
-        key = name.lower()
-        headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    meta: dict[str, Any] = {"http_status": http_status, "request_headers": headers, "content_type": content_type}
-    meta.update({k: v for k, v in extra.items() if v is not None})
-    return meta
-
-
-def append_answer(frames: Iterable[Frame]) -> tuple[list[Frame], dict[str, str]]:
-    """A BidiAppend's 2xx answer as recordings keep it (live capture and imports alike): the frames
-    worth a row — a refusal (``end_stream.error``, e.g. a gRPC-Web trailer with a non-zero status) or
-    anything but the empty ``BidiAppendResponse`` and a clean end — and the gRPC facts of its
-    trailer frame (``grpc-status``, ``grpc-message``), which belong in the append's meta."""
-    kept: list[Frame] = []
-    grpc: dict[str, str] = {}
-    for f in frames:
-        if f.kind.startswith("end_stream") and f.flags & FLAG_TRAILER:
-            grpc.update({k: v for k, v in parse_grpc_web_trailer(f.payload).items()
-                         if k in ("grpc-status", "grpc-message")})
-        if f.kind == "end_stream.error" or not (f.kind.startswith("end_stream") or f.kind == "empty"):
-            kept.append(f)
-    return kept, grpc
 
 
 @dataclass(slots=True)

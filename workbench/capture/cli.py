@@ -17,9 +17,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from workbench.capture.match import DEFAULT_HOSTS, DEFAULT_PATHS
 from workbench.commands.common import add_db_arg, add_proto_arg
 from workbench.errors import CliError
+from workbench.protocol.routes import DEFAULT_HOSTS, DEFAULT_PATHS
 
 ENTRY = Path(__file__).with_name("mitm_entry.py")
 EXIT_FRAMES_LOST = 3  # = workbench.capture.addon.EXIT_FRAMES_LOST (kept here: the CLI imports no mitmproxy)

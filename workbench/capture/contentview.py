@@ -26,9 +26,9 @@ from typing import Any
 from mitmproxy import contentviews, http
 from mitmproxy.contentviews.base import TViewLine, TViewResult
 
-from workbench.capture.match import DEFAULT_PATHS, Matcher, Route
 from workbench.decode import fields_of
 from workbench.decode.classify import Decoder, Frame, default_decoder, http_error_frame
+from workbench.protocol.routes import DEFAULT_PATHS, Matcher, Route
 from workbench.redact import marker, redact_frame, secret_method
 from workbench.wire.envelope import FLAG_COMPRESSED, FLAG_END_STREAM, FLAG_TRAILER
 

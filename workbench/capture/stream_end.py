@@ -54,11 +54,13 @@ from mitmproxy.proxy.layers.http._events import (
 )
 from mitmproxy.proxy.layers.http._hooks import HttpErrorHook
 
+from workbench.protocol.status import RESET_METADATA_KEY, h2_error_name, reset_facts
+
 log = logging.getLogger("workbench.capture")
 
 MARK = "workbench_end_at_once"       # set by the addon: this flow gets the transparent end
 ENDED = "workbench_end_forwarded"    # set here: the response end went to the client early
-RESET = "workbench_reset"            # set here: {side, code, h2_error_code, message, after_response_end}
+RESET = RESET_METADATA_KEY           # set here: {side, code, h2_error_code, message, after_response_end}
 
 # Attributes carried on mitmproxy's protocol-error events (plain dataclasses without slots).
 _PEER_CODE = "workbench_peer_rst_code"   # the error code of the RST_STREAM this event came from
@@ -180,23 +182,8 @@ def _flow_done(self: Any) -> Generator[Any, Any, None]:
 def reset_info(event: Any, after_response_end: bool) -> dict[str, Any]:
     """What a protocol-error event says: which side, the HTTP/2 code (if a reset), the message."""
     side = "client" if isinstance(event, RequestProtocolError) else "server"
-    code = getattr(event, _PEER_CODE, None)
-    info: dict[str, Any] = {"side": side, "message": event.message, "after_response_end": after_response_end}
-    if code is not None:
-        info["h2_error_code"] = code
-        try:
-            info["code"] = h2.errors.ErrorCodes(code).name
-        except ValueError:
-            info["code"] = str(code)
-        info["message"] = describe_reset(info)  # mitmproxy's text says "by client" for both sides
-    return info
-
-
-def describe_reset(info: dict[str, Any]) -> str:
-    """A session error line: ``stream reset by client (CANCEL)`` or ``server connection lost (…)``."""
-    if info.get("code") is not None:
-        return f"stream reset by {info['side']} ({info['code']})"
-    return f"{info['side']} connection lost ({info.get('message', '')})"
+    # for a reset the message is ours: mitmproxy's text says "by client" for both sides
+    return reset_facts(side, after_response_end, getattr(event, _PEER_CODE, None), event.message)
 
 
 def _handle_protocol_error(self: Any, event: Any) -> Generator[Any, Any, None]:
@@ -258,12 +245,8 @@ def _handle_h2_event(self: Any, event: Any) -> Generator[Any, Any, bool]:
     if recent and event.stream_id in recent and event.stream_id not in self.streams:
         recent.discard(event.stream_id)
         yield from original  # mitmproxy's own handling (it ignores the reset)
-        try:
-            name = h2.errors.ErrorCodes(code).name
-        except ValueError:
-            name = str(code)
         err = self.ReceiveProtocolError(
-            event.stream_id, f"stream reset by client ({name})",
+            event.stream_id, f"stream reset by client ({h2_error_name(code)})",
             code=499 if code == h2.errors.ErrorCodes.CANCEL else self.ReceiveProtocolError.code)
         setattr(err, _PEER_CODE, code)
         setattr(err, _RECOVERED, True)  # only marked flows act on it (see _handle_protocol_error)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.capture.appends import AppendOrder, Held, append_answer, append_exchange_meta
+from workbench.capture.appends import AppendOrder, Held
 from workbench.capture.sink import HOLD_BYTES, HOLD_FRAMES, Sink, SinkConfig
 from workbench.decode.classify import (
     CLIENT_MSG,
@@ -37,7 +37,17 @@ from workbench.decode.classify import (
     default_decoder,
     http_error_frame,
 )
+from workbench.protocol.append_meta import answer_grpc, append_answer, append_exchange_meta
 from workbench.protocol.labels import fill_label
+from workbench.protocol.run_request import OPENING_KINDS, fill_session, run_request_facts
+from workbench.protocol.status import (
+    ExchangeEnd,
+    framing_of,
+    grpc_fields,
+    http_ok,
+    session_status,
+    with_append,
+)
 from workbench.redact import marker, redact_frame, secret_method
 from workbench.schema.active import schema_stamp
 from workbench.store.db import SessionInfo, Store, us_to_datetime
@@ -84,8 +94,9 @@ class _Flow:
     http_status: int | None = None
     response_headers: list[tuple[str, str]] = field(default_factory=list)
     error_body: bytearray | None = None
-    saw_end: bool = False
+    saw_end: bool = False  # an end-stream or gRPC-Web trailer frame came from the server
     end_error: str | None = None
+    http_error: str | None = None  # the text of the http_error frame a non-200 answer became
     eof: set[str] = field(default_factory=set)
     append_seqno: int | None = None
     append_frames: list[Frame] = field(default_factory=list)  # this append exchange's client frames
@@ -93,6 +104,19 @@ class _Flow:
     append_response: bytes | None = None
     done: bool = False
     secret: bool = False  # an RPC whose bodies are credentials: store markers only
+
+    def note_end(self, f: Frame) -> None:
+        """A server frame; one that ends the response (end-stream, gRPC-Web trailer frame) is noted."""
+        if f.kind.startswith("end_stream"):
+            self.saw_end = True
+            if f.kind == "end_stream.error":
+                self.end_error = f.summary
+
+    def ending(self, grpc: dict[str, str], failure: str | None, reset: dict[str, Any] | None = None) -> ExchangeEnd:
+        """What this exchange showed of its end, for ``workbench.protocol.status``."""
+        return ExchangeEnd(self.open.transport, self.http_status, framing_of(self.open.content_type),
+                           grpc.get("grpc-status"), grpc.get("grpc-message"), self.saw_end, self.end_error,
+                           self.http_error, failure=failure, reset=reset)
 
 
 @dataclass
@@ -121,6 +145,8 @@ class CaptureWriter:
         self.flows: dict[str, _Flow] = {}
         self.appends = AppendOrder(self._emit)
         self._live_run_ids: dict[str, str] = {}
+        # session → (status, error, label) of the first append refused while its run was open
+        self._refused: dict[str, tuple[str, str | None, str]] = {}
         self._thread = threading.Thread(target=self._run, name="workbench-capture-writer", daemon=True)
         self._stopped = threading.Event()
         self._wake = threading.Event()
@@ -304,10 +330,8 @@ class CaptureWriter:
 
     def _frame(self, fl: _Flow, ts_us: int, direction: str, f: Frame) -> None:
         fo = fl.open
-        if direction == "server" and f.kind.startswith("end_stream"):
-            fl.saw_end = True
-            if f.kind == "end_stream.error":
-                fl.end_error = f.summary
+        if direction == "server":
+            fl.note_end(f)
         if fl.session_id is None:
             if direction == "client" and f.request_id and fo.transport in ("runsse", "runpoll"):
                 self._bind(fl, f.request_id)
@@ -350,7 +374,7 @@ class CaptureWriter:
                     info.http_status = status
                     info.meta.update(meta)
                     self.sink.touch(fl.session_id)
-        if status != 200 and fl.open.streaming:
+        if not http_ok(status) and fl.open.streaming:
             fl.error_body = bytearray()
 
     def _body(self, key: str, direction: str, ts_us: int, body: bytes) -> None:
@@ -372,11 +396,12 @@ class CaptureWriter:
                 self._append(fl, f, [(ts_us, "client", "bidi_append", fo.key, f)])
             return
         if direction == "server":
-            if fl.http_status not in (None, 200):
+            if fl.http_status is not None and not http_ok(fl.http_status):
                 self._http_error_frame(fl, ts_us, body)
                 return
             frames = self.decoder.decode_body(body, "unary", "server", fo.response_type)
             for f in frames:
+                fl.note_end(f)
                 self._emit_flow(fl, ts_us, direction, self._typed(f, fo.response_type))
             return
         for f in self.decoder.decode_body(body, "unary", "client", fo.request_type):
@@ -399,19 +424,20 @@ class CaptureWriter:
         fo = fl.open
         status = fl.http_status
         answer: list[Frame] = []
-        grpc: dict[str, str] = {k: v for k, v in fl.response_headers if k.lower() in ("grpc-status", "grpc-message")}
-        grpc.update({k: v for k, v in trailers.items() if k in ("grpc-status", "grpc-message")})
+        decoded: list[Frame] = []
         body = fl.append_response or b""
-        if status is not None and status != 200:
+        if status is not None and not http_ok(status):
             answer.append(http_error_frame(status, body))
+            fl.http_error = answer[0].summary
         elif body:
-            answer, trailer = append_answer(self.decoder.decode_body(body, "bidi_append", "server"))
-            grpc.update(trailer)
-        grpc_status = grpc.get("grpc-status")
-        meta = append_exchange_meta(status, fo.meta.get("request_headers"), fo.content_type,
-                                    grpc_status=int(grpc_status) if grpc_status and grpc_status.isdigit() else None,
-                                    grpc_message=grpc.get("grpc-message"), error=error)
+            decoded = self.decoder.decode_body(body, "bidi_append", "server")
+            for f in decoded:
+                fl.note_end(f)
+            answer, _trailer = append_answer(decoded)  # the trailer frame's status: answer_grpc reads it
+        grpc = answer_grpc(fl.response_headers, trailers, decoded)
+        meta = append_exchange_meta(status, fo.meta.get("request_headers"), fo.content_type, grpc=grpc, error=error)
         frames, fl.append_frames = fl.append_frames, []
+        self._judge_append(fl, frames, grpc, error)
         for f in frames:
             f.meta = meta  # a frame still held for seqno order is emitted with it
             where = fl.append_emitted.pop(id(f), None)
@@ -427,6 +453,17 @@ class CaptureWriter:
             item: Held = (ts_us, "server", "bidi_append", fo.key, a)
             if not self.appends.attach(last.request_id or "", last.append_seqno, item):
                 self._emit(last.request_id or "", *item)
+
+    def _judge_append(self, fl: _Flow, frames: list[Frame], grpc: dict[str, str], error: str | None) -> None:
+        """Remember the first append refused while its run was open: the run ends ``error`` then."""
+        sid = fl.session_id
+        info = self.sink.get_session(sid) if sid is not None else None
+        if sid is None or info is None or info.status != "open" or sid in self._refused:
+            return  # no run, the run is over (no stream left to harm), or refused before
+        status, err = session_status(fl.ending(grpc, error))
+        if status == "error":
+            seqno = frames[0].append_seqno if frames else fl.append_seqno
+            self._refused[sid] = (status, err, f"BidiAppend append_seqno {seqno}")
 
     def _append(self, fl: _Flow, f: Frame, items: list[Held]) -> None:
         fo = fl.open
@@ -444,6 +481,7 @@ class CaptureWriter:
     def _http_error_frame(self, fl: _Flow, ts_us: int, body: bytes) -> None:
         status = fl.http_status
         f = http_error_frame(status, body)
+        fl.http_error = f.summary
         self._emit_flow(fl, ts_us, "server", f)
         info = self.sink.get_session(fl.session_id) if fl.session_id else None
         if info is not None:
@@ -485,29 +523,16 @@ class CaptureWriter:
         info = self.sink.get_session(sid)
         if info is None:
             return
-        grpc_status = trailers.get("grpc-status")
         if trailers:
             info.meta["trailers"] = trailers
         if reset is not None:
             info.meta["reset"] = reset
         if fl.http_status is not None:
             info.http_status = fl.http_status
-        if error is not None:
-            info.status = "aborted"
-            info.error = error
-        elif fl.http_status is not None and fl.http_status >= 400:
-            info.status = "error"
-        elif fl.end_error is not None:
-            info.status = "error"
-            info.error = fl.end_error
-        elif grpc_status not in (None, "0"):
-            info.status = "error"
-            info.error = f"grpc-status {grpc_status} {trailers.get('grpc-message', '')}".rstrip()
-        elif fo.streaming and fo.transport in ("run", "runsse", "runpoll") and not (fl.saw_end or grpc_status == "0"):
-            info.status = "incomplete"
-            info.error = info.error or "stream ended without an end-stream frame"
-        else:
-            info.status = "complete"
+        info.status, info.error = session_status(fl.ending(grpc_fields(fl.response_headers, trailers), error, reset))
+        refused = self._refused.pop(sid, None)
+        if refused is not None:
+            info.status, info.error = with_append(info.status, info.error, *refused)
         end = us_to_datetime(ts_us)
         if info.ended_at is None or end > info.ended_at:
             info.ended_at = end
@@ -565,7 +590,7 @@ class CaptureWriter:
 
     def _emit(self, sid: str, ts_us: int, direction: str, transport: str, stream: str | None, f: Frame) -> None:
         f = redact_frame(f, content=self.config.content, decoder=self.decoder)
-        if direction == "client" and f.kind in ("run_request", "prewarm_request"):
+        if direction == "client" and f.kind in OPENING_KINDS:
             self._learn_run(sid, f)
         seq = self.sink.emit(sid, ts_us, direction, transport, stream, f)
         if transport == "bidi_append" and direction == "client" and stream is not None:
@@ -578,19 +603,8 @@ class CaptureWriter:
         if info is None:
             return
         fill_label(info, kind=f.kind, payload=f.payload)  # the frame is already redacted
-        try:
-            msg: Any = self.decoder.info(CLIENT_MSG).cls.FromString(f.payload)
-            run = getattr(msg, f.kind)
-        except Exception:
-            return
-        model = None
-        if run.HasField("requested_model") and run.requested_model.model_id:
-            model = run.requested_model.model_id
-        elif run.HasField("model_details") and run.model_details.model_id:
-            model = run.model_details.model_id
-        if model:
-            info.model = model
-        if run.conversation_id:
-            info.conversation_id = run.conversation_id
+        facts = run_request_facts(f.kind, f.payload, self.decoder.info(CLIENT_MSG).cls)
+        if facts is not None:
+            fill_session(info, facts)
         self.sink.touch(sid)
 

@@ -24,7 +24,6 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from workbench.client import args as tool_args
 from workbench.client._pb import pb
 from workbench.client.blobs import BlobStore
 from workbench.client.connections import Connections
@@ -62,6 +61,7 @@ from workbench.client.transport import (
     TransportError,
     list_usable_models,
 )
+from workbench.protocol import args as tool_args
 from workbench.protocol.labels import prompt_label
 
 FAULTS = frozenset({"no_stream_close", "naive_args_concat", "reuse_session", "omit_conversation_state",
@@ -184,10 +184,13 @@ class AgentClient(ExecAnswers):
             client_version=f"workbench-client ({self.transport})", host=self.base_url, meta=meta,
             label=prompt_label(prompt))
 
-    def _finish_session(self, run: ClientRun, error: Error | None) -> None:
+    def _finish_session(self, run: ClientRun) -> None:
+        """The run's channel is closed: its recording gets the status of what the wire showed
+        (``workbench.client.ending``), the same a capture of these bytes gets."""
         if self._journal is not None:
-            self._journal.finish_session("error" if error else ("complete" if run.ended else "incomplete"),
-                                         f"{error.code}: {error.message}" if error else None)
+            ch = run.channel
+            self._journal.finish_session(ch.request_id, ch.seen.exchange_end(ch.transport, ch.framing),
+                                         ch.seen.refused)
 
     # building messages ----------------------------------------------------------------------
 
@@ -247,6 +250,7 @@ class AgentClient(ExecAnswers):
                 await run.channel.settle(END_WAIT_S)
         finally:
             await run.channel.close()
+            self._finish_session(run)
 
     # public API -----------------------------------------------------------------------------
 
@@ -307,7 +311,6 @@ class AgentClient(ExecAnswers):
                 else:
                     # Closed first so appends still in flight are answered and recorded with the turn.
                     await self._close_run(run)
-                self._finish_session(run, error)
 
     async def run_turn(self, prompt: str, model: str | None = None, tools: Sequence[ToolDef] | None = None,
                        conversation_id: str | None = None,

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from workbench.client import args as tool_args
 from workbench.client._pb import pb
 from workbench.client.events import CallState, Event, ExecHandled, ExecRequest
 from workbench.client.localexec import (
@@ -36,6 +35,7 @@ from workbench.client.localexec import (
     final_shell_result,
     result_field,
 )
+from workbench.protocol import args as tool_args
 
 if TYPE_CHECKING:
     from workbench.client.agent import ClientRun

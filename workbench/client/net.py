@@ -159,6 +159,7 @@ class H2Stream:
     ended_local: bool = False
     ended_remote: bool = False
     error: BaseException | None = None
+    reset_code: int | None = None  # the error code of the server's RST_STREAM, when it reset the stream
 
     @property
     def status(self) -> int:
@@ -378,6 +379,7 @@ class H2Connection:
                 self._streams.pop(ev.stream_id, None)
         elif isinstance(ev, h2.events.StreamReset) and stream is not None:
             stream.ended_remote = True
+            stream.reset_code = int(ev.error_code)
             self._streams.pop(ev.stream_id, None)
             stream.fail(NetError(f"HTTP/2 stream {ev.stream_id} reset by the server "
                                  f"(error code {ev.error_code})"))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import bisect
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from workbench.protocol.status import ExchangeEnd, session_status, with_append
+
 if TYPE_CHECKING:
     from workbench.decode.classify import Frame
 
@@ -51,15 +53,20 @@ class Journal:
         info["meta"] = {**info.get("meta", {}), **schema_stamp(default_decoder().schema)}
         self.recorder.open_session(SessionInfo(session_id=session_id, source="client", **info))
 
-    def finish_session(self, status: str, error: str | None) -> None:
-        if self.session_id is None:
-            return
+    def finish_session(self, session_id: str, end: ExchangeEnd,
+                       refused: tuple[str, str | None, str] | None = None) -> None:
+        """Settle a run's session: status and error by ``workbench.protocol.status`` from how its
+        exchange ended (``refused``: the first BidiAppend refused while the run was going on)."""
         self.drain()
-        info = self.recorder.sessions.get(self.session_id)
+        info = self.recorder.sessions.get(session_id)
         if info is not None:
-            info.status = status
-            info.error = error
-            self.recorder.touch(self.session_id)
+            info.status, info.error = session_status(end)
+            if refused is not None:
+                info.status, info.error = with_append(info.status, info.error, *refused)
+            info.http_status = end.http_status
+            if end.reset is not None:
+                info.meta["reset"] = dict(end.reset)
+            self.recorder.touch(session_id)
         self.recorder.flush()
 
     def close(self) -> None:

@@ -7,9 +7,9 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from workbench.client import args as tool_args
 from workbench.client._pb import pb
 from workbench.client.events import CallState
+from workbench.protocol import args as tool_args
 
 ToolDef = Any  # a McpToolDefinition dict (see tool_definition) or message
 

@@ -21,10 +21,8 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import json
 import threading
 import time
-import urllib.parse
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -34,12 +32,21 @@ import httpx
 
 from workbench import __version__
 from workbench.client._pb import pb
+from workbench.client.ending import (
+    EndSeen,
+    TransportError,
+    end_of,
+    eof_end,
+    error_from_http,
+    grpc_web_end,
+    judge_append,
+)
 from workbench.client.net import H2Connection, H2Stream, NetError, Verify, cancel_and_wait, ssl_context
-from workbench.decode.classify import Frame, default_decoder
-from workbench.errors import WorkbenchError
+from workbench.decode.classify import Frame, default_decoder, http_error_frame
+from workbench.protocol.status import reset_facts
 from workbench.schema import pb as schema_pb
-from workbench.wire.endstream import EndStream, end_from_grpc, parse_end_stream, parse_grpc_web_trailer
-from workbench.wire.envelope import Envelope, EnvelopeParser, encode, split_frames, split_unary
+from workbench.wire.endstream import EndStream
+from workbench.wire.envelope import EnvelopeParser, encode, split_frames, split_unary
 
 RUN_PATH = "/agent.v1.AgentService/Run"
 RUNSSE_PATH = "/agent.v1.AgentService/RunSSE"
@@ -89,18 +96,6 @@ class Wire(Protocol):
     def frame(self, ts_us: int, direction: str, transport: str, frame: Frame) -> None: ...
 
 
-class TransportError(WorkbenchError):
-    """The upstream refused or broke the exchange; ``code`` follows Connect (lower_snake)."""
-
-    def __init__(self, code: str, message: str, details: list[dict[str, Any]] | None = None,
-                 http_status: int | None = None) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.details = details or []
-        self.http_status = http_status
-
-
 @dataclass(slots=True)
 class Incoming:
     """``kind``: "message" (payload = AgentServerMessage bytes), "end" (end-stream or EOF), "error"."""
@@ -138,39 +133,6 @@ def framed_headers(token: str, request_id: str, framing: str, *, unary: bool, ht
     return connect_headers(token, request_id, CONNECT_UNARY_CT if unary else CONNECT_STREAM_CT, http1=http1)
 
 
-def grpc_web_end(body: bytes) -> EndStream | None:
-    """The status of a whole gRPC-Web body (its 0x80 trailer frame), None when it has none."""
-    for env in split_frames(body):
-        if env.is_trailer:
-            return end_of(env)
-    return None
-
-
-_HTTP_CODES = {400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied", 404: "not_found",
-               408: "deadline_exceeded", 409: "aborted", 415: "internal", 429: "resource_exhausted",
-               464: "unimplemented", 500: "internal", 501: "unimplemented", 502: "unavailable",
-               503: "unavailable", 504: "deadline_exceeded"}
-
-
-def error_from_http(status: int, body: bytes, what: str) -> TransportError:
-    """A non-200 answer: Connect puts a JSON error in the body (docs/protocol.md §2)."""
-    code = _HTTP_CODES.get(status, "unknown")
-    message = f"HTTP {status} from {what}"
-    details: list[dict[str, Any]] = []
-    try:
-        doc = json.loads(body.decode("utf-8")) if body.strip() else None
-    except (UnicodeDecodeError, ValueError):
-        doc = None
-    if isinstance(doc, dict):
-        code = str(doc.get("code") or code)
-        if doc.get("message"):
-            message = f"{doc['message']} (HTTP {status} from {what})"
-        details = [d for d in doc.get("details") or [] if isinstance(d, dict)]
-    elif body:
-        message += ": " + body[:200].decode("utf-8", "replace")
-    return TransportError(code, message, details, status)
-
-
 class Channel:
     """Base: a queue of incoming items plus a send method."""
 
@@ -190,6 +152,7 @@ class Channel:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._reader: asyncio.Task[None] | None = None
         self.closed = False
+        self.seen = EndSeen()
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)
@@ -228,6 +191,14 @@ class Channel:
         self.closed = True
         await cancel_and_wait(list(self._tasks))
 
+    def _http_error(self, status: int, body: bytes) -> None:
+        """A non-200 answer to the stream: recorded as the ``http_error`` frame a capture stores."""
+        f = http_error_frame(status, body)
+        self.seen.http_error = f.summary
+        self.seen.response_ended = True
+        if self.wire.recording:
+            self._record(now_us(), "server", self.transport, [f])
+
     def _unwrap(self, payload: bytes) -> list[Incoming]:
         """What one response envelope delivers (RunPoll overrides: records wrap the messages)."""
         return [Incoming("message", payload)]
@@ -240,9 +211,13 @@ class Channel:
         """Queue the complete envelopes in ``chunk``; True once the stream has ended."""
         for env in parser.feed(chunk):
             ts = now_us()
-            if self.wire.recording:
-                self._record(ts, "server", self.transport,
-                             [default_decoder().frames_from_envelope(env, self.transport, "server")])
+            ending = env.is_end_stream or env.is_trailer
+            if self.wire.recording or ending:
+                frame = default_decoder().frames_from_envelope(env, self.transport, "server")
+                if self.wire.recording:
+                    self._record(ts, "server", self.transport, [frame])
+                if ending and not env.error:
+                    self.seen.note_end(frame)
             if env.error:
                 self._fail(TransportError("internal", f"bad envelope from {self.transport}: {env.error}"))
                 return True
@@ -261,30 +236,6 @@ class Channel:
                 if item.kind != "message":
                     return True
         return False
-
-
-def end_of(env: Envelope) -> EndStream:
-    """The end-stream envelope (Connect 0x02 or gRPC-Web trailer 0x80), its ErrorDetails decoded
-    (what the server says went wrong)."""
-    if env.is_trailer:
-        return end_from_grpc(parse_grpc_web_trailer(env.payload), _status_details)
-    try:
-        return parse_end_stream(env.payload, default_decoder().error_details)
-    except ValueError as exc:
-        return EndStream(code="internal", message=str(exc))
-
-
-def _status_details(raw: bytes) -> dict[str, Any]:
-    """grpc-status-details-bin (a google.rpc.Status) → Connect-style ``details`` with decoded values."""
-    status = pb.RpcStatus.FromString(raw)
-    details = []
-    for anything in status.details:
-        type_name = anything.type_url.rsplit("/", 1)[-1]
-        entry: dict[str, Any] = {"type": type_name, "value_hex": bytes(anything.value).hex()}
-        if type_name == "aiserver.v1.ErrorDetails":
-            entry["value"] = default_decoder().error_details(bytes(anything.value))
-        details.append(entry)
-    return {"details": details}
 
 
 class RunChannel(Channel):
@@ -323,38 +274,45 @@ class RunChannel(Channel):
         try:
             hdrs = await self.stream.response()
             status = int(hdrs.get(":status", "0"))
+            self.seen.http_status = status
             if status != 200:
                 body = b"".join([c async for c in self.stream.chunks()])
+                self._http_error(status, body)
                 self._fail(error_from_http(status, body, RUN_PATH))
                 return
             parser = EnvelopeParser()
             async for chunk in self.stream.chunks():
                 if self._feed_envelopes(parser, chunk):
                     return
+            self.seen.trailers = dict(self.stream.trailers)
+            self.seen.response_ended = True
             for env in parser.close():
                 self._fail(TransportError("internal", f"Run response: {env.error}"))
                 return
-            self.queue.put_nowait(Incoming("end", end=_eof_end(self.stream.trailers)))
+            self.queue.put_nowait(Incoming("end", end=eof_end(self.stream.trailers)))
         except NetError as exc:
+            self._failed(exc)
             self._fail(exc)
+
+    def _failed(self, exc: NetError) -> None:
+        """The stream failed while the response was running: a server reset, or the connection."""
+        if self.seen.response_ended or self.seen.failure is not None:
+            return
+        self.seen.failure = str(exc)
+        code = self.stream.reset_code if self.stream is not None else None
+        if code is not None:
+            self.seen.reset = reset_facts("server", False, code)
 
     async def close(self) -> None:
         if self.stream is not None:
+            if not (self.seen.response_ended or self.stream.ended_remote or self.seen.failure):
+                # the response is still running: cancel() resets the stream (RST_STREAM CANCEL)
+                self.seen.reset = reset_facts("client", False, 8)
             with contextlib.suppress(NetError):
                 if not self.stream.ended_local and not self.conn.closed:
                     await asyncio.wait_for(self.stream.end(), 2.0)
             self.stream.cancel()
         await super().close()
-
-
-def _eof_end(trailers: dict[str, str]) -> EndStream:
-    """No end-stream envelope: gRPC-style trailers may still say how it ended."""
-    if trailers.get("grpc-status", "0") != "0":
-        grpc = {k: v for k, v in trailers.items() if k.startswith("grpc-")}
-        if "grpc-message" in grpc:
-            grpc["grpc-message"] = urllib.parse.unquote(grpc["grpc-message"])
-        return end_from_grpc(grpc, _status_details)
-    return EndStream(metadata={"eof": True})
 
 
 class _AppendingChannel(Channel):
@@ -389,12 +347,15 @@ class _AppendingChannel(Channel):
         try:
             self._response = await self.http.send(req, stream=True)
         except httpx.HTTPError as exc:
-            raise NetError(f"{self.read_path} to {self.base_url}: {exc!r}") from exc
+            self.seen.failure = f"{self.read_path} to {self.base_url}: {exc!r}"
+            raise NetError(self.seen.failure) from exc
         if self.wire.recording:
             self._record(ts, "client", self.transport, default_decoder().decode_body(body, self.transport, "client"))
+        self.seen.http_status = self._response.status_code
         if self._response.status_code != 200:
             body = await self._response.aread()
             await self._response.aclose()
+            self._http_error(self._response.status_code, body)
             raise error_from_http(self._response.status_code, body, self.read_path)
         self._reader = self._spawn(self._read())
         await self.send(first)
@@ -439,6 +400,7 @@ class _AppendingChannel(Channel):
         self.wire.message(ts, "client", "bidi_append", msg)
         if self.wire.recording:
             self._record(ts, "client", "bidi_append", [_append_frame(body, self.framing)])
+        self._judge_append(seq, resp)
         if resp.status_code != 200:
             self._fail(error_from_http(resp.status_code, resp.content, f"BidiAppend seqno {seq}"))
         elif self.framing == "grpc-web":
@@ -446,6 +408,17 @@ class _AppendingChannel(Channel):
             if end is None or end.is_error:
                 self._fail(TransportError(end.code or "internal", end.message or "", end.details, 200) if end
                            else TransportError("internal", f"BidiAppend seqno {seq}: no grpc-status trailer"))
+
+    def _judge_append(self, seq: int, resp: httpx.Response) -> None:
+        """Record a refusal (as a capture would) and remember the first one that came while the
+        response was running: it makes the recorded run ``error`` (``protocol.status.with_append``)."""
+        status, err, refusal = judge_append(resp.status_code, resp.content, resp.headers.multi_items(), self.framing)
+        if self.wire.recording and refusal:
+            for f in refusal:
+                f.request_id, f.append_seqno = self.request_id, seq
+            self._record(now_us(), "server", "bidi_append", refusal)
+        if status == "error" and not self.seen.response_ended and self.seen.refused is None:
+            self.seen.refused = (status, err, f"BidiAppend append_seqno {seq}")
 
     async def _read(self) -> None:
         assert self._response is not None
@@ -463,11 +436,14 @@ class _AppendingChannel(Channel):
                     return
                 if self._feed_envelopes(parser, chunk):
                     return
+            self.seen.response_ended = True
             for env in parser.close():
                 self._fail(TransportError("internal", f"{self.read_path} response: {env.error}"))
                 return
             self.queue.put_nowait(Incoming("end", end=EndStream(metadata={"eof": True})))
         except httpx.HTTPError as exc:
+            if not self.seen.response_ended and self.seen.failure is None:
+                self.seen.failure = f"{self.read_path} read failed: {exc!r}"
             self._fail(NetError(f"{self.read_path} read failed: {exc!r}"))
 
     def _eof_seen(self) -> bool:
@@ -483,6 +459,9 @@ class _AppendingChannel(Channel):
                 await asyncio.wait(pending, timeout=self.append_drain_s)
         finally:
             if self._response is not None:
+                if not (self.seen.response_ended or self.seen.failure):
+                    # closing a response still running drops its connection: the client is gone
+                    self.seen.reset = reset_facts("client", False, message="connection closed by the client")
                 with contextlib.suppress(Exception):
                     await self._response.aclose()
             await super().close()

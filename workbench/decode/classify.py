@@ -29,6 +29,7 @@ from workbench.wire.envelope import (
     split_unary,
 )
 from workbench.wire.inflate import current_budget
+from workbench.wire.varint import read_length_varint as _uvarint
 
 SERVER_MSG = "agent.v1.AgentServerMessage"
 CLIENT_MSG = "agent.v1.AgentClientMessage"
@@ -39,6 +40,8 @@ BIDI_POLL_RESP = "aiserver.v1.BidiPollResponse"
 ERROR_DETAILS = "aiserver.v1.ErrorDetails"
 
 TRANSPORTS = ("run", "runsse", "bidi_append", "runpoll", "unary")
+# ``frames.meta`` key: the payload length on the wire of a gzip frame stored inflated.
+WIRE_LENGTH = "wire_length"
 # Kind of a gzip frame kept compressed because it would inflate past a budget (workbench.wire.inflate);
 # its msg_type is the type the transport carries, so it can be inflated and classified when viewed.
 COMPRESSED = "compressed"
@@ -435,6 +438,9 @@ class Decoder:
                          env.payload, flags=env.flags, error=env.error)
         f = self.classify_carried(env.payload, CARRIED.get((transport, direction)))
         f.flags = env.flags if env.enveloped else 0
+        if env.raw is not None and env.flags & FLAG_COMPRESSED:
+            # inflated: the length it had on the wire is a fact of the envelope (``frames.meta``)
+            f.meta = {**(f.meta or {}), WIRE_LENGTH: len(env.raw)}
         return f
 
     def classify_carried(self, payload: bytes, carried: str | None) -> Frame:
@@ -617,28 +623,6 @@ class StreamDecoder:
 
     def close(self) -> list[Frame]:
         return [self._dec.frames_from_envelope(e, self.transport, self.direction) for e in self._parser.close()]
-
-
-def _uvarint(p: bytes, i: int) -> tuple[int, int]:
-    """(value, next position) of the varint at ``p[i]``; (-1, len + 2) when truncated or > 5 bytes.
-
-    The error position lies past the end even after adding the -1, so callers' ``pos + len == n``
-    and ``pos + len > n`` checks reject it without a separate test.
-    """
-    n = len(p)
-    if i < n:
-        b = p[i]
-        if b < 0x80:
-            return b, i + 1
-        value = b & 0x7F
-        shift = 7
-        for j in range(i + 1, min(i + 5, n)):
-            b = p[j]
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                return value, j + 1
-            shift += 7
-    return -1, n + 2
 
 
 def _one_string(p: bytes, i: int, end: int) -> bool:

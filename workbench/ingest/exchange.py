@@ -12,19 +12,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from workbench.capture.appends import append_answer
-from workbench.capture.match import DEFAULT_PATHS, Matcher, Route
 from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, http_error_frame
 from workbench.ingest.identity import WriteOutcome
 from workbench.ingest.progress import Progress
+from workbench.protocol.append_meta import append_answer
 from workbench.protocol.labels import fill_label
+from workbench.protocol.routes import DEFAULT_PATHS, Matcher, Route
+from workbench.protocol.run_request import OPENING_KINDS, fill_session, run_request_facts
+from workbench.protocol.status import (
+    STREAM_TRANSPORTS,
+    ExchangeEnd,
+    framing_of,
+    grpc_fields,
+    http_ok,
+    session_status,
+)
 from workbench.redact import marker, redact_frame, redact_headers, secret_method
 from workbench.store.db import SessionInfo, Store
 
 if TYPE_CHECKING:
     from workbench.ingest.runs import PlanBuilder
 
-STREAM_TRANSPORTS = ("run", "runsse", "runpoll")
 # Classify by path, never by host (docs/protocol.md §1): every aiserver RPC counts as agent traffic.
 _MATCHER = Matcher(hosts=(), paths=DEFAULT_PATHS + ("/aiserver.v1.*/*", "/agent.v1.*/*"))
 
@@ -54,6 +62,7 @@ class Exchange:
     t_resp_start: float | None = None
     t_resp_end: float | None = None
     error: str | None = None         # connection error the recorder saw (flow.error, HAR _error)
+    reset: dict[str, Any] | None = None  # which side failed and how, when the recorder kept it (capture's meta.reset)
     meta: dict[str, Any] = field(default_factory=dict)
 
     def header(self, name: str, response: bool = False) -> str | None:
@@ -138,7 +147,7 @@ def decode_exchange(dec: Decoder, ex: Exchange, route: Route) -> Part:
         part.client = [Frame("malformed", f"request body unusable: {ex.req_missing}", marker(ex.req_body).encode(),
                              error=f"{ex.ident}: request body {ex.req_missing}; stored as a hash "
                              f"({len(ex.req_body)} bytes) since it could not be parsed to redact credentials")]
-    ok = ex.status is not None and 200 <= ex.status < 300
+    ok = http_ok(ex.status)
     if ex.resp_body is not None and ex.resp_missing is None:
         if ex.status is not None and not ok:
             if ex.resp_body or transport != "bidi_append":
@@ -173,51 +182,32 @@ def decode_exchange(dec: Decoder, ex: Exchange, route: Route) -> Part:
     return part
 
 
-def exchange_status(part: Part) -> tuple[str, str | None]:
+def exchange_end(part: Part) -> ExchangeEnd:
+    """What the file says about how this exchange ended (``workbench.protocol.status``)."""
     ex = part.ex
-    if ex.error:
-        return "aborted", ex.error
-    if ex.resp_missing == "streamed":
-        return "incomplete", "body not recorded (streamed)"
-    if ex.req_missing == "streamed":
-        return "incomplete", "request body not recorded (streamed)"
-    for side, why in (("response", ex.resp_missing), ("request", ex.req_missing)):
-        if why:
-            return ("incomplete" if why.startswith("not recorded") else "error"), f"{side} body {why}"
-    if ex.status is None:
-        return "incomplete", "no response recorded"
-    if ex.status >= 400 or ex.status < 200:
-        err = next((f.error for f in part.server if f.kind == "http_error"), None)
-        return "error", err or f"HTTP {ex.status}"
-    for f in part.server:
-        if f.kind == "end_stream.error":
-            return "error", f.summary
-    grpc = dict((k.lower(), v) for k, v in ex.trailers).get("grpc-status")
-    if grpc not in (None, "0"):
-        return "error", f"grpc-status {grpc}"
-    if part.route.transport in STREAM_TRANSPORTS and not any(f.kind.startswith("end_stream") for f in part.server):
-        if not part.server and ex.resp_body == b"":
-            return "incomplete", "response body empty in the file (streamed or not recorded)"
-        return "incomplete", "stream ended without an end-stream frame"
-    return "complete", None
+    grpc = grpc_fields(ex.resp_headers, ex.trailers)
+    end_error = next((f.summary for f in part.server if f.kind == "end_stream.error"), None)
+    http_error = next((f.error for f in part.server if f.kind == "http_error"), None)
+    missing = tuple((side, why) for side, why in (("response", ex.resp_missing), ("request", ex.req_missing)) if why)
+    return ExchangeEnd(part.route.transport, ex.status, framing_of(ex.header("content-type")),
+                       grpc.get("grpc-status"), grpc.get("grpc-message"),
+                       any(f.kind.startswith("end_stream") for f in part.server), end_error, http_error,
+                       failure=ex.error, reset=ex.reset, missing=missing)
+
+
+def exchange_status(part: Part) -> tuple[str, str | None]:
+    return session_status(exchange_end(part))
 
 
 def learn_run(dec: Decoder, info: SessionInfo, frames: Sequence[Frame]) -> None:
+    """Label, model and conversation id from the first run_request / prewarm_request among ``frames``."""
     for f in frames:
-        if f.kind not in ("run_request", "prewarm_request"):
+        if f.kind not in OPENING_KINDS:
             continue
         fill_label(info, kind=f.kind, payload=f.payload)  # frames are redacted by now
-        try:
-            msg: Any = dec.info(CLIENT_MSG).cls.FromString(f.payload)
-            run = getattr(msg, f.kind)
-        except Exception:
-            return
-        if run.HasField("requested_model") and run.requested_model.model_id:
-            info.model = run.requested_model.model_id
-        elif run.HasField("model_details") and run.model_details.model_id:
-            info.model = run.model_details.model_id
-        if getattr(run, "conversation_id", ""):
-            info.conversation_id = run.conversation_id
+        facts = run_request_facts(f.kind, f.payload, dec.info(CLIENT_MSG).cls)
+        if facts is not None:
+            fill_session(info, facts)
         return
 
 
@@ -228,6 +218,8 @@ def exchange_meta(ex: Exchange) -> dict[str, Any]:
         m["response_headers"] = [list(p) for p in redact_headers(ex.resp_headers)]
     if ex.trailers:
         m["trailers"] = dict(redact_headers(ex.trailers))
+    if ex.reset is not None:
+        m["reset"] = ex.reset
     for k, v in ex.meta.items():
         m[k] = v
     return m

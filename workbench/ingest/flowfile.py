@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.ingest.exchange import Exchange, write_exchanges
+from workbench.protocol.status import RESET_METADATA_KEY
 
 _TNETSTRING = re.compile(rb"^\d{1,12}:")
 
@@ -50,9 +51,18 @@ def to_exchange(flow: Any, n: int) -> Exchange:
         t_resp_start=resp.timestamp_start if resp is not None else None,
         t_resp_end=resp.timestamp_end if resp is not None else None,
         error=flow.error.msg if flow.error is not None else None,
+        reset=_reset(flow),
         meta={"flow_id": flow.id},
     )
     return ex
+
+
+def _reset(flow: Any) -> dict[str, Any] | None:
+    """The reset facts the capture addon noted on the flow (saved with it when the addon was loaded)."""
+    info = flow.metadata.get(RESET_METADATA_KEY) if isinstance(flow.metadata, dict) else None
+    if not isinstance(info, dict) or not isinstance(info.get("side"), str):
+        return None
+    return {k: v for k, v in info.items() if isinstance(v, str | int | bool) or v is None}
 
 
 def read_exchanges(path: Path, progress: Any = None) -> tuple[list[Exchange], int, int]:

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.decode.classify import Decoder
-from workbench.ingest.exchange import STREAM_TRANSPORTS, Exchange, write_exchanges
+from workbench.ingest.exchange import Exchange, write_exchanges
+from workbench.protocol.status import STREAM_TRANSPORTS, http_ok
 
 
 def detect(path: Path, head: bytes) -> bool:
@@ -179,7 +180,7 @@ def to_exchange(dec: Decoder, entry: Any, n: int) -> Exchange:
         if any(k.lower() == "content-encoding" for k, _ in ex.resp_headers):
             size = None  # HAR sizes count the encoded body; the text is the decoded one
         ex.resp_body, ex.resp_missing = text_body(dec, text, content.get("encoding"), size, transport, "server")
-    elif route is not None and transport in STREAM_TRANSPORTS and 200 <= ex.status < 300:
+    elif route is not None and transport in STREAM_TRANSPORTS and http_ok(ex.status):
         # A stream always ends with an end-stream frame; an empty 2xx body was not recorded.
         ex.resp_body, ex.resp_missing = None, "streamed"
         ex.meta["har_empty_body"] = True

@@ -6,16 +6,16 @@ from the nested ``<camelName>ToolCall`` or ``{"function": …}`` shape) and ``$a
 (``delta`` | ``snapshot`` | ``full``). Lines that are not JSON objects become ``malformed``
 frames naming their line number; nothing is dropped.
 
-The assistant text helpers are pure: ``reconstruct_assistant_text`` is what a correct consumer
-shows, ``naive_assistant_text`` what concatenating every assistant event gives (duplicated text
-when partial output is on).
+What the events mean (kinds, assistant forms, tool calls, results, the assistant text a correct
+consumer shows) is ``workbench.protocol.stream_json``; this module imports: frames, sessions,
+resuming a file.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,16 @@ from workbench.decode.classify import Frame
 from workbench.decode.summary import quote
 from workbench.ingest.lineage import FileLines, Lineage, choose_lineage
 from workbench.protocol.labels import fill_label
+from workbench.protocol.stream_json import (
+    assistant_form,
+    call_id_of,
+    event_kind,
+    message_text,
+    result_outcome,
+    text_field,
+    timestamp_us,
+    tool_info,
+)
 from workbench.store.db import SessionInfo, now_us
 from workbench.store.recorder import Recorder
 
@@ -33,93 +43,7 @@ STREAM = "stdout"
 _SUMMARY_MAX = 200
 
 
-# event fields --------------------------------------------------------------------------------
-
-def event_kind(ev: dict[str, Any]) -> str:
-    t = ev.get("type")
-    kind = t if isinstance(t, str) and t else "untyped"
-    sub = ev.get("subtype")
-    if isinstance(sub, str) and sub:
-        kind += "." + sub
-    return kind
-
-
-def message_text(ev: dict[str, Any]) -> str:
-    """The text of a user/assistant event (``message.content[].text`` joined)."""
-    msg = ev.get("message")
-    if isinstance(msg, str):
-        return msg
-    if not isinstance(msg, dict):
-        return str(ev.get("text") or "")
-    content = msg.get("content")
-    if isinstance(content, str):
-        return content
-    parts = []
-    if isinstance(content, list):
-        for c in content:
-            if isinstance(c, dict) and isinstance(c.get("text"), str):
-                parts.append(c["text"])
-            elif isinstance(c, str):
-                parts.append(c)
-    return "".join(parts)
-
-
-def assistant_form(ev: dict[str, Any]) -> str:
-    """docs/protocol.md §8: timestamp_ms without model_call_id = delta, with it = snapshot of the segment,
-    no timestamp_ms = the full cumulative message."""
-    if ev.get("timestamp_ms") is None:
-        return "full"
-    return "snapshot" if ev.get("model_call_id") else "delta"
-
-
-def _result_parts(result: Any) -> tuple[Any, Any]:
-    """``{"success": X}`` → (X, None); any other member (error, failure, rejected…) → (None, {k: v})."""
-    if not isinstance(result, dict):
-        return None, (None if result is None else {"result": result})
-    if "success" in result:
-        return result["success"], None
-    if not result:
-        return None, None
-    return None, result
-
-
-def _maybe_json(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def tool_info(tool_call: Any) -> dict[str, Any] | None:
-    """Name, args, result and error of a ``tool_call`` object (camelCase proto3-JSON of ToolCall)."""
-    if not isinstance(tool_call, dict):
-        return None
-    for key, value in tool_call.items():
-        if key.endswith("ToolCall") and len(key) > len("ToolCall") and isinstance(value, dict):
-            result, error = _result_parts(value.get("result"))
-            return {"name": key[: -len("ToolCall")], "args": value.get("args"), "result": result,
-                    "error": error}
-    fn = tool_call.get("function")
-    if isinstance(fn, dict):
-        result, error = _result_parts(tool_call.get("result"))
-        return {"name": fn.get("name"), "args": _maybe_json(fn.get("arguments", fn.get("args"))),
-                "result": result, "error": error}
-    if isinstance(tool_call.get("name"), str):
-        result, error = _result_parts(tool_call.get("result"))
-        return {"name": tool_call["name"], "args": _maybe_json(tool_call.get("arguments", tool_call.get("args"))),
-                "result": result, "error": error}
-    return None
-
-
-def _ts_us(value: Any) -> int | None:
-    try:
-        ms = float(value)
-    except (TypeError, ValueError):
-        return None
-    return int(ms * 1000) if ms > 0 else None
-
+# one event's summary -------------------------------------------------------------------------
 
 def _compact(value: Any, limit: int = 120) -> str:
     text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
@@ -198,9 +122,7 @@ def parse_line(raw: bytes, lineno: int) -> ParsedLine:
         extra["$tool"] = tool
     if kind == "assistant":
         extra["$assistant_form"] = assistant_form(ev)
-    call_id = ev.get("call_id")
-    if not isinstance(call_id, str):
-        call_id = None
+    call_id = call_id_of(ev)
     error = None
     if "type" not in ev:
         error = f"line {lineno}: event has no 'type'"
@@ -210,66 +132,7 @@ def parse_line(raw: bytes, lineno: int) -> ParsedLine:
     request_id = ev.get("request_id") if isinstance(ev.get("request_id"), str) else None
     frame = Frame(kind, summary, raw, call_id=call_id, error=error, request_id=request_id)
     decoded = json.dumps({**ev, **extra}, ensure_ascii=False)
-    sid = ev.get("session_id")
-    return ParsedLine(frame, decoded, sid if isinstance(sid, str) and sid else None,
-                      _ts_us(ev.get("timestamp_ms")), ev)
-
-
-# assistant text --------------------------------------------------------------------------------
-
-def _events(events: Iterable[Any]) -> Iterable[dict[str, Any]]:
-    for e in events:
-        if isinstance(e, bytes | str):
-            try:
-                e = json.loads(e)
-            except ValueError:
-                continue
-        if isinstance(e, dict) and e.get("type") == "assistant":
-            yield e
-
-
-def _squash(text: str) -> str:
-    return "".join(text.split())
-
-
-def naive_assistant_text(events: Iterable[Any]) -> str:
-    """Every assistant event's text concatenated: what a consumer unaware of the forms shows."""
-    return "".join(message_text(e) for e in _events(events))
-
-
-def reconstruct_assistant_text(events: Iterable[Any]) -> str:
-    """The assistant text as the CLI meant it: accumulate deltas, let snapshots and full messages replace.
-
-    A snapshot (timestamp_ms + model_call_id) repeats the segment streamed since the previous
-    snapshot and replaces it. A full message (no timestamp_ms) is cumulative and replaces all
-    text so far; when it is not cumulative (CLIs without partial output send one full message per
-    segment) it is appended, and a repeat of text already shown is ignored.
-    """
-    base = ""      # settled text: full messages and closed segments
-    segment = ""   # deltas since the last snapshot
-    closed_last = ""  # the most recent snapshot, to drop a repeated one
-    for ev in _events(events):
-        text = message_text(ev)
-        form = assistant_form(ev)
-        if form == "delta":
-            segment += text
-        elif form == "snapshot":
-            if not segment and text == closed_last:
-                continue
-            base += text
-            segment = ""
-            closed_last = text
-        else:
-            shown = base + segment
-            if not shown or _squash(text).startswith(_squash(shown)):
-                base = text  # cumulative (segments may be joined with blank lines)
-            elif _squash(shown).endswith(_squash(text)):
-                base = shown
-            else:
-                base = shown + text
-            segment = ""
-            closed_last = ""
-    return base + segment
+    return ParsedLine(frame, decoded, text_field(ev, "session_id"), timestamp_us(ev), ev)
 
 
 # sessions ---------------------------------------------------------------------------------------
@@ -406,14 +269,8 @@ class NdjsonRecorder:
                 info.meta["tools"] = len(ev["tools"])
         elif kind.startswith("result."):
             self._results.add(sid)
-            ok = kind == "result.success" and not ev.get("is_error")
-            info.status = "complete" if ok else "error"
-            err = ev.get("error")
-            if not ok:
-                msg = err.get("message") if isinstance(err, dict) else err
-                info.error = str(msg or ev.get("result") or kind)
-            else:
-                info.error = None  # e.g. "stream ended without a result event" of a shorter import
+            # a success also clears e.g. "stream ended without a result event" of a shorter import
+            info.status, info.error = result_outcome(kind, ev)
             if isinstance(ev.get("request_id"), str):
                 info.request_id = ev["request_id"]
             for k in ("usage", "duration_ms", "duration_api_ms"):

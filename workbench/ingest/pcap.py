@@ -35,8 +35,7 @@ from workbench.ingest.identity import PlannedFrame, SessionPlan, frame_key
 from workbench.ingest.pcap_streams import Connection, Reassembler, WireExchange, agent_exchanges, frame_wires
 from workbench.ingest.runs import PlanBuilder
 from workbench.ingest.tshark import TsharkRun, find_tshark, read_packets
-from workbench.wire.endstream import parse_grpc_web_trailer
-from workbench.wire.envelope import FLAG_TRAILER
+from workbench.protocol.append_meta import append_answer
 
 PCAP_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
@@ -115,17 +114,12 @@ class WirePlanBuilder(PlanBuilder):
 
 
 def append_answer_as_live(part: Part) -> None:
-    """A BidiAppend's answer as live capture records it (``CaptureWriter._finish_append``): the
-    status of a gRPC-Web trailer frame joins the append's facts (``grpc_status`` in its meta), and
+    """A BidiAppend's answer as live capture records it (``workbench.protocol.append_meta.append_answer``):
+    the status of a gRPC-Web trailer frame joins the append's facts (``grpc_status`` in its meta), and
     only a refusal, or anything other than the empty BidiAppendResponse, stays a frame. (Flow and
     HAR imports keep those frames; docs/import.md.)"""
-    kept = []
-    for f in part.server:
-        if f.kind.startswith("end_stream") and f.flags & FLAG_TRAILER:
-            part.ex.trailers = [*part.ex.trailers, *parse_grpc_web_trailer(f.payload).items()]
-        if f.kind == "end_stream.error" or not (f.kind.startswith("end_stream") or f.kind == "empty"):
-            kept.append(f)
-    part.server = kept
+    part.server, trailer = append_answer(part.server)
+    part.ex.trailers = [*part.ex.trailers, *trailer.items()]
 
 
 def in_append_order(frames: list[PlannedFrame], seqno_of: dict[int, int],

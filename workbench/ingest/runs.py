@@ -28,6 +28,8 @@ from workbench.decode.classify import Decoder, Frame
 from workbench.ingest.causal import ClientMessage, OrderUnknown, causal_positions, interleave
 from workbench.ingest.exchange import Part, _first, _us, exchange_meta, exchange_status, learn_run
 from workbench.ingest.identity import PlannedFrame, SessionPlan, frame_key
+from workbench.protocol.append_meta import answer_grpc, append_exchange_meta
+from workbench.protocol.status import with_append
 from workbench.redact import bearer_hash, redact_headers
 from workbench.schema.active import schema_stamp
 from workbench.store.db import SessionInfo
@@ -78,28 +80,13 @@ def _earliest(it: _Item, last_server: bool) -> int:
 
 
 def _append_meta(part: Part, client: bool) -> dict[str, Any]:
-    """The facts of a BidiAppend's exchange, with live capture's keys and shapes (``http_status``;
-    on its request frame also ``request_headers`` as a dict of lower-cased names, repeats joined
-    with ", ", ``content_type``, and ``grpc_status``/``grpc_message``/``error`` when there are any)."""
+    """The facts of a BidiAppend's exchange (``workbench.protocol.append_meta``, the keys live capture
+    writes) on its request frame; its answer frames get the ``http_status``."""
     ex = part.ex
-    meta: dict[str, Any] = {"http_status": ex.status}
     if not client:
-        return meta
-    headers: dict[str, str] = {}
-    for name, value in redact_headers(ex.req_headers):
-        key = name.lower()
-        headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    meta["request_headers"] = headers
-    meta["content_type"] = ex.header("content-type")
-    grpc = {k.lower(): v for k, v in [*ex.resp_headers, *ex.trailers] if k.lower() in ("grpc-status", "grpc-message")}
-    status = grpc.get("grpc-status")
-    if status is not None and status.isdigit():
-        meta["grpc_status"] = int(status)
-    if grpc.get("grpc-message"):
-        meta["grpc_message"] = grpc["grpc-message"]
-    if ex.error:
-        meta["error"] = ex.error
-    return meta
+        return {"http_status": ex.status}
+    return append_exchange_meta(ex.status, redact_headers(ex.req_headers), ex.header("content-type"),
+                                grpc=answer_grpc(ex.resp_headers, ex.trailers, part.server), error=ex.error)
 
 
 def _planned(items: Sequence[_Item], body_index: dict[int, int], times: Sequence[int],
@@ -182,10 +169,10 @@ class PlanBuilder:
             last_seen = a.ex.t_resp_end or a.ex.t_resp_start or a.ex.t_req_end or a.ex.t_req_start
             if st == "aborted" or (stream_end is not None and last_seen is not None and last_seen > stream_end):
                 # cut off by the client, or refused once the run was over (no stream left to join):
-                # the run's outcome is its stream's, as in live capture
+                # the run's outcome is its stream's (live capture judges the same way)
                 continue
-            if st != "complete" and info.status == "complete":
-                info.status, info.error = "error", f"{a.ex.ident} (append_seqno {a.seqno}): {err}"
+            info.status, info.error = with_append(info.status, info.error, st, err,
+                                                  f"{a.ex.ident} (append_seqno {a.seqno})")
 
     def stream(self, part: Part, appends: list[Part]) -> SessionPlan:
         """A Run/RunSSE/RunPoll session with the appends that joined it."""

@@ -20,14 +20,29 @@ left, means the pairing cannot be trusted: ``pair_messages`` then reports the pr
 
 The decoder fills ``ref_id`` with the numeric id of these messages; the string ``exec_id`` is read
 from the payload. Callers pass anything with ``kind``, ``ref_id`` and ``payload`` attributes (a
-``workbench.decode.classify.Frame``, a fixture frame, a row object).
+``workbench.decode.classify.Frame``, a fixture frame, a row object); a live server holding parsed
+messages asks ``client_message_correlation``.
+
+Who pairs how:
+
+- the importer (``workbench.ingest.causal``) pairs a whole recorded run with ``pair_messages`` and
+  keeps body order when the ids cannot be trusted;
+- the replay server (``workbench.fixtures.replay``) compares the client under test's messages with
+  the recording by kind, ``family_of``'s id and ``exec_string_id_of``;
+- the simulator (``workbench.sim.exec_completion``) waits for the answers to one exec it asked,
+  with ``client_message_correlation``;
+- analysis (``workbench.analysis.facts``) pairs *incrementally* (a live capture grows frame by
+  frame, and a body-order import sends answers before their requests) and must go on when ids are
+  broken (it reports them as findings instead of refusing), so it keys open requests by (run
+  segment, family, id) and holds an early answer until its request comes: the same pairing as
+  ``pair_messages`` whenever the latter finds no problem.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
 
@@ -42,6 +57,9 @@ EXEC_HEARTBEAT = "exec_client_control_message.heartbeat"
 # family of the server message that asks / the client message that answers, by top-level member
 _SERVER_ASKS = {"exec_server_message": "exec", "kv_server_message": "kv", "interaction_query": "query"}
 _CLIENT_ANSWERS = {"exec_client_message": "exec", "kv_client_message": "kv", "interaction_response": "query"}
+# every member whose numeric id names a request of a family (control messages included)
+_FAMILY = {**_SERVER_ASKS, **_CLIENT_ANSWERS, "exec_client_control_message": "exec",
+           "exec_server_control_message": "exec"}
 # families whose requests get exactly one reply
 ONE_REPLY = frozenset({"kv", "query"})
 
@@ -76,7 +94,13 @@ def _top(kind: str) -> str:
     return kind.split(".", 1)[0]
 
 
-def exec_id_of(kind: str, payload: bytes | None) -> str | None:
+def family_of(kind: str) -> str | None:
+    """``exec`` | ``kv`` | ``query`` for a message whose numeric id names such a request (results,
+    control messages and the server's requests alike), else None."""
+    return _FAMILY.get(_top(kind))
+
+
+def exec_string_id_of(kind: str, payload: bytes | None) -> str | None:
     """The string ``exec_id`` of an exec request or result (both must carry the same one)."""
     top = _top(kind)
     if top not in ("exec_server_message", "exec_client_message") or not payload:
@@ -98,7 +122,8 @@ def server_correlation(f: FrameLike) -> Correlation | None:
     family = _SERVER_ASKS.get(_top(f.kind))
     if family is None or f.ref_id is None:
         return None
-    return Correlation(family, int(f.ref_id), "request", exec_id_of(f.kind, f.payload) if family == "exec" else None)
+    return Correlation(family, int(f.ref_id), "request",
+                       exec_string_id_of(f.kind, f.payload) if family == "exec" else None)
 
 
 def client_correlation(f: FrameLike) -> Correlation | None:
@@ -109,7 +134,8 @@ def client_correlation(f: FrameLike) -> Correlation | None:
         return None
     family = _CLIENT_ANSWERS.get(top)
     if family is not None:
-        return Correlation(family, int(f.ref_id), "answer", exec_id_of(kind, f.payload) if family == "exec" else None)
+        return Correlation(family, int(f.ref_id), "answer",
+                           exec_string_id_of(kind, f.payload) if family == "exec" else None)
     if top == "exec_client_control_message":
         member = kind.rsplit(".", 1)[-1]
         if member == "stream_close":
@@ -118,6 +144,26 @@ def client_correlation(f: FrameLike) -> Correlation | None:
             return Correlation("exec", int(f.ref_id), "throw")
         if member == "heartbeat":
             return Correlation("exec", int(f.ref_id), "progress")
+    return None
+
+
+_CONTROL_ROLES = {"stream_close": "close", "throw": "throw", "heartbeat": "progress"}
+
+
+def client_message_correlation(msg: Any) -> Correlation | None:
+    """The request a parsed ``AgentClientMessage`` answers (None: it answers none); the same
+    classification as ``client_correlation`` for a server that holds messages, not frames."""
+    top = msg.WhichOneof("message")
+    family = _CLIENT_ANSWERS.get(top or "")
+    if family is not None:
+        sub = getattr(msg, top)
+        return Correlation(family, int(sub.id), "answer", (str(sub.exec_id) or None) if family == "exec" else None)
+    if top == "exec_client_control_message":
+        ctl = msg.exec_client_control_message
+        member = ctl.WhichOneof("message")
+        role = _CONTROL_ROLES.get(member or "")
+        if role is not None:
+            return Correlation("exec", int(getattr(ctl, member).id), role)
     return None
 
 
@@ -227,5 +273,6 @@ def pair_messages(server: Sequence[FrameLike], client: Sequence[FrameLike]) -> P
 
 
 __all__ = ["CLIENT_HEARTBEAT", "EXEC_HEARTBEAT", "FOLLOWUP_ACTION", "ONE_REPLY", "RUN_REQUEST", "SERVER_HEARTBEAT",
-           "START", "TURN_ENDED", "Correlation", "FrameLike", "Pairing", "client_correlation", "exec_id_of",
-           "is_followup", "is_heartbeat", "pair_messages", "server_correlation"]
+           "START", "TURN_ENDED", "Correlation", "FrameLike", "Pairing", "client_correlation",
+           "client_message_correlation", "exec_string_id_of", "family_of", "is_followup", "is_heartbeat",
+           "pair_messages", "server_correlation"]

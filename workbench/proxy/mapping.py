@@ -16,8 +16,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from workbench.client import args as tool_args
 from workbench.client.events import ExecRequest
+from workbench.protocol import args as tool_args
 
 PROVIDER = "openai-proxy"
 

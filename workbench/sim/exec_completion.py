@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.protocol.matching import client_message_correlation
+
 REQUIRED = "required"
 ACCEPTED = "accepted"
 IGNORED = "ignored"
@@ -111,13 +113,8 @@ def resolve(kind: str, step: str | None, scenario: StreamClosePolicy | None, ser
 
 def exec_numeric_id_of(m: Any) -> int | None:
     """The exec id an AgentClientMessage answers (result or control message), else None."""
-    kind = m.WhichOneof("message")
-    if kind == "exec_client_message":
-        return int(m.exec_client_message.id)
-    if kind == "exec_client_control_message":
-        member = m.exec_client_control_message.WhichOneof("message")
-        return int(getattr(m.exec_client_control_message, member).id) if member else None
-    return None
+    c = client_message_correlation(m)
+    return c.id if c is not None and c.family == "exec" else None
 
 
 class ExecWait:

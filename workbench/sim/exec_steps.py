@@ -13,6 +13,7 @@ import json
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from workbench.protocol.args import snapshots
 from workbench.schema import pb
 from workbench.sim import history
 from workbench.sim.blob_steps import checkpoint
@@ -24,7 +25,6 @@ from workbench.sim.tools import (
     exec_message,
     fit_args,
     pick_tool,
-    prefixes,
     result_summary,
     tool_call,
 )
@@ -127,7 +127,8 @@ async def tool(run: ScenarioRun, spec: dict[str, Any], step: dict[str, Any]) -> 
     args_text = json.dumps(args, ensure_ascii=False)
 
     skeleton = tool_call(kind, {}, call_id, mcp_name, provider, tool_name, args_only_name=True)
-    for snap in prefixes(args_text, int(spec.get("partial_snapshots", 3))):
+    # cumulative snapshots, as the service streams args_text_delta (docs/protocol.md §5)
+    for snap in snapshots(args_text, int(spec.get("partial_snapshots", 3))):
         await link.update("partial_tool_call", call_id=call_id, tool_call=skeleton, args_text_delta=snap,
                           model_call_id=model_call_id)
         await run.pace()

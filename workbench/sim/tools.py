@@ -25,13 +25,6 @@ TOOL_NAMES = {"shell": "Shell", "shell_stream": "Shell", "read": "Read", "write"
               "grep": "Grep", "delete": "Delete"}
 
 
-def prefixes(text: str, n: int) -> list[str]:
-    """Cumulative snapshots, each a longer prefix, the last the whole text (docs/protocol.md §5, §7 args_cumulative_snapshots)."""
-    n = max(1, n)
-    cuts = sorted({max(1, len(text) * i // n) for i in range(1, n + 1)})
-    return [text[:c] for c in cuts]
-
-
 def value_bytes(v: Any) -> bytes:
     return bytes(json_format.ParseDict(v, struct_pb2.Value()).SerializeToString())
 

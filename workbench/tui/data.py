@@ -23,10 +23,12 @@ import numpy as np
 import pyarrow as pa
 
 from workbench.decode import fields_of
-from workbench.decode.classify import ENVELOPED, Decoder
+from workbench.decode.classify import COMPRESSED, ENVELOPED, WIRE_LENGTH, Decoder
 from workbench.overview import FINDING_COLUMNS, top_findings
 from workbench.store.db import StoreError
 from workbench.store.reader import LocalReader, RemoteReader, open_reader, sidecar_path
+from workbench.wire.envelope import FLAG_COMPRESSED
+from workbench.wire.envelope import header as envelope_header
 
 # Both directions' keep-alives fold together: a heartbeat loop is server and client heartbeats
 # interleaved, and folding only one kind would leave a row per 5 s of silence.
@@ -292,13 +294,26 @@ class FrameDetail:
     ids: dict[str, Any]
     tree: Any
     enveloped: bool
+    meta: dict[str, Any] | None = None
+
+    @property
+    def wire_length(self) -> int | None:
+        """The payload's length on the wire: the compressed length of a gzip frame stored inflated
+        (``frames.meta.wire_length``; None when an older recording did not keep it)."""
+        if self.meta and isinstance(self.meta.get(WIRE_LENGTH), int):
+            return int(self.meta[WIRE_LENGTH])
+        if self.flags & FLAG_COMPRESSED and self.kind != COMPRESSED:
+            return None  # stored inflated: ``payload`` is not what crossed the wire
+        return len(self.payload)
 
     @property
     def header(self) -> bytes:
-        """The 5-byte Connect envelope header this frame travelled under (flags | length)."""
-        if not self.enveloped:
+        """The 5-byte envelope header this frame travelled under (flags | length on the wire); empty
+        when the transport does not envelope it or the wire length is not known."""
+        length = self.wire_length
+        if not self.enveloped or length is None:
             return b""
-        return bytes([self.flags & 0xFF]) + len(self.payload).to_bytes(4, "big")
+        return envelope_header(self.flags, length)
 
     def as_json(self) -> str:
         out: dict[str, Any] = {"seq": self.seq, "kind": self.kind, "summary": self.summary,
@@ -539,7 +554,7 @@ class TuiData:
         t = self.query(
             "SELECT seq, epoch_us(ts) AS ts_us, direction, transport, kind, coalesce(summary, '') AS summary, "
             "msg_type, coalesce(flags, 0) AS flags, coalesce(size, 0) AS size, payload, raw, error, "
-            "ref_id, call_id, append_seqno, request_id, stream FROM frames WHERE session_id = ? AND seq = ?",
+            "ref_id, call_id, append_seqno, request_id, stream, meta FROM frames WHERE session_id = ? AND seq = ?",
             [session_id, seq])
         if not t.num_rows:
             return None
@@ -554,7 +569,7 @@ class TuiData:
             kind=r["kind"], summary=r["summary"], msg_type=r["msg_type"], flags=int(r["flags"]),
             size=int(r["size"]), payload=payload, raw=r["raw"], error=r["error"],
             ids={k: r[k] for k in ("ref_id", "call_id", "append_seqno", "request_id", "stream")},
-            tree=tree, enveloped=(r["transport"], r["direction"]) in ENVELOPED)
+            tree=tree, enveloped=(r["transport"], r["direction"]) in ENVELOPED, meta=_meta(r["meta"]))
 
     # derived tables --------------------------------------------------------------------------
 
@@ -612,6 +627,16 @@ class TuiData:
         t = self.query("SELECT data FROM blobs WHERE session_id = ? AND blob_id = ? AND data IS NOT NULL "
                        "LIMIT 1", [session_id, blob_id])
         return t.column(0)[0].as_py() if t.num_rows else None
+
+
+def _meta(value: Any) -> dict[str, Any] | None:
+    """A ``frames.meta`` value (JSON text) as a dict; None when absent or not an object."""
+    if isinstance(value, str | bytes):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, dict) else None
 
 
 def column_array(table: pa.Table, name: str, dtype: type[np.generic]) -> np.ndarray:

@@ -13,6 +13,7 @@ from textual.widgets.tree import TreeNode
 
 from workbench.tui.data import FrameDetail
 from workbench.tui.timeline import arrow, kind_style
+from workbench.wire.envelope import FLAG_COMPRESSED, flag_names
 
 HEX_LIMIT = 64 * 1024
 JSON_LIMIT = 200_000
@@ -20,19 +21,26 @@ TREE_CHILD_LIMIT = 500
 TREE_NODE_BUDGET = 5000
 TREE_OPEN_DEPTH = 8
 _HEADER_STYLE = "bold black on yellow"
-_FLAG_NAMES = {0x01: "gzip", 0x02: "end-stream", 0x80: "trailer"}
 
 
-def hex_dump(header: bytes, body: bytes, limit: int = HEX_LIMIT, per_line: int = 16) -> Text:
-    """Offset, 16 bytes in hex, ASCII; the envelope header bytes are highlighted."""
+def hex_dump(header: bytes, body: bytes, limit: int = HEX_LIMIT, per_line: int = 16, *,
+             enveloped: bool | None = None, flags: int = 0) -> Text:
+    """Offset, 16 bytes in hex, ASCII; the envelope header bytes are highlighted. The header's
+    length is the payload's length on the wire: a gzip frame's body is shown inflated below it."""
     data = header + body[:limit]
     n_head = len(header)
     out = Text()
     if header:
         flags = header[0]
-        names = [name for bit, name in _FLAG_NAMES.items() if flags & bit] or ["data"]
+        length = int.from_bytes(header[1:5], "big")
         out.append("envelope header ", _HEADER_STYLE)
-        out.append(f"  flags 0x{flags:02x} ({', '.join(names)}) | length {int.from_bytes(header[1:5], 'big')}\n\n")
+        out.append(f"  flags 0x{flags:02x} ({', '.join(flag_names(flags))}) | length {length}")
+        if flags & FLAG_COMPRESSED and length != len(body):
+            out.append(f" on the wire; payload shown inflated ({len(body)} bytes)")
+        out.append("\n\n")
+    elif enveloped:
+        out.append(f"envelope flags 0x{flags:02x} ({', '.join(flag_names(flags))}); length on the wire not "
+                   f"recorded; payload shown inflated ({len(body)} bytes)\n\n", "dim")
     else:
         out.append("not enveloped on this transport (payload bytes only)\n\n", "dim")
     for off in range(0, len(data), per_line):
@@ -154,7 +162,8 @@ class FrameDetailView(Vertical):
             Syntax(text, "json", theme="ansi_dark", word_wrap=True, background_color="default"))
         # 16 bytes a line need 78 columns; narrower panes get 8
         per_line = 16 if self.size.width >= 80 or not self.size.width else 8
-        hx = hex_dump(detail.header, detail.payload, per_line=per_line)
+        hx = hex_dump(detail.header, detail.payload, per_line=per_line, enveloped=detail.enveloped,
+                      flags=detail.flags)
         if detail.raw is not None and detail.raw != detail.payload:
             hx.append("\nwrapper bytes as sent (BidiAppend / BidiPoll):\n", "bold")
             hx.append_text(hex_dump(b"", detail.raw, per_line=per_line))

@@ -22,14 +22,15 @@ from workbench.wire.inflate import (
     inflate_limited,
 )
 
-__all__ = ["DEFAULT_MAX_FRAME", "FLAG_COMPRESSED", "FLAG_END_STREAM", "FLAG_TRAILER", "HEADER_LEN", "LOOK_LIMIT",
-           "Envelope", "EnvelopeParser", "InflateBudget", "InflateOverBudget", "encode", "inflate",
-           "looks_enveloped", "split_frames", "split_unary"]
+__all__ = ["DEFAULT_MAX_FRAME", "FLAG_COMPRESSED", "FLAG_END_STREAM", "FLAG_NAMES", "FLAG_TRAILER", "HEADER_LEN",
+           "LOOK_LIMIT", "Envelope", "EnvelopeParser", "InflateBudget", "InflateOverBudget", "encode", "flag_names",
+           "header", "inflate", "looks_enveloped", "split_frames", "split_unary"]
 
 FLAG_COMPRESSED = 0x01
 FLAG_END_STREAM = 0x02
 FLAG_TRAILER = 0x80
 KNOWN_FLAGS = FLAG_COMPRESSED | FLAG_END_STREAM
+FLAG_NAMES = {FLAG_COMPRESSED: "gzip", FLAG_END_STREAM: "end-stream", FLAG_TRAILER: "trailer"}
 
 HEADER_LEN = 5
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
@@ -70,12 +71,23 @@ class Envelope:
         return self.raw if self.raw is not None else self.payload
 
 
+def flag_names(flags: int) -> list[str]:
+    """The names of the flags set (``gzip``, ``end-stream``, ``trailer``); ``["data"]`` for none."""
+    return [name for bit, name in FLAG_NAMES.items() if flags & bit] or ["data"]
+
+
+def header(flags: int, length: int) -> bytes:
+    """The 5-byte envelope header: ``flags``, then the length of the payload *as sent* (compressed
+    when flag 0x01 is set)."""
+    return bytes((flags & 0xFF,)) + length.to_bytes(4, "big")
+
+
 def encode(payload: bytes, flags: int = 0, compress: bool = False) -> bytes:
     """Build one envelope. ``compress`` gzips the payload and sets flag 0x01."""
     if compress:
         payload = gzip.compress(payload)
         flags |= FLAG_COMPRESSED
-    return bytes((flags,)) + len(payload).to_bytes(4, "big") + payload
+    return header(flags, len(payload)) + payload
 
 
 def inflate(data: bytes, limit: int = LOOK_LIMIT) -> bytes:

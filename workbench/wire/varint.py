@@ -1,7 +1,10 @@
-"""Protobuf base-128 varints for code that walks or builds wire bytes by hand.
+"""Protobuf base-128 varints and top-level fields, for code that walks or builds wire bytes by hand.
 
-The decoder's hot path keeps its own non-raising reader (``workbench.decode.classify._uvarint``):
-it signals truncation with a sentinel and caps at 5 bytes, which suits length prefixes only.
+Three readers for three callers: ``read_varint`` raises on a truncated or over-long varint (walkers
+treat that as "not protobuf"); ``read_length_varint`` never raises and caps at 5 bytes (the
+decoder's byte-level fast paths read length prefixes with it, where an exception would cost more
+than the sentinel check); ``top_level_fields`` lists a message's (number, value) pairs without a
+schema.
 """
 
 from __future__ import annotations
@@ -23,6 +26,57 @@ def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
         shift += 7
         if shift > 63:
             raise IndexError("varint too long")
+
+
+def read_length_varint(p: bytes, i: int) -> tuple[int, int]:
+    """(value, next position) of the varint at ``p[i]``; (-1, len + 2) when truncated or > 5 bytes.
+
+    The error position lies past the end even after adding the -1, so callers' ``pos + len == n``
+    and ``pos + len > n`` checks reject it without a separate test.
+    """
+    n = len(p)
+    if i < n:
+        b = p[i]
+        if b < 0x80:
+            return b, i + 1
+        value = b & 0x7F
+        shift = 7
+        for j in range(i + 1, min(i + 5, n)):
+            b = p[j]
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                return value, j + 1
+            shift += 7
+    return -1, n + 2
+
+
+def top_level_fields(buf: bytes) -> list[tuple[int, int | bytes]]:
+    """Top-level (field number, value) pairs of a protobuf message: varints as ints, length-delimited
+    fields as bytes (fixed-width fields are skipped); [] when the bytes are not a message."""
+    out: list[tuple[int, int | bytes]] = []
+    pos = 0
+    try:
+        while pos < len(buf):
+            key, pos = read_varint(buf, pos)
+            num, wire = key >> 3, key & 7
+            if wire == 0:
+                v, pos = read_varint(buf, pos)
+                out.append((num, v))
+            elif wire == 2:
+                n, pos = read_varint(buf, pos)
+                if pos + n > len(buf):
+                    return []
+                out.append((num, buf[pos:pos + n]))
+                pos += n
+            elif wire == 1:
+                pos += 8
+            elif wire == 5:
+                pos += 4
+            else:
+                return []
+    except IndexError:
+        return []
+    return out
 
 
 def encode_varint(value: int) -> bytes:

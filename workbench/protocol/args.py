@@ -1,17 +1,21 @@
-"""Tool-call argument reconstruction (pure functions; the analysis package imports these names).
+"""Tool-call arguments: how a correct client rebuilds them, and McpArgs value encoding.
 
 The server streams a tool call's arguments as ``PartialToolCall.args_text_delta``, which is
 usually the *cumulative* JSON text so far rather than an increment (docs/protocol.md §5), and then
 sends ``tool_call_completed`` whose ``McpArgs`` map can drop oversized keys or downgrade structured
-values to strings (§7, completion_args_lossy). The fix settled on in the seeds: treat snapshots as snapshots, then
-merge the completion map into the streamed args instead of letting it overwrite them.
+values to strings (docs/protocol.md §7, completion_args_lossy). The rule: treat snapshots as snapshots,
+then merge the completion map into the streamed args instead of letting it overwrite them.
+
+One implementation for everyone: the client and the proxy rebuild args with it, analysis judges a
+session by exactly this logic (and by what a naive client would have made of the same deltas:
+``naive_concat``, ``naive_junctions``), the simulator streams snapshots like ``snapshots``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2
@@ -43,6 +47,34 @@ def accumulate_all(deltas: Iterable[str]) -> str:
 def naive_concat(deltas: Iterable[str]) -> str:
     """What buggy clients do: treat every snapshot as an increment (garbles cumulative streams)."""
     return "".join(deltas)
+
+
+def naive_junctions(deltas: Sequence[str], width: int = 12) -> list[str]:
+    """Text only ``naive_concat`` produces: where one snapshot is glued to the next that repeats it
+    (its last ``width`` characters followed by the next one's first ``width``)."""
+    out = []
+    for prev, cur in zip(deltas, deltas[1:], strict=False):
+        if prev and cur.startswith(prev):
+            out.append(prev[-width:] + cur[:width])
+    return out
+
+
+def snapshots(text: str, n: int) -> list[str]:
+    """``text`` streamed as ``n`` cumulative snapshots (each a longer prefix, the last the whole
+    text), the way the service sends ``args_text_delta``."""
+    n = max(1, n)
+    cuts = sorted({max(1, len(text) * i // n) for i in range(1, n + 1)})
+    return [text[:c] for c in cuts]
+
+
+def parse_json(text: str | None) -> Any:
+    """The JSON value of an args text (any JSON, not only an object), or None when it does not parse."""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def parse_args_text(text: str) -> dict[str, Any] | None:

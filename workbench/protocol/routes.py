@@ -1,4 +1,9 @@
-"""Which flows capture records, and how each one travels (its transport).
+"""Which HTTP exchanges are agent traffic, and how each one travels (its transport).
+
+One classification for live capture (``workbench.capture.addon``, with the user's host and path
+globs) and imports (``workbench.ingest.exchange``, every agent and aiserver RPC path): a request
+path names the RPC, and the RPC decides the transport (Run/RunSSE/RunPoll streams, BidiAppend,
+unary calls).
 
 Classification is by path first (docs/protocol.md §1, "Paths, not hosts"): the agent RPC
 paths are recorded on any host, so the addon works in front of the simulator or a local proxy. On

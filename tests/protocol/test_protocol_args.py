@@ -1,4 +1,4 @@
-"""Tool-call argument reconstruction (workbench.client.args): pure functions."""
+"""Tool-call argument reconstruction (workbench.protocol.args): pure functions."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workbench.client import args as tool_args
+from workbench.protocol import args as tool_args
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=20),
@@ -75,3 +75,61 @@ def test_mcp_value_falls_back_to_utf8() -> None:
     assert tool_args.mcp_args_to_json({"a": b"plain text value", "b": tool_args.encode_value([1, 2.5])}) == {
         "a": "plain text value", "b": [1, 2.5]}
     assert tool_args.decode_value(b"") is None
+
+
+# snapshots and increments ----------------------------------------------------------------------
+
+@given(st.text(max_size=200), st.integers(1, 12))
+def test_the_services_snapshots_rebuild_the_text_and_naive_concat_shows_its_junctions(text: str, n: int) -> None:
+    snaps = tool_args.snapshots(text, n)
+    assert snaps[-1] == text or (not text and snaps == [""])
+    assert all(b.startswith(a) for a, b in zip(snaps, snaps[1:], strict=False))
+    assert tool_args.accumulate_all(snaps) == text
+    naive = tool_args.naive_concat(snaps)
+    for junction in tool_args.naive_junctions(snaps):
+        assert junction in naive
+
+
+@given(st.lists(st.text(min_size=1, max_size=12), max_size=10))
+def test_increments_accumulate_like_concatenation_unless_one_repeats_the_text_so_far(parts: list[str]) -> None:
+    """A true increment is appended; the rule cannot tell one that happens to start with all the text
+    so far from a snapshot (it takes it as a snapshot), so the property holds outside that case."""
+    text = ""
+    ambiguous = False
+    for p in parts:
+        ambiguous = ambiguous or p.startswith(text)
+        text += p
+    if not ambiguous:
+        assert tool_args.accumulate_all(parts) == "".join(parts)
+
+
+@given(st.lists(st.text(max_size=12), max_size=10))
+def test_accumulating_step_by_step_equals_accumulate_all(deltas: list[str]) -> None:
+    text = ""
+    for d in deltas:
+        text = tool_args.accumulate_args_text(text, d)
+    assert text == tool_args.accumulate_all(deltas)
+
+
+def test_no_junctions_without_snapshots() -> None:
+    assert tool_args.naive_junctions(["ab", "cd", "ef"]) == []
+    assert tool_args.naive_junctions(['{"pa', '{"path": 1}'], width=3) == ['"pa{"p']
+
+
+@given(objects, objects)
+def test_the_merge_keeps_every_key_and_never_trades_structure_for_a_string(streamed: dict, completion: dict) -> None:
+    merged = tool_args.merge_mcp_args(streamed, completion)
+    assert set(merged) == set(streamed) | set(completion)
+    for key, value in merged.items():
+        if key in streamed and key in completion and not isinstance(streamed[key], str) \
+                and isinstance(completion[key], str):
+            assert value == streamed[key]
+        elif key in completion:
+            assert value == completion[key]
+
+
+def test_parse_json_takes_any_json() -> None:
+    assert tool_args.parse_json("[1, 2]") == [1, 2]
+    assert tool_args.parse_json('{"a"') is None
+    assert tool_args.parse_json(None) is None
+    assert tool_args.parse_args_text("[1, 2]") is None  # args are an object
