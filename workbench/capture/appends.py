@@ -21,9 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from workbench.decode.classify import Frame
+from workbench.protocol.append_meta import REORDER_AFTER_END_S, REORDER_WINDOW_S
 
-REORDER_WINDOW_S = 10.0
-REORDER_AFTER_END_S = 2.0
 REORDER_MAX = 64
 
 # (ts_us, direction, transport, stream, frame): one frame the writer emits for an append (the

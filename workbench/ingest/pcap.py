@@ -28,14 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from workbench.analysis.context import ORDER_TIME
-from workbench.capture.appends import REORDER_AFTER_END_S, REORDER_WINDOW_S
 from workbench.ingest import ImportContext, ImportResult, IngestError
 from workbench.ingest.exchange import Part, write_exchanges
 from workbench.ingest.identity import PlannedFrame, SessionPlan, frame_key
 from workbench.ingest.pcap_streams import Connection, Reassembler, WireExchange, agent_exchanges, frame_wires
 from workbench.ingest.runs import PlanBuilder
 from workbench.ingest.tshark import TsharkRun, find_tshark, read_packets
-from workbench.protocol.append_meta import append_answer
+from workbench.protocol.append_meta import REORDER_AFTER_END_S, REORDER_WINDOW_S, append_answer
 
 PCAP_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"

@@ -27,6 +27,12 @@ from workbench.protocol.status import grpc_fields
 from workbench.wire.endstream import parse_grpc_web_trailer
 from workbench.wire.envelope import FLAG_TRAILER
 
+# Appends of one run travel on parallel exchanges and overtake each other; whoever puts them back
+# in append_seqno order (live capture, packet-capture import) holds a gap this long before giving
+# up on it, and only this long once the run's stream has ended (the rest will not come).
+REORDER_WINDOW_S = 10.0
+REORDER_AFTER_END_S = 2.0
+
 
 def headers_dict(headers: Iterable[tuple[str, str]] | None) -> dict[str, str]:
     """Headers as a dict: names lower-cased, the values of a repeated header joined with ", "."""
