@@ -35,7 +35,9 @@ def _quote(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def _camel_default(name: str) -> str:
+def proto_camel_case(name: str) -> str:
+    """protoc's default ``json_name`` (protobuf-es ``protoCamelCase`` is the same): a letter after
+    an underscore is upper-cased, the underscores go."""
     out: list[str] = []
     cap = False
     for c in name:
@@ -144,7 +146,7 @@ def _options(f: descriptor_pb2.FieldDescriptorProto, proto3: bool) -> str:
             opts.append(f'default = "{f.default_value}"')
         else:
             opts.append(f"default = {f.default_value}")
-    if f.HasField("json_name") and f.json_name != _camel_default(f.name):
+    if f.HasField("json_name") and f.json_name != proto_camel_case(f.name):
         opts.append(f"json_name = {_quote(f.json_name)}")
     if f.options.HasField("packed"):
         opts.append(f"packed = {'true' if f.options.packed else 'false'}")

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from google.protobuf import descriptor_pb2
 from google.protobuf.message import DecodeError
 
+from workbench.schema.render import proto_camel_case
+
 # Literal-first patterns (fast skipping); the closing quote is checked in Python.
 _B64 = {q: re.compile(q + r"(C[A-Za-z0-9+/_\-]{14,}(?:={0,2}))") for q in ('"', "'", "`")}
 _NAME_HEAD = re.compile(rb"\x0a([\x01-\x7f])([\x20-\x7e]+)")
@@ -54,24 +56,6 @@ def b64decode(text: str) -> bytes:
         except binascii.Error as exc:
             raise ValueError(f"invalid base64 string: {exc}") from exc
     return bytes(out)
-
-
-def proto_camel_case(name: str) -> str:
-    """protobuf-es ``protoCamelCase`` (also protoc's default json_name)."""
-    out: list[str] = []
-    cap = False
-    for c in name:
-        if c == "_":
-            cap = True
-        elif c.isdigit():
-            out.append(c)
-            cap = False
-        elif cap:
-            out.append(c.upper())
-            cap = False
-        else:
-            out.append(c)
-    return "".join(out)
 
 
 def restore(fd: descriptor_pb2.FileDescriptorProto) -> None:
