@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "schema")
 
 from next_build import server_messages, write_next_build  # noqa: E402
 
+from workbench.analysis.schema_drift import drift, payload_pages  # noqa: E402
 from workbench.decode.classify import Decoder  # noqa: E402
-from workbench.schema.drift import drift, payload_pages  # noqa: E402
 from workbench.schema.loader import load_schema  # noqa: E402
 from workbench.store.db import SessionInfo, Store  # noqa: E402
 from workbench.store.reader import open_reader  # noqa: E402
