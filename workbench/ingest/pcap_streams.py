@@ -197,7 +197,10 @@ class Http2:
     def frame(conn: Connection, side: str, pkt: Packet, f: H2Frame) -> None:
         w = (pkt.number, pkt.ts_us)
         if f.stream_id == 0:
-            if f.type == H2_GOAWAY:
+            # The first side to send GOAWAY is the one that ended the connection; the other side's
+            # GOAWAY (a client closing its session in reply) does not change who did. The first
+            # sender may send another (a graceful shutdown lowers last_stream_id): that one counts.
+            if f.type == H2_GOAWAY and (conn.goaway is None or conn.goaway["side"] == side):
                 code = f.error_code or 0
                 conn.goaway = {"side": side, "h2_error_code": code, "code": H2_ERRORS.get(code, str(code)),
                                "last_stream_id": f.last_stream_id, "packet": pkt.number}

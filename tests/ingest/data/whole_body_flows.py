@@ -42,6 +42,7 @@ class WholeBodyFlows:
         self._bodies: dict[str, tuple[bytearray, bytearray]] = {}
         self._done: dict[str, set[str]] = {}
         self._saved: list[http.HTTPFlow] = []  # the copies written, for the HAR export
+        self._open: dict[str, tuple[http.HTTPFlow, str]] = {}  # flows not yet written, their client
 
     def load(self, loader: Any) -> None:
         loader.add_option("whole_body_flows", str, "", "write finished flows with whole bodies to this file")
@@ -63,6 +64,7 @@ class WholeBodyFlows:
     # Only messages an earlier addon chose to stream are tapped; mitmproxy keeps the others whole.
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         bodies = self._bodies.setdefault(flow.id, (bytearray(), bytearray()))
+        self._open[flow.id] = (flow, flow.client_conn.id)
         if flow.request.stream:
             flow.request.stream = _tap(flow.request.stream, bodies[0])
 
@@ -80,6 +82,15 @@ class WholeBodyFlows:
         self._finished(flow, "request")
         self._finished(flow, "response")
 
+    def client_disconnected(self, client: Any) -> None:
+        # A client may leave once it has the whole answer without ever ending its request (Node's
+        # http2 client does, when the server's GOAWAY closes the session after the turn): no
+        # request-end or error hook follows, so the request side ends here, as the file of a
+        # buffered exchange would show it.
+        for flow_id, (flow, client_id) in list(self._open.items()):
+            if client_id == client.id and "response" in self._done.get(flow_id, set()):
+                self._finished(flow, "request")
+
     def _finished(self, flow: http.HTTPFlow, side: str) -> None:
         done = self._done.setdefault(flow.id, set())
         done.add(side)
@@ -87,6 +98,7 @@ class WholeBodyFlows:
             return
         req_body, resp_body = self._bodies.pop(flow.id)
         self._done.pop(flow.id, None)
+        self._open.pop(flow.id, None)
         saved = flow.copy()
         saved.id = flow.id
         if flow.request.stream:
