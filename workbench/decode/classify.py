@@ -3,19 +3,37 @@
 This is the capture hot path. It parses with the generated protobuf classes (upb), reads the
 oneof cases, and formats a one-line summary; it never builds the named field tree (see
 ``tree.py``, built only when somebody looks at a frame).
+
+The ``Frame`` record and the transport constants live in ``frame.py``, the byte-level fast paths
+for the most frequent server frames in ``fastpath.py``; both are re-exported or mixed in here, so
+``workbench.decode.classify`` stays the one place to import them from.
 """
 
 from __future__ import annotations
 
 import binascii
-import json
-from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from workbench.decode import summary
+from workbench.decode.fastpath import FastPaths
+from workbench.decode.frame import BIDI_APPEND as BIDI_APPEND
+from workbench.decode.frame import BIDI_POLL_REQ as BIDI_POLL_REQ
+from workbench.decode.frame import BIDI_POLL_RESP as BIDI_POLL_RESP
+from workbench.decode.frame import BIDI_REQUEST_ID as BIDI_REQUEST_ID
+from workbench.decode.frame import CARRIED as CARRIED
+from workbench.decode.frame import CLIENT_MSG as CLIENT_MSG
+from workbench.decode.frame import COMPRESSED as COMPRESSED
+from workbench.decode.frame import DIRECTIONS as DIRECTIONS
+from workbench.decode.frame import ENVELOPED as ENVELOPED
+from workbench.decode.frame import ERROR_DETAILS as ERROR_DETAILS
+from workbench.decode.frame import SERVER_MSG as SERVER_MSG
+from workbench.decode.frame import TRANSPORTS as TRANSPORTS
+from workbench.decode.frame import WIRE_LENGTH as WIRE_LENGTH
+from workbench.decode.frame import Frame as Frame
+from workbench.decode.frame import http_error_frame as http_error_frame
 from workbench.schema.loader import Schema, load_schema
 from workbench.wire.endstream import b64decode_loose, parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import (
@@ -29,80 +47,6 @@ from workbench.wire.envelope import (
     split_unary,
 )
 from workbench.wire.inflate import current_budget
-from workbench.wire.varint import read_length_varint as _uvarint
-
-SERVER_MSG = "agent.v1.AgentServerMessage"
-CLIENT_MSG = "agent.v1.AgentClientMessage"
-BIDI_REQUEST_ID = "aiserver.v1.BidiRequestId"
-BIDI_APPEND = "aiserver.v1.BidiAppendRequest"
-BIDI_POLL_REQ = "aiserver.v1.BidiPollRequest"
-BIDI_POLL_RESP = "aiserver.v1.BidiPollResponse"
-ERROR_DETAILS = "aiserver.v1.ErrorDetails"
-
-TRANSPORTS = ("run", "runsse", "bidi_append", "runpoll", "unary")
-# ``frames.meta`` key: the payload length on the wire of a gzip frame stored inflated.
-WIRE_LENGTH = "wire_length"
-# Kind of a gzip frame kept compressed because it would inflate past a budget (workbench.wire.inflate);
-# its msg_type is the type the transport carries, so it can be inflated and classified when viewed.
-COMPRESSED = "compressed"
-DIRECTIONS = ("client", "server")
-
-# Top-level message type carried by each (transport, direction), before any unwrapping.
-CARRIED: dict[tuple[str, str], str | None] = {
-    ("run", "client"): CLIENT_MSG,
-    ("run", "server"): SERVER_MSG,
-    ("runsse", "client"): BIDI_REQUEST_ID,
-    ("runsse", "server"): SERVER_MSG,
-    ("runpoll", "client"): BIDI_POLL_REQ,
-    ("runpoll", "server"): BIDI_POLL_RESP,
-    ("bidi_append", "client"): BIDI_APPEND,
-    ("bidi_append", "server"): None,
-    ("unary", "client"): None,
-    ("unary", "server"): None,
-}
-
-# Which transports put envelopes on the wire in a given direction (the rest are unary bodies).
-ENVELOPED = {("run", "client"), ("run", "server"), ("runsse", "client"), ("runsse", "server"),
-             ("runpoll", "client"), ("runpoll", "server")}
-
-
-@dataclass(slots=True)
-class Frame:
-    """One classified frame, ready for the store.
-
-    ``payload`` is the agent message (unwrapped from BidiAppend/BidiPoll), ``raw`` the
-    de-enveloped wrapper bytes when they differ from ``payload`` (so nothing is ever lost); for a
-    gRPC-Web enveloped BidiAppend, ``raw`` is the whole body with its 5-byte envelope and
-    ``flags`` the envelope's flags.
-    """
-
-    kind: str
-    summary: str
-    payload: bytes
-    flags: int = 0
-    msg_type: str | None = None
-    error: str | None = None
-    raw: bytes | None = None
-    ref_id: int | None = None
-    call_id: str | None = None
-    append_seqno: int | None = None
-    request_id: str | None = None
-    # Facts of the exchange that carried the frame, not of the message: e.g. a BidiAppend's HTTP
-    # status and redacted request headers. Stored as JSON in ``frames.meta``.
-    meta: dict[str, Any] | None = None
-
-
-def http_error_frame(status: int | None, body: bytes) -> Frame:
-    """The frame for a non-200 HTTP response: Connect/JSON ``code``/``message`` when the body has them."""
-    code = message = None
-    try:
-        doc = json.loads(body) if body.strip() else {}
-        if isinstance(doc, dict):
-            code, message = doc.get("code"), doc.get("message")
-    except (UnicodeDecodeError, ValueError):
-        pass
-    text = f"HTTP {status}" + (f" {code}" if code else "") + (f": {message}" if message else "")
-    return Frame("http_error", text, body, error=text)
 
 
 def _real_oneof(desc: Any) -> str | None:
@@ -149,7 +93,7 @@ def append_payload(req: Any) -> bytes:
     return binascii.unhexlify(req.data)
 
 
-class Decoder:
+class Decoder(FastPaths):
     """Classifies frames with a schema (the overlay plus any user protos)."""
 
     def __init__(self, schema: Schema | None = None, *, fast: bool = True) -> None:
@@ -239,118 +183,6 @@ class Decoder:
                     if f2 is not None:
                         return f2
         return self._classify(payload, msg_type)
-
-    # Byte-level fast paths. Each accepts only the canonical shape of one frequent server frame,
-    # with every length accounted for and every string valid UTF-8, i.e. exactly the inputs on which
-    # the protobuf runtime would succeed with the same values; anything else returns None and takes
-    # the protobuf path (``_classify``). Tests compare both paths on valid, mutated and random input.
-
-    def _fast_update(self, p: bytes, n: int) -> Frame | None:
-        """``0a L1 <member tag> L2 <member>`` → text_delta / thinking_delta / partial_tool_call."""
-        ln = p[1]  # single-byte lengths inline: most frames are short
-        if ln < 0x80:
-            i = 2
-        else:
-            ln, i = _uvarint(p, 1)
-        if i + ln != n or i + 1 >= n:
-            return None
-        tag = p[i]
-        ln = p[i + 1]
-        if ln < 0x80:
-            j = i + 2
-        else:
-            ln, j = _uvarint(p, i + 1)
-        if j + ln != n:
-            return None
-        text_member = self._text_members.get(tag >> 3) if tag & 0x87 == 0x02 else None
-        if text_member is not None:
-            if ln == 0:
-                text = ""
-            else:
-                if p[j] != 0x0A or j + 1 >= n:
-                    return None
-                ln = p[j + 1]
-                if ln < 0x80:
-                    k = j + 2
-                else:
-                    ln, k = _uvarint(p, j + 1)
-                if k + ln != n:
-                    return None
-                try:
-                    text = p[k:].decode("utf-8")
-                except UnicodeDecodeError:
-                    return None
-            return Frame(text_member[0], text_member[1] + _quote(text), p, 0, SERVER_MSG)
-        if tag == 0x3A and self._partial_ok:
-            # PartialToolCall: 1 call_id, 3 args_text_delta, 4 model_call_id (2 tool_call → slow path)
-            call_id = delta = ""
-            last = 0
-            while j < n:
-                t = p[j]
-                if t not in _PARTIAL_TAGS or t <= last:
-                    return None
-                last = t
-                if j + 1 < n and p[j + 1] < 0x80:
-                    ln = p[j + 1]
-                    k = j + 2
-                else:
-                    ln, k = _uvarint(p, j + 1)
-                j = k + ln
-                if j > n:
-                    return None
-                try:
-                    value = p[k:j].decode("utf-8")
-                except UnicodeDecodeError:
-                    return None
-                if t == 0x0A:
-                    call_id = value
-                elif t == 0x1A:
-                    delta = value
-            if j != n:
-                return None
-            return Frame("interaction_update.partial_tool_call",
-                         f"partial {_quote(call_id, 24)} args {len(delta)} chars {_quote(delta[-40:], 40)}",
-                         p, 0, SERVER_MSG, None, None, None, call_id or None)
-        if tag == 0x7A and self._delta_ok:
-            return _fast_tool_delta(p, j, n)
-        return None
-
-    def _fast_set_blob(self, p: bytes, n: int) -> Frame | None:
-        """``22 L1 [08 id] 1a L2 [0a L blob_id] [12 L blob_data]`` → kv_server_message.set_blob_args."""
-        ln, i = _uvarint(p, 1)
-        if i + ln != n or i >= n:
-            return None
-        kv_id = 0
-        if p[i] == 0x08:
-            kv_id, i = _uvarint(p, i + 1)
-            if kv_id < 0 or kv_id > 0xFFFFFFFF or i >= n:
-                return None
-        if p[i] != 0x1A:
-            return None
-        ln, i = _uvarint(p, i + 1)
-        if i + ln != n:
-            return None
-        blob_id = b""
-        if i < n and p[i] == 0x0A:
-            ln, k = _uvarint(p, i + 1)
-            i = k + ln
-            if i > n:
-                return None
-            blob_id = p[k:i]
-        start = n
-        if i < n and p[i] == 0x12:
-            ln, start = _uvarint(p, i + 1)
-            if start + ln != n:
-                return None
-            i = n
-        if i != n:
-            return None
-        # sniff_blob only ever looks at the first 4 KiB: no copy of the whole blob
-        ctype, role = summary.sniff_blob(p[start : start + 4096])
-        return Frame("kv_server_message.set_blob_args",
-                     f"set_blob#{kv_id} {summary.short_id(blob_id)} {summary.human_size(n - start)} "
-                     f"{ctype + '/' + role if role else ctype}",
-                     p, 0, SERVER_MSG, None, None, kv_id)
 
     def _classify(self, payload: bytes, msg_type: str) -> Frame:
         """The protobuf-runtime classification every fast path must agree with."""
@@ -624,74 +456,6 @@ class StreamDecoder:
     def close(self) -> list[Frame]:
         return [self._dec.frames_from_envelope(e, self.transport, self.direction) for e in self._parser.close()]
 
-
-def _one_string(p: bytes, i: int, end: int) -> bool:
-    """``p[i:end]`` is empty or exactly one field 1 holding valid UTF-8 (a one-string message)."""
-    if i == end:
-        return True
-    if p[i] != 0x0A:
-        return False
-    ln, k = _uvarint(p, i + 1)
-    if k + ln != end:
-        return False
-    try:
-        p[k:end].decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _fast_tool_delta(p: bytes, j: int, n: int) -> Frame | None:
-    """ToolCallDeltaUpdate at ``p[j:n]``: 1 call_id, 2 tool_call_delta (shell stdout/stderr or
-    edit; a task delta nests a whole InteractionUpdate → protobuf path), 3 model_call_id."""
-    call_id = ""
-    inner = "?"
-    last = 0
-    while j < n:
-        t = p[j]
-        if t not in _DELTA_TAGS or t <= last:
-            return None
-        last = t
-        ln, k = _uvarint(p, j + 1)
-        j = k + ln
-        if j > n:
-            return None
-        if t == 0x12:  # ToolCallDelta: empty, or exactly one shell/edit member
-            if k < j:
-                member = p[k]
-                ln, m = _uvarint(p, k + 1)
-                if m + ln != j:
-                    return None
-                if member == 0x0A:  # shell: empty, or exactly one stdout/stderr
-                    if m < j:
-                        if p[m] not in (0x0A, 0x12):
-                            return None
-                        ln, q = _uvarint(p, m + 1)
-                        if q + ln != j or not _one_string(p, q, j):
-                            return None
-                    inner = "shell_tool_call_delta"
-                elif member == 0x1A:
-                    if not _one_string(p, m, j):
-                        return None
-                    inner = "edit_tool_call_delta"
-                else:
-                    return None
-        else:
-            try:
-                value = p[k:j].decode("utf-8")
-            except UnicodeDecodeError:
-                return None
-            if t == 0x0A:
-                call_id = value
-    if j != n:
-        return None
-    return Frame("interaction_update.tool_call_delta", f"tool_call_delta {_quote(call_id, 24)} {inner}",
-                 p, 0, SERVER_MSG, None, None, None, call_id or None)
-
-
-_PARTIAL_TAGS = frozenset((0x0A, 0x1A, 0x22))
-_DELTA_TAGS = frozenset((0x0A, 0x12, 0x1A))
-_quote = summary.quote
 
 # Payloads up to this size are memoised per message type (bounded by _SMALL_CACHE entries).
 _SMALL = 16

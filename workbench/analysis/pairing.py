@@ -1,0 +1,193 @@
+"""Pairing answers with their requests: exec, KV and interaction queries, by (segment, id).
+
+The part of the frame walk (``facts.FactsBuilder``) that opens a request when the server sends an
+exec, a KV call or an interaction query, and closes it when the client's answer with the same id
+arrives, in either order: an answer seen before its request (a session imported in body order) is
+kept and replayed when the request arrives. ``FactsBuilder`` mixes this in, so the handlers stay
+plain bound methods in its per-kind dispatch table (no extra call per frame).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from workbench.analysis.records import ExecReq, KvOp, Query, SessionFacts
+from workbench.schema import pb
+
+# Message classes looked up once (pb's lookup is a dict walk per attribute access).
+SERVER_CLS = pb.AgentServerMessage
+CLIENT_CLS = pb.AgentClientMessage
+
+
+class RequestPairing:
+    """Handlers of exec/KV/query requests and their answers; ``FactsBuilder.__init__`` sets the state."""
+
+    facts: SessionFacts
+    _exec_open: dict[tuple[int, int], ExecReq]
+    _kv_open: dict[tuple[int, int], KvOp]
+    _query_open: dict[tuple[int, int], Query]
+    # answers whose request has not been seen (yet): (what, seg, id) -> handler calls to replay
+    _early: dict[tuple[str, int, int], list[tuple[Callable[..., None], tuple[Any, ...]]]]
+    # requests still waiting for an answer, to count later server frames (live grace)
+    _waiting: list[ExecReq | KvOp | Query]
+
+    def _input(self, seq: int) -> None:
+        """Record new client input at ``seq`` (``FactsBuilder`` implements it)."""
+        raise NotImplementedError
+
+    def _tick(self) -> None:
+        keep = []
+        for w in self._waiting:
+            w.later_server += 1
+            if w.later_server < 1_000:
+                keep.append(w)
+        self._waiting = keep
+
+    def _defer(self, what: str, ref: Any, handler: Callable[..., None], args: tuple[Any, ...]) -> None:
+        """Keep an answer whose request is not known (yet): replayed when the request arrives."""
+        key = (what, self.facts.seg, int(ref))
+        self._early.setdefault(key, []).append((handler, args))
+
+    def _replay(self, what: str, seg: int, id_: int) -> None:
+        for handler, args in self._early.pop((what, seg, id_), []):
+            handler(*args)
+
+    # handlers ---------------------------------------------------------------------------------
+
+    def _on_exec(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        try:
+            msg = SERVER_CLS.FromString(payload or b"").exec_server_message
+        except DecodeError:
+            return
+        known = msg.WhichOneof("args")
+        # A member the overlay lacks keeps the name the capture's schema gave its frame kind.
+        member = known or (kind.split(".", 1)[1] if "." in kind else "unknown")
+        tcid = None
+        if known:
+            args = getattr(msg, known)
+            if hasattr(args, "DESCRIPTOR") and "tool_call_id" in args.DESCRIPTOR.fields_by_name:
+                tcid = args.tool_call_id or None
+        req = ExecReq(self.facts.seg, msg.id, seq, ts, member, msg.exec_id, tcid, payload or b"")
+        self.facts.execs.append(req)
+        self._exec_open[(self.facts.seg, msg.id)] = req
+        self._waiting.append(req)
+        self._replay("exec", self.facts.seg, msg.id)
+
+    def _exec_for(self, ref: Any) -> ExecReq | None:
+        if ref is None:
+            return None
+        return self._exec_open.get((self.facts.seg, int(ref)))
+
+    def _on_exec_result(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        req = self._exec_for(ref)
+        if req is None:
+            if ref is not None:
+                self._defer("exec", ref, self._on_exec_result, (seq, ts, ref, cid, payload, kind))
+            return
+        if not req.result_seqs:
+            self._input(seq)  # the first answer to an exec is new work for the server
+        req.result_seqs.append(seq)
+        if req.result_payload is None:
+            req.result_payload = payload
+        if payload and len(req.echo_payloads) < 4:
+            req.echo_payloads.append(payload)
+        req.result_ts = ts
+        self._done(req)
+
+    def _on_exec_control(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        req = self._exec_for(ref)
+        member = kind.rsplit(".", 1)[-1]
+        if req is None:
+            if member in ("stream_close", "throw"):
+                self.facts.throws_unmatched.append((seq, int(ref) if ref is not None else -1))
+            if ref is not None:
+                self._defer("exec", ref, self._on_exec_control, (seq, ts, ref, cid, payload, kind))
+            return
+        if member == "heartbeat":
+            req.client_hb_seq = seq
+        elif member == "stream_close":
+            req.close_seq = seq
+        elif member == "throw":
+            req.throw_seq = seq
+            try:
+                req.throw_error = CLIENT_CLS.FromString(payload or b"").exec_client_control_message.throw.error
+            except DecodeError:
+                pass
+            self._done(req)
+
+    def _on_abort(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        req = self._exec_for(ref)
+        if req is not None:
+            req.abort_seq = seq
+            self._done(req)
+
+    def _on_kv(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        try:
+            msg = SERVER_CLS.FromString(payload or b"").kv_server_message
+        except DecodeError:
+            return
+        member = msg.WhichOneof("args")
+        if member == "set_blob_args":
+            op = KvOp(self.facts.seg, msg.id, seq, "set", bytes(msg.set_blob_args.blob_id),
+                      bytes(msg.set_blob_args.blob_data), ts=ts)
+        elif member == "get_blob_args":
+            op = KvOp(self.facts.seg, msg.id, seq, "get", bytes(msg.get_blob_args.blob_id), None, ts=ts)
+        else:
+            return
+        self.facts.kv.append(op)
+        self._kv_open[(self.facts.seg, msg.id)] = op
+        self._waiting.append(op)
+        self._replay("kv", self.facts.seg, msg.id)
+
+    def _on_kv_result(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        if ref is None:
+            return
+        op = self._kv_open.get((self.facts.seg, int(ref)))
+        if op is None:
+            self._defer("kv", ref, self._on_kv_result, (seq, ts, ref, cid, payload, kind))
+            return
+        if op.result_seq is not None and op.result_seq not in self.facts.http_failures:
+            return  # answered already (a resend after a refused append replaces the refused answer)
+        try:
+            msg = CLIENT_CLS.FromString(payload or b"").kv_client_message
+        except DecodeError:
+            return
+        op.result_seq = seq
+        if op.ts and ts > op.ts:  # a KV answer needs no work on the client: its delay is the path's
+            self.facts.kv_round_trip_us = max(self.facts.kv_round_trip_us, ts - op.ts)
+        op.result_member = msg.WhichOneof("result")
+        if op.result_member == "get_blob_result":
+            op.result_has_data = msg.get_blob_result.HasField("blob_data")
+            op.result_data = bytes(msg.get_blob_result.blob_data) if op.result_has_data else None
+        elif op.result_member == "set_blob_result" and msg.set_blob_result.HasField("error"):
+            op.set_error = msg.set_blob_result.error.message or "error"
+        self._done(op)
+
+    def _on_query(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        if ref is None:
+            return
+        q = Query(self.facts.seg, int(ref), seq, kind)
+        self.facts.queries.append(q)
+        self._query_open[(self.facts.seg, q.id)] = q
+        self._waiting.append(q)
+        self._replay("query", self.facts.seg, q.id)
+
+    def _on_response(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
+        if ref is None:
+            return
+        q = self._query_open.get((self.facts.seg, int(ref)))
+        if q is None:
+            self._defer("query", ref, self._on_response, (seq, ts, ref, cid, payload, kind))
+            return
+        if q.response_seq is None or q.response_seq in self.facts.http_failures:
+            q.response_seq = seq
+            self._done(q)
+
+    def _done(self, item: ExecReq | KvOp | Query) -> None:
+        try:
+            self._waiting.remove(item)
+        except ValueError:
+            pass

@@ -1,0 +1,85 @@
+"""What a classified frame is, and which message each transport carries.
+
+The ``Frame`` record and the transport/message-type constants are shared by the classifier
+(``classify``), its byte-level fast paths (``fastpath``) and everything downstream (store, capture,
+ingest, TUI). They live here, apart from the ``Decoder``, so the fast paths can build frames without
+importing the classifier; ``workbench.decode.classify`` re-exports every name.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+SERVER_MSG = "agent.v1.AgentServerMessage"
+CLIENT_MSG = "agent.v1.AgentClientMessage"
+BIDI_REQUEST_ID = "aiserver.v1.BidiRequestId"
+BIDI_APPEND = "aiserver.v1.BidiAppendRequest"
+BIDI_POLL_REQ = "aiserver.v1.BidiPollRequest"
+BIDI_POLL_RESP = "aiserver.v1.BidiPollResponse"
+ERROR_DETAILS = "aiserver.v1.ErrorDetails"
+
+TRANSPORTS = ("run", "runsse", "bidi_append", "runpoll", "unary")
+# ``frames.meta`` key: the payload length on the wire of a gzip frame stored inflated.
+WIRE_LENGTH = "wire_length"
+# Kind of a gzip frame kept compressed because it would inflate past a budget (workbench.wire.inflate);
+# its msg_type is the type the transport carries, so it can be inflated and classified when viewed.
+COMPRESSED = "compressed"
+DIRECTIONS = ("client", "server")
+
+# Top-level message type carried by each (transport, direction), before any unwrapping.
+CARRIED: dict[tuple[str, str], str | None] = {
+    ("run", "client"): CLIENT_MSG,
+    ("run", "server"): SERVER_MSG,
+    ("runsse", "client"): BIDI_REQUEST_ID,
+    ("runsse", "server"): SERVER_MSG,
+    ("runpoll", "client"): BIDI_POLL_REQ,
+    ("runpoll", "server"): BIDI_POLL_RESP,
+    ("bidi_append", "client"): BIDI_APPEND,
+    ("bidi_append", "server"): None,
+    ("unary", "client"): None,
+    ("unary", "server"): None,
+}
+
+# Which transports put envelopes on the wire in a given direction (the rest are unary bodies).
+ENVELOPED = {("run", "client"), ("run", "server"), ("runsse", "client"), ("runsse", "server"),
+             ("runpoll", "client"), ("runpoll", "server")}
+
+@dataclass(slots=True)
+class Frame:
+    """One classified frame, ready for the store.
+
+    ``payload`` is the agent message (unwrapped from BidiAppend/BidiPoll), ``raw`` the
+    de-enveloped wrapper bytes when they differ from ``payload`` (so nothing is ever lost); for a
+    gRPC-Web enveloped BidiAppend, ``raw`` is the whole body with its 5-byte envelope and
+    ``flags`` the envelope's flags.
+    """
+
+    kind: str
+    summary: str
+    payload: bytes
+    flags: int = 0
+    msg_type: str | None = None
+    error: str | None = None
+    raw: bytes | None = None
+    ref_id: int | None = None
+    call_id: str | None = None
+    append_seqno: int | None = None
+    request_id: str | None = None
+    # Facts of the exchange that carried the frame, not of the message: e.g. a BidiAppend's HTTP
+    # status and redacted request headers. Stored as JSON in ``frames.meta``.
+    meta: dict[str, Any] | None = None
+
+
+def http_error_frame(status: int | None, body: bytes) -> Frame:
+    """The frame for a non-200 HTTP response: Connect/JSON ``code``/``message`` when the body has them."""
+    code = message = None
+    try:
+        doc = json.loads(body) if body.strip() else {}
+        if isinstance(doc, dict):
+            code, message = doc.get("code"), doc.get("message")
+    except (UnicodeDecodeError, ValueError):
+        pass
+    text = f"HTTP {status}" + (f" {code}" if code else "") + (f": {message}" if message else "")
+    return Frame("http_error", text, body, error=text)
