@@ -4,7 +4,8 @@ The proxy side (``addon.py``) only stamps and enqueues; everything else happens 
 proxy's event loop: envelope reassembly, classification, session bookkeeping, BidiAppend joining
 and reordering (``appends.py``), redaction, and batched commits through ``sink.py`` (at most one
 commit per flush interval, each a committed transaction, so live readers see whole batches and
-``seq > last`` polling never duplicates or skips a frame).
+``seq > last`` polling never duplicates or skips a frame). The event tags, ``FlowOpen`` and the
+per-flow state ``Flow`` live in ``flows.py`` (re-exported here).
 
 When the database cannot be opened or a commit fails, the sink says so loudly and switches to the
 spool, then to a second spool location, then to memory up to a bound; frames beyond that are
@@ -24,16 +25,27 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from workbench.capture.appends import AppendOrder, Held
+from workbench.capture.flows import (
+    EV_BODY,
+    EV_CHUNK,
+    EV_DONE,
+    EV_EOF,
+    EV_LATE,
+    EV_OPEN,
+    EV_RESPONSE,
+    EV_STOP,
+    Flow,
+    FlowOpen,
+)
 from workbench.capture.sink import HOLD_BYTES, HOLD_FRAMES, Sink, SinkConfig
 from workbench.decode.classify import (
     CLIENT_MSG,
     Decoder,
     Frame,
-    StreamDecoder,
     default_decoder,
     http_error_frame,
 )
@@ -41,8 +53,6 @@ from workbench.protocol.append_meta import answer_grpc, append_answer, append_ex
 from workbench.protocol.labels import fill_label
 from workbench.protocol.run_request import OPENING_KINDS, fill_session, run_request_facts
 from workbench.protocol.status import (
-    ExchangeEnd,
-    framing_of,
     grpc_fields,
     http_ok,
     session_status,
@@ -55,68 +65,9 @@ from workbench.store.recorder import Recorder
 
 log = logging.getLogger("workbench.capture")
 
-# Event tags (tuples keep the proxy-side cost to one allocation per chunk).
-EV_OPEN = 0       # (EV_OPEN, FlowOpen)
-EV_CHUNK = 1      # (EV_CHUNK, key, direction, ts_us, bytes)
-EV_EOF = 2        # (EV_EOF, key, direction, ts_us)
-EV_RESPONSE = 3   # (EV_RESPONSE, key, ts_us, status, headers, http_version, alpn)
-EV_BODY = 4       # (EV_BODY, key, direction, ts_us, bytes)  whole body of a buffered message
-EV_DONE = 5       # (EV_DONE, key, ts_us, error or None, trailers dict[, reset dict or None])
-EV_STOP = 6       # (EV_STOP,)
-EV_LATE = 7       # (EV_LATE, key, ts_us, reset dict)  a side failed after the response ended
-
-
-@dataclass(slots=True)
-class FlowOpen:
-    """What the proxy knows at request headers, already redacted."""
-
-    key: str
-    transport: str
-    streaming: bool
-    host: str
-    path: str
-    ts_us: int
-    request_id: str | None = None
-    client_version: str | None = None
-    auth_hash: str | None = None
-    request_type: str | None = None
-    response_type: str | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
-    content_type: str | None = None
-
-
-@dataclass(slots=True)
-class _Flow:
-    open: FlowOpen
-    session_id: str | None = None
-    decoders: dict[str, StreamDecoder] = field(default_factory=dict)
-    pending: list[tuple[int, str, Frame]] = field(default_factory=list)
-    http_status: int | None = None
-    response_headers: list[tuple[str, str]] = field(default_factory=list)
-    error_body: bytearray | None = None
-    saw_end: bool = False  # an end-stream or gRPC-Web trailer frame came from the server
-    end_error: str | None = None
-    http_error: str | None = None  # the text of the http_error frame a non-200 answer became
-    eof: set[str] = field(default_factory=set)
-    append_seqno: int | None = None
-    append_frames: list[Frame] = field(default_factory=list)  # this append exchange's client frames
-    append_emitted: dict[int, tuple[str, int | None]] = field(default_factory=dict)  # id(frame) → (session, seq)
-    append_response: bytes | None = None
-    done: bool = False
-    secret: bool = False  # an RPC whose bodies are credentials: store markers only
-
-    def note_end(self, f: Frame) -> None:
-        """A server frame; one that ends the response (end-stream, gRPC-Web trailer frame) is noted."""
-        if f.kind.startswith("end_stream"):
-            self.saw_end = True
-            if f.kind == "end_stream.error":
-                self.end_error = f.summary
-
-    def ending(self, grpc: dict[str, str], failure: str | None, reset: dict[str, Any] | None = None) -> ExchangeEnd:
-        """What this exchange showed of its end, for ``workbench.protocol.status``."""
-        return ExchangeEnd(self.open.transport, self.http_status, framing_of(self.open.content_type),
-                           grpc.get("grpc-status"), grpc.get("grpc-message"), self.saw_end, self.end_error,
-                           self.http_error, failure=failure, reset=reset)
+# re-exported: the addon, tests and benchmarks import the event vocabulary from here
+__all__ = ["EV_BODY", "EV_CHUNK", "EV_DONE", "EV_EOF", "EV_LATE", "EV_OPEN", "EV_RESPONSE", "EV_STOP",
+           "CaptureWriter", "FlowOpen", "WriterConfig"]
 
 
 @dataclass
@@ -142,7 +93,7 @@ class CaptureWriter:
         self.sink = Sink(SinkConfig(config.db_path, live=config.live, stats_path=config.stats_path,
                                     hold_frames=config.hold_frames, hold_bytes=config.hold_bytes),
                          self._loud, self._note)
-        self.flows: dict[str, _Flow] = {}
+        self.flows: dict[str, Flow] = {}
         self.appends = AppendOrder(self._emit)
         self._live_run_ids: dict[str, str] = {}
         # session → (status, error, label) of the first append refused while its run was open
@@ -269,7 +220,7 @@ class CaptureWriter:
             self._late(ev[1], ev[2], ev[3])
 
     def _open_flow(self, fo: FlowOpen) -> None:
-        fl = _Flow(fo, secret=fo.transport == "unary" and secret_method(fo.path))
+        fl = Flow(fo, secret=fo.transport == "unary" and secret_method(fo.path))
         self.flows[fo.key] = fl
         if fo.streaming:
             fl.decoders = {"client": self.decoder.stream(fo.transport, "client"),
@@ -284,14 +235,14 @@ class CaptureWriter:
             self._bind(fl, str(uuid.uuid4()))
         # runsse / runpoll wait for the BidiRequestId in the body; bidi_append joins by body.
 
-    def _session_info(self, fl: _Flow, sid: str) -> SessionInfo:
+    def _session_info(self, fl: Flow, sid: str) -> SessionInfo:
         fo = fl.open
         return SessionInfo(session_id=sid, source="capture", transport=fo.transport,
                            request_id=fo.request_id, client_version=fo.client_version,
                            started_at=us_to_datetime(fo.ts_us), host=fo.host, path=fo.path,
                            auth_hash=fo.auth_hash, meta={**fo.meta, **schema_stamp(self.decoder.schema)})
 
-    def _bind(self, fl: _Flow, sid: str) -> None:
+    def _bind(self, fl: Flow, sid: str) -> None:
         """Attach a flow to its session (creating or completing the session row)."""
         fl.session_id = sid
         fo = fl.open
@@ -328,7 +279,7 @@ class CaptureWriter:
         for f in dec.feed(chunk):
             self._frame(fl, ts_us, direction, f)
 
-    def _frame(self, fl: _Flow, ts_us: int, direction: str, f: Frame) -> None:
+    def _frame(self, fl: Flow, ts_us: int, direction: str, f: Frame) -> None:
         fo = fl.open
         if direction == "server":
             fl.note_end(f)
@@ -412,14 +363,14 @@ class CaptureWriter:
             f.msg_type = None  # a guessed name the schema does not know: do not claim it
         return f
 
-    def _emit_flow(self, fl: _Flow, ts_us: int, direction: str, f: Frame) -> None:
+    def _emit_flow(self, fl: Flow, ts_us: int, direction: str, f: Frame) -> None:
         if fl.secret:
             self._scrub(f)
         if fl.session_id is None:
             self._bind(fl, fl.open.request_id or str(uuid.uuid4()))
         self._emit(fl.session_id, ts_us, direction, fl.open.transport, fl.open.key, f)  # type: ignore[arg-type]
 
-    def _finish_append(self, fl: _Flow, ts_us: int, error: str | None, trailers: dict[str, str]) -> None:
+    def _finish_append(self, fl: Flow, ts_us: int, error: str | None, trailers: dict[str, str]) -> None:
         """A BidiAppend exchange is over: complete its frames' meta, then record any refusal."""
         fo = fl.open
         status = fl.http_status
@@ -454,7 +405,7 @@ class CaptureWriter:
             if not self.appends.attach(last.request_id or "", last.append_seqno, item):
                 self._emit(last.request_id or "", *item)
 
-    def _judge_append(self, fl: _Flow, frames: list[Frame], grpc: dict[str, str], error: str | None) -> None:
+    def _judge_append(self, fl: Flow, frames: list[Frame], grpc: dict[str, str], error: str | None) -> None:
         """Remember the first append refused while its run was open: the run ends ``error`` then."""
         sid = fl.session_id
         info = self.sink.get_session(sid) if sid is not None else None
@@ -465,7 +416,7 @@ class CaptureWriter:
             seqno = frames[0].append_seqno if frames else fl.append_seqno
             self._refused[sid] = (status, err, f"BidiAppend append_seqno {seqno}")
 
-    def _append(self, fl: _Flow, f: Frame, items: list[Held]) -> None:
+    def _append(self, fl: Flow, f: Frame, items: list[Held]) -> None:
         fo = fl.open
         rid = f.request_id or fo.request_id or str(uuid.uuid4())
         f.request_id = rid
@@ -478,7 +429,7 @@ class CaptureWriter:
             self.sink.open_session(info)
         self.appends.add(rid, f.append_seqno, items)
 
-    def _http_error_frame(self, fl: _Flow, ts_us: int, body: bytes) -> None:
+    def _http_error_frame(self, fl: Flow, ts_us: int, body: bytes) -> None:
         status = fl.http_status
         f = http_error_frame(status, body)
         fl.http_error = f.summary
@@ -561,7 +512,7 @@ class CaptureWriter:
         self._eof_flow(fl, "client", ts_us)
         self.flows.pop(key, None)
 
-    def _eof_flow(self, fl: _Flow, direction: str, ts_us: int) -> None:
+    def _eof_flow(self, fl: Flow, direction: str, ts_us: int) -> None:
         """End of one direction's body (idempotent: the stream callable sees b"" more than once)."""
         if direction in fl.eof:
             return

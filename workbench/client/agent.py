@@ -8,6 +8,10 @@ last checkpoint echoed with the same conversation_id on the next turn. After ``t
 reads on until the server ends the response, as real clients do, and says so when that end never
 comes (a proxy holding it back). Fault switches break these obligations on purpose so the known
 client bugs can be reproduced against a backend.
+
+Answering execs lives in ``execs.py`` (``ExecAnswers``) and how a turn ends — reading on after
+``turn_ended``, the end that never comes, a heartbeat stall — in ``turn_end.py`` (``TurnEnding``);
+``AgentClient`` mixes both in.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from workbench.client.events import (
 )
 from workbench.client.execs import CLOSE_POLICIES, ExecAnswers, check_close_policy
 from workbench.client.localexec import LocalExecutor
-from workbench.client.net import H2Stream, NetError, Verify, cancel_and_wait
+from workbench.client.net import NetError, Verify, cancel_and_wait
 from workbench.client.recording import FrameLogEntry, Journal, RunWire
 from workbench.client.toolcalls import ToolDef, describe_tool_call, final_args, tool_definition
 from workbench.client.transport import (
@@ -54,13 +58,13 @@ from workbench.client.transport import (
     FRAMINGS,
     TRANSPORTS,
     Channel,
-    Incoming,
     RunChannel,
     RunPollChannel,
     RunSSEChannel,
     TransportError,
     list_usable_models,
 )
+from workbench.client.turn_end import TurnEnding, _error_from
 from workbench.protocol import args as tool_args
 from workbench.protocol.labels import prompt_label
 
@@ -99,7 +103,7 @@ class ClientRun:
         self.iterator: AsyncIterator[Any] | None = None
 
 
-class AgentClient(ExecAnswers):
+class AgentClient(ExecAnswers, TurnEnding):
     """A client for ``agent.v1.AgentService`` (see docs/client.md for the full API)."""
 
     def __init__(self, base_url: str, token: str, transport: str = "run", workspace: str | os.PathLike[str] | None = None,
@@ -390,94 +394,6 @@ class AgentClient(ExecAnswers):
             async for ev in self._until_end(run):
                 yield ev
 
-    def _ended_by(self, run: ClientRun, item: Incoming) -> Error | None:
-        """What the end of the stream (or its failure) means for the turn."""
-        if item.kind == "error":
-            return _error_from(item.error)
-        end = item.end
-        if end is not None and end.is_error:
-            return Error(end.code or "unknown", end.message or "", end.details)
-        if not run.ended:
-            return Error("incomplete", f"the {run.channel.transport} stream ended without turn_ended "
-                         f"(last frame: {run.last_kind or 'none'}); the turn is incomplete and retryable")
-        return None
-
-    async def _until_end(self, run: ClientRun) -> AsyncIterator[Event]:
-        """After turn_ended, as real clients do: keep the request open (heartbeats go on), answer
-        whatever still comes, and read until the server ends the response — its end-stream frame
-        and, on HTTP/2, the END_STREAM flag — for at most ``end_timeout`` seconds."""
-        assert run.iterator is not None
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        deadline = started + self.end_timeout
-        try:
-            while True:
-                try:
-                    item = await asyncio.wait_for(_next_item(run.iterator), max(0.0, deadline - loop.time()))
-                except StopAsyncIteration:
-                    break
-                except TimeoutError:
-                    yield self._end_missing(loop.time() - started, frame_seen=False)
-                    return
-                while run.done:
-                    yield run.done.pop(0)
-                if item.kind == "error":
-                    return  # cut off after turn_ended: the turn stands, the response is over
-                if item.kind != "message":
-                    break  # the end-stream frame (even an error one: turn_ended already settled the turn)
-                try:
-                    msg = pb.AgentServerMessage.FromString(item.payload)
-                except DecodeError:
-                    continue
-                case = msg.WhichOneof("message")
-                if case == "interaction_update" and msg.interaction_update.WhichOneof("message") == "heartbeat":
-                    continue
-                async for ev in self._dispatch(run, msg, case):
-                    yield ev
-            # On HTTP/2 the end-stream frame is data: a proxy can pass it on and still hold the
-            # stream's END_STREAM flag back (mitmproxy does, until the request side has ended).
-            stream = run.channel.stream if isinstance(run.channel, RunChannel) else None
-            if stream is not None and not stream.ended_remote:
-                try:
-                    await asyncio.wait_for(_drain(stream), max(0.0, deadline - loop.time()))
-                except TimeoutError:
-                    yield self._end_missing(loop.time() - started, frame_seen=True)
-                except NetError:
-                    pass  # reset or connection gone after the end-stream frame: ended all the same
-        finally:
-            run.end_settled = True
-
-    def _end_missing(self, waited: float, frame_seen: bool) -> StreamEndMissing:
-        what = ("its end-stream frame came, the HTTP/2 END_STREAM flag did not" if frame_seen
-                else "neither its end-stream frame nor the end of the response came")
-        return StreamEndMissing(waited, (
-            f"the server's end of stream never arrived: {what} within {waited:.1f} s after turn_ended "
-            f"(end timeout {self.end_timeout:g} s; this client kept its request open and heartbeating meanwhile, "
-            "as real clients do). The turn itself is complete. Usual cause: a proxy between client and server "
-            "that holds back the response's end until the request side ends (mitmproxy does this to HTTP/2 "
-            "bidi streams); otherwise a server keeping the run open for a follow-up message. See docs/client.md."))
-
-    def _stall_message(self, run: ClientRun) -> str:
-        secs = time.monotonic() - run.first_heartbeat_at
-        msg = (f"gave up after {run.heartbeats} consecutive server heartbeats ({secs:.1f} s) with no progress "
-               f"(heartbeat budget {self.heartbeat_budget}; last other frame: {run.last_kind or 'none'})")
-        if run.unclosed:
-            ids = ", ".join(map(str, run.unclosed))
-            msg += (f"; exec id {ids} got a result but no stream_close, so the server is still waiting on it "
-                    "(docs/protocol.md §5)")
-        elif run.unanswered:
-            ids = ", ".join(map(str, run.unanswered))
-            msg += f"; exec id {ids} was never answered (docs/protocol.md §5)"
-        elif run.unclosed_by_policy:
-            ids = ", ".join(map(str, run.unclosed_by_policy))
-            msg += (f"; exec id {ids} got its result alone (close policy streams-only), and a server that "
-                    "requires stream_close after it — the December 2025 service, `workbench sim "
-                    "--strict-stream-close` — is probably still waiting on it (docs/protocol.md §5): "
-                    "use close policy always")
-        else:
-            msg += "; the server sent only heartbeats and no turn_ended (docs/protocol.md §6)"
-        return msg
-
     async def _dispatch(self, run: ClientRun, msg: Any, case: str | None) -> AsyncIterator[Event]:
         if case == "interaction_update":
             iu = msg.interaction_update
@@ -596,18 +512,3 @@ class AgentClient(ExecAnswers):
                 setattr(resp, name, b"")
         await self._send(run, {"interaction_response": resp})
 
-
-def _error_from(exc: BaseException | None) -> Error:
-    if isinstance(exc, TransportError):
-        return Error(exc.code, exc.message, exc.details, exc.http_status)
-    return Error("transport", str(exc) if exc else "unknown transport failure")
-
-
-async def _next_item(items: AsyncIterator[Incoming]) -> Incoming:
-    return await anext(items)
-
-
-async def _drain(stream: H2Stream) -> None:
-    """Read an HTTP/2 response to its END_STREAM (nothing may follow an end-stream frame)."""
-    async for _ in stream.chunks():
-        pass
