@@ -12,15 +12,15 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from support import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -40,25 +40,6 @@ class Recording:
     # (scenario, transport) → the run's request id (the live session id, the imported request_id)
     runs: dict[tuple[str, str], str] = field(default_factory=dict)
     errors: dict[tuple[str, str], str | None] = field(default_factory=dict)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_port(port: int, proc: subprocess.Popen[Any], timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} before listening")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on {port} after {timeout} s")
 
 
 @contextmanager
@@ -118,7 +99,7 @@ def record(out: Path, runs: Sequence[tuple[str, str]], *, pace: float = 0.01, he
         url = sim.stdout.readline().strip()
         assert url.startswith("https://127.0.0.1:"), url
         sim.stdout.readline()
-        port = _free_port()
+        port = free_port()
         confdir = out / "mitm-conf"
         log = (out / "mitmdump.log").open("w")
         mitm = subprocess.Popen(
@@ -127,7 +108,7 @@ def record(out: Path, runs: Sequence[tuple[str, str]], *, pace: float = 0.01, he
              "--set", "ssl_insecure=true", "--set", f"cursor_db={rec.live_db}",
              "--set", f"whole_body_flows={rec.flows}"], stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        _wait_port(port, mitm)
+        wait_port(port, mitm)
         ca = confdir / "mitmproxy-ca-cert.pem"
         with _proxy_env(port, ca):
             asyncio.run(_turns(url, ca, runs, workspace, rec))

@@ -15,11 +15,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 from ending_server import ENDINGS, EndingServer
+from support import free_port, wait_port
 
 from workbench.cli import main
 from workbench.schema import pb
@@ -40,25 +39,6 @@ WHOLE_BODY_ADDON = ROOT / "tests" / "ingest" / "data" / "whole_body_flows.py"
 RUN_PATH = "/agent.v1.AgentService/Run"
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_port(port: int, proc: subprocess.Popen[Any], timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"mitmdump exited with {proc.returncode} before listening")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on {port} after {timeout} s")
 
 
 def _run_request(prompt: str) -> bytes:
@@ -85,7 +65,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], 
     out = tmp_path_factory.mktemp("status-endings")
     server = EndingServer(out / "certs")
     live_db, flows = out / "live.duckdb", out / "whole.flows"
-    port = _free_port()
+    port = free_port()
     confdir = out / "mitm-conf"
     log = (out / "mitmdump.log").open("w")
     mitm = subprocess.Popen(
@@ -96,7 +76,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], 
     log.close()
     rids: dict[str, str] = {}
     try:
-        _wait_port(port, mitm)
+        wait_port(port, mitm)
         ctx = ssl.create_default_context(cafile=str(confdir / "mitmproxy-ca-cert.pem"))
         with httpx.Client(http2=True, proxy=f"http://127.0.0.1:{port}", verify=ctx, trust_env=False,
                           timeout=60) as client:
