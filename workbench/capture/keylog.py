@@ -166,7 +166,8 @@ def _tool_command(tool: Tool, interface: str, bpf: str, out: Path) -> list[str]:
     return [*cmd, bpf]
 
 
-def _read_stderr(proc: subprocess.Popen[bytes], lines: list[str], ready: threading.Event) -> None:
+def _read_stderr(proc: subprocess.Popen[bytes], lines: list[str], ready: threading.Event,
+                 ended: threading.Event) -> None:
     assert proc.stderr is not None
     for raw in proc.stderr:
         line = raw.decode("utf-8", "replace").rstrip()
@@ -174,6 +175,7 @@ def _read_stderr(proc: subprocess.Popen[bytes], lines: list[str], ready: threadi
             lines.append(line)
         if "listening on" in line or line.startswith("Capturing on"):
             ready.set()
+    ended.set()
     ready.set()
 
 
@@ -187,26 +189,32 @@ class PacketCapture:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> None:
-        ready = threading.Event()
+        ready, ended = threading.Event(), threading.Event()
         self.proc = subprocess.Popen(_tool_command(self.tool, self.interface, self.bpf, self.out),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      start_new_session=True)
-        threading.Thread(target=_read_stderr, args=(self.proc, self.messages, ready), daemon=True).start()
+        threading.Thread(target=_read_stderr, args=(self.proc, self.messages, ready, ended), daemon=True).start()
         ready.wait(timeout)
+        if ended.is_set():
+            # Its stderr closed: the tool is exiting. The kernel closes a process's files before it
+            # can be reaped, so poll() alone may still say "running" here (seen on a loaded machine).
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
         # dumpcap says "Capturing on" before it knows it may; give a refusal its moment to arrive
         if self.proc.poll() is None and self.tool.name == "dumpcap":
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(0.5)
         if self.proc.poll() is not None:
-            raise CliError(self._failure())
+            raise CliError(self.failure())
 
-    def _failure(self) -> str:
+    def failure(self) -> str:
+        """Why the tool stopped by itself, in words a user can act on."""
         text = " ".join(m for m in self.messages if m)
         if "permission" in text.lower() or "not permitted" in text.lower():
             return (f"{self.tool.name} may not capture on {self.interface}: it needs root or the "
                     f"CAP_NET_RAW and CAP_NET_ADMIN capabilities; {PRIVILEGE_HINT[self.tool.name]}")
         detail = next((m for m in self.messages if m and "listening on" not in m), "no message")
-        return f"{self.tool.name} stopped at once (exit {self.proc.returncode if self.proc else '?'}): {detail}"
+        return f"{self.tool.name} stopped by itself (exit {self.proc.returncode if self.proc else '?'}): {detail}"
 
     def dropped(self) -> int:
         """Packets the kernel dropped, as the tool reports at its end (tcpdump and dumpcap alike)."""
@@ -335,9 +343,9 @@ def cmd_capture_keylog(args: argparse.Namespace) -> int:
 def _import(args: argparse.Namespace, db: str, pcap: Path, keys: Path, port: int, capture: PacketCapture) -> int:
     from workbench.ingest import IngestError, Progress, import_file, open_store
 
-    if capture.proc is not None and capture.proc.returncode not in (0, -signal.SIGINT, 130):
-        print(f"workbench capture: {capture.tool.name} exited with status {capture.proc.returncode}: "
-              f"{' '.join(capture.messages[-3:])}", file=sys.stderr, flush=True)
+    failed = capture.proc is not None and capture.proc.returncode not in (0, -signal.SIGINT, 130)
+    if failed and capture.counter.packets == 0:
+        raise CliError(capture.failure())  # it stopped on its own before recording anything
     if not keys.exists() or keys.stat().st_size == 0:
         print(f"workbench capture: no client wrote keys to {keys}: was it started with SSLKEYLOGFILE or "
               f"NODE_OPTIONS=--tls-keylog from the lines above?", file=sys.stderr, flush=True)
@@ -361,4 +369,6 @@ def _import(args: argparse.Namespace, db: str, pcap: Path, keys: Path, port: int
     finally:
         store.close()
     print(result.summary_line().replace(str(pcap), f"{pcap} → {db}", 1), flush=True)
+    if failed:  # what it wrote is imported above, but the capture did not run until asked to stop
+        raise CliError(f"{capture.failure()}; the {capture.counter.packets:,} packets it wrote were imported")
     return EXIT_UNDECRYPTABLE if result.undecryptable else 0
