@@ -10,6 +10,7 @@ for a process, what it printed).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import queue
@@ -106,6 +107,25 @@ def env_without_proxy(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k.lower() not in PROXY_VARIABLES}
     env.update(extra or {})
     return env
+
+
+@contextlib.contextmanager
+def proxied_environ(**values: str) -> Iterator[None]:
+    """Within the block, this process's own clients see no proxy or no-proxy variables but
+    ``values`` (say ``HTTPS_PROXY`` and ``SSL_CERT_FILE``); the environment is restored after."""
+    names = {k for k in os.environ if k.lower() in (*PROXY_VARIABLES, "no_proxy")} | set(values)
+    saved = {k: os.environ.get(k) for k in names}
+    for k in names:
+        os.environ.pop(k, None)
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def run_workbench(*args: str, cwd: str | Path | None = None, env: Mapping[str, str] | None = None,

@@ -25,14 +25,13 @@ import asyncio
 import contextlib
 import io
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,7 @@ from analysis_rig import echo_args_text  # noqa: E402
 from capture_rig import ADDON, BIN, NODE_CLIENT  # noqa: E402
 from import_rig import WHOLE_BODY_ADDON  # noqa: E402
 from stream_json_reporter import stream_json_lines  # noqa: E402
-from support import env_without_proxy, free_port, wait_port  # noqa: E402
+from support import env_without_proxy, free_port, proxied_environ, wait_port  # noqa: E402
 
 TOKEN = "wb-matrix-token-7c1d5e"
 SOURCES = ("live", "flow", "har", "client", "stream-json")
@@ -172,24 +171,6 @@ class Matrix:
 # clients -----------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _through(proxy: str, ca: Path) -> Iterator[None]:
-    """Point this process's clients at the proxy (HTTPS_PROXY) trusting its CA (SSL_CERT_FILE)."""
-    names = ("HTTPS_PROXY", "https_proxy", "SSL_CERT_FILE", "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy")
-    saved = {k: os.environ.get(k) for k in names}
-    for k in names:
-        os.environ.pop(k, None)
-    os.environ.update(HTTPS_PROXY=proxy, https_proxy=proxy, SSL_CERT_FILE=str(ca))
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def _workspace(root: Path) -> Path:
     (root / "tmp").mkdir(parents=True, exist_ok=True)
     (root / "README.md").write_text("# demo\nTODO: hello\n")
@@ -275,7 +256,7 @@ async def _drive(m: Matrix, url: str, ca: Path, proxy: str, store: Any) -> None:
             m.rids[cell] = rids
             m.outcomes[cell] = errors
 
-    with _through(proxy, ca):
+    with proxied_environ(HTTPS_PROXY=proxy, https_proxy=proxy, SSL_CERT_FILE=str(ca)):
         await asyncio.gather(*(one(i, c) for i, c in enumerate(m.cells)))
 
 

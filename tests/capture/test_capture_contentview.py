@@ -10,7 +10,6 @@ test client asking for gzip). The flow file is then rendered through mitmproxy's
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from capture_rig import ADDON, BIN
 from h2_agent_client import H2AgentClient
 from mitmproxy import contentviews, http, io
 from mitmproxy.test import tflow, tutils
-from support import free_port, wait_port
+from support import free_port, proxied_environ, wait_port
 
 from workbench.capture import contentview
 from workbench.capture.contentview import NAME, CursorAgentView
@@ -93,22 +92,12 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
 async def _drive(url: str, proxy: str, ca: str, prompts: dict[str, str]) -> None:
     from workbench.client.agent import AgentClient
 
-    saved = {k: os.environ.get(k) for k in ("HTTPS_PROXY", "NO_PROXY", "no_proxy")}
-    os.environ["HTTPS_PROXY"] = proxy
-    os.environ.pop("NO_PROXY", None)
-    os.environ.pop("no_proxy", None)
-    try:
+    with proxied_environ(HTTPS_PROXY=proxy):
         for name, transport, framing in (("run", "run", "connect"), ("runsse", "runsse", "connect"),
                                          ("runpoll", "runpoll", "connect"), ("grpc-web", "runsse", "grpc-web"),
                                          ("error", "run", "connect")):
             async with AgentClient(url, TOKEN, transport=transport, framing=framing, verify=ca) as client:
                 await asyncio.wait_for(client.run_turn(prompts[name], raise_on_error=False), 60)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _flows(rec: Recorded, path_end: str) -> list[http.HTTPFlow]:

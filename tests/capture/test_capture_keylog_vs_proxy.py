@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import packet_capture_env
 import pytest
 from capture_rig import BIN
-from support import env_without_proxy
+from support import env_without_proxy, proxied_environ
 
 from workbench.analysis import analyze
 from workbench.client.agent import AgentClient
@@ -54,22 +51,6 @@ SCENARIOS: dict[str, tuple[list[str], dict[str, Any]]] = {
                                   {"faults": ["naive_args_concat"], "execute_locally": False,
                                    "on_exec": _echo_args_text}),
 }
-
-
-@contextmanager
-def _env(**values: str) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in (*values, "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy")}
-    for k in ("HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
-        os.environ.pop(k, None)
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 async def _runs(url: str, verify: str, workspace: Path) -> dict[str, list[str]]:
@@ -110,7 +91,7 @@ def both_ways(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         try:
             assert proxy.stdout is not None
             url = proxy.stdout.readline().strip()
-            with _env(HTTPS_PROXY=url, https_proxy=url):
+            with proxied_environ(HTTPS_PROXY=url, https_proxy=url):
                 rec["proxy"] = asyncio.run(_runs(sim.url, str(conf / "mitmproxy-ca-cert.pem"), ws))
         finally:
             _stop(proxy, signal.SIGTERM)
@@ -126,7 +107,7 @@ def both_ways(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                     env[k] = v
                 if "NODE_OPTIONS" in env:
                     break
-            with _env(SSLKEYLOGFILE=env["SSLKEYLOGFILE"]):
+            with proxied_environ(SSLKEYLOGFILE=env["SSLKEYLOGFILE"]):
                 rec["keylog"] = asyncio.run(_runs(sim.url, str(sim.cert_path), ws))
         finally:
             rec["keylog_out"] = _stop(keylog, signal.SIGINT)

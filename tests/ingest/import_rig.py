@@ -10,17 +10,15 @@ the flow file and the HAR hold the same traffic, and their imports can be compar
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from support import free_port, wait_port
+from support import free_port, proxied_environ, wait_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -40,23 +38,6 @@ class Recording:
     # (scenario, transport) → the run's request id (the live session id, the imported request_id)
     runs: dict[tuple[str, str], str] = field(default_factory=dict)
     errors: dict[tuple[str, str], str | None] = field(default_factory=dict)
-
-
-@contextmanager
-def _proxy_env(port: int, ca: Path) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "SSL_CERT_FILE", "NO_PROXY", "no_proxy")}
-    os.environ.update(HTTPS_PROXY=f"http://127.0.0.1:{port}", https_proxy=f"http://127.0.0.1:{port}",
-                      SSL_CERT_FILE=str(ca))
-    os.environ.pop("NO_PROXY", None)
-    os.environ.pop("no_proxy", None)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _stop(proc: subprocess.Popen[Any], sig: int = signal.SIGINT, timeout: float = 60) -> None:
@@ -110,7 +91,8 @@ def record(out: Path, runs: Sequence[tuple[str, str]], *, pace: float = 0.01, he
         log.close()
         wait_port(port, mitm)
         ca = confdir / "mitmproxy-ca-cert.pem"
-        with _proxy_env(port, ca):
+        with proxied_environ(HTTPS_PROXY=f"http://127.0.0.1:{port}", https_proxy=f"http://127.0.0.1:{port}",
+                             SSL_CERT_FILE=str(ca)):
             asyncio.run(_turns(url, ca, runs, workspace, rec))
     finally:
         if mitm is not None:
