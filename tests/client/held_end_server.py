@@ -94,9 +94,11 @@ class HeldEndServer:
                     sid = getattr(ev, "stream_id", 0)
                     try:
                         self._on_event(conn, ev, sid, logs, pending, answered)
-                    except h2.exceptions.StreamClosedError:
+                    except (h2.exceptions.StreamClosedError, KeyError):
                         # The peer reset this stream while we answered it (a client leaving at
                         # turn_ended does): only that stream is gone, the connection serves on.
+                        # h2 4.1's end_stream looks the stream up with a plain dict index, so a
+                        # reset that arrived in the same read as the END_STREAM raises KeyError.
                         if sid in logs:
                             logs[sid].client_reset = True
                 writer.write(conn.data_to_send())
