@@ -366,11 +366,15 @@ def _handshake(url: str, token: str, pid: int, identity: tuple[int, int]) -> Non
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(req, timeout=HANDSHAKE_TIMEOUT_S) as resp:
-            doc = json.loads(resp.read(64 * 1024))
+            answer = resp.read(64 * 1024)
     except urllib.error.HTTPError as exc:
         raise Untrusted(f"its service at {url} refused the handshake ({exc.code})") from exc
-    except (OSError, ValueError, RecursionError) as exc:
+    except (OSError, ValueError) as exc:
         raise Untrusted(f"no service at {url} answered the handshake ({exc})") from exc
+    try:
+        doc = json.loads(answer)
+    except (ValueError, RecursionError) as exc:
+        raise Untrusted(f"the service at {url} did not answer the handshake (not JSON)") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("mac"), str):
         raise Untrusted(f"the service at {url} did not answer the handshake")
     try:
