@@ -1,8 +1,9 @@
 """Read-only SQL for real: the one implementation behind every read path.
 
-The live read service (``reader.LiveService``), ``workbench sql``, ``workbench.notebook.connect()``
+The live read service (``live.LiveService``), ``workbench sql``, ``workbench.notebook.connect()``
 and the TUI all run SQL a user (or a page the user opened) may have written. "Read-only" there
-means four things, each enforced by DuckDB itself rather than by matching text:
+means five things, each decided by DuckDB itself (its parser, tokenizer, function catalogue,
+transactions and settings) rather than by matching text:
 
 1. **Statements are classified with DuckDB's own parser** (``duckdb.extract_statements``): only
    ``SELECT`` (which includes ``FROM``-first queries, ``DESCRIBE``, ``SHOW``, ``SUMMARIZE``,
