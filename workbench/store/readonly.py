@@ -1,8 +1,9 @@
 """Read-only SQL for real: the one implementation behind every read path.
 
-The live read service (``reader.LiveService``), ``workbench sql``, ``workbench.notebook.connect()``
+The live read service (``live.LiveService``), ``workbench sql``, ``workbench.notebook.connect()``
 and the TUI all run SQL a user (or a page the user opened) may have written. "Read-only" there
-means four things, each enforced by DuckDB itself rather than by matching text:
+means five things, each decided by DuckDB itself (its parser, tokenizer, function catalogue,
+transactions and settings) rather than by matching text:
 
 1. **Statements are classified with DuckDB's own parser** (``duckdb.extract_statements``): only
    ``SELECT`` (which includes ``FROM``-first queries, ``DESCRIBE``, ``SHOW``, ``SUMMARIZE``,
@@ -20,7 +21,13 @@ means four things, each enforced by DuckDB itself rather than by matching text:
    differently configured connection to the same file within the process: measured on DuckDB 2.0),
    so the writer's instance is confined when its read service starts. The writer needs neither: it
    inserts registered Arrow tables, which stay allowed.
-4. **Limits**: a per-query time limit (default 30 s) that interrupts the query
+4. **No function that writes, runs SQL text, or reads raw memory**, however it is spelled
+   (``functions.refused_call``): a ``READ ONLY`` transaction does not stop ``checkpoint()``, which
+   rewrites the file, nor ``enable_profiling()`` and friends, which change the instance the writer
+   shares. The refused names come from DuckDB's own function catalogue, classified by the rule in
+   ``workbench/store/functions.py``; a table function the catalogue lists and nobody classified is
+   refused (deny by default).
+5. **Limits**: a per-query time limit (default 30 s) that interrupts the query
    (``cursor.interrupt()`` from a timer), and a cap on the result's size (default 256 MiB of Arrow
    data), checked batch by batch while the result streams, so a huge result is refused before it
    is in memory.
@@ -37,9 +44,12 @@ import duckdb
 import pyarrow as pa
 
 from workbench.errors import WorkbenchError
+from workbench.store.functions import refused_call
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_RESULT_BYTES = 256 * 1024 * 1024
+# A client may ask for a longer limit, never for more than a day (a timer past that overflows).
+MAX_TIMEOUT_S = 24 * 3600.0
 _BATCH_ROWS = 256  # the cap is checked at least this often (DuckDB still computes a vector of 2048)
 
 # StatementType names that read. EXPLAIN is allowed only around a SELECT (checked separately).
@@ -84,7 +94,7 @@ class ReadLimits:
                 return float(value)
             return None
 
-        timeout = positive("timeout_s") or DEFAULT_TIMEOUT_S
+        timeout = min(positive("timeout_s") or DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S)
         size = int(positive("max_result_bytes") or DEFAULT_MAX_RESULT_BYTES)
         if max_result_ceiling is not None:
             size = min(size, max_result_ceiling)
@@ -130,6 +140,8 @@ def read_statements(sql: str) -> list[Any]:
         raise ReadOnlyError("no SQL statement given")
     for st in statements:
         name = _type_name(st)
+        if name in ("SELECT", "EXPLAIN"):
+            _check_calls(st.query)
         if name in _READ_TYPES:
             continue
         if name == "EXPLAIN":
@@ -150,6 +162,12 @@ def read_statements(sql: str) -> list[Any]:
         raise ReadOnlyError(f"only read-only SQL is allowed here: SELECT, or EXPLAIN [ANALYZE] of a SELECT "
                             f"(got {name}){hint}")
     return statements
+
+
+def _check_calls(query: str) -> None:
+    refusal = refused_call(query)
+    if refusal is not None:
+        raise ReadOnlyError(f"only read-only SQL is allowed here: {refusal}")
 
 
 def check_read_only(sql: str) -> None:
