@@ -10,6 +10,7 @@ from google.protobuf.message import DecodeError
 from workbench.decode.classify import (
     COMPRESSED,
     SCHEMA_MISMATCH,
+    TRAILING_BYTES,
     Decoder,
     Frame,
     StreamDecoder,
@@ -56,7 +57,9 @@ def fields_of(decoder: Decoder, kind: str, payload: bytes, msg_type: str | None,
         try:
             return message_to_tree(ti.cls.FromString(payload), found)
         except DecodeError:
-            msg, bad = decoder.parse_lenient(ti, payload)
+            # a unary message's own fields may disagree (its type comes from the RPC path); an agent
+            # message whose oneof member does not parse is malformed (``Decoder.parse_lenient``)
+            msg, bad = decoder.parse_lenient(ti, payload, top_level=kind == "unary")
             if msg is not None:
                 tree = message_to_tree(msg, found)
                 place_all(tree, bad)
@@ -86,6 +89,8 @@ def frame_to_json(decoder: Decoder, f: Frame) -> dict[str, Any]:
     mismatch = (f.meta or {}).get(SCHEMA_MISMATCH) or found
     if mismatch:
         out[SCHEMA_MISMATCH] = mismatch
+    if f.meta and TRAILING_BYTES in f.meta:
+        out[TRAILING_BYTES] = f.meta[TRAILING_BYTES]
     for key in ("error", "ref_id", "call_id", "append_seqno", "request_id"):
         val = getattr(f, key)
         if val is not None:

@@ -31,6 +31,7 @@ from workbench.decode.frame import ENVELOPED as ENVELOPED
 from workbench.decode.frame import ERROR_DETAILS as ERROR_DETAILS
 from workbench.decode.frame import SCHEMA_MISMATCH as SCHEMA_MISMATCH
 from workbench.decode.frame import SERVER_MSG as SERVER_MSG
+from workbench.decode.frame import TRAILING_BYTES as TRAILING_BYTES
 from workbench.decode.frame import TRANSPORTS as TRANSPORTS
 from workbench.decode.frame import WIRE_LENGTH as WIRE_LENGTH
 from workbench.decode.frame import Frame as Frame
@@ -44,6 +45,7 @@ from workbench.wire.envelope import (
     LOOK_LIMIT,
     Envelope,
     EnvelopeParser,
+    gzip_tail,
     inflate,
     split_frames,
     split_unary,
@@ -328,6 +330,8 @@ class Decoder(FastPaths):
         if env.raw is not None and env.flags & FLAG_COMPRESSED:
             # inflated: the length it had on the wire is a fact of the envelope (``frames.meta``)
             f.meta = {**(f.meta or {}), WIRE_LENGTH: len(env.raw)}
+            if env.tail:
+                flag_trailing(f, env.tail)
         return f
 
     def classify_carried(self, payload: bytes, carried: str | None) -> Frame:
@@ -352,7 +356,8 @@ class Decoder(FastPaths):
         data = inflate(payload, limit)
         f = self.classify_carried(data, msg_type)
         f.flags = FLAG_COMPRESSED
-        return f
+        tail = gzip_tail(payload, data)
+        return flag_trailing(f, tail) if tail else f
 
     def _end_stream(self, env: Envelope) -> Frame:
         try:
@@ -522,6 +527,17 @@ def flag_mismatches(f: Frame, bad: list[Mismatch], wrapper: str | None = None) -
     f.summary += f" [schema mismatch: {', '.join(dict.fromkeys(i['path'] for i in items))}]"
     return f
 
+
+def flag_trailing(f: Frame, tail: bytes) -> Frame:
+    """Note the bytes a gzip frame carried after its gzip data (``frames.meta.trailing_bytes``:
+    their count and, up to ``TRAILING_KEPT`` of them, their hex), so they are never dropped unsaid."""
+    f.meta = {**(f.meta or {}), TRAILING_BYTES: {"count": len(tail), "hex": tail[:TRAILING_KEPT].hex(),
+                                                 "where": "after the gzip data"}}
+    f.summary += f" [{summary.human_size(len(tail))} after the gzip data]"
+    return f
+
+
+TRAILING_KEPT = 4096
 
 # Payloads up to this size are memoised per message type (bounded by _SMALL_CACHE entries).
 _SMALL = 16

@@ -29,6 +29,8 @@ COMPRESSED = "compressed"
 # ``frames.meta`` key: the fields of a frame whose bytes did not fit the schema's type, each
 # {path, field, expected, found}; the frame was decoded past them (``workbench.decode.lenient``).
 SCHEMA_MISMATCH = "schema_mismatch"
+# ``frames.meta`` key: bytes a gzip frame carried after its gzip data ({count, hex, where}).
+TRAILING_BYTES = "trailing_bytes"
 DIRECTIONS = ("client", "server")
 
 # Top-level message type carried by each (transport, direction), before any unwrapping.

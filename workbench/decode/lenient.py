@@ -43,6 +43,7 @@ _WIRE_OF_TYPE = {
 }
 _TYPE_NAMES = {v: k[5:].lower() for k, v in vars(_FD).items() if k.startswith("TYPE_") and isinstance(v, int)}
 _MAX_NUMBER = (1 << 29) - 1
+_DEFAULT_VALUE = {0: b"\x00", 1: bytes(8), 2: b"\x00", 5: bytes(4)}
 _VERIFY_UTF8 = 2  # google.protobuf.FeatureSet.VERIFY
 
 
@@ -224,7 +225,7 @@ def _fit(buf: bytes, start: int, value_at: int, end: int, wire_type: int, fd: Fi
         except UnicodeDecodeError:
             found.append(Mismatch(name, fd.number, type_name(fd), f"{_size(length)} that are not UTF-8",
                                   wire_type, data, steps))
-            return b""
+            return _placeholder(fd)
     return None
 
 
@@ -239,10 +240,13 @@ def _value(buf: bytes, value_at: int, end: int, wire_type: int) -> int | bytes:
 
 
 def _placeholder(fd: FieldDescriptor) -> bytes:
-    """An empty message keeps a oneof member (and a message field's presence) set; others go."""
-    if fd.type == _FD.TYPE_MESSAGE:
-        return encode_varint(fd.number << 3 | 2) + b"\x00"
-    return b""
+    """The field's default value in the wire type the schema expects, so a oneof member (and a
+    field's presence) stays set: an empty message, an empty string, zero. An element of a repeated
+    scalar field is dropped instead (a zero would read as a value)."""
+    want = _WIRE_OF_TYPE.get(fd.type, 2)
+    if want == 3 or (fd.is_repeated and fd.type != _FD.TYPE_MESSAGE):
+        return b""
+    return encode_varint(fd.number << 3 | want) + _DEFAULT_VALUE[want]
 
 
 def known_unknowns(numbers: list[int], desc: Descriptor) -> bool:
@@ -268,7 +272,7 @@ def place(node: dict[str, Any], name: str, m: Mismatch, value: Any, index: int |
     """Show a mismatched field at its place in a named tree: under its name, where the repaired
     message left an empty placeholder or nothing; else under its number, as unknown fields are."""
     cur = node.get(name)
-    if cur is None or cur == {}:
+    if _is_default(cur):
         node[name] = _marker(m, value)
     elif isinstance(cur, list):
         if index is not None and index < len(cur) and cur[index] == {}:
@@ -280,6 +284,11 @@ def place(node: dict[str, Any], name: str, m: Mismatch, value: Any, index: int |
         prev = node.get(key)
         node[key] = _marker(m, value) if prev is None else [*(prev if isinstance(prev, list) else [prev]),
                                                              _marker(m, value)]
+
+
+def _is_default(value: Any) -> bool:
+    """Absent, or the placeholder ``repair`` put there (an empty message, string or zero)."""
+    return value is None or (not isinstance(value, list) and value in ({}, "", 0))
 
 
 def place_all(tree: dict[str, Any], found: list[Mismatch]) -> None:
