@@ -58,7 +58,7 @@ def test_stray_bytes_after_the_last_envelope_are_a_frame(transport: str, directi
     frames = DEC.decode_body(body + STRAY, transport, direction)
     assert frames[:-1] == clean
     last = frames[-1]
-    assert (last.kind, last.payload) == ("malformed", STRAY)
+    assert (last.kind, last.payload, last.summary) == ("malformed", STRAY, "2 B after the last complete envelope")
     assert last.error == "truncated frame header (2 of 5 bytes)"
     if transport in ("run", "runsse", "runpoll"):  # the capture's incremental decoder says the same
         sd = DEC.stream(transport, direction)

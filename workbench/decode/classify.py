@@ -307,7 +307,9 @@ class Decoder(FastPaths):
     def frames_from_envelope(self, env: Envelope, transport: str, direction: str) -> Frame:
         """One frame from one envelope of a streaming transport (or a unary body)."""
         if env.error is not None and env.flags < 0:
-            return Frame("malformed", f"{len(env.payload)} unframed bytes", env.payload, flags=0,
+            # A truncated tail is what a body held after its last complete envelope: say so.
+            where = "after the last complete envelope" if env.error.startswith("truncated frame") else "unframed"
+            return Frame("malformed", f"{summary.human_size(len(env.payload))} {where}", env.payload, flags=0,
                          error=env.error, raw=None)
         if env.is_trailer:
             t = parse_grpc_web_trailer(env.payload)
