@@ -10,6 +10,7 @@ InteractionUpdate 18 other types, older and newer.
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from workbench.decode import fields_of, frame_to_json
 from workbench.decode.classify import CLIENT_MSG, SERVER_MSG, Decoder, Frame, default_decoder
 from workbench.schema import load_schema, pb
 from workbench.schema.loader import BUILTIN_FILES, PROTO_ROOT
-from workbench.wire.envelope import encode
+from workbench.wire.envelope import FLAG_END_STREAM, encode
 from workbench.wire.varint import encode_varint
 
 DEC = default_decoder()
@@ -307,4 +308,44 @@ def test_decode_cli_json_shows_the_flag(tmp_path: Path) -> None:
     proc = run_workbench("decode", encode(ld(IU, vi(18, 2))).hex())
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[0] == SUGGESTION
+    assert f"[schema mismatch: {SUGGESTION}]" in proc.stdout
+
+
+@pytest.mark.slow
+def test_imported_frames_keep_the_flag_in_the_database(tmp_path: Path) -> None:
+    """A Run exchange of another build, imported from a HAR into a real DuckDB file: the frames keep
+    their kinds, ``frames.meta`` lists the mismatches and ``frames`` names them."""
+    run = pb.AgentClientMessage()
+    run.run_request.conversation_id = "c-1"
+    req = encode(run.SerializeToString())
+    body = (encode(ld(ESM, vi(1, 3) + vi(44, 7))) + encode(ld(IU, ld(18, "run the tests")))
+            + encode(b"{}", FLAG_END_STREAM))
+
+    def content(data: bytes) -> dict[str, Any]:
+        return {"mimeType": "application/connect+proto", "encoding": "base64",
+                "text": base64.b64encode(data).decode()}
+
+    headers = [{"name": "content-type", "value": "application/connect+proto"}]
+    entry = {"startedDateTime": "2026-01-01T00:00:00+00:00", "time": 100.0,
+             "timings": {"connect": 1.0, "ssl": 1.0, "send": 1.0, "wait": 50.0, "receive": 40.0},
+             "request": {"method": "POST", "url": "https://api2.cursor.sh/agent.v1.AgentService/Run",
+                         "httpVersion": "HTTP/2.0", "headers": headers, "postData": content(req),
+                         "bodySize": len(req)},
+             "response": {"status": 200, "httpVersion": "HTTP/2.0", "headers": headers,
+                          "content": {"size": len(body), **content(body)}, "bodySize": len(body)}}
+    har, db = tmp_path / "other-build.har", tmp_path / "capture.duckdb"
+    har.write_text(json.dumps({"log": {"version": "1.2", "creator": {"name": "test", "version": "1"},
+                                       "entries": [entry]}}))
+    proc = run_workbench("import", str(har), "--db", str(db))
+    assert proc.returncode == 0, proc.stderr
+    proc = run_workbench("sql", "SELECT seq, kind, error, meta FROM frames ORDER BY seq", "--db", str(db), "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(r["kind"], r["error"]) for r in rows] == [
+        ("run_request", None), (GIT_DIFF_ARGS, None), (SUGGESTION, None), ("end_stream", None)]
+    assert [m["path"] for m in json.loads(rows[1]["meta"])["schema_mismatch"]] == [GIT_DIFF_ARGS]
+    assert [m["path"] for m in json.loads(rows[2]["meta"])["schema_mismatch"]] == [SUGGESTION]
+    sid = json.loads(run_workbench("sessions", "--db", str(db), "--json").stdout.splitlines()[0])["session_id"]
+    proc = run_workbench("frames", sid, "--db", str(db))
+    assert proc.returncode == 0, proc.stderr
     assert f"[schema mismatch: {SUGGESTION}]" in proc.stdout

@@ -261,15 +261,16 @@ def split_frames(data: bytes, max_frame: int = DEFAULT_MAX_FRAME,
     return p.feed(data) + p.close()
 
 
-def looks_enveloped(body: bytes) -> bool:
+def looks_enveloped(body: bytes, stray_tail: bool = False) -> bool:
     """True when a unary body is in fact a sequence of envelopes.
 
     Cursor sometimes envelopes unary responses, and gRPC-Web envelopes every unary body (a
     BidiAppend request, its response and the 0x80 trailer frame): a first byte of 0x00-0x03
     cannot start a protobuf message (no valid tag is lower than 0x08), so if the lengths also add
-    up it is envelopes. Complete envelopes followed by stray bytes are envelopes too (the
-    parser reports the stray bytes as a frame of their own, instead of the whole body being read
-    as one message it is not). A body that starts with a trailer frame (a gRPC-Web
+    up it is envelopes. With ``stray_tail``, complete envelopes followed by stray bytes are
+    envelopes too (the decoder's view: the parser reports the stray bytes as a frame of their own,
+    instead of the whole body being read as one message it is not); a Connect server's 415 test,
+    which the simulator reproduces, wants the lengths to add up exactly. A body that starts with a trailer frame (a gRPC-Web
     "trailers-only" answer) must also hold header text, since 0x80 can start a protobuf tag.
     """
     if len(body) < HEADER_LEN:
@@ -291,11 +292,11 @@ def looks_enveloped(body: bytes) -> bool:
             break
         pos = end
         complete += 1
-    return pos == n or (complete > 0 and body[0] <= KNOWN_FLAGS)
+    return pos == n or (stray_tail and complete > 0 and body[0] <= KNOWN_FLAGS)
 
 
 def split_unary(body: bytes, inflate: SessionInflate | None = None) -> list[Envelope]:
     """A unary body as envelopes: bare protobuf becomes one un-enveloped frame."""
-    if looks_enveloped(body):
+    if looks_enveloped(body, stray_tail=True):
         return split_frames(body, inflate=inflate)
     return [Envelope(0, body, 0, enveloped=False)]
