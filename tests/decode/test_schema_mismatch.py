@@ -23,6 +23,7 @@ from support import run_workbench
 
 from workbench.decode import fields_of, frame_to_json
 from workbench.decode.classify import CLIENT_MSG, SERVER_MSG, Decoder, Frame, default_decoder
+from workbench.decode.lenient import MAX_FOUND
 from workbench.schema import load_schema, pb
 from workbench.schema.loader import BUILTIN_FILES, PROTO_ROOT
 from workbench.wire.envelope import FLAG_END_STREAM, encode
@@ -131,6 +132,19 @@ def test_deep_field_the_runtime_tolerates_is_flagged_in_the_tree() -> None:
     assert tree["exec_server_message"]["shell_args"]["command"]["$schemaless"] == 42
     assert tree["exec_server_message"]["shell_args"]["working_directory"] == "/work"
     assert frame_to_json(DEC, f)["schema_mismatch"] == found
+
+
+def test_thousands_of_disagreeing_fields_are_counted_not_each_described() -> None:
+    # a hostile 60 KB frame: 30,000 target_paths sent as varints, and a cwd that is no UTF-8
+    payload = ld(ESM, vi(1, 3) + ld(44, vi(5, 1) * 30000 + ld(1, b"\xff")))
+    f = one(payload)
+    assert (f.kind, f.error) == (GIT_DIFF_ARGS, None)
+    assert len(f.meta["schema_mismatch"]) == MAX_FOUND
+    assert f.meta["schema_mismatch_omitted"] == 30001 - MAX_FOUND
+    assert f.summary.endswith(f"[schema mismatch: {GIT_DIFF_ARGS}.target_paths (+{30001 - MAX_FOUND} more)]")
+    out = frame_to_json(DEC, f)
+    assert out["schema_mismatch_omitted"] == 30001 - MAX_FOUND
+    assert len(out["fields"]["exec_server_message"]["git_diff_request_args"]["target_paths"]) == MAX_FOUND
 
 
 def test_bidi_append_carrying_another_build() -> None:

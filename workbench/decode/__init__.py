@@ -63,6 +63,8 @@ def fields_of(decoder: Decoder, kind: str, payload: bytes, msg_type: str | None,
             if msg is not None:
                 tree = message_to_tree(msg, found)
                 place_all(tree, bad)
+                if bad.omitted:
+                    tree["$schema_mismatch_omitted"] = bad.omitted
                 if found is not None:
                     found.extend(m.as_dict() for m in bad)
                 return tree
@@ -89,6 +91,8 @@ def frame_to_json(decoder: Decoder, f: Frame) -> dict[str, Any]:
     mismatch = (f.meta or {}).get(SCHEMA_MISMATCH) or found
     if mismatch:
         out[SCHEMA_MISMATCH] = mismatch
+        if f.meta and SCHEMA_MISMATCH + "_omitted" in f.meta:
+            out[SCHEMA_MISMATCH + "_omitted"] = f.meta[SCHEMA_MISMATCH + "_omitted"]
     if f.meta and TRAILING_BYTES in f.meta:
         out[TRAILING_BYTES] = f.meta[TRAILING_BYTES]
     for key in ("error", "ref_id", "call_id", "append_seqno", "request_id"):

@@ -36,7 +36,7 @@ from workbench.decode.frame import TRANSPORTS as TRANSPORTS
 from workbench.decode.frame import WIRE_LENGTH as WIRE_LENGTH
 from workbench.decode.frame import Frame as Frame
 from workbench.decode.frame import http_error_frame as http_error_frame
-from workbench.decode.lenient import Mismatch, WireError, known_unknowns, repair
+from workbench.decode.lenient import Found, Mismatch, WireError, known_unknowns, repair
 from workbench.schema.loader import Schema, load_schema
 from workbench.wire.endstream import b64decode_loose, parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import (
@@ -259,7 +259,7 @@ class Decoder(FastPaths):
         return flag_mismatches(self._classify(payload, msg_type, msg), bad)
 
     def parse_lenient(self, ti: _TypeInfo, payload: bytes,
-                      top_level: bool = False) -> tuple[Message | None, list[Mismatch]]:
+                      top_level: bool = False) -> tuple[Message | None, Found]:
         """``payload`` parsed with the fields that do not fit the schema replaced, and those fields.
 
         (None, []) when nothing needed replacing or the bytes are broken at the wire level, and,
@@ -267,14 +267,14 @@ class Decoder(FastPaths):
         a wrapper is a oneof or a few ids, so if those do not parse nothing of it did (the IDE's
         ``0a 03 66 6f 6f`` BidiAppend is no run_request, docs/protocol.md §3).
         """
-        bad: list[Mismatch] = []
+        bad = Found()
         try:
             fixed = repair(payload, ti.cls.DESCRIPTOR, bad)
             if bad and (top_level or all(len(m.steps) > 1 for m in bad)):
                 return ti.cls.FromString(fixed), bad
         except (WireError, DecodeError):
             pass
-        return None, []
+        return None, Found()
 
     def _parse(self, full_name: str, payload: bytes, top_level: bool = False) -> tuple[Any, list[Mismatch]]:
         """A wrapper or unary message parsed as far as the bytes go; DecodeError when they are broken."""
@@ -525,8 +525,14 @@ def flag_mismatches(f: Frame, bad: list[Mismatch], wrapper: str | None = None) -
     if wrapper:
         for item in items:
             item["path"] = f"{wrapper}.{item['path']}"
-    f.meta = {**(f.meta or {}), SCHEMA_MISMATCH: [*(f.meta or {}).get(SCHEMA_MISMATCH, ()), *items]}
-    f.summary += f" [schema mismatch: {', '.join(dict.fromkeys(i['path'] for i in items))}]"
+    meta = {**(f.meta or {}), SCHEMA_MISMATCH: [*(f.meta or {}).get(SCHEMA_MISMATCH, ()), *items]}
+    omitted = bad.omitted if isinstance(bad, Found) else 0
+    if omitted:
+        meta[SCHEMA_MISMATCH + "_omitted"] = omitted
+    f.meta = meta
+    shown = list(dict.fromkeys(i["path"] for i in items))[:3]
+    more = sum(i["path"] not in shown for i in items) + omitted
+    f.summary += f" [schema mismatch: {', '.join(shown)}{f' (+{more} more)' if more else ''}]"
     return f
 
 

@@ -26,11 +26,13 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from workbench.wire.varint import encode_varint, read_varint
 
-__all__ = ["MAX_DEPTH", "Mismatch", "WireError", "known_unknowns", "place", "place_all", "repair", "schemaless",
+__all__ = ["MAX_DEPTH", "MAX_FOUND", "Found", "Mismatch", "WireError", "known_unknowns", "place", "place_all", "repair", "schemaless",
            "type_name"]
 
 # The runtime's own nesting limit: deeper input is refused there too.
 MAX_DEPTH = 100
+# Mismatches recorded per frame; more are counted (``Found.omitted``).
+MAX_FOUND = 64
 WIRE_NAMES = {0: "varint", 1: "64-bit", 2: "length-delimited", 3: "group", 5: "32-bit"}
 _FD = FieldDescriptor
 _WIRE_OF_TYPE = {
@@ -68,6 +70,7 @@ class Mismatch:
     wire_type: int
     value: int | bytes
     steps: tuple[tuple[str, int], ...] = ()
+    repeated: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "field": self.number, "expected": self.expected, "found": self.found}
@@ -145,53 +148,118 @@ def _packed_ok(data: bytes, wire_type: int) -> bool:
     return True
 
 
-def repair(buf: bytes, desc: Descriptor, found: list[Mismatch], path: str = "",
+class Found(list[Mismatch]):
+    """The mismatches of one message: the first ``MAX_FOUND`` kept, the rest counted (``omitted``),
+    so a hostile frame of thousands of disagreeing fields costs a count, not a record each."""
+
+    omitted = 0
+
+    def record(self, m: Mismatch) -> None:
+        if len(self) < MAX_FOUND:
+            self.append(m)
+        else:
+            self.omitted += 1
+
+    @property
+    def full(self) -> bool:
+        return len(self) >= MAX_FOUND
+
+
+# Per message descriptor: field number → (field, the wire type its type takes, what to check when
+# the wire type matches: 0 nothing, 1 UTF-8, 2 the sub-message; its placeholder; whether a
+# length-delimited value may be a packed run of it).
+_Entry = tuple[FieldDescriptor, int, int, bytes, bool]
+_TABLES: dict[Descriptor, dict[int, _Entry]] = {}
+
+
+def _table(desc: Descriptor) -> dict[int, _Entry]:
+    table = _TABLES.get(desc)
+    if table is None:
+        table = _TABLES[desc] = {}
+        for fd in desc.fields:
+            want = _WIRE_OF_TYPE.get(fd.type, 2)
+            check = 2 if fd.type == _FD.TYPE_MESSAGE else 1 if fd.type == _FD.TYPE_STRING and _checks_utf8(fd) else 0
+            table[fd.number] = (fd, want, check, _placeholder(fd), fd.is_repeated and want in (0, 1, 5))
+    return table
+
+
+def repair(buf: bytes, desc: Descriptor, found: Found, path: str = "",
            steps: tuple[tuple[str, int], ...] = (), depth: int = 0) -> bytes:
     """``buf`` (a ``desc`` message) with every field that does not fit the schema replaced.
 
-    Appends one ``Mismatch`` per such field to ``found``; returns ``buf`` itself when nothing had to
-    change. Raises ``WireError`` when the bytes are not wire format.
+    Records one ``Mismatch`` per such field in ``found``; returns ``buf`` itself when nothing had
+    to change. Raises ``WireError`` when the bytes are not wire format.
     """
     if depth > MAX_DEPTH:
         raise WireError("messages nested too deep")
-    by_number = desc.fields_by_number
+    table = _table(desc)
     out: bytearray | None = None
     seen: dict[int, int] = {}
-    copied = pos = 0
+    copied = pos = start = 0
     n = len(buf)
-    while pos < n:
-        start = pos
-        key, pos = _varint(buf, pos)
-        number, wire_type = key >> 3, key & 7
-        if number == 0 or number > _MAX_NUMBER:
-            raise WireError(f"field number {number} at byte {start}")
-        value_at = pos
-        pos = _skip(buf, pos, wire_type, number, depth)
-        fd = by_number.get(number)
-        if fd is None:
-            continue  # unknown to the schema: the runtime keeps it as an unknown field
-        index = seen.get(number, 0)
-        seen[number] = index + 1
-        name = f"{path}.{fd.name}" if path else fd.name
-        here = (*steps, (fd.name, index))
-        repl = _fit(buf, start, value_at, pos, wire_type, fd, name, here, depth, found)
-        if repl is None:
-            continue
-        if out is None:
-            out = bytearray()
-        out += buf[copied:start]
-        out += repl
-        copied = pos
+    try:
+        while pos < n:
+            start = pos
+            key = buf[pos]
+            if key < 0x80:
+                pos += 1
+            else:
+                key, pos = read_varint(buf, pos)
+            number, wire_type = key >> 3, key & 7
+            if number == 0 or number > _MAX_NUMBER:
+                raise WireError(f"field number {number} at byte {start}")
+            value_at = data_at = pos
+            if wire_type == 0:
+                pos = read_varint(buf, pos)[1]
+            elif wire_type == 2:
+                length = buf[pos]
+                if length < 0x80:
+                    pos += 1
+                else:
+                    length, pos = read_varint(buf, pos)
+                data_at = pos
+                pos += length
+                if pos > n:
+                    raise WireError(f"field {number} runs past the end ({pos} > {n} bytes)")
+            else:
+                pos = _skip(buf, pos, wire_type, number, depth)
+            entry = table.get(number)
+            if entry is None:
+                continue  # unknown to the schema: the runtime keeps it as an unknown field
+            fd, want, check, placeholder, packable = entry
+            repl: bytes | None = None
+            if wire_type == want:
+                if check == 0:
+                    continue
+                if check == 1 and buf[data_at:pos].isascii():
+                    continue  # the common string, checked without a call
+            elif found.full and not (wire_type == 2 and packable):
+                found.omitted += 1  # counted, not described: a hostile frame may hold thousands
+                repl = placeholder
+            if repl is None:
+                index = seen.get(number, 0)
+                seen[number] = index + 1
+                repl = _fit(buf, start, value_at, pos, wire_type, fd, want, check, path,
+                            (*steps, (fd.name, index)), depth, found)
+                if repl is None:
+                    continue
+            if out is None:
+                out = bytearray()
+            out += buf[copied:start]
+            out += repl
+            copied = pos
+    except IndexError as exc:
+        raise WireError(f"truncated or over-long varint in the field at byte {start}") from exc
     if out is None:
         return buf
     out += buf[copied:]
     return bytes(out)
 
 
-def _fit(buf: bytes, start: int, value_at: int, end: int, wire_type: int, fd: FieldDescriptor, name: str,
-         steps: tuple[tuple[str, int], ...], depth: int, found: list[Mismatch]) -> bytes | None:
+def _fit(buf: bytes, start: int, value_at: int, end: int, wire_type: int, fd: FieldDescriptor, want: int,
+         check: int, path: str, steps: tuple[tuple[str, int], ...], depth: int, found: Found) -> bytes | None:
     """None when the field fits its schema type, else the bytes to put in its place."""
-    want = _WIRE_OF_TYPE.get(fd.type, 2)
+    name = f"{path}.{fd.name}" if path else fd.name
     if wire_type != want:
         if wire_type == 2 and fd.is_repeated and want in (0, 1, 5):
             length, at = _varint(buf, value_at)
@@ -200,32 +268,30 @@ def _fit(buf: bytes, start: int, value_at: int, end: int, wire_type: int, fd: Fi
             what = f"{_size(length)} that are not packed {WIRE_NAMES[want]} values"
         else:
             what = WIRE_NAMES.get(wire_type, str(wire_type))
-        value: int | bytes = _value(buf, value_at, end, wire_type)
-        found.append(Mismatch(name, fd.number, type_name(fd), what, wire_type, value, steps))
+        found.record(Mismatch(name, fd.number, type_name(fd), what, wire_type,
+                              _value(buf, value_at, end, wire_type), steps, fd.is_repeated))
         return _placeholder(fd)
-    if want != 2 or fd.type == _FD.TYPE_BYTES:
-        return None
     length, at = _varint(buf, value_at)
     data = buf[at:end]
-    if fd.type == _FD.TYPE_MESSAGE:
-        mark = len(found)
+    if check == 2:
+        mark, omitted = len(found), found.omitted
         try:
             fixed = repair(data, fd.message_type, found, name, steps, depth + 1)
         except WireError as exc:
             del found[mark:]  # the whole sub-message is replaced: what was found inside it goes too
-            found.append(Mismatch(name, fd.number, type_name(fd),
-                                  f"{_size(length)} that are not a message ({exc})", wire_type, data, steps))
+            found.omitted = omitted
+            found.record(Mismatch(name, fd.number, type_name(fd), f"{_size(length)} that are not a message ({exc})",
+                                  wire_type, data, steps, fd.is_repeated))
             return _placeholder(fd)
         if fixed is data:
             return None
         return buf[start:value_at] + encode_varint(len(fixed)) + fixed
-    if fd.type == _FD.TYPE_STRING and _checks_utf8(fd):
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            found.append(Mismatch(name, fd.number, type_name(fd), f"{_size(length)} that are not UTF-8",
-                                  wire_type, data, steps))
-            return _placeholder(fd)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        found.record(Mismatch(name, fd.number, type_name(fd), f"{_size(length)} that are not UTF-8",
+                              wire_type, data, steps, fd.is_repeated))
+        return _placeholder(fd)
     return None
 
 
@@ -272,7 +338,9 @@ def place(node: dict[str, Any], name: str, m: Mismatch, value: Any, index: int |
     """Show a mismatched field at its place in a named tree: under its name, where the repaired
     message left an empty placeholder or nothing; else under its number, as unknown fields are."""
     cur = node.get(name)
-    if _is_default(cur):
+    if cur is None and m.repeated:
+        node[name] = [_marker(m, value)]
+    elif _is_default(cur):
         node[name] = _marker(m, value)
     elif isinstance(cur, list):
         if index is not None and index < len(cur) and cur[index] == {}:

@@ -152,7 +152,7 @@ def _add_unknown(msg: Message, out: dict[str, Any], found: list[dict[str, Any]] 
         fd = by_number.get(f.field_number)
         if fd is not None:
             m = Mismatch(f"{path}.{fd.name}" if path else fd.name, f.field_number, type_name(fd),
-                         WIRE_NAMES.get(f.wire_type, str(f.wire_type)), f.wire_type, 0)
+                         WIRE_NAMES.get(f.wire_type, str(f.wire_type)), f.wire_type, 0, (), fd.is_repeated)
             place(out, fd.name, m, val)
             if found is not None:
                 found.append(m.as_dict())
