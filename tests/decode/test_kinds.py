@@ -486,6 +486,11 @@ def test_malformed_and_empty() -> None:
     assert f.payload == b"\x0a\x05ab"
     [f] = DEC.decode_body(encode(b""), "run", "server")
     assert f.kind == "empty"
-    # invalid UTF-8 in a string field is not a valid message
+    # invalid UTF-8 in a string field: the schema disagrees with that field, not with the frame
+    # (issue 21): the kind stands, the field is flagged (tests/decode/test_schema_mismatch.py)
     [f] = DEC.decode_body(encode(ld(1, ld(1, ld(1, b"\xff\xfe")))), "run", "server")
+    assert (f.kind, f.error) == ("interaction_update.text_delta", None)
+    assert [m["path"] for m in f.meta["schema_mismatch"]] == ["interaction_update.text_delta.text"]
+    # …but a top-level member that is no message at all leaves nothing parsed: malformed
+    [f] = DEC.decode_body(encode(ld(1, b"\xff\xfe")), "run", "server")
     assert f.kind == "malformed"

@@ -17,6 +17,7 @@ from workbench.wire.envelope import (
     Envelope,
     EnvelopeParser,
     encode,
+    gzip_tail,
     looks_enveloped,
     split_frames,
     split_unary,
@@ -268,3 +269,32 @@ def test_the_header_and_the_flag_names() -> None:
     assert flag_names(0) == ["data"]
     assert flag_names(FLAG_COMPRESSED | FLAG_END_STREAM) == ["gzip", "end-stream"]
     assert flag_names(FLAG_TRAILER) == ["trailer"]
+
+
+def test_stray_bytes_after_complete_envelopes_of_a_unary_body() -> None:
+    # issue 21: a body of complete envelopes plus stray bytes is still envelopes (a bare message
+    # cannot start with 0x00-0x03); the stray bytes come out as a frame of their own
+    bare = b"\x0a\x03foo"
+    for stray in (b"\x00\x01", b"\x00\x00\x00\x00\x09ab"):
+        body = encode(bare) + stray
+        assert looks_enveloped(body, stray_tail=True)
+        assert not looks_enveloped(body)  # a Connect server's 415 test: the lengths must add up
+        first, rest = split_unary(body)
+        assert (first.payload, first.enveloped, first.error) == (bare, True, None)
+        assert (rest.payload, rest.offset, rest.flags) == (stray, len(encode(bare)), -1)
+        assert rest.error is not None and rest.error.startswith("truncated frame")
+    # a trailer-first body keeps needing its exact lengths; so does a bare message
+    assert not looks_enveloped(encode(b"grpc-status: 0\r\n", FLAG_TRAILER) + b"\x00\x01", stray_tail=True)
+    assert not looks_enveloped(bare + b"\x00\x01", stray_tail=True)
+
+
+def test_gzip_tail_is_kept() -> None:
+    data = b"\x0a\x03foo" * 10
+    z = gzip.compress(data)
+    assert gzip_tail(z, data) == b""
+    for tail in (b"\x00\x01", b"junk after the member", gzip.compress(b"second member")):
+        assert gzip_tail(z + tail, data) == tail
+        [e] = split_frames(encode(z + tail, FLAG_COMPRESSED))
+        assert (e.payload, e.error, e.tail, e.raw) == (data, None, tail, z + tail)
+    [e] = split_frames(encode(data, compress=True))
+    assert e.tail == b""

@@ -29,11 +29,14 @@ from workbench.decode.frame import COMPRESSED as COMPRESSED
 from workbench.decode.frame import DIRECTIONS as DIRECTIONS
 from workbench.decode.frame import ENVELOPED as ENVELOPED
 from workbench.decode.frame import ERROR_DETAILS as ERROR_DETAILS
+from workbench.decode.frame import SCHEMA_MISMATCH as SCHEMA_MISMATCH
 from workbench.decode.frame import SERVER_MSG as SERVER_MSG
+from workbench.decode.frame import TRAILING_BYTES as TRAILING_BYTES
 from workbench.decode.frame import TRANSPORTS as TRANSPORTS
 from workbench.decode.frame import WIRE_LENGTH as WIRE_LENGTH
 from workbench.decode.frame import Frame as Frame
 from workbench.decode.frame import http_error_frame as http_error_frame
+from workbench.decode.lenient import Found, Mismatch, WireError, known_unknowns, repair
 from workbench.schema.loader import Schema, load_schema
 from workbench.wire.endstream import b64decode_loose, parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import (
@@ -42,6 +45,7 @@ from workbench.wire.envelope import (
     LOOK_LIMIT,
     Envelope,
     EnvelopeParser,
+    gzip_tail,
     inflate,
     split_frames,
     split_unary,
@@ -167,9 +171,10 @@ class Decoder(FastPaths):
                     hit = cache.get(payload)
                     if hit is None:
                         f = self._classify(payload, msg_type)
-                        if len(cache) >= _SMALL_CACHE:
-                            cache.clear()
-                        cache[bytes(payload)] = (f.kind, f.summary, f.error, f.ref_id, f.call_id)
+                        if f.meta is None:  # a flagged frame (schema mismatch) is not worth a slot
+                            if len(cache) >= _SMALL_CACHE:
+                                cache.clear()
+                            cache[bytes(payload)] = (f.kind, f.summary, f.error, f.ref_id, f.call_id)
                         return f
                     return Frame(hit[0], hit[1], payload, 0, msg_type, hit[2], None, hit[3], hit[4])
             elif self._bytes_fast and msg_type == SERVER_MSG:
@@ -184,21 +189,29 @@ class Decoder(FastPaths):
                         return f2
         return self._classify(payload, msg_type)
 
-    def _classify(self, payload: bytes, msg_type: str) -> Frame:
-        """The protobuf-runtime classification every fast path must agree with."""
+    def _classify(self, payload: bytes, msg_type: str, repaired: Message | None = None) -> Frame:
+        """The protobuf-runtime classification every fast path must agree with.
+
+        ``repaired`` is the message parsed from ``payload`` with the fields that did not fit the
+        schema replaced (``lenient.repair``); the frame keeps the original bytes.
+        """
         if not payload:
             return Frame("empty", "empty message", payload, msg_type=msg_type)
         ti = self._server if msg_type == SERVER_MSG else self._client if msg_type == CLIENT_MSG else None
         if ti is None:
             return self.classify_other(payload, msg_type)
-        try:
-            msg = ti.cls.FromString(payload)
-        except DecodeError as exc:
-            return Frame("malformed", f"not a valid {msg_type.rsplit('.', 1)[-1]}", payload,
-                         msg_type=msg_type, error=f"protobuf: {exc}")
+        if repaired is None:
+            try:
+                msg = ti.cls.FromString(payload)
+            except DecodeError as exc:
+                return self._lenient(payload, msg_type, ti, f"protobuf: {exc}")
+        else:
+            msg = repaired
         top = msg.WhichOneof(ti.oneof) if ti.oneof else None
         if top is None:
             nums = _unknown_numbers(msg)
+            if repaired is None and nums and known_unknowns(nums, msg.DESCRIPTOR):
+                return self._lenient(payload, msg_type, ti, None)
             label = str(nums[0]) if nums else "empty"
             return Frame(label, f"unknown member {label}" if nums else "no member set", payload,
                          msg_type=msg_type)
@@ -210,6 +223,8 @@ class Decoder(FastPaths):
         member = sub.WhichOneof(sub_oneof)
         if member is None:
             unknown = _unknown_numbers(sub)
+            if repaired is None and unknown and known_unknowns(unknown, sub.DESCRIPTOR):
+                return self._lenient(payload, msg_type, ti, None)
             nums = [n for n in unknown if n not in _ID_FIELDS] or unknown
             return Frame(f"{top}.{nums[0]}" if nums else top,
                          f"{top} unknown member {nums[0]}" if nums else f"{top} (no member)",
@@ -232,25 +247,69 @@ class Decoder(FastPaths):
             ref = None
         return Frame(kind, tfn(sub, member) if tfn is not None else kind, payload, 0, msg_type, None, None, ref)
 
+    def _lenient(self, payload: bytes, msg_type: str, ti: _TypeInfo, error: str | None) -> Frame:
+        """An agent message the runtime rejected (``error``) or filed a known field of among the
+        unknown ones (``error`` None): decoded as far as the bytes go, or ``malformed``."""
+        msg, bad = self.parse_lenient(ti, payload)
+        if msg is None:
+            if error is None:  # nothing to repair after all: classify what the runtime made of it
+                return self._classify(payload, msg_type, ti.cls.FromString(payload))
+            return Frame("malformed", f"not a valid {msg_type.rsplit('.', 1)[-1]}", payload,
+                         msg_type=msg_type, error=error)
+        return flag_mismatches(self._classify(payload, msg_type, msg), bad)
+
+    def parse_lenient(self, ti: _TypeInfo, payload: bytes,
+                      top_level: bool = False) -> tuple[Message | None, Found]:
+        """``payload`` parsed with the fields that do not fit the schema replaced, and those fields.
+
+        (None, []) when nothing needed replacing or the bytes are broken at the wire level, and,
+        unless ``top_level``, when a field of the message itself does not fit: an agent message or
+        a wrapper is a oneof or a few ids, so if those do not parse nothing of it did (the IDE's
+        ``0a 03 66 6f 6f`` BidiAppend is no run_request, docs/protocol.md §3).
+        """
+        bad = Found()
+        try:
+            fixed = repair(payload, ti.cls.DESCRIPTOR, bad)
+            if bad and (top_level or all(len(m.steps) > 1 for m in bad)):
+                return ti.cls.FromString(fixed), bad
+        except (WireError, DecodeError):
+            pass
+        return None, Found()
+
+    def _parse(self, full_name: str, payload: bytes, top_level: bool = False) -> tuple[Any, list[Mismatch]]:
+        """A wrapper or unary message parsed as far as the bytes go; DecodeError when they are broken."""
+        ti = self.info(full_name)
+        try:
+            return ti.cls.FromString(payload), []
+        except DecodeError:
+            msg, bad = self.parse_lenient(ti, payload, top_level)
+            if msg is None:
+                raise
+            return msg, bad
+
     def classify_other(self, payload: bytes, msg_type: str | None) -> Frame:
         """A message of a type that has no agent-level classification (unary calls, wrappers)."""
         if not payload:
             return Frame("empty", "empty message", payload, msg_type=msg_type)
         short = msg_type.rsplit(".", 1)[-1] if msg_type else "message"
+        bad: list[Mismatch] = []
         if msg_type and self.schema.has(msg_type):
             try:
-                self.info(msg_type).cls.FromString(payload)
+                _msg, bad = self._parse(msg_type, payload, top_level=True)
             except DecodeError as exc:
                 return Frame("malformed", f"not a valid {short}", payload, msg_type=msg_type,
                              error=f"protobuf: {exc}")
-        return Frame("unary", f"{short} {summary.human_size(len(payload))}", payload, msg_type=msg_type)
+        f = Frame("unary", f"{short} {summary.human_size(len(payload))}", payload, msg_type=msg_type)
+        return flag_mismatches(f, bad) if bad else f
 
     # envelopes and wrappers ------------------------------------------------------------------
 
     def frames_from_envelope(self, env: Envelope, transport: str, direction: str) -> Frame:
         """One frame from one envelope of a streaming transport (or a unary body)."""
         if env.error is not None and env.flags < 0:
-            return Frame("malformed", f"{len(env.payload)} unframed bytes", env.payload, flags=0,
+            # A truncated tail is what a body held after its last complete envelope: say so.
+            where = "after the last complete envelope" if env.error.startswith("truncated frame") else "unframed"
+            return Frame("malformed", f"{summary.human_size(len(env.payload))} {where}", env.payload, flags=0,
                          error=env.error, raw=None)
         if env.is_trailer:
             t = parse_grpc_web_trailer(env.payload)
@@ -273,6 +332,8 @@ class Decoder(FastPaths):
         if env.raw is not None and env.flags & FLAG_COMPRESSED:
             # inflated: the length it had on the wire is a fact of the envelope (``frames.meta``)
             f.meta = {**(f.meta or {}), WIRE_LENGTH: len(env.raw)}
+            if env.tail:
+                flag_trailing(f, env.tail)
         return f
 
     def classify_carried(self, payload: bytes, carried: str | None) -> Frame:
@@ -297,7 +358,8 @@ class Decoder(FastPaths):
         data = inflate(payload, limit)
         f = self.classify_carried(data, msg_type)
         f.flags = FLAG_COMPRESSED
-        return f
+        tail = gzip_tail(payload, data)
+        return flag_trailing(f, tail) if tail else f
 
     def _end_stream(self, env: Envelope) -> Frame:
         try:
@@ -329,9 +391,8 @@ class Decoder(FastPaths):
 
     def unwrap_append(self, body: bytes) -> Frame:
         """BidiAppendRequest → the AgentClientMessage inside (hex field 1 or raw field 4)."""
-        ti = self.info(BIDI_APPEND)
         try:
-            req = ti.cls.FromString(body)
+            req, bad = self._parse(BIDI_APPEND, body)
         except DecodeError as exc:
             return Frame("malformed", "not a BidiAppendRequest", body, msg_type=BIDI_APPEND,
                          error=f"protobuf: {exc}")
@@ -349,20 +410,20 @@ class Decoder(FastPaths):
         f.raw = body
         f.request_id = request_id
         f.append_seqno = seqno
-        return f
+        return flag_mismatches(f, bad, "BidiAppendRequest") if bad else f
 
     def unwrap_poll(self, body: bytes) -> Frame:
         """BidiPollResponse → the AgentServerMessage inside its base64 ``data``."""
-        ti = self.info(BIDI_POLL_RESP)
         try:
-            resp = ti.cls.FromString(body)
+            resp, bad = self._parse(BIDI_POLL_RESP, body)
         except DecodeError as exc:
             return Frame("malformed", "not a BidiPollResponse", body, msg_type=BIDI_POLL_RESP,
                          error=f"protobuf: {exc}")
         if not resp.data:
             eof = " eof" if resp.eof else ""
-            return Frame("empty", f"poll #{resp.seqno}{eof} (no data)", b"", raw=body,
-                         msg_type=SERVER_MSG, append_seqno=resp.seqno)
+            f = Frame("empty", f"poll #{resp.seqno}{eof} (no data)", b"", raw=body,
+                      msg_type=SERVER_MSG, append_seqno=resp.seqno)
+            return flag_mismatches(f, bad, "BidiPollResponse") if bad else f
         try:
             inner = b64decode_loose(resp.data)
         except (binascii.Error, ValueError) as exc:
@@ -373,28 +434,28 @@ class Decoder(FastPaths):
         f.append_seqno = resp.seqno
         if resp.eof:
             f.summary += " (eof)"
-        return f
+        return flag_mismatches(f, bad, "BidiPollResponse") if bad else f
 
     def _request_id(self, body: bytes) -> Frame:
-        ti = self.info(BIDI_REQUEST_ID)
         try:
-            m = ti.cls.FromString(body)
+            m, bad = self._parse(BIDI_REQUEST_ID, body)
         except DecodeError as exc:
             return Frame("malformed", "not a BidiRequestId", body, msg_type=BIDI_REQUEST_ID,
                          error=f"protobuf: {exc}")
-        return Frame("bidi_request_id", f"request_id {m.request_id}", body, msg_type=BIDI_REQUEST_ID,
-                     request_id=m.request_id)
+        f = Frame("bidi_request_id", f"request_id {m.request_id}", body, msg_type=BIDI_REQUEST_ID,
+                  request_id=m.request_id)
+        return flag_mismatches(f, bad) if bad else f
 
     def _poll_request(self, body: bytes) -> Frame:
-        ti = self.info(BIDI_POLL_REQ)
         try:
-            m = ti.cls.FromString(body)
+            m, bad = self._parse(BIDI_POLL_REQ, body)
         except DecodeError as exc:
             return Frame("malformed", "not a BidiPollRequest", body, msg_type=BIDI_POLL_REQ,
                          error=f"protobuf: {exc}")
         rid = m.request_id.request_id if m.HasField("request_id") else None
-        return Frame("bidi_poll_request", f"poll request_id {rid}", body, msg_type=BIDI_POLL_REQ,
-                     request_id=rid)
+        f = Frame("bidi_poll_request", f"poll request_id {rid}", body, msg_type=BIDI_POLL_REQ,
+                  request_id=rid)
+        return flag_mismatches(f, bad) if bad else f
 
     # whole bodies ------------------------------------------------------------------------------
 
@@ -456,6 +517,35 @@ class StreamDecoder:
     def close(self) -> list[Frame]:
         return [self._dec.frames_from_envelope(e, self.transport, self.direction) for e in self._parser.close()]
 
+
+def flag_mismatches(f: Frame, bad: list[Mismatch], wrapper: str | None = None) -> Frame:
+    """Flag a frame decoded past fields that did not fit the schema: ``frames.meta.schema_mismatch``
+    lists them (path, field number, expected, found), the summary names their paths."""
+    items = [m.as_dict() for m in bad]
+    if wrapper:
+        for item in items:
+            item["path"] = f"{wrapper}.{item['path']}"
+    meta = {**(f.meta or {}), SCHEMA_MISMATCH: [*(f.meta or {}).get(SCHEMA_MISMATCH, ()), *items]}
+    omitted = bad.omitted if isinstance(bad, Found) else 0
+    if omitted:
+        meta[SCHEMA_MISMATCH + "_omitted"] = omitted
+    f.meta = meta
+    shown = list(dict.fromkeys(i["path"] for i in items))[:3]
+    more = sum(i["path"] not in shown for i in items) + omitted
+    f.summary += f" [schema mismatch: {', '.join(shown)}{f' (+{more} more)' if more else ''}]"
+    return f
+
+
+def flag_trailing(f: Frame, tail: bytes) -> Frame:
+    """Note the bytes a gzip frame carried after its gzip data (``frames.meta.trailing_bytes``:
+    their count and, up to ``TRAILING_KEPT`` of them, their hex), so they are never dropped unsaid."""
+    f.meta = {**(f.meta or {}), TRAILING_BYTES: {"count": len(tail), "hex": tail[:TRAILING_KEPT].hex(),
+                                                 "where": "after the gzip data"}}
+    f.summary += f" [{summary.human_size(len(tail))} after the gzip data]"
+    return f
+
+
+TRAILING_KEPT = 4096
 
 # Payloads up to this size are memoised per message type (bounded by _SMALL_CACHE entries).
 _SMALL = 16

@@ -26,6 +26,11 @@ WIRE_LENGTH = "wire_length"
 # Kind of a gzip frame kept compressed because it would inflate past a budget (workbench.wire.inflate);
 # its msg_type is the type the transport carries, so it can be inflated and classified when viewed.
 COMPRESSED = "compressed"
+# ``frames.meta`` key: the fields of a frame whose bytes did not fit the schema's type, each
+# {path, field, expected, found}; the frame was decoded past them (``workbench.decode.lenient``).
+SCHEMA_MISMATCH = "schema_mismatch"
+# ``frames.meta`` key: bytes a gzip frame carried after its gzip data ({count, hex, where}).
+TRAILING_BYTES = "trailing_bytes"
 DIRECTIONS = ("client", "server")
 
 # Top-level message type carried by each (transport, direction), before any unwrapping.
@@ -67,8 +72,8 @@ class Frame:
     call_id: str | None = None
     append_seqno: int | None = None
     request_id: str | None = None
-    # Facts of the exchange that carried the frame, not of the message: e.g. a BidiAppend's HTTP
-    # status and redacted request headers. Stored as JSON in ``frames.meta``.
+    # Facts of the exchange that carried the frame, e.g. a BidiAppend's HTTP status and redacted
+    # request headers, and of how it was decoded (``schema_mismatch``). Stored as JSON in ``frames.meta``.
     meta: dict[str, Any] | None = None
 
 

@@ -66,11 +66,17 @@ def _scalar(fd: FieldDescriptor, value: Any, owner: str) -> Any:
     return value
 
 
-def message_to_tree(msg: Message) -> dict[str, Any]:
-    """Named dict of set fields plus unknown fields by number (never raises on odd input)."""
+def message_to_tree(msg: Message, found: list[dict[str, Any]] | None = None, path: str = "") -> dict[str, Any]:
+    """Named dict of set fields plus unknown fields by number (never raises on odd input).
+
+    A field the schema knows that came with another wire type (the runtime files it among the
+    unknown fields) is shown schemaless under its name and flagged (``$schema_mismatch``); with
+    ``found`` each such field is also listed there with its dotted ``path``.
+    """
     out: dict[str, Any] = {}
     owner = msg.DESCRIPTOR.full_name
     for fd, value in msg.ListFields():
+        here = f"{path}.{fd.name}" if path else fd.name
         if (owner, fd.name) in VALUE_BYTES:
             out[fd.name] = _as_value(fd, value)
         elif fd.type == _TYPE_MESSAGE:
@@ -78,7 +84,7 @@ def message_to_tree(msg: Message) -> dict[str, Any]:
             if mt.GetOptions().map_entry:
                 vfd = mt.fields_by_name["value"]
                 if vfd.type == _TYPE_MESSAGE:
-                    out[fd.name] = {str(k): message_to_tree(v) for k, v in value.items()}
+                    out[fd.name] = {str(k): message_to_tree(v, found, here) for k, v in value.items()}
                 else:
                     out[fd.name] = {str(k): _scalar(vfd, v, mt.full_name) for k, v in value.items()}
             elif mt.full_name in _WELL_KNOWN:
@@ -88,16 +94,15 @@ def message_to_tree(msg: Message) -> dict[str, Any]:
                     else json_format.MessageToDict(value)
                 )
             elif fd.is_repeated:
-                out[fd.name] = [message_to_tree(v) for v in value]
+                out[fd.name] = [message_to_tree(v, found, here) for v in value]
             else:
-                out[fd.name] = message_to_tree(value)
+                out[fd.name] = message_to_tree(value, found, here)
         elif fd.is_repeated:
             out[fd.name] = [_scalar(fd, v, owner) for v in value]
         else:
             out[fd.name] = _scalar(fd, value, owner)
-    unknown = _unknown_tree(msg)
-    if unknown:
-        out.update(unknown)
+    if _has_unknown(msg):
+        _add_unknown(msg, out, found, path)
     return out
 
 
@@ -125,26 +130,39 @@ def _one_value(fd: FieldDescriptor, v: Any) -> Any:
 _WELL_KNOWN = {"google.protobuf.Value", "google.protobuf.Struct", "google.protobuf.ListValue"}
 
 
-def _unknown_tree(msg: Message) -> dict[str, Any]:
+def _has_unknown(msg: Message) -> bool:
     try:
-        fields = list(UnknownFieldSet(msg))
+        return len(UnknownFieldSet(msg)) > 0
     except Exception:  # pragma: no cover - runtime without the unknown-field API
-        return {}
-    out: dict[str, Any] = {}
-    for f in fields:
-        key = str(f.field_number)
+        return False
+
+
+def _add_unknown(msg: Message, out: dict[str, Any], found: list[dict[str, Any]] | None, path: str) -> None:
+    """Unknown fields by number; known numbers with an unexpected wire type as schema mismatches."""
+    from workbench.decode.lenient import WIRE_NAMES, Mismatch, place, type_name
+
+    by_number = msg.DESCRIPTOR.fields_by_number
+    for f in UnknownFieldSet(msg):
         if f.wire_type == 2:
             val = guess_bytes(f.data)
         elif f.wire_type == 3:  # group: keep its nested unknown fields
             val = {str(g.field_number): g.data for g in f.data} if hasattr(f.data, "__iter__") else None
         else:
             val = f.data
+        fd = by_number.get(f.field_number)
+        if fd is not None:
+            m = Mismatch(f"{path}.{fd.name}" if path else fd.name, f.field_number, type_name(fd),
+                         WIRE_NAMES.get(f.wire_type, str(f.wire_type)), f.wire_type, 0, (), fd.is_repeated)
+            place(out, fd.name, m, val)
+            if found is not None:
+                found.append(m.as_dict())
+            continue
+        key = str(f.field_number)
         if key in out:
             prev = out[key]
             out[key] = (prev if isinstance(prev, list) else [prev]) + [val]
         else:
             out[key] = val
-    return out
 
 
 def guess_bytes(data: bytes) -> Any:

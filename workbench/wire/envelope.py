@@ -24,7 +24,7 @@ from workbench.wire.inflate import (
 
 __all__ = ["DEFAULT_MAX_FRAME", "FLAG_COMPRESSED", "FLAG_END_STREAM", "FLAG_NAMES", "FLAG_TRAILER", "HEADER_LEN",
            "LOOK_LIMIT", "Envelope", "EnvelopeParser", "InflateBudget", "InflateOverBudget", "encode", "flag_names",
-           "header", "inflate", "looks_enveloped", "split_frames", "split_unary"]
+           "gzip_tail", "header", "inflate", "looks_enveloped", "split_frames", "split_unary"]
 
 FLAG_COMPRESSED = 0x01
 FLAG_END_STREAM = 0x02
@@ -56,6 +56,9 @@ class Envelope:
     # A gzip frame left compressed because inflating it would exceed an inflate budget
     # (``error`` names the budget); ``payload`` holds the compressed bytes.
     deferred: bool = False
+    # Bytes of a gzip frame's payload after the end of its gzip data (a second member, junk): the
+    # inflated ``payload`` does not hold them, so they are kept here to be reported.
+    tail: bytes = b""
 
     @property
     def is_end_stream(self) -> bool:
@@ -88,6 +91,25 @@ def encode(payload: bytes, flags: int = 0, compress: bool = False) -> bytes:
         payload = gzip.compress(payload)
         flags |= FLAG_COMPRESSED
     return header(flags, len(payload)) + payload
+
+
+def gzip_tail(data: bytes, inflated: bytes) -> bytes:
+    """What follows the first gzip member of ``data`` (which inflated to ``inflated``); b"" for none.
+
+    A gzip member ends with the inflated size modulo 2**32, so a payload whose last four bytes say
+    so has nothing after its member: that check is all a well-formed frame pays. Otherwise the
+    member is inflated once more to find where it ends.
+    """
+    if len(data) >= 4 and int.from_bytes(data[-4:], "little") == len(inflated) & 0xFFFFFFFF:
+        return b""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        d.decompress(data, len(inflated) + 1)
+        if d.unconsumed_tail:
+            d.decompress(d.unconsumed_tail, len(inflated) + 1)
+    except zlib.error:
+        return b""
+    return d.unused_data if d.eof else b""
 
 
 def inflate(data: bytes, limit: int = LOOK_LIMIT) -> bytes:
@@ -223,7 +245,8 @@ class EnvelopeParser:
     def _make(flags: int, payload: bytes, offset: int, budget: SessionInflate) -> Envelope:
         if flags & FLAG_COMPRESSED and not flags & FLAG_TRAILER:
             try:
-                return Envelope(flags, budget.inflate(payload), offset, raw=payload)
+                inflated = budget.inflate(payload)
+                return Envelope(flags, inflated, offset, raw=payload, tail=gzip_tail(payload, inflated))
             except InflateOverBudget as exc:
                 return Envelope(flags, payload, offset, error=str(exc), deferred=True)
             except (OSError, ValueError, zlib.error) as exc:
@@ -238,13 +261,16 @@ def split_frames(data: bytes, max_frame: int = DEFAULT_MAX_FRAME,
     return p.feed(data) + p.close()
 
 
-def looks_enveloped(body: bytes) -> bool:
+def looks_enveloped(body: bytes, stray_tail: bool = False) -> bool:
     """True when a unary body is in fact a sequence of envelopes.
 
     Cursor sometimes envelopes unary responses, and gRPC-Web envelopes every unary body (a
     BidiAppend request, its response and the 0x80 trailer frame): a first byte of 0x00-0x03
     cannot start a protobuf message (no valid tag is lower than 0x08), so if the lengths also add
-    up exactly it is envelopes. A body that starts with a trailer frame (a gRPC-Web
+    up it is envelopes. With ``stray_tail``, complete envelopes followed by stray bytes are
+    envelopes too (the decoder's view: the parser reports the stray bytes as a frame of their own,
+    instead of the whole body being read as one message it is not); a Connect server's 415 test,
+    which the simulator reproduces, wants the lengths to add up exactly. A body that starts with a trailer frame (a gRPC-Web
     "trailers-only" answer) must also hold header text, since 0x80 can start a protobuf tag.
     """
     if len(body) < HEADER_LEN:
@@ -255,17 +281,22 @@ def looks_enveloped(body: bytes) -> bool:
             return False
     elif body[0] > 0x03:
         return False
-    pos = 0
-    while pos + HEADER_LEN <= len(body):
+    pos = complete = 0
+    n = len(body)
+    while pos + HEADER_LEN <= n:
         flags = body[pos]
         if flags & ~KNOWN_FLAGS and flags != FLAG_TRAILER:
             return False
-        pos += HEADER_LEN + int.from_bytes(body[pos + 1 : pos + 5], "big")
-    return pos == len(body)
+        end = pos + HEADER_LEN + int.from_bytes(body[pos + 1 : pos + 5], "big")
+        if end > n:
+            break
+        pos = end
+        complete += 1
+    return pos == n or (stray_tail and complete > 0 and body[0] <= KNOWN_FLAGS)
 
 
 def split_unary(body: bytes, inflate: SessionInflate | None = None) -> list[Envelope]:
     """A unary body as envelopes: bare protobuf becomes one un-enveloped frame."""
-    if looks_enveloped(body):
+    if looks_enveloped(body, stray_tail=True):
         return split_frames(body, inflate=inflate)
     return [Envelope(0, body, 0, enveloped=False)]
