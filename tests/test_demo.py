@@ -105,3 +105,23 @@ def test_demo_refuses_a_database_a_capture_is_writing(tmp_path: Path, processes:
     assert done.stderr.strip() == (f"workbench demo: --db {db}: a capture (pid {pid}) is writing it; stop that "
                                    "capture or pick another --db; --force replaces it anyway")
     assert _files(db) == before and capture.returncode is None
+
+
+def test_demo_refuses_a_database_another_process_holds(tmp_path: Path) -> None:
+    """No sidecar (a writer that serves no live reads), but DuckDB's lock is held: refused too."""
+    db = tmp_path / "held.duckdb"
+    Store(db).close()
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); "
+                               "print('holding', flush=True); sys.stdin.read()", str(db)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        done = run_workbench("demo", "--no-tui", "--db", str(db), timeout=120)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(30)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip() == (f"workbench demo: --db {db}: another process holds it open (a capture writing "
+                                   "it?); --force replaces it anyway")
+    assert db.exists()
