@@ -255,6 +255,21 @@ def test_sql(capture_db: Path) -> None:
     assert "query failed" in rbad.stderr
 
 
+def test_sql_prints_what_python_dates_cannot_hold(capture_db: Path) -> None:
+    """DuckDB's ±infinity and dates past year 9999, alone or inside a list or struct: printed as
+    DuckDB writes them, as a table and as JSON, never a traceback (issue 20, finding 6)."""
+    db = str(capture_db)
+    query = ("SELECT 'infinity'::timestamp AS t, '-infinity'::date AS d, '10000-01-02'::date AS far, "
+             "'-infinity'::timestamptz AS tz, ['infinity'::date] AS l, {'at': 'infinity'::timestamp} AS s, 7 AS n")
+    r, rj = wb_many([(["sql", query, "--db", db], None, None), (["sql", query, "--db", db, "--json"], None, None)])
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout.splitlines()[1].split() == ["infinity", "-infinity", "10000-01-02", "-infinity", "['infinity']",
+                                                "{'at':", "'infinity'}", "7"], r.stdout
+    assert rj.returncode == 0, rj.stderr
+    assert json.loads(rj.stdout) == {"t": "infinity", "d": "-infinity", "far": "10000-01-02", "tz": "-infinity",
+                                     "l": ["infinity"], "s": {"at": "infinity"}, "n": 7}
+
+
 def test_missing_db_is_a_clear_error(tmp_path: Path) -> None:
     missing = tmp_path / "none.duckdb"
     calls: list[Call] = [([*a, "--db", str(missing)], None, None)

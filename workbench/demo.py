@@ -23,6 +23,7 @@ from typing import Any
 from workbench.errors import CliError
 
 DEMO_DB = "captures/demo.duckdb"
+DEMO_MARK = "workbench_demo"  # key in the database's meta table: this database is the demo's to replace
 DEMO_TOKEN = "demo-token-not-a-secret"
 HEARTBEAT_INTERVAL = 0.1
 
@@ -65,6 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", default=DEMO_DB, help=f"capture database to (re)create (default {DEMO_DB})")
     p.add_argument("--no-tui", action="store_true", help="do not open the TUI at the end")
     p.add_argument("--keep", action="store_true", help="append to an existing demo database")
+    p.add_argument("--force", action="store_true",
+                   help="replace --db even when it is not a demo database or a capture is writing it")
     p.set_defaults(func=cmd_demo)
 
 
@@ -75,10 +78,12 @@ def say(msg: str) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     started = time.monotonic()
     db = Path(args.db)
+    if not args.force:
+        check_replaceable(db)
     if not args.keep:
         for suffix in ("", ".wal", ".spool", ".live.json"):
             Path(str(db) + suffix).unlink(missing_ok=True)
-    db.parent.mkdir(parents=True, exist_ok=True)
+    mark_demo(db)
 
     from workbench.sim.runner import SimThread
 
@@ -107,6 +112,79 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
         run_app(str(db))
     return 0
+
+
+def _live_writer(db: Path) -> int | None:
+    """The pid of a capture writing ``db`` by its sidecar, or None (no sidecar, or its process is gone)."""
+    try:
+        info = json.loads(Path(str(db) + ".live.json").read_text())
+        pid = int(info["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid
+
+
+def check_replaceable(db: Path) -> None:
+    """Refuse (CliError, exit 2) a ``--db`` the demo would destroy someone's data by replacing.
+
+    The demo deletes its database (with WAL, spool and sidecar) and writes into it. That is safe
+    only for a database the demo made — it marks one in ``meta`` before anything is written — or
+    one with nothing in it, and never while a capture is writing it (its live sidecar names a
+    running process, or DuckDB's lock is held).
+    """
+    force = "; --force replaces it anyway"
+    pid = _live_writer(db)
+    if pid is not None:
+        raise CliError(f"--db {db}: a capture (pid {pid}) is writing it; stop that capture or pick another --db{force}")
+    if not db.exists():
+        if Path(str(db) + ".spool").exists():
+            raise CliError(f"--db {db}: frames of a capture wait in {db}.spool to be merged into it{force}")
+        return
+    import duckdb
+
+    try:
+        con = duckdb.connect(str(db), read_only=True)
+    except duckdb.IOException as exc:
+        if "lock" in str(exc).lower():
+            raise CliError(f"--db {db}: another process holds it open (a capture writing it?){force}") from exc
+        raise CliError(f"--db {db}: not a workbench capture database ({exc}){force}") from exc
+    except duckdb.Error as exc:
+        raise CliError(f"--db {db}: not a workbench capture database ({exc}){force}") from exc
+    try:
+        tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
+                                            "WHERE table_schema = 'main'").fetchall()}
+        keys = {r[0] for r in con.execute("SELECT key FROM meta").fetchall()} if "meta" in tables else set()
+        held = 0
+        for table in ("sessions", "frames"):
+            if table in tables:
+                row = con.execute(f"SELECT count(*) FROM {table}").fetchone()
+                held += int(row[0]) if row else 0
+    except duckdb.Error as exc:
+        raise CliError(f"--db {db}: not a workbench capture database ({exc}){force}") from exc
+    finally:
+        con.close()
+    if DEMO_MARK in keys:
+        return
+    if "schema_version" not in keys:
+        raise CliError(f"--db {db}: not a workbench capture database{force}")
+    if held:  # an empty capture database loses nothing
+        raise CliError(f"--db {db}: not a demo database (it holds {held:,} sessions and frames); the demo "
+                       f"replaces only a database it made{force}")
+
+
+def mark_demo(db: Path) -> None:
+    """Mark ``db`` as the demo's before the capture writes into it, so a later demo may replace it."""
+    from workbench.store.db import Store
+
+    with Store(db) as store:
+        store.query("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                    [DEMO_MARK, json.dumps({"created_by": "workbench demo"})])
 
 
 class CaptureProcess:

@@ -239,3 +239,68 @@ def _quiet(pcap: Path, quiet_s: float = 1.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"{pcap}: still {last} packets, never quiet")
+
+
+def test_import_that_fails_keeps_the_key_log_and_says_where(capture_sim: Sim, tmp_path: Path) -> None:
+    """Another process holds the database when the capture stops: the import fails (exit 2), and the key
+    log stays, named with the command that imports later; that command then imports the packets."""
+    from workbench.store.db import Store
+
+    port = int(capture_sim.url.rsplit(":", 1)[1])
+    db, folder = tmp_path / "held.duckdb", tmp_path / "cap"
+    Store(str(db)).close()
+    holder = subprocess.Popen(
+        [str(BIN / "python"), "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1], read_only=True); "
+         "print('holding', flush=True); sys.stdin.read()", str(db)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        cap = KeylogCapture(port, db, folder)
+        try:
+            _builtin_client(capture_sim, {"SSLKEYLOGFILE": cap.env["SSLKEYLOGFILE"]}, "[scenario:text] hi")
+        finally:
+            rc, _out, err = cap.stop()
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(30)
+    assert rc == 2, err
+    assert "Traceback" not in err
+    assert cap.keys.exists() and stat.S_IMODE(cap.keys.stat().st_mode) == 0o600
+    pcap = folder / "packets.pcap"
+    later = f"workbench import {pcap} --keylog {cap.keys} --db {db}"
+    assert f"the key log is kept at {cap.keys}" in err and later in err, err
+    done = subprocess.run([str(BIN / "workbench"), *later.split()[1:]], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert _q(db, "SELECT transport, status FROM sessions") == [{"transport": "run", "status": "complete"}]
+
+
+def test_existing_keylog_dir_is_never_changed(tmp_path: Path) -> None:
+    """--keylog-dir naming a folder that exists (mode 0755, shared): it keeps its mode; the capture's
+    files go to a new private folder inside it."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    (shared / "theirs.txt").write_text("x")
+    cap = KeylogCapture(1, tmp_path / "e.duckdb", shared)
+    try:
+        inner = cap.keys.parent
+        assert inner.parent == shared and inner.name.startswith("keylog-"), cap.lines
+        assert stat.S_IMODE(inner.stat().st_mode) == 0o700
+        assert f"packets: {inner / 'packets.pcap'}" in cap.lines
+    finally:
+        rc, _out, err = cap.stop()
+    assert rc == 0, err
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755
+    assert (shared / "theirs.txt").read_text() == "x"
+
+
+def test_keylog_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    not_dir = tmp_path / "file"
+    not_dir.write_text("mine")
+    done = subprocess.run([str(BIN / "workbench"), "capture", "--keylog", "--interface", "lo", "--db",
+                           str(tmp_path / "f.duckdb"), "--keylog-dir", str(not_dir)],
+                          capture_output=True, text=True, timeout=60, env=env_without_proxy())
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"workbench capture: --keylog-dir {not_dir}: exists and is not a folder"
+    assert not_dir.read_text() == "mine"

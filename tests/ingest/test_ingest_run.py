@@ -118,6 +118,34 @@ def test_run_without_result_and_missing_command(tmp_path: Path) -> None:
     assert b"no-such-cli" in missing.stderr
 
 
+@pytest.mark.slow
+def test_run_with_a_deeply_nested_line_goes_on(tmp_path: Path) -> None:
+    """One stdout line nested 100k deep (issue 20, finding 6): the CLI runs to its end, every byte is
+    passed on, the line is kept as a malformed frame with its bytes, the lines after it are recorded
+    and the session ends complete."""
+    deep = b'{"type": "assistant", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    lines = [b'{"type":"system","subtype":"init","session_id":"s-deep","model":"auto"}', deep,
+             b'{"type":"assistant","session_id":"s-deep","message":{"content":[{"type":"text","text":"after"}]}}',
+             b'{"type":"result","subtype":"success","session_id":"s-deep","result":"after"}']
+    script = tmp_path / "deep.ndjson"
+    script.write_bytes(b"\n".join(lines) + b"\n")
+    db = tmp_path / "deep.duckdb"
+    env = {**os.environ, "FAKE_AGENT_SCRIPT": str(script), "FAKE_AGENT_EXIT": "0"}
+    done = subprocess.run(_run_cmd(db), capture_output=True, env=env, timeout=120)
+    assert b"Traceback" not in done.stderr, done.stderr.decode()[-2000:]
+    assert done.returncode == 0
+    assert done.stdout == script.read_bytes()
+    r = open_reader(db)
+    try:
+        (s,) = r.query("SELECT status, frame_count FROM sessions").to_pylist()
+        frames = r.query("SELECT kind, error, payload FROM frames ORDER BY seq").to_pylist()
+    finally:
+        r.close()
+    assert s == {"status": "complete", "frame_count": 4}
+    assert [f["kind"] for f in frames] == ["system.init", "malformed", "assistant", "result.success"]
+    assert frames[1]["payload"] == deep and frames[1]["error"].startswith("line 2: not JSON")
+
+
 def test_redact_argv() -> None:
     argv = ["cursor-agent", "--api-key", "key_abc", "--api-key=key_def", "-H", "Authorization: Bearer tok",
             "-H", "x-trace: 1", "-p", "hello"]

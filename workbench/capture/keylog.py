@@ -5,11 +5,12 @@ to a key-log file (``SSLKEYLOGFILE`` for Electron/Chromium and Python, ``NODE_OP
 for Node), and tcpdump (or dumpcap) records the packets. On Ctrl-C or SIGTERM the capture is
 imported like ``workbench import PCAP --keylog KEYS`` (``workbench.ingest.pcap``).
 
-Files live in a capture folder (mode 0700): ``packets.pcap`` (``packets.pcapng`` from dumpcap)
+Files live in a new capture folder (mode 0700; inside ``--keylog-dir`` when that folder exists
+already, which is never changed): ``packets.pcap`` (``packets.pcapng`` from dumpcap)
 and ``keys.log``. The key log is a secret — anyone holding it and the packets reads the traffic —
 so it is created with mode 0600, read only by tshark, never copied into the database, and deleted
-after the import unless ``--keep-keys``. A key log the user named (``--keylog FILE``) is theirs and
-is left where it is.
+after the import unless ``--keep-keys``; an import that fails keeps it, and says where. A key log
+the user named (``--keylog FILE``) is theirs and is left where it is.
 """
 
 from __future__ import annotations
@@ -61,18 +62,52 @@ def find_tool(prefer: str | None = None) -> Tool:
     raise CliError(TOOLS_HINT)
 
 
-def default_folder(db: str) -> Path:
-    parent = Path(db).expanduser().resolve().parent
-    return parent / time.strftime("keylog-%Y%m%d-%H%M%S")
+def _stamp() -> str:
+    return time.strftime("keylog-%Y%m%d-%H%M%S")
 
 
-def make_folder(folder: Path) -> Path:
+def _new_private_dir(parent: Path, stem: str) -> Path:
+    """A folder created here and now with mode 0700, never one that was already there."""
+    for n in range(1, 100):
+        folder = parent / (stem if n == 1 else f"{stem}-{n}")
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        folder.chmod(0o700)  # ours, just made: whatever the umask said
+        return folder
+    raise FileExistsError(f"{parent / stem}: 99 folders of that name are there already")
+
+
+def make_folder(named: Path | None, db: str) -> Path:
+    """The capture folder: a new one of mode 0700.
+
+    A folder that already exists (``--keylog-dir`` naming the user's own folder) is never changed:
+    its mode may be what its owner wants, and making it private would break whoever shares it. The
+    capture then makes a new private ``keylog-<time>`` folder inside it instead.
+    """
+    if named is None:
+        where = Path(db).expanduser().resolve().parent
+        try:
+            return _new_private_dir(where, _stamp())
+        except OSError as exc:
+            raise CliError(f"{where}: cannot create the capture folder next to the database "
+                           f"(--keylog-dir picks another place): {exc.strerror or exc}") from exc
     try:
-        folder.mkdir(parents=True, mode=0o700, exist_ok=True)
-        folder.chmod(0o700)
+        named.parent.mkdir(parents=True, exist_ok=True)
+        named.mkdir(mode=0o700)
+        named.chmod(0o700)
+        return named
+    except FileExistsError:
+        if not named.is_dir():
+            raise CliError(f"--keylog-dir {named}: exists and is not a folder") from None
     except OSError as exc:
-        raise CliError(f"--keylog-dir {folder}: cannot create the capture folder: {exc.strerror or exc}") from exc
-    return folder
+        raise CliError(f"--keylog-dir {named}: cannot create the capture folder: {exc.strerror or exc}") from exc
+    try:
+        return _new_private_dir(named, _stamp())
+    except OSError as exc:
+        raise CliError(f"--keylog-dir {named}: cannot create a capture folder inside it: "
+                       f"{exc.strerror or exc}") from exc
 
 
 def create_keylog(path: Path) -> Path:
@@ -302,7 +337,7 @@ def cmd_capture_keylog(args: argparse.Namespace) -> int:
     from workbench.store.db import check_readable
 
     check_readable(db)
-    folder = make_folder(Path(args.keylog_dir).expanduser() if args.keylog_dir else default_folder(db))
+    folder = make_folder(Path(args.keylog_dir).expanduser() if args.keylog_dir else None, db)
     pcap = folder / ("packets.pcapng" if tool.name == "dumpcap" else "packets.pcap")
     own_keys = not isinstance(args.keylog, str)
     keys = create_keylog(folder / "keys.log") if own_keys else Path(args.keylog).expanduser()
@@ -333,14 +368,28 @@ def cmd_capture_keylog(args: argparse.Namespace) -> int:
         print(f"workbench capture: WARNING: {capture.tool.name} says {dropped:,} packets were dropped by the kernel: "
               f"exchanges they belonged to are incomplete (a larger buffer helps: -B for tcpdump)",
               file=sys.stderr, flush=True)
+    imported = False
     try:
-        return _import(args, db, pcap, keys, port, capture)
+        rc = _import(db, pcap, keys, port, capture)
+        imported = True
+    except BaseException:
+        # The packets are useless without the key log: an import that did not finish (a reader holding
+        # the database, a full disk, a second Ctrl-C) must leave both for a later import.
+        if own_keys and not args.keep_keys and keys.exists() and capture.counter.packets:
+            print(f"workbench capture: the import did not complete; the key log is kept at {keys} (mode 0600, "
+                  f"a secret: delete it once imported). Import later with: workbench import {pcap} "
+                  f"--keylog {keys} --db {db}", file=sys.stderr, flush=True)
+        raise
     finally:
-        if own_keys and not args.keep_keys:
+        if own_keys and not args.keep_keys and (imported or not capture.counter.packets):
             keys.unlink(missing_ok=True)
+    if capture.proc is not None and capture.proc.returncode not in (0, -signal.SIGINT, 130):
+        # what it wrote is imported, but the capture did not run until asked to stop
+        raise CliError(f"{capture.failure()}; the {capture.counter.packets:,} packets it wrote were imported")
+    return rc
 
 
-def _import(args: argparse.Namespace, db: str, pcap: Path, keys: Path, port: int, capture: PacketCapture) -> int:
+def _import(db: str, pcap: Path, keys: Path, port: int, capture: PacketCapture) -> int:
     from workbench.ingest import IngestError, Progress, import_file, open_store
 
     failed = capture.proc is not None and capture.proc.returncode not in (0, -signal.SIGINT, 130)
@@ -369,6 +418,4 @@ def _import(args: argparse.Namespace, db: str, pcap: Path, keys: Path, port: int
     finally:
         store.close()
     print(result.summary_line().replace(str(pcap), f"{pcap} → {db}", 1), flush=True)
-    if failed:  # what it wrote is imported above, but the capture did not run until asked to stop
-        raise CliError(f"{capture.failure()}; the {capture.counter.packets:,} packets it wrote were imported")
     return EXIT_UNDECRYPTABLE if result.undecryptable else 0

@@ -18,12 +18,12 @@ import asyncio
 import contextlib
 import fnmatch
 import os
-import re
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
+import regex
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
@@ -41,6 +41,10 @@ _MAX_READ = 4 * 1024 * 1024
 _MAX_GREP_FILE = 16 * 1024 * 1024
 _MAX_LS_ENTRIES = 2000
 _SKIP_DIRS = (".git", "__pycache__", "node_modules")
+# The pattern comes from the server: one that backtracks catastrophically ("(a|aa)+$") would run for
+# ages. The whole search gets this long; `regex` checks the limit while matching and, with
+# concurrent=True, lets go of the GIL, so the event loop (heartbeats, other execs) keeps running.
+GREP_TIME_LIMIT_S = 10.0
 
 __all__ = ["LOCAL_KINDS", "LocalExecutor", "OutsideWorkspace", "ResultParts", "caller_result",
            "final_shell_result", "result_field"]
@@ -64,6 +68,7 @@ class LocalExecutor:
         self.shell_timeout = shell_timeout
         self.allow_shell = allow_shell
         self._secrets = secrets
+        self.grep_time_limit = GREP_TIME_LIMIT_S
 
     def resolve(self, path: str) -> Path:
         return self.ws.resolve(path)
@@ -238,6 +243,10 @@ class LocalExecutor:
         return node
 
     async def _grep(self, args: Any) -> ResultParts:
+        # Off the event loop: walking, reading and matching a large workspace takes a while too.
+        return await asyncio.to_thread(self._grep_sync, args)
+
+    def _grep_sync(self, args: Any) -> ResultParts:
         try:
             base = self.resolve(args.path)
         except OutsideWorkspace as exc:
@@ -254,19 +263,32 @@ class LocalExecutor:
             mode = "files_with_matches"
         else:
             try:
-                rx = re.compile(args.pattern, re.IGNORECASE if args.case_insensitive else 0)
-            except re.error as exc:
+                # VERSION0: the syntax and behaviour of Python's re, which this tool used before
+                rx = regex.compile(args.pattern, regex.VERSION0 | (regex.IGNORECASE if args.case_insensitive else 0))
+            except (regex.error, OverflowError, RecursionError) as exc:
                 return [("grep_result", pb.GrepResult(error=pb.GrepError(error=f"bad pattern: {exc}")))]
+            deadline = time.monotonic() + self.grep_time_limit
             matches: list[tuple[str, list[tuple[int, str]]]] = []
-            for f in files:
-                try:
-                    data, _ = self.ws.read_bytes(f, _MAX_GREP_FILE)
-                except (OSError, OutsideWorkspace, NotRegularFile):
-                    continue
-                lines = data.decode("utf-8", "replace").splitlines()
-                hits = [(i + 1, line) for i, line in enumerate(lines) if rx.search(line)]
-                if hits:
-                    matches.append((str(f.relative_to(self.root)), hits))
+            try:
+                for f in files:
+                    try:
+                        data, _ = self.ws.read_bytes(f, _MAX_GREP_FILE)
+                    except (OSError, OutsideWorkspace, NotRegularFile):
+                        continue
+                    lines = data.decode("utf-8", "replace").splitlines()
+                    hits = []
+                    for i, line in enumerate(lines):
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            raise TimeoutError
+                        if rx.search(line, timeout=left, concurrent=True):
+                            hits.append((i + 1, line))
+                    if hits:
+                        matches.append((str(f.relative_to(self.root)), hits))
+            except TimeoutError:
+                return [("grep_result", pb.GrepResult(error=pb.GrepError(
+                    error=f"pattern {args.pattern!r}: the search took longer than {self.grep_time_limit:g} s and "
+                          f"was stopped (a pattern that backtracks heavily, or too much to search)")))]
             if mode == "content":
                 content = pb.GrepContentResult(
                     total_matched_lines=sum(len(h) for _, h in matches))

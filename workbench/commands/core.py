@@ -19,6 +19,7 @@ from workbench.commands.common import (
     print_table,
     reader_from,
     resolve_session,
+    table_rows,
 )
 from workbench.decode import frame_to_json
 from workbench.decode.classify import DIRECTIONS, TRANSPORTS, Decoder, Frame
@@ -328,7 +329,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     finally:
         reader.close()
     if args.json:
-        for row in table.to_pylist():
+        for row in table_rows(table):
             print(json.dumps(row, default=_json_default))
     else:
         print_table(table)

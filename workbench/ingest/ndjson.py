@@ -107,7 +107,7 @@ def parse_line(raw: bytes, lineno: int) -> ParsedLine:
     """One NDJSON line (without its newline) → a frame; never raises."""
     try:
         ev = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
         preview = raw[:60].decode("utf-8", "replace")
         return ParsedLine(Frame("malformed", f"line {lineno}: not JSON {quote(preview, 60)}", raw,
                                 error=f"line {lineno}: not JSON ({exc})"), None, None, None, None)

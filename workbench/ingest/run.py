@@ -65,6 +65,18 @@ def _write_all(out: BinaryIO | None, data: bytes) -> BinaryIO | None:
     return out
 
 
+class _Lost:
+    """stdout lines that could not be recorded (passed on all the same), reported once each."""
+
+    def __init__(self) -> None:
+        self.lines: list[int] = []
+
+    def add(self, lineno: int, exc: BaseException) -> None:
+        self.lines.append(lineno)
+        print(f"workbench run: stdout line {lineno} was passed on but not recorded: "
+              f"{type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr, flush=True)
+
+
 def run_and_record(cmd: Sequence[str], db: str, *, out: BinaryIO | None = None,
                    flush_ms: int = 250) -> int:
     """Run ``cmd``; returns its exit code (128 + signal number when a signal ended it)."""
@@ -105,6 +117,17 @@ def run_and_record(cmd: Sequence[str], db: str, *, out: BinaryIO | None = None,
     lineno = 0
     last_flush = time.monotonic()
     sink_out: BinaryIO | None = out
+    lost = _Lost()
+
+    def feed(line: bytes, n: int, arrival: int) -> None:
+        # The CLI is the user's: whatever a line does to the recording, the CLI goes on, its output
+        # is passed on, and the lines after it are recorded. A line that cannot be recorded is
+        # counted (and said), never a reason to stop.
+        try:
+            sink.feed(line, n, arrival)
+        except Exception as exc:  # any failure of one line's recording
+            lost.add(n, exc)
+
     try:
         while True:
             pending = len(rec.batch) > 0
@@ -120,13 +143,13 @@ def run_and_record(cmd: Sequence[str], db: str, *, out: BinaryIO | None = None,
                 *lines, buf = buf.split(b"\n")
                 for line in lines:
                     lineno += 1
-                    sink.feed(line, lineno, arrival)
+                    feed(line, lineno, arrival)
             if time.monotonic() - last_flush >= interval:
                 rec.flush()
                 last_flush = time.monotonic()
         if buf:
             lineno += 1
-            sink.feed(buf, lineno, now_us())
+            feed(buf, lineno, now_us())
         rc = proc.wait()
         code = rc if rc >= 0 else 128 - rc
         ended = (f"the CLI exited with code {code} without a result event" if rc >= 0
@@ -136,6 +159,8 @@ def run_and_record(cmd: Sequence[str], db: str, *, out: BinaryIO | None = None,
             info = rec.sessions[sid]
             info.meta["exit_code"] = code
             info.meta["run_started_us"] = started
+            if lost.lines:
+                info.meta["lines_not_recorded"] = lost.lines
             rec.touch(sid)
         rec.flush()
         return code

@@ -36,7 +36,7 @@ def parse_event(data: bytes | str | None) -> dict[str, Any] | None:
         return None
     try:
         ev = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deeply to read
         return None
     return ev if isinstance(ev, dict) else None
 

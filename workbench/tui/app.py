@@ -58,7 +58,8 @@ class WorkbenchApp(App[None]):
         self.errors.append(text)
         log.error("%s", text, exc_info=message.error)
         self.log.error(text)
-        self.notify(text, title="error", severity="error", timeout=8)
+        # plain text: the error may quote the capture (ids, kinds, messages), never markup
+        self.notify(text, title="error", severity="error", timeout=8, markup=False)
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

@@ -66,12 +66,14 @@ class BlobScreen(ModalScreen[None]):
         facts = Table.grid(padding=(0, 2))
         facts.add_column(style="bold")
         facts.add_column()
-        facts.add_row("blob id", b["blob_id"])
-        facts.add_row("op / status", f"{b['op']} / {b['status']}")
-        facts.add_row("role / type", f"{b['role'] or '—'} / {b['content_type'] or '—'}"
-                      + (f" ({b['proto_type']})" if b.get("proto_type") else ""))
-        facts.add_row("size", f"{b['size']} bytes")
-        facts.add_row("frames", f"request {b['seq']}, answer {b['result_seq']}")
+        # Every cell a Text: a Table reads plain strings as markup, and role, type and id come from
+        # the capture (a crafted one could otherwise put a clickable action on screen).
+        facts.add_row("blob id", Text(str(b["blob_id"])))
+        facts.add_row("op / status", Text(f"{b['op']} / {b['status']}"))
+        facts.add_row("role / type", Text(f"{b['role'] or '—'} / {b['content_type'] or '—'}"
+                                          + (f" ({b['proto_type']})" if b.get("proto_type") else "")))
+        facts.add_row("size", Text(f"{b['size']} bytes"))
+        facts.add_row("frames", Text(f"request {b['seq']}, answer {b['result_seq']}"))
         if ok is None:
             check = Text("no bytes captured: cannot check", "dim")
         elif ok:

@@ -288,7 +288,7 @@ class SessionScreen(Loader, Screen[None]):
         try:
             flt = FrameFilter.parse(event.value)
         except ValueError as exc:
-            self.app.notify(str(exc), title="filter", severity="error")
+            self.app.notify(str(exc), title="filter", severity="error", markup=False)
             return
         self.apply_filter(flt)
         if not flt.active:

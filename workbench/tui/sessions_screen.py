@@ -209,8 +209,8 @@ class SessionsScreen(Loader, Screen[None]):
         arrow = "↓" if self.sort_reverse else "↑"
         flt = f'  filter "{self.text_filter}"' if self.text_filter else ""
         live = "  ● live" if self.app.data.live else ""
-        self.query_one("#sessions-status", Static).update(
-            f"{len(rows)} of {len(self.sessions)} sessions  sorted by {self.sort_key} {arrow}{flt}{live}")
+        self.query_one("#sessions-status", Static).update(Text(  # the filter is typed text, not markup
+            f"{len(rows)} of {len(self.sessions)} sessions  sorted by {self.sort_key} {arrow}{flt}{live}"))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_info()
