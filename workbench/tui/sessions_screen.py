@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
@@ -209,7 +210,7 @@ class SessionsScreen(Loader, Screen[None]):
         arrow = "↓" if self.sort_reverse else "↑"
         flt = f'  filter "{self.text_filter}"' if self.text_filter else ""
         live = "  ● live" if self.app.data.live else ""
-        self.query_one("#sessions-status", Static).update(Text(  # the filter is typed text, not markup
+        self.query_one("#sessions-status", Static).update(Content(  # the filter is typed text, not markup
             f"{len(rows)} of {len(self.sessions)} sessions  sorted by {self.sort_key} {arrow}{flt}{live}"))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
