@@ -119,6 +119,67 @@ def build_flow_file(path: Path, frames: int = 8, inflated_mb: float = 200, *, gz
     return path
 
 
+def zero_stream(n_bytes: int, wbits: int = 16 + zlib.MAX_WBITS) -> bytes:
+    """``n_bytes`` zero bytes compressed (gzip by default; ``zlib.MAX_WBITS`` for a zlib stream),
+    streamed so the inflated bytes are never in memory: ~1 KB of output per MiB."""
+    comp = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    chunk = bytes(MIB)
+    parts = []
+    left = n_bytes
+    while left:
+        piece = chunk if left >= MIB else chunk[:left]
+        parts.append(comp.compress(piece))
+        left -= len(piece)
+    parts.append(comp.flush())
+    return b"".join(parts)
+
+
+def build_content_bomb(path: Path, inflated_mb: float = 40, coding: str = "gzip") -> Path:
+    """A flow file (mitmproxy's FlowWriter) holding one h2 ``Run`` whose response body carries
+    ``content-encoding: gzip`` (or ``coding``) and inflates to ``inflated_mb`` MiB of zero bytes:
+    millions of empty envelopes once inflated. 40 MiB is a ~41 KB file (issue 20's 42 KB one)."""
+    from mitmproxy import http, io
+    from mitmproxy.test import tflow
+
+    n = int(inflated_mb * MIB)
+    if coding == "gzip":
+        body = zero_stream(n)
+    elif coding == "br":
+        import brotli
+        body = brotli.compress(bytes(n), quality=5)
+    elif coding == "zstd":
+        import zstandard
+        body = zstandard.ZstdCompressor(level=3).compress(bytes(n))
+    else:
+        raise ValueError(f"no builder for {coding}")
+    req = http.Request.make("POST", f"https://api2.cursor.sh{RUN_PATH}", b"",
+                            {"content-type": "application/connect+proto", "connect-protocol-version": "1",
+                             "x-request-id": SESSION_KEY})
+    req.http_version = "HTTP/2.0"
+    resp = http.Response.make(200, b"", {"content-type": "application/connect+proto", "content-encoding": coding})
+    resp.raw_content = body  # as it crossed the wire: mitmproxy keeps bodies encoded
+    resp.http_version = "HTTP/2.0"
+    flow = tflow.tflow(req=req, resp=resp)
+    flow.id = SESSION_KEY
+    with path.open("wb") as fh:
+        io.FlowWriter(fh).add(flow)
+    return path
+
+
+def build_zhar_bomb(path: Path, inflated_mb: float = 400) -> Path:
+    """A ``.zhar`` (zlib, as mitmproxy writes it) holding a HAR whose one string is ``inflated_mb``
+    MiB long: 400 MiB is a ~400 KB file (issue 20's 407 KB one)."""
+    comp = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS)
+    parts = [comp.compress(b'{"log": {"version": "1.2", "entries": [], "comment": "')]
+    chunk = b"a" * MIB
+    for _ in range(int(inflated_mb)):
+        parts.append(comp.compress(chunk))
+    parts.append(comp.compress(b'"}}'))
+    parts.append(comp.flush())
+    path.write_bytes(b"".join(parts))
+    return path
+
+
 def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, object]:
     """Run ``cmd`` as a child of a fresh wrapper process: its exit code, seconds and peak RSS (KiB)."""
     out = subprocess.run([sys.executable, "-c", _WRAPPER, *cmd], capture_output=True, text=True,
