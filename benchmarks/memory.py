@@ -11,6 +11,9 @@ RSS is read with ``getrusage(RUSAGE_CHILDREN)`` in a fresh wrapper process:
   ``export --parquet`` on that database;
 * baseline, same run: ``import`` of a plain flow file of about the same size (the same frames
   without gzip, ~200 KB each): what an ordinary 1.6 MB file costs;
+* issue 20's importer bombs: a 42 KB flow file whose body has ``content-encoding: gzip`` and
+  inflates to 40 MiB of zero bytes (millions of empty envelopes; stored as one ``compressed``
+  frame), and a 407 KB ``.zhar`` that inflates to 400 MiB (refused, exit 2, naming the budget);
 * for scale: ``import`` with the budgets raised past a smaller bomb (``--unbudgeted-mb`` per
   frame, default 25), which is what every import did before the budget.
 
@@ -197,6 +200,10 @@ def main() -> int:
     ap.add_argument("--inflated-mb", type=int, default=200)
     ap.add_argument("--unbudgeted-mb", type=float, default=25,
                     help="per-frame size of the smaller bomb imported with budgets raised (default 25)")
+    ap.add_argument("--content-mb", type=float, default=40,
+                    help="MiB of zeros the content-encoding bomb inflates to (default 40: a 42 KB flow file)")
+    ap.add_argument("--zhar-mb", type=float, default=400,
+                    help="MiB the .zhar bomb inflates to (default 400: a 407 KB file)")
     ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep the files")
     args = ap.parse_args()
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="wb-memory-"))
@@ -219,13 +226,21 @@ def main() -> int:
     rows.append(("frames --json (inflates on view)", measure(workbench("frames", SESSION_KEY, "--json", "--db", str(db)))))
     rows.append(("diagnose", measure(workbench("diagnose", SESSION_KEY, "--no-write", "--db", str(db)))))
     rows.append(("export --parquet", measure(workbench("export", "--parquet", str(work / "pq"), "--db", str(db)))))
+    # issue 20's two importer bombs: neither may inflate past the budgets
+    cbomb = build_content_bomb(work / "content-bomb.flows", args.content_mb)
+    zbomb = build_zhar_bomb(work / "bomb.zhar", args.zhar_mb)
+    rows.append((f"import {cbomb.stat().st_size / 1e3:.0f} KB content-encoding bomb",
+                 measure(workbench("import", str(cbomb), "--db", str(work / "content.duckdb")))))
+    rows.append((f"import {zbomb.stat().st_size / 1e3:.0f} KB .zhar bomb (exit 2)",
+                 measure(workbench("import", str(zbomb), "--db", str(work / "zhar.duckdb")))))
+    bombs = rows[-2:]
     rows.append((f"import {args.frames}×{args.unbudgeted_mb:g} MiB bomb, no budget", measure(workbench(
         "import", str(small), "--db", str(work / "nobudget.duckdb"), "--inflate-frame-mb", str(args.unbudgeted_mb + 1),
         "--inflate-session-mb", raised, "--inflate-import-mb", raised))))
     print(f"{'command':38} {'rc':>3} {'seconds':>8} {'peak RSS MiB':>13}")
     for name, r in rows:
         print(f"{name:38} {r['rc']!s:>3} {float(str(r['seconds'])):8.2f} {int(str(r['rss_kib'])) / 1024:13.0f}")
-        if r["rc"] not in (0, 1):
+        if r["rc"] not in (0, 1) and "bomb (exit 2)" not in name:
             print(f"    stderr: {str(r['err'])[-400:]}")
     budget, base = rows[0][1], rows[1][1]
     ratio_rss = int(str(budget["rss_kib"])) / max(1, int(str(base["rss_kib"])))
@@ -234,7 +249,7 @@ def main() -> int:
     print(f"bomb import: {mb / float(str(budget['seconds'])):.2f} MB/s of file; vs the plain-file baseline: "
           f"peak RSS {ratio_rss:.2f}×, time {ratio_t:.2f}×")
     print(f"database size after the bomb import: {db.stat().st_size / 1e6:.1f} MB")
-    worst = max(int(str(r["rss_kib"])) for name, r in rows[:6])
+    worst = max(int(str(r["rss_kib"])) for name, r in [*rows[:6], *bombs])
     print(f"target ≤ 1024 MiB peak RSS for import and read-back: {'OK' if worst <= 1024 * 1024 else 'MISSED'} "
           f"(worst {worst / 1024:.0f} MiB); load {os.getloadavg()[0]:.2f}")
     return 0

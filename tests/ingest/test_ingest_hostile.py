@@ -319,3 +319,23 @@ def test_flow_with_non_utf8_header_bytes_imports(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert _rows(db, "SELECT count(*) AS n FROM sessions") == [{"n": 1}]
     assert _rows(db, "SELECT count(*) AS n FROM frames") == [{"n": 1}]
+
+
+@pytest.mark.slow
+def test_gzip_fixture_bomb_is_refused_naming_the_budget(tmp_path: Path) -> None:
+    """A gzip'd fixture is inflated within the same budgets (one document, like a .zhar)."""
+    import zlib
+
+    from workbench.fixtures.format import FORMAT
+
+    comp = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    parts = [comp.compress(json.dumps({"format": FORMAT}).encode()[:-1] + b', "x": "')]
+    parts += [comp.compress(b"a" * MIB) for _ in range(300)]
+    parts.append(comp.compress(b'"}') + comp.flush())
+    fixture = tmp_path / "bomb.json.gz"
+    fixture.write_bytes(b"".join(parts))
+    r = MEM.measure([*WORKBENCH, "import", str(fixture), "--db", str(tmp_path / "f.duckdb")])
+    assert r["rc"] == 2, r["err"]
+    assert "Traceback" not in r["err"]
+    assert str(fixture) in r["err"] and "256 MiB per-session inflate budget" in r["err"]
+    assert r["rss_kib"] < RSS_BOUND_KIB, f"import peaked at {r['rss_kib'] // 1024} MiB"
