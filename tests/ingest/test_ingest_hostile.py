@@ -339,3 +339,27 @@ def test_gzip_fixture_bomb_is_refused_naming_the_budget(tmp_path: Path) -> None:
     assert "Traceback" not in r["err"]
     assert str(fixture) in r["err"] and "256 MiB per-session inflate budget" in r["err"]
     assert r["rss_kib"] < RSS_BOUND_KIB, f"import peaked at {r['rss_kib'] // 1024} MiB"
+
+
+@pytest.mark.slow
+def test_har_with_impossible_times_imports(tmp_path: Path) -> None:
+    """A start time that leaves datetime's range once in UTC, infinite or NaN timings."""
+    entries = []
+    for i, (start, timing) in enumerate([("9999-12-31T23:59:59-14:00", 1), ("0001-01-01T00:00:00+14:00", 1),
+                                          ("2026-01-01T00:00:00Z", math.inf), ("2026-01-01T00:00:00Z", math.nan),
+                                          ("2026-01-01T00:00:00Z", 1e308)]):
+        body = encode(b"{}", flags=FLAG_END_STREAM)
+        entries.append({"startedDateTime": start, "time": timing,
+                        "request": {"method": "POST", "url": f"https://api2.cursor.sh{RUN}?n={i}", "headers": []},
+                        "response": {"status": 200, "headers": [],
+                                     "content": {"encoding": "base64", "text": base64.b64encode(body).decode()}},
+                        "timings": {"send": timing, "wait": timing, "receive": timing}})
+    har = tmp_path / "times.har"
+    har.write_text(json.dumps({"log": {"version": "1.2", "entries": entries}}))  # json writes Infinity/NaN
+    db = tmp_path / "h.duckdb"
+    r = run_workbench("import", str(har), "--db", str(db))
+    _no_traceback(r)
+    assert r.returncode == 0, r.stderr
+    rows = _rows(db, "SELECT year(ts) AS y FROM frames")
+    assert len(rows) == len(entries)
+    assert all(1970 <= row["y"] <= 9999 for row in rows)

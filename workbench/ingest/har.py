@@ -85,7 +85,7 @@ def _epoch(value: Any) -> float | None:
         return None
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError):  # not a time, or one no datetime holds once in UTC
         return None
 
 
