@@ -25,6 +25,7 @@ from workbench.ingest.exchange import decode_exchange, exchange_meta
 from workbench.ingest.flowfile import read_exchanges
 from workbench.ingest.pcap_streams import WireExchange, _undo_content_coding
 from workbench.protocol.routes import Route
+from workbench.redact import marker
 from workbench.wire.envelope import FLAG_COMPRESSED, FLAG_END_STREAM, encode
 from workbench.wire.inflate import MIB, InflateBudget, use_budget
 
@@ -97,12 +98,14 @@ def test_content_encoded_bomb_is_kept_compressed_within_bounded_memory(tmp_path:
     assert r["rss_kib"] < RSS_BOUND_KIB, f"import peaked at {r['rss_kib'] // 1024} MiB"
     rows = _rows(db, "SELECT kind, size, error, meta->>'content_encoding' AS coding FROM frames "
                      "WHERE direction = 'server'")
-    assert len(rows) == 1  # the body as it crossed the wire, never millions of empty envelopes
+    assert len(rows) == 1  # one frame, never millions of empty envelopes
     (row,) = rows
     assert row["kind"] == "compressed"
     assert row["coding"] == coding
     (ex,), _, _ = read_exchanges(flows)
-    assert row["size"] == len(ex.resp_body or b"")  # the body as the file holds it, whole
+    # a stream's body of envelopes cannot be searched for credentials uninflated: its hash only
+    assert row["size"] == len(marker(ex.resp_body or b"").encode())
+    assert f"stored as a hash ({len(ex.resp_body or b''):,} bytes)" in row["error"]
     assert "32 MiB per-frame inflate budget" in row["error"]
     assert "--inflate-frame-mb" in row["error"]
 
@@ -131,17 +134,33 @@ def test_content_encoded_body_within_budget_is_decoded(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     kinds = [row["kind"] for row in _rows(db, "SELECT kind FROM frames WHERE direction = 'server' ORDER BY seq")]
     assert kinds == ["interaction_update.text_delta", "interaction_update.text_delta", "end_stream"]
-    # the same body past a budget the user set: one frame, inflated when somebody looks at it
+    # the same body past a budget the user set: one frame (a stream's body: its hash)
     db2 = tmp_path / "small.duckdb"
     r = run_workbench("import", str(flows), "--db", str(db2), "--inflate-frame-mb", "0.001")
     assert r.returncode == 0, r.stderr
     rows = _rows(db2, "SELECT kind, flags, error FROM frames WHERE direction = 'server'")
-    assert [(row["kind"], row["flags"]) for row in rows] == [("compressed", FLAG_COMPRESSED)]
+    assert [(row["kind"], row["flags"]) for row in rows] == [("compressed", 0)]
     assert "per-frame inflate budget" in rows[0]["error"] and "the response body (" in rows[0]["error"]
-    sid = _rows(db2, "SELECT session_id FROM sessions")[0]["session_id"]
-    r = run_workbench("frames", sid, "--json", "--db", str(db2))
+
+
+@pytest.mark.slow
+def test_unary_body_past_the_budget_is_kept_and_inflated_when_viewed(tmp_path: Path) -> None:
+    message = b"\x0a\x05hello" * 400  # protobuf: field 1, length 5, repeated
+    flows = _flow(tmp_path / "unary.flows", resp_body=gzip.compress(message),
+                  resp_headers=((b"content-encoding", b"gzip"),), path_bytes=b"/aiserver.v1.AiService/Anything")
+    db = tmp_path / "u.duckdb"
+    r = run_workbench("import", str(flows), "--db", str(db), "--inflate-frame-mb", "0.001")
+    assert r.returncode == 0, r.stderr
+    rows = _rows(db, "SELECT session_id, kind, flags, size, error, meta->>'content_encoding' AS coding "
+                     "FROM frames WHERE direction = 'server'")
+    assert [(row["kind"], row["flags"], row["coding"]) for row in rows] == [("compressed", FLAG_COMPRESSED, "gzip")]
+    assert rows[0]["size"] == len(gzip.compress(message))  # as it crossed the wire
+    assert "per-frame inflate budget" in rows[0]["error"]
+    r = run_workbench("frames", rows[0]["session_id"], "--json", "--db", str(db))
     assert r.returncode == 0, r.stderr
     _no_traceback(r)
+    (doc,) = [d for d in map(json.loads, r.stdout.splitlines()) if d["kind"] == "compressed"]
+    assert doc["fields"]["$inflated"]["size"] == len(message)
 
 
 @pytest.mark.slow
@@ -199,6 +218,7 @@ def test_pcap_body_content_coding_goes_through_the_budget() -> None:
         part = decode_exchange(default_decoder(), ex, route)
     assert [f.kind for f in part.server] == ["compressed"]
     assert "per-frame inflate budget" in (part.server[0].error or "")
+    assert ex.resp_body not in part.server[0].payload  # a stream's body: stored as its hash
 
 
 # finding 6: tracebacks instead of exit 2 -----------------------------------------------------

@@ -174,12 +174,34 @@ def _envelopes_over(body: bytes, most: int) -> bool:
     return False
 
 
+def _kept_body(ex: Exchange, route: Route, side: str, body: bytes, codings: list[str], why: str) -> Frame:
+    """One ``compressed`` frame for a content-coded body past a budget.
+
+    A unary body is one message of a known type: kept as it crossed the wire (flag 0x01 for gzip,
+    so the views inflate it on demand, and the store's gate scrubs it by that type). A body of
+    envelopes (a stream) is no one message: nothing could look in it for credentials without
+    inflating it past the budget, so only its hash is stored, never the bytes.
+    """
+    label = f"{'request' if side == 'client' else 'response'} body"
+    meta = {CONTENT_ENCODING: ", ".join(codings)}
+    coding = ", ".join(codings)
+    if route.transport == "unary":
+        msg_type = route.request_type if side == "client" else route.response_type
+        flags = FLAG_COMPRESSED if codings in (["gzip"], ["x-gzip"]) else 0
+        return Frame(COMPRESSED, f"{label} {len(body):,} bytes ({coding}) kept compressed (over an inflate budget)",
+                     body, flags=flags, msg_type=msg_type, error=f"{ex.ident}: {why}", meta=meta)
+    why = why.split("; kept compressed")[0]
+    return Frame(COMPRESSED, f"{label} {len(body):,} bytes ({coding}) over an inflate budget, stored as a hash",
+                 marker(body).encode(), error=f"{ex.ident}: {why}; stored as a hash ({len(body):,} bytes): "
+                 "a body of envelopes that is not inflated cannot be searched for credentials", meta=meta)
+
+
 def undo_content_coding(ex: Exchange, route: Route) -> dict[str, Frame]:
     """Undo each body's ``content-encoding`` within the inflate budgets (``workbench.wire.inflate``).
 
-    A body that would inflate past a budget becomes one ``compressed`` frame holding the body as
-    it crossed the wire and an error naming the budget (returned by side: "client"/"server"); a
-    body whose coding cannot be undone (broken, unknown) is reported like a mangled body.
+    A body that would inflate past a budget becomes one ``compressed`` frame with an error naming
+    the budget (``_kept_body``; returned by side: "client"/"server"); a body whose coding cannot
+    be undone (broken, unknown) is reported like a mangled body.
     """
     kept: dict[str, Frame] = {}
     if route.transport == "unary" and secret_method(ex.path):
@@ -201,14 +223,7 @@ def undo_content_coding(ex: Exchange, route: Route) -> dict[str, Frame]:
                     f"{len(plain):,} bytes holding more envelopes than fit {name} at {ENVELOPE_COST} bytes "
                     f"each; kept compressed, inflated when the frame is viewed")
         except InflateOverBudget as exc:
-            unary = route.transport == "unary"
-            msg_type = (route.request_type if side == "client" else route.response_type) if unary else None
-            gz = codings == ["gzip"] or codings == ["x-gzip"]
-            # flag 0x01 lets the views gunzip it on demand; other codings are shown as stored
-            kept[side] = Frame(COMPRESSED, f"{label} {len(body):,} bytes ({', '.join(codings)}) kept compressed "
-                               "(over an inflate budget)", body, flags=FLAG_COMPRESSED if gz else 0,
-                               msg_type=msg_type, error=f"{ex.ident}: {exc}",
-                               meta={CONTENT_ENCODING: ", ".join(codings)})
+            kept[side] = _kept_body(ex, route, side, body, codings, str(exc))
             continue
         except ValueError as exc:
             problem = f"has content-encoding {', '.join(codings)} that cannot be undone ({exc})"
