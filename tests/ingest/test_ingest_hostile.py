@@ -383,3 +383,13 @@ def test_har_with_impossible_times_imports(tmp_path: Path) -> None:
     rows = _rows(db, "SELECT year(ts) AS y FROM frames")
     assert len(rows) == len(entries)
     assert all(1970 <= row["y"] <= 9999 for row in rows)
+
+
+def test_packet_times_outside_datetime_range_are_unknown() -> None:
+    """tshark prints whatever a pcapng's 64-bit timestamps say: such a time is unknown (0)."""
+    from workbench.ingest.tshark import _ts_us
+
+    assert _ts_us("1767225600.123456") == 1_767_225_600_123_456
+    assert _ts_us("253402300800.000000") == 0  # year 10000
+    assert _ts_us("-5.000000") == 0
+    assert _ts_us("0.000000") == 0
