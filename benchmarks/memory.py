@@ -11,6 +11,9 @@ RSS is read with ``getrusage(RUSAGE_CHILDREN)`` in a fresh wrapper process:
   ``export --parquet`` on that database;
 * baseline, same run: ``import`` of a plain flow file of about the same size (the same frames
   without gzip, ~200 KB each): what an ordinary 1.6 MB file costs;
+* issue 20's importer bombs: a 42 KB flow file whose body has ``content-encoding: gzip`` and
+  inflates to 40 MiB of zero bytes (millions of empty envelopes; stored as one ``compressed``
+  frame), and a 407 KB ``.zhar`` that inflates to 400 MiB (refused, exit 2, naming the budget);
 * for scale: ``import`` with the budgets raised past a smaller bomb (``--unbudgeted-mb`` per
   frame, default 25), which is what every import did before the budget.
 
@@ -119,6 +122,67 @@ def build_flow_file(path: Path, frames: int = 8, inflated_mb: float = 200, *, gz
     return path
 
 
+def zero_stream(n_bytes: int, wbits: int = 16 + zlib.MAX_WBITS) -> bytes:
+    """``n_bytes`` zero bytes compressed (gzip by default; ``zlib.MAX_WBITS`` for a zlib stream),
+    streamed so the inflated bytes are never in memory: ~1 KB of output per MiB."""
+    comp = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    chunk = bytes(MIB)
+    parts = []
+    left = n_bytes
+    while left:
+        piece = chunk if left >= MIB else chunk[:left]
+        parts.append(comp.compress(piece))
+        left -= len(piece)
+    parts.append(comp.flush())
+    return b"".join(parts)
+
+
+def build_content_bomb(path: Path, inflated_mb: float = 40, coding: str = "gzip") -> Path:
+    """A flow file (mitmproxy's FlowWriter) holding one h2 ``Run`` whose response body carries
+    ``content-encoding: gzip`` (or ``coding``) and inflates to ``inflated_mb`` MiB of zero bytes:
+    millions of empty envelopes once inflated. 40 MiB is a ~41 KB file (issue 20's 42 KB one)."""
+    from mitmproxy import http, io
+    from mitmproxy.test import tflow
+
+    n = int(inflated_mb * MIB)
+    if coding == "gzip":
+        body = zero_stream(n)
+    elif coding == "br":
+        import brotli
+        body = brotli.compress(bytes(n), quality=5)
+    elif coding == "zstd":
+        import zstandard
+        body = zstandard.ZstdCompressor(level=3).compress(bytes(n))
+    else:
+        raise ValueError(f"no builder for {coding}")
+    req = http.Request.make("POST", f"https://api2.cursor.sh{RUN_PATH}", b"",
+                            {"content-type": "application/connect+proto", "connect-protocol-version": "1",
+                             "x-request-id": SESSION_KEY})
+    req.http_version = "HTTP/2.0"
+    resp = http.Response.make(200, b"", {"content-type": "application/connect+proto", "content-encoding": coding})
+    resp.raw_content = body  # as it crossed the wire: mitmproxy keeps bodies encoded
+    resp.http_version = "HTTP/2.0"
+    flow = tflow.tflow(req=req, resp=resp)
+    flow.id = SESSION_KEY
+    with path.open("wb") as fh:
+        io.FlowWriter(fh).add(flow)
+    return path
+
+
+def build_zhar_bomb(path: Path, inflated_mb: float = 400) -> Path:
+    """A ``.zhar`` (zlib, as mitmproxy writes it) holding a HAR whose one string is ``inflated_mb``
+    MiB long: 400 MiB is a ~400 KB file (issue 20's 407 KB one)."""
+    comp = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS)
+    parts = [comp.compress(b'{"log": {"version": "1.2", "entries": [], "comment": "')]
+    chunk = b"a" * MIB
+    for _ in range(int(inflated_mb)):
+        parts.append(comp.compress(chunk))
+    parts.append(comp.compress(b'"}}'))
+    parts.append(comp.flush())
+    path.write_bytes(b"".join(parts))
+    return path
+
+
 def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, object]:
     """Run ``cmd`` as a child of a fresh wrapper process: its exit code, seconds and peak RSS (KiB)."""
     out = subprocess.run([sys.executable, "-c", _WRAPPER, *cmd], capture_output=True, text=True,
@@ -136,6 +200,10 @@ def main() -> int:
     ap.add_argument("--inflated-mb", type=int, default=200)
     ap.add_argument("--unbudgeted-mb", type=float, default=25,
                     help="per-frame size of the smaller bomb imported with budgets raised (default 25)")
+    ap.add_argument("--content-mb", type=float, default=40,
+                    help="MiB of zeros the content-encoding bomb inflates to (default 40: a 42 KB flow file)")
+    ap.add_argument("--zhar-mb", type=float, default=400,
+                    help="MiB the .zhar bomb inflates to (default 400: a 407 KB file)")
     ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep the files")
     args = ap.parse_args()
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="wb-memory-"))
@@ -158,13 +226,21 @@ def main() -> int:
     rows.append(("frames --json (inflates on view)", measure(workbench("frames", SESSION_KEY, "--json", "--db", str(db)))))
     rows.append(("diagnose", measure(workbench("diagnose", SESSION_KEY, "--no-write", "--db", str(db)))))
     rows.append(("export --parquet", measure(workbench("export", "--parquet", str(work / "pq"), "--db", str(db)))))
+    # issue 20's two importer bombs: neither may inflate past the budgets
+    cbomb = build_content_bomb(work / "content-bomb.flows", args.content_mb)
+    zbomb = build_zhar_bomb(work / "bomb.zhar", args.zhar_mb)
+    rows.append((f"import {cbomb.stat().st_size / 1e3:.0f} KB content-encoding bomb",
+                 measure(workbench("import", str(cbomb), "--db", str(work / "content.duckdb")))))
+    rows.append((f"import {zbomb.stat().st_size / 1e3:.0f} KB .zhar bomb (exit 2)",
+                 measure(workbench("import", str(zbomb), "--db", str(work / "zhar.duckdb")))))
+    bombs = rows[-2:]
     rows.append((f"import {args.frames}×{args.unbudgeted_mb:g} MiB bomb, no budget", measure(workbench(
         "import", str(small), "--db", str(work / "nobudget.duckdb"), "--inflate-frame-mb", str(args.unbudgeted_mb + 1),
         "--inflate-session-mb", raised, "--inflate-import-mb", raised))))
     print(f"{'command':38} {'rc':>3} {'seconds':>8} {'peak RSS MiB':>13}")
     for name, r in rows:
         print(f"{name:38} {r['rc']!s:>3} {float(str(r['seconds'])):8.2f} {int(str(r['rss_kib'])) / 1024:13.0f}")
-        if r["rc"] not in (0, 1):
+        if r["rc"] not in (0, 1) and "bomb (exit 2)" not in name:
             print(f"    stderr: {str(r['err'])[-400:]}")
     budget, base = rows[0][1], rows[1][1]
     ratio_rss = int(str(budget["rss_kib"])) / max(1, int(str(base["rss_kib"])))
@@ -173,7 +249,7 @@ def main() -> int:
     print(f"bomb import: {mb / float(str(budget['seconds'])):.2f} MB/s of file; vs the plain-file baseline: "
           f"peak RSS {ratio_rss:.2f}×, time {ratio_t:.2f}×")
     print(f"database size after the bomb import: {db.stat().st_size / 1e6:.1f} MB")
-    worst = max(int(str(r["rss_kib"])) for name, r in rows[:6])
+    worst = max(int(str(r["rss_kib"])) for name, r in [*rows[:6], *bombs])
     print(f"target ≤ 1024 MiB peak RSS for import and read-back: {'OK' if worst <= 1024 * 1024 else 'MISSED'} "
           f"(worst {worst / 1024:.0f} MiB); load {os.getloadavg()[0]:.2f}")
     return 0

@@ -8,11 +8,12 @@ BidiAppends) and rebuilds their order; ``workbench.ingest.identity`` writes what
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, http_error_frame
+from workbench.decode.classify import CLIENT_MSG, COMPRESSED, Decoder, Frame, http_error_frame
 from workbench.ingest.identity import WriteOutcome
 from workbench.ingest.progress import Progress
 from workbench.protocol.append_meta import append_answer
@@ -29,6 +30,8 @@ from workbench.protocol.status import (
 )
 from workbench.redact import marker, redact_frame, redact_headers, secret_method
 from workbench.store.db import SessionInfo, Store
+from workbench.wire.envelope import FLAG_COMPRESSED, HEADER_LEN
+from workbench.wire.inflate import InflateOverBudget, current_budget
 
 if TYPE_CHECKING:
     from workbench.ingest.runs import PlanBuilder
@@ -64,6 +67,10 @@ class Exchange:
     error: str | None = None         # connection error the recorder saw (flow.error, HAR _error)
     reset: dict[str, Any] | None = None  # which side failed and how, when the recorder kept it (capture's meta.reset)
     meta: dict[str, Any] = field(default_factory=dict)
+    # HTTP content-codings still applied to a body (``content-encoding``, in the order applied):
+    # undone in ``decode_exchange`` within the inflate budgets, never before
+    req_coding: list[str] = field(default_factory=list)
+    resp_coding: list[str] = field(default_factory=list)
 
     def header(self, name: str, response: bool = False) -> str | None:
         for k, v in self.resp_headers if response else self.req_headers:
@@ -79,7 +86,21 @@ class Exchange:
         return f"{self.ident} ({self.method} {self.path})"
 
 
+# The last microsecond a datetime can hold (9999-12-31T23:59:59.999999 UTC): readers of the store
+# turn ``ts`` into datetimes, so a time past it is as unknown as a negative, NaN or infinite one.
+MAX_EPOCH_US = 253_402_300_799_999_999
+
+
+def sane_time(t: Any) -> float | None:
+    """An epoch time in seconds a file recorded, or None when it is not one (not a finite number,
+    not after 1970, past year 9999): a hostile or damaged time is unknown, never an error."""
+    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0:
+        return None
+    return float(t) if t * 1_000_000 <= MAX_EPOCH_US else None
+
+
 def _us(t: float | None) -> int | None:
+    t = sane_time(t)
     return int(t * 1_000_000) if t else None
 
 
@@ -132,11 +153,97 @@ class ExchangeImport:
         return out + self.result.notes()
 
 
+# ``frames.meta`` key of a body kept with its HTTP content-coding (over an inflate budget).
+CONTENT_ENCODING = "content_encoding"
+
+
+# What one envelope of an inflated body costs the budget on top of its bytes: about what its frame
+# holds in memory until the session is stored. A few KB of gzip inflate to megabytes of empty
+# envelopes (5 zero bytes each), millions of frames: the bytes alone would pass the budget.
+ENVELOPE_COST = 512
+
+
+def _envelopes_over(body: bytes, most: int) -> bool:
+    """Whether ``body``, read as envelopes, holds more than ``most`` of them (stops counting there)."""
+    pos = n = 0
+    while pos + HEADER_LEN <= len(body):
+        n += 1
+        if n > most:
+            return True
+        pos += HEADER_LEN + int.from_bytes(body[pos + 1 : pos + HEADER_LEN], "big")
+    return False
+
+
+def _kept_body(ex: Exchange, route: Route, side: str, body: bytes, codings: list[str], why: str) -> Frame:
+    """One ``compressed`` frame for a content-coded body past a budget.
+
+    A unary body is one message of a known type: kept as it crossed the wire (flag 0x01 for gzip,
+    so the views inflate it on demand, and the store's gate scrubs it by that type). A body of
+    envelopes (a stream) is no one message: nothing could look in it for credentials without
+    inflating it past the budget, so only its hash is stored, never the bytes.
+    """
+    label = f"{'request' if side == 'client' else 'response'} body"
+    meta = {CONTENT_ENCODING: ", ".join(codings)}
+    coding = ", ".join(codings)
+    if route.transport == "unary":
+        msg_type = route.request_type if side == "client" else route.response_type
+        flags = FLAG_COMPRESSED if codings in (["gzip"], ["x-gzip"]) else 0
+        return Frame(COMPRESSED, f"{label} {len(body):,} bytes ({coding}) kept compressed (over an inflate budget)",
+                     body, flags=flags, msg_type=msg_type, error=f"{ex.ident}: {why}", meta=meta)
+    why = why.split("; kept compressed")[0]
+    return Frame(COMPRESSED, f"{label} {len(body):,} bytes ({coding}) over an inflate budget, stored as a hash",
+                 marker(body).encode(), error=f"{ex.ident}: {why}; stored as a hash ({len(body):,} bytes): "
+                 "a body of envelopes that is not inflated cannot be searched for credentials", meta=meta)
+
+
+def undo_content_coding(ex: Exchange, route: Route) -> dict[str, Frame]:
+    """Undo each body's ``content-encoding`` within the inflate budgets (``workbench.wire.inflate``).
+
+    A body that would inflate past a budget becomes one ``compressed`` frame with an error naming
+    the budget (``_kept_body``; returned by side: "client"/"server"); a body whose coding cannot
+    be undone (broken, unknown) is reported like a mangled body.
+    """
+    kept: dict[str, Frame] = {}
+    if route.transport == "unary" and secret_method(ex.path):
+        return kept  # stored as a hash whatever its coding: nothing to inflate
+    budget = current_budget().session(ex.session_key)
+    for side, codings in (("client", ex.req_coding), ("server", ex.resp_coding)):
+        body = ex.req_body if side == "client" else ex.resp_body
+        missing = ex.req_missing if side == "client" else ex.resp_missing
+        if not codings or not body or missing is not None:
+            continue
+        label = f"{'request' if side == 'client' else 'response'} body"
+        problem = None
+        room, name = budget.room()
+        try:
+            plain = budget.decode(body, codings, what=f"the {label}")
+            if _envelopes_over(plain, (room - len(plain)) // ENVELOPE_COST):
+                raise InflateOverBudget(
+                    f"not inflated: the {label} ({len(body):,} bytes, {', '.join(codings)}) inflates to "
+                    f"{len(plain):,} bytes holding more envelopes than fit {name} at {ENVELOPE_COST} bytes "
+                    f"each; kept compressed, inflated when the frame is viewed")
+        except InflateOverBudget as exc:
+            kept[side] = _kept_body(ex, route, side, body, codings, str(exc))
+            continue
+        except ValueError as exc:
+            problem = f"has content-encoding {', '.join(codings)} that cannot be undone ({exc})"
+            plain = body
+        if side == "client":
+            ex.req_body, ex.req_missing = plain, problem
+        else:
+            ex.resp_body, ex.resp_missing = plain, problem
+    return kept
+
+
 def decode_exchange(dec: Decoder, ex: Exchange, route: Route) -> Part:
     part = Part(ex, route)
     transport = route.transport
-    if ex.req_body and ex.req_missing is None:
-        if route.transport == "unary" and secret_method(ex.path):
+    kept = undo_content_coding(ex, route)
+    secret = route.transport == "unary" and secret_method(ex.path)
+    if "client" in kept:
+        part.client = [kept["client"]]
+    elif ex.req_body and ex.req_missing is None:
+        if secret:
             part.client = [Frame("unary", "credential RPC body (redacted)", marker(ex.req_body).encode())]
         else:
             part.client = dec.decode_body(ex.req_body, transport, "client", msg_type=route.request_type,
@@ -148,11 +255,13 @@ def decode_exchange(dec: Decoder, ex: Exchange, route: Route) -> Part:
                              error=f"{ex.ident}: request body {ex.req_missing}; stored as a hash "
                              f"({len(ex.req_body)} bytes) since it could not be parsed to redact credentials")]
     ok = http_ok(ex.status)
-    if ex.resp_body is not None and ex.resp_missing is None:
+    if "server" in kept:
+        part.server = [kept["server"]]
+    elif ex.resp_body is not None and ex.resp_missing is None:
         if ex.status is not None and not ok:
             if ex.resp_body or transport != "bidi_append":
                 part.server = [http_error_frame(ex.status, ex.resp_body)]
-        elif transport == "unary" and secret_method(ex.path):
+        elif secret:
             if ex.resp_body:
                 part.server = [Frame("unary", "credential RPC body (redacted)", marker(ex.resp_body).encode())]
         elif transport == "bidi_append":
@@ -251,6 +360,8 @@ def write_exchanges(store: Store, dec: Decoder, exchanges: Sequence[Exchange], *
             out.skipped += 1
             continue
         out.agent += 1
+        ex.t_req_start, ex.t_req_end = sane_time(ex.t_req_start), sane_time(ex.t_req_end)
+        ex.t_resp_start, ex.t_resp_end = sane_time(ex.t_resp_start), sane_time(ex.t_resp_end)
         part = decode_exchange(dec, ex, route)
         for side, why in (("request", ex.req_missing), ("response", ex.resp_missing)):
             if why == "streamed":

@@ -16,6 +16,7 @@ from typing import Any
 
 from workbench.ingest.exchange import Exchange, write_exchanges
 from workbench.protocol.status import RESET_METADATA_KEY
+from workbench.wire.inflate import codings_of
 
 _TNETSTRING = re.compile(rb"^\d{1,12}:")
 
@@ -24,33 +25,49 @@ def detect(path: Path, head: bytes) -> bool:
     return bool(_TNETSTRING.match(head))
 
 
-def _body(msg: Any) -> tuple[bytes | None, str | None]:
+def _body(msg: Any) -> tuple[bytes | None, str | None, list[str]]:
+    """The body as recorded, why it is missing, and the content-codings still applied to it.
+
+    HTTP content-encoding is undone later, within the inflate budgets (``decode_exchange``), never
+    here: mitmproxy's ``get_content`` inflates without a limit (a 42 KB flow file grew past 5.9 GB).
+    Connect's own per-envelope gzip stays for the decoder.
+    """
     if msg is None:
-        return None, None
+        return None, None, []
     if msg.raw_content is None:
-        return None, "streamed"
-    # Undo HTTP content-encoding (gzip/br); Connect's own per-envelope gzip stays for the decoder.
-    return msg.get_content(strict=False) or b"", None
+        return None, "streamed", []
+    return msg.raw_content, None, codings_of(msg.headers.get("content-encoding"))
+
+
+def _text(value: Any) -> str:
+    """Header values and paths as str: bytes that are not UTF-8 stay surrogate-escaped, as mitmproxy
+    gives them (the store's escape keeps them recoverable), never an exception here."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    return str(value)
+
+
+def _pairs(fields: Any) -> list[tuple[str, str]]:
+    return [(_text(k), _text(v)) for k, v in fields.items(multi=True)]
 
 
 def to_exchange(flow: Any, n: int) -> Exchange:
     req, resp = flow.request, flow.response
-    req_body, req_missing = _body(req)
-    resp_body, resp_missing = _body(resp)
+    req_body, req_missing, req_coding = _body(req)
+    resp_body, resp_missing, resp_coding = _body(resp)
     ex = Exchange(
         ident=f"flow {n} (id {flow.id})", stream_key=flow.id, session_key=flow.id, unit=f"flow:{flow.id}",
-        method=req.method, host=req.pretty_host, path=req.path, http_version=req.http_version,
-        req_headers=[(str(k), str(v)) for k, v in req.headers.items(multi=True)],
-        req_body=req_body, req_missing=req_missing,
+        method=_text(req.method), host=_text(req.pretty_host), path=_text(req.path),
+        http_version=_text(req.http_version), req_headers=_pairs(req.headers),
+        req_body=req_body, req_missing=req_missing, req_coding=req_coding,
         status=resp.status_code if resp is not None else None,
-        resp_headers=[(str(k), str(v)) for k, v in resp.headers.items(multi=True)] if resp is not None else [],
-        resp_body=resp_body if resp is not None else None, resp_missing=resp_missing,
-        trailers=[(str(k), str(v)) for k, v in resp.trailers.items(multi=True)]
-        if resp is not None and resp.trailers else [],
+        resp_headers=_pairs(resp.headers) if resp is not None else [],
+        resp_body=resp_body if resp is not None else None, resp_missing=resp_missing, resp_coding=resp_coding,
+        trailers=_pairs(resp.trailers) if resp is not None and resp.trailers else [],
         t_req_start=req.timestamp_start, t_req_end=req.timestamp_end,
         t_resp_start=resp.timestamp_start if resp is not None else None,
         t_resp_end=resp.timestamp_end if resp is not None else None,
-        error=flow.error.msg if flow.error is not None else None,
+        error=_text(flow.error.msg) if flow.error is not None else None,
         reset=_reset(flow),
         meta={"flow_id": flow.id},
     )
@@ -83,10 +100,11 @@ def read_exchanges(path: Path, progress: Any = None) -> tuple[list[Exchange], in
             try:
                 flow = next(flows, None)
             except (exceptions.FlowReadException, ValueError, KeyError, TypeError, AttributeError,
-                    IndexError, UnicodeDecodeError, OverflowError) as exc:
+                    IndexError, UnicodeDecodeError, OverflowError, RecursionError) as exc:
                 # mitmproxy raises more than FlowReadException on corrupt state (a missing key, a
                 # wrong type): all of them mean this flow cannot be read
-                what = str(exc) if isinstance(exc, exceptions.FlowReadException) else f"{type(exc).__name__}: {exc}"
+                what = (str(exc) if isinstance(exc, exceptions.FlowReadException) else
+                        "nested too deeply" if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {exc}")
                 raise IngestError(f"{path}: flow {n + 1} (after byte {fh.tell()}) cannot be read: {what} "
                                   f"— truncated, damaged or not a mitmproxy flow file; nothing imported from it"
                                   ) from exc

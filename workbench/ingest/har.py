@@ -27,6 +27,7 @@ from typing import Any
 from workbench.decode.classify import Decoder
 from workbench.ingest.exchange import Exchange, write_exchanges
 from workbench.protocol.status import STREAM_TRANSPORTS, http_ok
+from workbench.wire.inflate import InflateOverBudget, current_budget
 
 
 def detect(path: Path, head: bytes) -> bool:
@@ -41,7 +42,7 @@ def detect(path: Path, head: bytes) -> bool:
     first = text.split(b"\n", 1)[0]
     try:
         doc = json.loads(first)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         doc = None  # pretty-printed JSON: the first line is not a whole document
     if isinstance(doc, dict):
         return "log" in doc  # one-line JSON: a HAR or an NDJSON event, decided by its keys
@@ -54,16 +55,25 @@ def load(path: Path) -> dict[str, Any]:
 
     data = path.read_bytes()
     if data[:1] == b"\x78":
+        # The whole document is inflated before anything is parsed: it is charged to the import's
+        # budgets as a session of its own (no per-frame limit), never inflated unbounded.
         try:
-            data = zlib.decompress(data)
-        except zlib.error as exc:
-            raise IngestError(f"{path}: looks zlib-compressed (.zhar) but does not inflate: {exc}") from exc
+            data = current_budget().session().decode(data, ["zlib"], what="the .zhar document", per_frame=False)
+        except InflateOverBudget as exc:
+            raise IngestError(f"{path}: {str(exc).split('; kept compressed')[0]}; nothing imported from it") from None
+        except ValueError as exc:
+            raise IngestError(f"{path}: looks zlib-compressed (.zhar) but does not inflate: {exc}") from None
     try:
-        doc = json.loads(data.decode("utf-8-sig"))
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise IngestError(f"{path}: HAR is not UTF-8 text ({exc})") from exc
+        raise IngestError(f"{path}: HAR is not UTF-8 text ({exc})") from None
+    del data  # the bytes and their text are not both needed while the JSON is parsed
+    try:
+        doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise IngestError(f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
+        raise IngestError(f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise IngestError(f"{path}: JSON nested too deeply to be a HAR file") from None
     entries = doc.get("log", {}).get("entries") if isinstance(doc, dict) and isinstance(doc.get("log"), dict) else None
     if not isinstance(entries, list):
         raise IngestError(f"{path}: JSON without log.entries — not a HAR file")
@@ -75,7 +85,7 @@ def _epoch(value: Any) -> float | None:
         return None
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError):  # not a time, or one no datetime holds once in UTC
         return None
 
 

@@ -107,7 +107,9 @@ def parse_line(raw: bytes, lineno: int) -> ParsedLine:
     """One NDJSON line (without its newline) → a frame; never raises."""
     try:
         ev = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        if isinstance(exc, RecursionError):
+            exc = ValueError("nested too deeply")
         preview = raw[:60].decode("utf-8", "replace")
         return ParsedLine(Frame("malformed", f"line {lineno}: not JSON {quote(preview, 60)}", raw,
                                 error=f"line {lineno}: not JSON ({exc})"), None, None, None, None)
@@ -298,7 +300,7 @@ def detect(path: Path, head: bytes) -> bool:
             continue
         try:
             ev = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return False
         return isinstance(ev, dict) and "type" in ev and "log" not in ev
     return False

@@ -45,7 +45,7 @@ from workbench.ingest.tshark import (
     Packet,
 )
 from workbench.wire.envelope import EnvelopeParser
-from workbench.wire.inflate import InflateBudget
+from workbench.wire.inflate import InflateBudget, codings_of
 
 Wire = tuple[int, int]            # (packet number, capture time in µs)
 Chunk = tuple[int, int, bytes]    # (packet number, capture time in µs, bytes)
@@ -55,7 +55,7 @@ H2_ERRORS = {0: "NO_ERROR", 1: "PROTOCOL_ERROR", 2: "INTERNAL_ERROR", 3: "FLOW_C
              4: "SETTINGS_TIMEOUT", 5: "STREAM_CLOSED", 6: "FRAME_SIZE_ERROR", 7: "REFUSED_STREAM", 8: "CANCEL",
              9: "COMPRESSION_ERROR", 10: "CONNECT_ERROR", 11: "ENHANCE_YOUR_CALM", 12: "INADEQUATE_SECURITY",
              13: "HTTP_1_1_REQUIRED"}
-CONTENT_CODINGS = ("gzip", "deflate", "br", "zstd")
+CONTENT_CODINGS = ("gzip", "x-gzip", "deflate", "br", "zstd")
 
 
 def _seconds(w: Wire | None) -> float | None:
@@ -465,27 +465,20 @@ def _settle(conn: Connection, ex: WireExchange, cut_short: bool) -> None:
 
 
 def _undo_content_coding(ex: WireExchange, direction: str) -> None:
-    """HTTP content-coding is undone as for flow files (Connect's own per-envelope gzip stays)."""
+    """HTTP content-coding is undone as for flow files, within the inflate budgets, by
+    ``decode_exchange`` (Connect's own per-envelope gzip stays for the decoder). The decoded body
+    replaces the frames as a whole: complete at the body's end."""
     response = direction == "server"
-    coding = (ex.header("content-encoding", response=response) or "").strip().lower()
+    codings = codings_of(ex.header("content-encoding", response=response))
     body = ex.resp_body if response else ex.req_body
-    if not body or coding in ("", "identity") or coding not in CONTENT_CODINGS or (response and ex.resp_decoded):
-        return
-    from mitmproxy.net import encoding
-
-    try:
-        plain = encoding.decode(body, coding)
-    except ValueError as exc:
-        ex.problems.append(f"{direction} body: content-encoding {coding} could not be undone: {exc}")
-        return
-    if not isinstance(plain, bytes):
+    if not body or not codings or any(c not in CONTENT_CODINGS for c in codings) or (response and ex.resp_decoded):
         return
     end = ex.body_end(direction)
-    ex.chunks(direction)[:] = [(end[0], end[1], plain)]  # decoded as a whole: complete at the body's end
+    ex.chunks(direction)[:] = [(end[0], end[1], body)]
     if response:
-        ex.resp_body = plain
+        ex.resp_coding = codings
     else:
-        ex.req_body = plain
+        ex.req_coding = codings
 
 
 def agent_exchanges(connections: Iterable[Connection]) -> list[WireExchange]:

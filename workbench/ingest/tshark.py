@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from workbench.ingest import IngestError
+from workbench.ingest.exchange import MAX_EPOCH_US
 
 PACKAGE = "tshark"
 INSTALL_HINT = f"install the {PACKAGE} package (Debian/Ubuntu: sudo apt-get install {PACKAGE})"
@@ -129,8 +130,11 @@ def command(tshark: str, path: Path, keylog: Path | None, tls_ports: tuple[int, 
 
 
 def _ts_us(epoch: str) -> int:
+    """A packet's time in µs; 0 (unknown) when it is before 1970 or past year 9999 (a pcapng's
+    64-bit timestamps can say anything, and no datetime holds such a time)."""
     sec, _, frac = epoch.partition(".")
-    return int(sec) * 1_000_000 + int((frac + "000000")[:6])
+    us = int(sec) * 1_000_000 + int((frac + "000000")[:6])
+    return us if 0 < us <= MAX_EPOCH_US else 0
 
 
 def _endpoint(layers: dict[str, list[str]], side: str) -> str:

@@ -63,12 +63,16 @@ def text_field(ev: dict[str, Any], name: str) -> str | None:
 
 
 def timestamp_us(ev: dict[str, Any]) -> int | None:
-    """``timestamp_ms`` in microseconds (None when absent, not a number, or not positive)."""
+    """``timestamp_ms`` in microseconds (None when absent, not a number, not positive, infinite or
+    past year 9999, which no datetime holds: a time the store's readers could not show)."""
     try:
         ms = float(ev.get("timestamp_ms"))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return int(ms * 1000) if ms > 0 else None
+    return int(ms * 1000) if 0 < ms <= _MAX_MS else None
+
+
+_MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999 UTC
 
 
 def message_text(ev: dict[str, Any]) -> str:
