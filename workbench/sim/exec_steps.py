@@ -65,14 +65,70 @@ async def await_exec(run: ScenarioRun, er: ExecRecord, policy: str,
 
 
 async def request_context(run: ScenarioRun, _value: Any, step: dict[str, Any]) -> None:
+    """Ask the client for its context. The service does not hold the turn for the answer (clients
+    that put their context in the run request never send one, and their turns complete), so by
+    default neither does this step: the answer is taken whenever it comes (``context_tools``). The
+    step's ``wait``, the scenario's ``wait_for_request_context`` or the server's
+    ``strict_request_context`` make it wait, as a server that parks on it would."""
     er = next_exec(run, "request_context")
     await run.link.send(pb.AgentServerMessage(exec_server_message=pb.ExecServerMessage(
         id=er.id, exec_id=er.exec_id,
         request_context_args=pb.RequestContextArgs(workspace_id=str(uuid.uuid4())))), "request_context_args")
-    results, _ = await await_exec(run, er, policy_for(run, "request_context", step.get("stream_close")))
+    policy = policy_for(run, "request_context", step.get("stream_close"))
+    if waits_for_context(run, step):
+        results, _ = await await_exec(run, er, policy)
+        _take_context(run, results)
+        return
+    er.background = True
+    w = run.link.waits[er.id] = ExecWait(er, policy, run.rec.faults)
+    run.context_waits.append(w)
+
+
+def waits_for_context(run: ScenarioRun, step: dict[str, Any]) -> bool:
+    """Whether this request_context step holds the run until the answer: step, scenario, server."""
+    assert run.scenario is not None
+    if "wait" in step:
+        return bool(step["wait"])
+    if run.scenario.wait_for_request_context is not None:
+        return run.scenario.wait_for_request_context
+    return run.cfg.strict_request_context
+
+
+def _take_context(run: ScenarioRun, results: list[Any]) -> None:
     for r in results:
         if r.WhichOneof("result") == "request_context_result" and r.request_context_result.HasField("success"):
             run.client_tools += list(r.request_context_result.success.request_context.tools)
+
+
+async def context_tools(run: ScenarioRun) -> None:
+    """Before the model picks a tool: the tools of the request_context answers that have come.
+
+    An answer still on its way gets a short grace (``request_context_grace``, once per run), so a
+    client that does answer has its own tools used whatever the timing; a client that never answers
+    costs the run that grace once, and its tools come from the run request alone. An answer the
+    client has begun is held to its exec's stream_close policy: under ``required`` a result without
+    its ``stream_close`` stalls the run here, as the December 2025 service did (docs/protocol.md §5).
+    """
+    link = run.link
+    link.drain()
+    for w in run.context_waits:
+        if not w.done and (w.results or not run.context_grace_spent):
+            run.context_grace_spent = True
+            w.rec.background = False  # waited on for now: answers go to this wait, not absorbed
+            until = None if w.results else link.loop.time() + run.cfg.request_context_grace
+            try:
+                while not w.done:
+                    m = await link.wait(w.concerns, w.waiting_for, until=until)
+                    if m is TIMEOUT:
+                        break
+                    w.feed(m)
+                    if w.results:
+                        until = None  # begun: complete per its policy
+            finally:
+                w.rec.background = True
+        fresh = w.results[run.context_taken.get(w.rec.id, 0):]
+        run.context_taken[w.rec.id] = len(w.results)
+        _take_context(run, fresh)
 
 
 async def web_search(run: ScenarioRun, term: str, step: dict[str, Any]) -> None:
@@ -107,6 +163,7 @@ async def tool(run: ScenarioRun, spec: dict[str, Any], step: dict[str, Any]) -> 
         run.last_tool = {**done, "result": history.result_in_text(run.user_text, done["call_id"])}
         return
     link = run.link
+    await context_tools(run)
     kind = spec["exec"]
     args = {k: run.fmt(v) if isinstance(v, str) else v for k, v in spec.get("args", {}).items()}
     policy = spec.get("client_tools", "auto")
