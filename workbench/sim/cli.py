@@ -60,7 +60,8 @@ def register(sub: Any) -> None:
                         "else from the run request")
     p.add_argument("--request-context-grace", type=float, default=1.0, metavar="S",
                    help="without --strict-request-context: how long a run's first tool call waits for a "
-                        "request_context answer still on its way, once per run (default 1.0; 0 = not at all)")
+                        "request_context answer still on its way, once per run and only when the run request "
+                        "carries no context of its own (default 1.0; 0 = not at all)")
     p.add_argument("--model-listing", choices=LISTING_CHOICES, default="both",
                    help="which GetUsableModels to serve: both (default), agent (agent.v1.AgentService) or "
                         "aiserver (aiserver.v1.AiService); the other answers unimplemented")

@@ -103,14 +103,16 @@ def _take_context(run: ScenarioRun, results: list[Any]) -> None:
 async def context_tools(run: ScenarioRun) -> None:
     """Before the model picks a tool: the tools of the request_context answers that have come.
 
-    An answer still on its way gets a short grace (``request_context_grace``, once per run), so a
-    client that does answer has its own tools used whatever the timing; a client that never answers
-    costs the run that grace once, and its tools come from the run request alone. An answer the
+    An answer still on its way gets a short grace (``request_context_grace``, once per run, and only
+    when the run request carries no context of its own), so a client that does answer has its own
+    tools used whatever the timing; its tools otherwise come from the run request. An answer the
     client has begun is held to its exec's stream_close policy: under ``required`` a result without
     its ``stream_close`` stalls the run here, as the December 2025 service did (docs/protocol.md §5).
     """
     link = run.link
     link.drain()
+    if not run.context_grace_spent and run.request.action.user_message_action.HasField("request_context"):
+        run.context_grace_spent = True  # the run request carries the context: nothing to wait for
     for w in run.context_waits:
         if not w.done and (w.results or not run.context_grace_spent):
             run.context_grace_spent = True
