@@ -34,7 +34,7 @@ from matrix_rig import HEALTHY_SCENARIOS, NO_CONTEXT, Cell, healthy_cells  # noq
 from support import ProcessGroup, env_without_proxy, start_sim  # noqa: E402
 
 from workbench.client.agent import AgentClient  # noqa: E402
-from workbench.client.events import Error, ExecHandled  # noqa: E402
+from workbench.client.events import ExecHandled  # noqa: E402
 from workbench.store import Store  # noqa: E402
 
 NODE = shutil.which("node")
