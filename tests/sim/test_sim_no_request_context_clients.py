@@ -161,6 +161,14 @@ def test_strict_sim_parks_clients_that_never_answer(tmp_path: Path, processes: P
                                          one(len(cells), cells[0], heartbeat_budget=5)))
 
     results = asyncio.run(drive())
+    # The command-line client with --no-request-context, the same way.
+    cli = subprocess.run([sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main(sys.argv[1:]))",
+                          "client", "--upstream", sim.url, "--ca-file", str(ca), "--no-request-context",  # type: ignore[attr-defined]
+                          "[scenario:tool_flow] go"], capture_output=True, text=True, timeout=60,
+                         env=env_without_proxy({"CURSOR_ACCESS_TOKEN": TOKEN}))
+    assert cli.returncode == 1, cli.stderr
+    assert "deadline_exceeded" in cli.stderr and "request_context" in cli.stderr, cli.stderr
+    assert "Traceback" not in cli.stderr
     for cell, got in zip(cells, results, strict=False):
         if cell.node:
             code, summary = got
@@ -175,6 +183,6 @@ def test_strict_sim_parks_clients_that_never_answer(tmp_path: Path, processes: P
     assert budget.error is not None and budget.error.code == "heartbeat_budget"
     assert "request_context exec id 1 was left unanswered on purpose" in budget.error.message
     assert "--strict-request-context" in budget.error.message
-    logged = [sim.next_run() for _ in range(len(cells) + 1)]  # type: ignore[attr-defined]
+    logged = [sim.next_run() for _ in range(len(cells) + 2)]  # type: ignore[attr-defined]
     parked = [line for line in logged if "park timeout waiting for exec 1 (request_context) result" in line]
-    assert len(parked) == len(cells), logged
+    assert len(parked) == len(cells) + 1, logged
