@@ -15,7 +15,10 @@ show (``tool_loop``, ``server_error``).
 
 A cell is (scenario, transport, client style, expected code): our client with ``--close-policy
 always`` or ``streams-only``, or the Node.js test client (``tests/clients/node_agent_client.mjs``:
-result alone, a final ``shell_result`` after a stream, never half-closing; Run and RunSSE only).
+result alone, a final ``shell_result`` after a stream, never half-closing; Run and RunSSE only); and
+both as clients that never answer ``request_context_args`` (``no-context``: ours, close policy
+always; ``node-no-context``), their context in the run request, in every transport and framing
+they speak (issue 21; a sample per scenario, see ``healthy_cells``).
 Healthy cells expect no finding; failure cells their code, with evidence frames.
 """
 
@@ -25,6 +28,7 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -50,7 +54,15 @@ from support import env_without_proxy, free_port, proxied_environ, wait_port  # 
 TOKEN = "wb-matrix-token-7c1d5e"
 SOURCES = ("live", "flow", "har", "client", "stream-json")
 STREAM_JSON_CODES = ("tool_loop", "server_error")  # what a CLI's output can show of the failures
-STYLES = ("always", "streams-only", "node")
+STYLES = ("always", "streams-only", "node", "no-context", "node-no-context")
+# Clients that never answer request_context_args and put their context in the run request (issue 21):
+# ours (close policy always) and the Node client, in every transport and framing they speak.
+NO_CONTEXT = {"no-context": (("run", "connect"), ("runsse", "connect"), ("runsse", "grpc-web"), ("runpoll", "connect")),
+              "node-no-context": (("run", "connect"), ("runsse", "connect"), ("runsse", "grpc-web"))}
+# The scenarios that send request_context_args: every (transport, framing) of both clients. The others
+# send none (they differ only in the run request's tools): each takes one (transport, framing) in turn,
+# so every scenario and every transport/framing is covered; WORKBENCH_FULL_MATRIX=1 runs them all.
+CONTEXT_SCENARIOS = ("tool_flow", "read_write")
 TRANSPORTS = ("run", "runsse", "runpoll")
 # Every scenario a well-behaved client completes (built-in, sim/scenarios/).
 HEALTHY_SCENARIOS = ("text", "tool_flow", "read_write", "shell_stream", "explore", "web_search", "exec_abort",
@@ -66,23 +78,33 @@ CONCURRENCY = 6
 class Cell:
     scenario: str
     transport: str
-    style: str  # always | streams-only | node
+    style: str  # always | streams-only | node | no-context | node-no-context
     expect: str | None = None  # the finding code a failure cell must produce
     case: str = "healthy"  # the failure's name in the matrix table
     faults: tuple[str, ...] = ()
     turns: int = 1
     ignore_exec: bool = False  # the exec handler never answers (unanswered exec)
     also: tuple[str, ...] = ()  # codes that must come with ``expect`` (what the failure leads to)
+    framing: str = "connect"  # connect | grpc-web
+
+    @property
+    def node(self) -> bool:
+        return self.style.startswith("node")
+
+    @property
+    def answers_context(self) -> bool:
+        return not self.style.endswith("no-context")
 
     @property
     def name(self) -> str:
-        return f"{self.case}/{self.scenario}/{self.transport}/{self.style}"
+        framing = "" if self.framing == "connect" else f"+{self.framing}"
+        return f"{self.case}/{self.scenario}/{self.transport}{framing}/{self.style}"
 
     @property
     def sources(self) -> tuple[str, ...]:
         """The sources that hold this cell: the Node client has no recording and prints no stream-json."""
         out = ["live", "flow", "har"]
-        if self.style != "node":
+        if not self.node:
             out.append("client")
             if not self.ignore_exec and (self.expect is None or self.expect in STREAM_JSON_CODES):
                 out.append("stream-json")
@@ -94,11 +116,18 @@ class Cell:
 
 
 def _transports(style: str, transports: Sequence[str] = TRANSPORTS) -> list[str]:
-    return [t for t in transports if style != "node" or t != "runpoll"]  # the Node client: Run, RunSSE
+    return [t for t in transports if not style.startswith("node") or t != "runpoll"]  # the Node client: Run, RunSSE
 
 
 def healthy_cells() -> list[Cell]:
-    return [Cell(s, t, style) for s in HEALTHY_SCENARIOS for style in STYLES for t in _transports(style)]
+    out = [Cell(s, t, style) for s in HEALTHY_SCENARIOS for style in STYLES if style not in NO_CONTEXT
+           for t in _transports(style)]
+    full = os.environ.get("WORKBENCH_FULL_MATRIX", "") not in ("", "0")
+    for style, combos in NO_CONTEXT.items():
+        for i, s in enumerate(HEALTHY_SCENARIOS):
+            take = combos if full or s in CONTEXT_SCENARIOS else (combos[i % len(combos)],)
+            out.extend(Cell(s, t, style, framing=f) for t, f in take)
+    return out
 
 
 def failure_cells() -> list[Cell]:
@@ -194,7 +223,9 @@ async def _ours(m: Matrix, i: int, cell: Cell, url: str, ca: Path, ws: Path, sto
     from workbench.client.agent import AgentClient
     from workbench.client.events import Error, TurnEnded
 
-    kw: dict[str, Any] = {"transport": cell.transport, "faults": cell.faults, "close_policy": cell.style,
+    kw: dict[str, Any] = {"transport": cell.transport, "faults": cell.faults,
+                          "close_policy": cell.style if cell.answers_context else "always", "framing": cell.framing,
+                          "answer_request_context": cell.answers_context,
                           "heartbeat_interval": CLIENT_HEARTBEAT_S, "verify": str(ca), "record_to": store}
     if cell.expect is not None:
         kw["heartbeat_budget"] = HEARTBEAT_BUDGET
@@ -233,6 +264,10 @@ async def _node(cell: Cell, url: str, ca: Path, proxy: str, logs: Path) -> tuple
         cmd += ["--heartbeat-budget", str(HEARTBEAT_BUDGET)]
     if cell.ignore_exec:
         cmd += ["--ignore-exec", "shell"]
+    if cell.framing != "connect":
+        cmd += ["--framing", cell.framing]
+    if not cell.answers_context:
+        cmd += ["--no-request-context"]
     with (logs / f"node-{rid}.stderr").open("wb") as err:
         proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE, stderr=err, env=env_without_proxy())
         out, _ = await proc.communicate()
@@ -248,7 +283,7 @@ async def _drive(m: Matrix, url: str, ca: Path, proxy: str, store: Any) -> None:
 
     async def one(i: int, cell: Cell) -> None:
         async with gate:
-            if cell.style == "node":
+            if cell.node:
                 rids, errors = await asyncio.wait_for(_node(cell, url, ca, proxy, m.out), 180)
             else:
                 rids, errors = await asyncio.wait_for(
@@ -369,17 +404,17 @@ def table(m: Matrix) -> str:
     diagnosed = sum(len(c.sources) for c in healthy)
     lines.append(f"healthy: {len(HEALTHY_SCENARIOS)} scenarios × transports × styles = {len(healthy)} cells; "
                  f"{diagnosed} sessions diagnosed across {len(SOURCES)} sources (sessions/findings)")
-    lines.append(f"{'style':13} {'transport':9} " + " ".join(f"{s:>11}" for s in SOURCES))
-    for style in STYLES:
-        for t in _transports(style):
-            cells = [c for c in healthy if c.style == style and c.transport == t]
-            row = []
-            for s in SOURCES:
-                held = [c for c in cells if s in c.sources]
-                n = sum(1 for c in held for x in m.sessions(c, s) if x is not None)
-                f = sum(len(m.findings(c, s)) for c in held)
-                row.append(f"{n}/{f}" if held else "-")
-            lines.append(f"{style:13} {t:9} " + " ".join(f"{r:>11}" for r in row))
+    lines.append(f"{'style':15} {'transport':16} " + " ".join(f"{s:>11}" for s in SOURCES))
+    for style, transport, framing in dict.fromkeys((c.style, c.transport, c.framing) for c in healthy):
+        cells = [c for c in healthy if (c.style, c.transport, c.framing) == (style, transport, framing)]
+        row = []
+        for s in SOURCES:
+            held = [c for c in cells if s in c.sources]
+            n = sum(1 for c in held for x in m.sessions(c, s) if x is not None)
+            f = sum(len(m.findings(c, s)) for c in held)
+            row.append(f"{n}/{f}" if held else "-")
+        shown = transport if framing == "connect" else f"{transport}+{framing}"
+        lines.append(f"{style:15} {shown:16} " + " ".join(f"{r:>11}" for r in row))
     per_source = {s: sum(len(m.findings(c, s)) for c in healthy) for s in SOURCES}
     lines.append(f"findings on healthy sessions: {sum(per_source.values())} "
                  f"({', '.join(f'{s} {n}' for s, n in per_source.items())})")

@@ -2,8 +2,9 @@
 
 Real processes throughout (``matrix_rig``): one ``workbench sim``, one mitmdump with the capture
 addon and the whole-body flow writer (+ HAR through mitmproxy's own exporter), our client in both
-close styles (recording itself) and the Node.js test client (never half-closing) run concurrently
-through it; our client's turns are also printed as ``cursor-agent`` stream-json. Then
+close styles (recording itself) and the Node.js test client (never half-closing), each also as a
+client that never answers request_context_args (its context in the run request, issue 21), run
+concurrently through it; our client's turns are also printed as ``cursor-agent`` stream-json. Then
 ``workbench import`` of the flow file, the HAR and the stream-json, and ``workbench diagnose --all
 --json`` on the five sources (live capture, flow, HAR, client recording, stream-json). Every
 healthy (scenario, transport, style) cell has zero findings in each source that holds it; every
@@ -17,7 +18,16 @@ import shutil
 from typing import Any
 
 import pytest
-from matrix_rig import SOURCES, Cell, Matrix, failure_cells, healthy_cells, record_matrix, table
+from matrix_rig import (
+    CONTEXT_SCENARIOS,
+    SOURCES,
+    Cell,
+    Matrix,
+    failure_cells,
+    healthy_cells,
+    record_matrix,
+    table,
+)
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("node") is None, reason="node (v20+) is not installed")]
@@ -96,6 +106,23 @@ def test_failure_cell_has_its_code_with_evidence(matrix: Matrix, cell: Cell, sou
                       if frames[e]["transport"] == "bidi_append" and frames[e]["direction"] == "client"]
             assert len(seqnos) >= 2, seqnos
             assert len(set(seqnos)) < len(seqnos), seqnos
+
+
+NO_CONTEXT_CELLS = [c for c in HEALTHY if c.scenario in CONTEXT_SCENARIOS and not c.answers_context]
+
+
+@pytest.mark.parametrize("cell", [pytest.param(c, id=c.name) for c in NO_CONTEXT_CELLS])
+def test_no_context_client_left_request_context_unanswered(matrix: Matrix, cell: Cell) -> None:
+    """Issue 21: these turns completed (above) although the client never answered request_context_args;
+    the Node client's tool calls went to the tool its run request offered."""
+    [session] = matrix.sessions(cell, "live")
+    assert session is not None
+    kinds = [f["kind"] for f in matrix.sources["live"].frames[session["session_id"]].values()]
+    assert "exec_server_message.request_context_args" in kinds
+    assert not any(k.startswith("exec_client_message.request_context_result") for k in kinds)
+    assert "interaction_update.turn_ended" in kinds
+    if cell.node:
+        assert "exec_server_message.mcp_args" in kinds
 
 
 def test_matrix_table(matrix: Matrix, capsys: pytest.CaptureFixture[str]) -> None:

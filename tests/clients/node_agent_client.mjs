@@ -34,6 +34,10 @@
 //   --ignore-exec KINDS    never answer execs of these kinds (comma-separated args names without
 //                          `_args`: shell, read, request_context, …): a client whose handler for
 //                          them never returns, neither result nor throw
+//   --no-request-context   put the request context (environment, one MCP tool `nodetest___echo`) in
+//                          the run request (UserMessageAction.request_context and mcp_tools) and never
+//                          answer request_context_args, as the published Bun/TypeScript OpenAI-compatible
+//                          proxy does since December 2025 (the service goes on without the answer)
 //   --heartbeat-budget N   give up after N server heartbeats in a row with nothing else (not
 //                          counting those that come while an answer's BidiAppend is unanswered):
 //                          reset the Run stream (RST_STREAM CANCEL) or drop the RunSSE response, exit 1
@@ -72,6 +76,7 @@ function parseArgs(argv) {
     token: 'node-agent-client-token', conversationId: crypto.randomUUID(), requestId: crypto.randomUUID(),
     clientVersion: 'cli-2026.01.01-nodetest', heartbeatMs: 5000, timeoutMs: 60000, cancelAfter: null,
     afterEnd: 'reset', log: null, appendContentType: null, ignoreExec: '', heartbeatBudget: null,
+    noRequestContext: false,
   };
   const names = {
     '--base-url': 'baseUrl', '--ca': 'ca', '--proxy': 'proxy', '--transport': 'transport', '--framing': 'framing',
@@ -85,6 +90,7 @@ function parseArgs(argv) {
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--no-proxy') { opts.proxy = null; continue; }
+    if (a === '--no-request-context') { opts.noRequestContext = true; continue; }
     if (a === '--help' || a === '-h') { usage(0); }
     const [flag, inline] = a.includes('=') ? [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)] : [a, undefined];
     const key = names[flag];
@@ -106,6 +112,7 @@ function parseArgs(argv) {
   if (!['reset', 'end'].includes(opts.afterEnd)) fail(`--after-end ${opts.afterEnd}: use reset or end`);
   const kinds = new Set(Object.values(EXEC_ARGS));
   opts.ignoreExec = new Set(opts.ignoreExec.split(',').filter(Boolean));
+  if (opts.noRequestContext) opts.ignoreExec.add('request_context');
   for (const k of opts.ignoreExec) if (!kinds.has(k)) fail(`--ignore-exec ${k}: not one of ${[...kinds].join(', ')}`);
   return opts;
 }
@@ -240,17 +247,31 @@ function kindOf(bytes, tops) {
   }
 }
 
+// The one tool a --no-request-context client offers: McpToolDefinition{1 name, 2 description,
+// 4 provider_identifier, 5 tool_name, 6 input_schema_json}.
+const ECHO_TOOL = () => msg([1, 'nodetest___echo'], [2, 'Echo the text back'], [4, 'nodetest'], [5, 'echo'],
+  [6, JSON.stringify({ type: 'object', properties: { text: { type: 'string' } }, required: ['text'] })]);
+
+// RequestContext{4 env{1 os_version, 2 workspace_paths, 3 shell, 10 time_zone, 11 project_folder}, 7 tools}
+function requestContext() {
+  const cwd = process.cwd();
+  const env = msg([1, `${process.platform} node-${process.versions.node}`], [2, cwd], [3, process.env.SHELL || '/bin/sh'],
+    [10, Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC'], [11, cwd]);
+  return msg([4, env], [7, ECHO_TOOL()]);
+}
+
 function runRequest(o) {
   // AgentClientMessage{1 run_request: AgentRunRequest{1 conversation_state (empty, still written),
-  // 2 action{1 user_message_action{1 user_message{1 text, 2 message_id, 4 mode = agent}}},
-  // 3 model_details | 9 requested_model {1 model_id}, 5 conversation_id}}
+  // 2 action{1 user_message_action{1 user_message{1 text, 2 message_id, 4 mode = agent}[, 2 request_context]}},
+  // 3 model_details | 9 requested_model {1 model_id}[, 4 mcp_tools{1 tool}], 5 conversation_id}}
   const userMessage = msg([1, o.prompt], [2, crypto.randomUUID()], [4, 1]);
-  const action = msg([1, msg([1, userMessage])]);
+  const action = msg([1, msg([1, userMessage], [2, o.noRequestContext ? requestContext() : null])]);
   const model = msg([1, o.model]);
   return msg([1, msg(
     [1, Buffer.alloc(0)],
     [2, action],
     [3, o.modelField === 'model_details' ? model : null],
+    [4, o.noRequestContext ? msg([1, ECHO_TOOL()]) : null],
     [5, o.conversationId],
     [9, o.modelField === 'requested_model' ? model : null],
   )]);

@@ -107,14 +107,16 @@ def wire_view(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, int | None
     """(direction, kind, id) in seq order without timing-only frames and trailing answers: the part
     of a session's order the protocol determines. A close may follow its results at any distance, and
     so may the final ``shell_result`` a client sends after a shell stream's exit (the stream already
-    completed the exec, so the server goes on without waiting for it)."""
+    completed the exec, so the server goes on without waiting for it), and a ``request_context_result``
+    (the server does not wait for the request context either: docs/protocol.md §5)."""
     streamed: set[int] = set()
     view = []
     for r in rows:
         kind = r["kind"]
         if kind.startswith("exec_client_message.shell_stream"):
             streamed.add(r["ref_id"])
-        if kind in TIMING_ONLY or kind == "exec_client_control_message.stream_close":
+        if kind in TIMING_ONLY or kind in ("exec_client_control_message.stream_close",
+                                           "exec_client_message.request_context_result"):
             continue
         if kind == "exec_client_message.shell_result" and r["ref_id"] in streamed:
             continue

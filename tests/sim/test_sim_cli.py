@@ -63,7 +63,8 @@ def test_cli_policy_options_are_checked(tmp_path: Path) -> None:
     for args, message in [(["--strict-stream-close", "--stream-close", "accepted"], "contradicts --stream-close"),
                           (["--exec-stream-close", "shell"], "KIND=POLICY"),
                           (["--exec-stream-close", "bash=required"], "unknown exec type 'bash'"),
-                          (["--exec-stream-close", "shell=sometimes"], "must be one of required, accepted, ignored")]:
+                          (["--exec-stream-close", "shell=sometimes"], "must be one of required, accepted, ignored"),
+                          (["--request-context-grace", "-1"], "--request-context-grace must be >= 0")]:
         out = subprocess.run([*WORKBENCH, "sim", "--cert-dir", str(tmp_path), *args],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 2, (args, out.stderr)
@@ -73,9 +74,11 @@ def test_cli_policy_options_are_checked(tmp_path: Path) -> None:
 
 def test_cli_strict_switch_and_listing_choice_are_announced(tmp_path: Path, processes: ProcessGroup) -> None:
     proc = processes.workbench("sim", "--port", "0", "--cert-dir", str(tmp_path), "--strict-stream-close",
-                               "--exec-stream-close", "mcp=accepted", "--model-listing", "aiserver")
-    lines = [proc.next_line().strip() for _ in range(5)]
+                               "--exec-stream-close", "mcp=accepted", "--model-listing", "aiserver",
+                               "--strict-request-context")
+    lines = [proc.next_line().strip() for _ in range(6)]
     assert "stream_close: required, mcp=accepted; framings: connect, grpc-web(-text), grpc" in lines
+    assert "request_context: waits for the answer" in lines
     url = lines[0]
     probe = textwrap.dedent(f"""
         import ssl, urllib.request, urllib.error

@@ -190,7 +190,8 @@ async def test_missing_stream_close_parks_with_heartbeats_when_strict(sim_factor
 
 @pytest.mark.slow
 async def test_unanswered_exec_hits_park_timeout(sim_factory: Any) -> None:
-    sim = await sim_factory(park_timeout=0.3)
+    # A server that waits for the request context (--strict-request-context); by default it would go on.
+    sim = await sim_factory(park_timeout=0.3, strict_request_context=True)
     client, s = await open_run(sim)
     await s.send(run_request("[scenario:read_write] edit"))
     await s.until("exec_server_message.request_context_args")  # never answered

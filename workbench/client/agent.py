@@ -93,6 +93,7 @@ class ClientRun:
         self.unclosed: list[int] = []  # exec ids whose stream_close the no_stream_close fault dropped
         self.unclosed_by_policy: list[int] = []  # answered with the result alone (close policy streams-only)
         self.unanswered: dict[int, ExecRequest] = {}
+        self.context_unanswered: list[int] = []  # request_context execs left unanswered on purpose
         self.ended = False
         self.end_settled = False  # the wait for the server's end after turn_ended is over
         self.hb_task: asyncio.Task[None] | None = None
@@ -111,7 +112,7 @@ class AgentClient(ExecAnswers, TurnEnding):
                  heartbeat_interval: float = 5.0, verify: Verify = None, record_to: Any = None,
                  model: str = "default", connections: Connections | None = None, close_policy: str = "always",
                  allow_shell: bool = False, wait_for_end: bool = True, end_timeout: float = END_TIMEOUT_S,
-                 framing: str = "connect") -> None:
+                 framing: str = "connect", answer_request_context: bool = True) -> None:
         if transport not in TRANSPORTS:
             raise ValueError(f"transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
         if framing not in FRAMINGS:
@@ -129,6 +130,9 @@ class AgentClient(ExecAnswers, TurnEnding):
         if end_timeout <= 0:
             raise ValueError(f"end_timeout must be > 0 seconds, not {end_timeout}")
         self.close_policy = check_close_policy(close_policy)
+        # False: the context (environment, tools) goes in the run request only and request_context_args
+        # is never answered, as stateless proxies do (docs/protocol.md §5; the service goes on without it).
+        self.answer_request_context = answer_request_context
         self.wait_for_end = wait_for_end
         self.end_timeout = end_timeout
         self.base_url = base_url.rstrip("/")
@@ -180,6 +184,8 @@ class AgentClient(ExecAnswers, TurnEnding):
         if self._journal is None:
             return
         meta: dict[str, Any] = {"close_policy": self.close_policy}
+        if not self.answer_request_context:
+            meta["request_context"] = "run_request_only"
         if self.faults:
             meta["faults"] = sorted(self.faults)
         rid = run.channel.request_id

@@ -13,6 +13,9 @@ depending on the policy, with ``exec_client_control_message.stream_close{id}``:
 Under both, a ``throw`` is followed by ``stream_close`` (Cursor's own executor does that for an exec
 it has no handler for), and a streamed shell always ends exit → ``shell_result`` → ``stream_close``.
 The ``no_stream_close`` fault drops every close (request_context excepted under ``always``).
+With ``answer_request_context`` off, ``request_context_args`` gets no answer at all: the context went in
+the run request (``UserMessageAction.request_context``, ``AgentRunRequest.mcp_tools``), as stateless
+proxies do.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class ExecAnswers:
     faults: frozenset[str]
     close_policy: str
     heartbeat_interval: float
+    answer_request_context: bool
 
     async def _send(self, run: ClientRun, msg: Any) -> None:
         raise NotImplementedError
@@ -123,6 +127,10 @@ class ExecAnswers:
             return ExecHandled(eid, exec_id, member or "unknown", False, "thrown: unknown exec kind")
         kind = member.removesuffix("_args")
         args_msg = getattr(ex, member)
+        if kind == "request_context" and not self.answer_request_context:
+            # Left unanswered on purpose: the run request already carries the same context.
+            run.context_unanswered.append(eid)
+            return ExecHandled(eid, exec_id, kind, True, "request_context left unanswered (context in the run request)")
         if kind == "request_context":
             parts: ResultParts = [("request_context_result", pb.RequestContextResult(
                 success=pb.RequestContextSuccess(request_context=self._request_context(run.tools))))]

@@ -112,6 +112,11 @@ class TurnEnding:
         elif run.unanswered:
             ids = ", ".join(map(str, run.unanswered))
             msg += f"; exec id {ids} was never answered (docs/protocol.md §5)"
+        elif run.context_unanswered:
+            ids = ", ".join(map(str, run.context_unanswered))
+            msg += (f"; request_context exec id {ids} was left unanswered on purpose (the context went in the run "
+                    "request), and a server that waits for that answer — `workbench sim "
+                    "--strict-request-context` — is probably still waiting on it (docs/protocol.md §5)")
         elif run.unclosed_by_policy:
             ids = ", ".join(map(str, run.unclosed_by_policy))
             msg += (f"; exec id {ids} got its result alone (close policy streams-only), and a server that "

@@ -85,6 +85,9 @@ def register(sub: Any) -> None:
                    help="when to send stream_close after an exec: always = after every exec's result(s) (what the "
                         "December 2025 service needed; default); streams-only = as current real clients, only after "
                         "a streamed shell and after a throw (other execs get their result alone)")
+    c.add_argument("--no-request-context", action="store_true",
+                   help="never answer request_context_args: the context (environment, tools) goes in the run "
+                        "request only, as stateless OpenAI-compatible proxies do; the service goes on without it")
     c.add_argument("--allow-shell", action="store_true",
                    help="with --execute-locally, also run shell commands. NOT A SANDBOX: only the starting folder "
                         "is checked, a command can read and change anything your user can; it runs with a scrubbed "
@@ -191,7 +194,8 @@ async def _client(args: argparse.Namespace) -> int:
                          heartbeat_budget=args.heartbeat_budget, heartbeat_interval=args.heartbeat_interval,
                          verify=args.ca_file, record_to=args.record, close_policy=args.close_policy,
                          allow_shell=args.allow_shell, wait_for_end=not args.no_end_wait,
-                         end_timeout=args.end_timeout, framing=args.framing)
+                         end_timeout=args.end_timeout, framing=args.framing,
+                         answer_request_context=not args.no_request_context)
     rc = 0
     try:
         async for ev in client.stream_turn(args.prompt, args.model):

@@ -53,6 +53,15 @@ def register(sub: Any) -> None:
                    help="shorthand for --stream-close required: reproduce the December 2025 heartbeat stall")
     p.add_argument("--exec-stream-close", action="append", default=[], metavar="KIND=POLICY",
                    help=f"policy for one exec type (repeatable); KIND: {', '.join(EXEC_TYPES)}")
+    p.add_argument("--strict-request-context", action="store_true",
+                   help="hold a run until its request_context_args is answered (a server that waits for it: a "
+                        "client that puts its context in the run request and never answers parks until "
+                        "--park-timeout). Default: the run goes on; tools come from the answer when one comes, "
+                        "else from the run request")
+    p.add_argument("--request-context-grace", type=float, default=1.0, metavar="S",
+                   help="without --strict-request-context: how long a run's first tool call waits for a "
+                        "request_context answer still on its way, once per run and only when the run request "
+                        "carries no context of its own (default 1.0; 0 = not at all)")
     p.add_argument("--model-listing", choices=LISTING_CHOICES, default="both",
                    help="which GetUsableModels to serve: both (default), agent (agent.v1.AgentService) or "
                         "aiserver (aiserver.v1.AiService); the other answers unimplemented")
@@ -63,6 +72,8 @@ def register(sub: Any) -> None:
 def cmd_sim(args: argparse.Namespace) -> int:
     if args.heartbeat_interval <= 0:
         raise CliError(f"--heartbeat-interval must be > 0, not {args.heartbeat_interval}")
+    if args.request_context_grace < 0:
+        raise CliError(f"--request-context-grace must be >= 0, not {args.request_context_grace}")
     if args.gzip_over is not None and args.gzip_over < 0:
         raise CliError(f"--gzip-over must be >= 0, not {args.gzip_over}")
     if not 0 <= args.port <= 65535:
@@ -90,7 +101,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
     config = SimConfig(scenario=args.scenario, scenario_dirs=list(args.scenario_dir), token=args.token,
                        heartbeat_interval=args.heartbeat_interval, park_timeout=args.park_timeout,
                        models=models, pace=args.pace, stream_close=policy,
-                       exec_stream_close=tuple(args.exec_stream_close), model_listing=args.model_listing)
+                       exec_stream_close=tuple(args.exec_stream_close), model_listing=args.model_listing,
+                       strict_request_context=args.strict_request_context,
+                       request_context_grace=args.request_context_grace)
     try:
         return asyncio.run(_serve(args, config))
     except OSError as exc:
@@ -115,7 +128,9 @@ async def _serve(args: argparse.Namespace, config: SimConfig) -> int:
     print(f"default scenario: {config.scenario}; pick per request with [scenario:NAME] in the prompt; "
           f"scenarios: {', '.join(sorted(sim.backend.scenarios))}", flush=True)
     extra = "".join(f", {p}" for p in config.exec_stream_close)
+    context = "waits for the answer" if config.strict_request_context else "the run goes on without the answer"
     print(f"stream_close: {config.stream_close}{extra}; framings: connect, grpc-web(-text), grpc", flush=True)
+    print(f"request_context: {context}", flush=True)
     try:
         await stop.wait()
     finally:

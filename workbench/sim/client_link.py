@@ -91,6 +91,15 @@ class ClientLink:
                 continue
             self.queue.put_nowait(msg)
 
+    def drain(self) -> None:
+        """Take what the client has sent so far without waiting (answers nobody waits on are absorbed)."""
+        while not self.queue.empty():
+            m = self.queue.get_nowait()
+            if m is EOF:
+                self.client_done = True
+            elif not self.absorb(m):
+                self.pending.append(m)
+
     async def wait(self, pred: Callable[[Any], bool], what: str, eof_returns: bool = False,
                    until: float | None = None) -> Any:
         """The next client message matching ``pred``, heartbeating while none comes.

@@ -50,6 +50,9 @@ class ExecRecord:
     thrown: str | None = None
     aborted: bool = False
     policy: str = DEFAULT_POLICY
+    # The run went on without waiting for this exec (a request_context the server does not block on):
+    # its answers are taken whenever they come, and no answer at all is no fault.
+    background: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +170,9 @@ class ExecWait:
             return False
         if self.done:
             self.late(m)
+            return True
+        if self.rec.background and self.concerns(m):  # nobody waits on it: take the answer as it comes
+            self.feed(m)
             return True
         if not self.concerns(m):  # ignored policy: a stream_close is noted, never matched
             self.rec.closed = True

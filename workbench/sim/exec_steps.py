@@ -18,7 +18,7 @@ from workbench.schema import pb
 from workbench.sim import history
 from workbench.sim.blob_steps import checkpoint
 from workbench.sim.client_link import TIMEOUT
-from workbench.sim.exec_completion import ExecRecord, ExecWait, resolve
+from workbench.sim.exec_completion import REQUIRED, ExecRecord, ExecWait, resolve
 from workbench.sim.tools import (
     TOOL_NAMES,
     attach_result,
@@ -65,14 +65,70 @@ async def await_exec(run: ScenarioRun, er: ExecRecord, policy: str,
 
 
 async def request_context(run: ScenarioRun, _value: Any, step: dict[str, Any]) -> None:
+    """Ask the client for its context. The service does not hold the turn for the answer (clients
+    that put their context in the run request never send one, and their turns complete), so by
+    default neither does this step: the answer is taken whenever it comes (``context_tools``).
+    ``waits_for_context`` says when it waits instead, as a server that parks on it would."""
     er = next_exec(run, "request_context")
     await run.link.send(pb.AgentServerMessage(exec_server_message=pb.ExecServerMessage(
         id=er.id, exec_id=er.exec_id,
         request_context_args=pb.RequestContextArgs(workspace_id=str(uuid.uuid4())))), "request_context_args")
-    results, _ = await await_exec(run, er, policy_for(run, "request_context", step.get("stream_close")))
+    policy = policy_for(run, "request_context", step.get("stream_close"))
+    if waits_for_context(run, step, policy):
+        results, _ = await await_exec(run, er, policy)
+        _take_context(run, results)
+        return
+    er.background = True
+    w = run.link.waits[er.id] = ExecWait(er, policy, run.rec.faults)
+    run.context_waits.append(w)
+
+
+def waits_for_context(run: ScenarioRun, step: dict[str, Any], policy: str) -> bool:
+    """Whether this request_context step holds the run until the answer: the step's ``wait``, the
+    scenario's ``wait_for_request_context``, the server's ``strict_request_context``; else only under
+    the ``required`` stream_close policy — the December 2025 service, which stalled on a
+    request_context result sent without its stream_close, so it waited for that answer."""
+    assert run.scenario is not None
+    if "wait" in step:
+        return bool(step["wait"])
+    if run.scenario.wait_for_request_context is not None:
+        return run.scenario.wait_for_request_context
+    return run.cfg.strict_request_context or policy == REQUIRED
+
+
+def _take_context(run: ScenarioRun, results: list[Any]) -> None:
     for r in results:
         if r.WhichOneof("result") == "request_context_result" and r.request_context_result.HasField("success"):
             run.client_tools += list(r.request_context_result.success.request_context.tools)
+
+
+async def context_tools(run: ScenarioRun) -> None:
+    """Before the model picks a tool: the tools of the request_context answers that have come.
+
+    An answer still on its way gets a short grace (``request_context_grace``, once per run, and only
+    when the run request carries no context of its own), so a client that does answer has its own
+    tools used whatever the timing; its tools otherwise come from the run request.
+    """
+    link = run.link
+    link.drain()
+    if run.request.action.user_message_action.HasField("request_context"):
+        run.context_grace_spent = True  # the run request carries the context: nothing to wait for
+    for w in run.context_waits:
+        if not w.done and not w.results and not run.context_grace_spent:
+            run.context_grace_spent = True
+            w.rec.background = False  # waited on for a moment: answers go to this wait, not absorbed
+            until = link.loop.time() + run.cfg.request_context_grace
+            try:
+                while not w.done and not w.results:
+                    m = await link.wait(w.concerns, w.waiting_for, until=until)
+                    if m is TIMEOUT:
+                        break
+                    w.feed(m)
+            finally:
+                w.rec.background = True
+        fresh = w.results[run.context_taken.get(w.rec.id, 0):]
+        run.context_taken[w.rec.id] = len(w.results)
+        _take_context(run, fresh)
 
 
 async def web_search(run: ScenarioRun, term: str, step: dict[str, Any]) -> None:
@@ -107,6 +163,7 @@ async def tool(run: ScenarioRun, spec: dict[str, Any], step: dict[str, Any]) -> 
         run.last_tool = {**done, "result": history.result_in_text(run.user_text, done["call_id"])}
         return
     link = run.link
+    await context_tools(run)
     kind = spec["exec"]
     args = {k: run.fmt(v) if isinstance(v, str) else v for k, v in spec.get("args", {}).items()}
     policy = spec.get("client_tools", "auto")

@@ -21,6 +21,7 @@ from workbench.schema import pb
 from workbench.sim import history
 from workbench.sim.client_link import ClientLink, ParkTimeout
 from workbench.sim.error_docs import error_doc
+from workbench.sim.exec_completion import ExecWait
 from workbench.sim.scenario import VERBS, Scenario, marker_in, unknown_scenario_message, verb_of
 from workbench.transport import AgentConnection, ConnectionClosed, connect_error
 
@@ -61,6 +62,9 @@ class ScenarioRun:
         self.user_text = ""
         self.model = ""
         self.client_tools: list[Any] = []
+        self.context_waits: list[ExecWait] = []  # request_context execs the run did not wait for
+        self.context_taken: dict[int, int] = {}  # exec id → its results already read for tools
+        self.context_grace_spent = False
         self.system_id: bytes | None = None
         self.user_id: bytes | None = None
         self.turn_steps: list[bytes] = []

@@ -1,8 +1,9 @@
 """Scenarios: what the simulated backend does in a turn, as data (one JSON file per scenario).
 
 A scenario is ``{"description": …, "steps": [...], "continuation": [...], "on_reuse": [...]}``
-(plus ``stream_close``, the scenario's exec-completion policy, and ``prelude``, the steps a fresh
-run resuming from a client's history replays first);
+(plus ``stream_close``, the scenario's exec-completion policy, ``prelude``, the steps a fresh
+run resuming from a client's history replays first, and ``wait_for_request_context``, whether its
+request_context steps hold the run until the client answers);
 each step is an object whose first key is its verb (see ``VERBS`` and docs/sim.md). The built-in
 files live in ``workbench/sim/scenarios/``; ``--scenario-dir`` folders add to (or override) them.
 Files are validated when loaded, so a typo fails at start-up with the file and step named, not
@@ -31,7 +32,7 @@ KV_BLOBS = ("system", "user", "assistant_text", "assistant_tool_call", "tool_res
 VERBS: dict[str, frozenset[str]] = {
     "kv_set": frozenset({"text"}),
     "kv_get": frozenset({"max"}),
-    "request_context": frozenset({"stream_close"}),
+    "request_context": frozenset({"stream_close", "wait"}),
     "thinking": frozenset({"chunks", "duration_ms"}),
     "text": frozenset({"chunks"}),
     "tool": frozenset(),
@@ -65,6 +66,7 @@ class Scenario:
     on_reuse: list[dict[str, Any]] | None = None
     stream_close: StreamClosePolicy | None = None  # None: the server's policy
     prelude: int | None = None  # None: the leading kv_set/kv_get steps
+    wait_for_request_context: bool | None = None  # None: the server's (--strict-request-context)
     path: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -109,6 +111,8 @@ def _check_steps(steps: Any, where: str) -> list[dict[str, Any]]:
                 raise ScenarioError(f"{at}: end_stream_error does not take {', '.join(sorted(bad))}")
         if verb == "tool":
             _check_tool(value, at, len(steps))
+        if verb == "request_context" and not isinstance(step.get("wait", False), bool):
+            raise ScenarioError(f"{at}: request_context.wait is true (hold the run for the answer) or false")
         if "stream_close" in step or (verb == "tool" and isinstance(value, dict) and "stream_close" in value):
             policy = step.get("stream_close", value.get("stream_close") if isinstance(value, dict) else None)
             if policy not in POLICIES:
@@ -149,12 +153,16 @@ def parse_scenario(doc: Any, name: str, path: Path | None = None) -> Scenario:
         raise ScenarioError(f"{where}: \"name\" is {doc['name']!r} but the file name says {name!r}")
     if "steps" not in doc:
         raise ScenarioError(f"{where}: missing \"steps\"")
-    known = {"name", "description", "steps", "continuation", "on_reuse", "stream_close", "prelude"}
+    known = {"name", "description", "steps", "continuation", "on_reuse", "stream_close", "prelude",
+             "wait_for_request_context"}
     try:
         policy = parse_policy(doc["stream_close"], f"{where}: stream_close") if "stream_close" in doc else None
     except ValueError as exc:
         raise ScenarioError(str(exc)) from exc
     steps = _check_steps(doc["steps"], f"{where}: steps")
+    wait_ctx = doc.get("wait_for_request_context")
+    if wait_ctx is not None and not isinstance(wait_ctx, bool):
+        raise ScenarioError(f"{where}: wait_for_request_context is true or false, not {wait_ctx!r}")
     prelude = doc.get("prelude")
     if prelude is not None and not (isinstance(prelude, int) and 0 <= prelude <= len(steps)):
         raise ScenarioError(f"{where}: prelude is a number of leading steps (0–{len(steps)})")
@@ -166,6 +174,7 @@ def parse_scenario(doc: Any, name: str, path: Path | None = None) -> Scenario:
         on_reuse=_check_steps(doc["on_reuse"], f"{where}: on_reuse") if "on_reuse" in doc else None,
         stream_close=policy,
         prelude=prelude,
+        wait_for_request_context=wait_ctx,
         path=path,
         extra={k: v for k, v in doc.items() if k not in known},
     )

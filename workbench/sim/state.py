@@ -29,6 +29,10 @@ class SimConfig:
     stream_close: str = DEFAULT_POLICY  # required | accepted | ignored (docs/sim.md "Exec completion")
     exec_stream_close: tuple[str, ...] = ()  # per exec type: "shell_stream=required", …
     model_listing: str = "both"  # which GetUsableModels to serve: both | agent | aiserver
+    # Hold the run until request_context_args is answered (a server that waits for it); by default
+    # the run goes on and the tools come from the answer if one comes, else from the run request.
+    strict_request_context: bool = False
+    request_context_grace: float = 1.0  # seconds the first tool call waits for an answer on its way
 
 
 @dataclass
