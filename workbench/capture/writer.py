@@ -30,16 +30,17 @@ from typing import Any
 
 from workbench.capture.appends import AppendOrder, Held
 from workbench.capture.flows import (
-    EV_BODY,
-    EV_CHUNK,
-    EV_DONE,
-    EV_EOF,
-    EV_LATE,
-    EV_OPEN,
-    EV_RESPONSE,
-    EV_STOP,
+    Body,
+    Chunk,
+    Done,
+    Eof,
+    Event,
     Flow,
     FlowOpen,
+    Late,
+    Open,
+    Response,
+    Stop,
 )
 from workbench.capture.sink import HOLD_BYTES, HOLD_FRAMES, Sink, SinkConfig
 from workbench.decode.classify import (
@@ -66,8 +67,8 @@ from workbench.store.recorder import Recorder
 log = logging.getLogger("workbench.capture")
 
 # re-exported: the addon, tests and benchmarks import the event vocabulary from here
-__all__ = ["EV_BODY", "EV_CHUNK", "EV_DONE", "EV_EOF", "EV_LATE", "EV_OPEN", "EV_RESPONSE", "EV_STOP",
-           "CaptureWriter", "FlowOpen", "WriterConfig"]
+__all__ = ["Body", "CaptureWriter", "Chunk", "Done", "Eof", "Event", "FlowOpen", "Late", "Open", "Response",
+           "Stop", "WriterConfig"]
 
 
 @dataclass
@@ -88,7 +89,7 @@ class CaptureWriter:
                  on_error: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.decoder = decoder or default_decoder()
-        self.queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self.queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._on_error = on_error
         self.sink = Sink(SinkConfig(config.db_path, live=config.live, stats_path=config.stats_path,
                                     hold_frames=config.hold_frames, hold_bytes=config.hold_bytes),
@@ -139,7 +140,7 @@ class CaptureWriter:
 
     def stop(self, timeout: float | None = None) -> None:
         if self._thread.is_alive():
-            self.queue.put((EV_STOP,))
+            self.queue.put(Stop())
             self._wake.set()
             self._thread.join(timeout)
         self.sink.close()
@@ -184,7 +185,7 @@ class CaptureWriter:
                     ev = get()
                 except queue.Empty:
                     break
-                if ev[0] == EV_STOP:
+                if type(ev) is Stop:
                     stop = True
                     continue
                 try:
@@ -202,22 +203,22 @@ class CaptureWriter:
 
     # events ------------------------------------------------------------------------------------
 
-    def _handle(self, ev: tuple[Any, ...]) -> None:
-        tag = ev[0]
-        if tag == EV_CHUNK:
-            self._chunk(ev[1], ev[2], ev[3], ev[4])
-        elif tag == EV_OPEN:
-            self._open_flow(ev[1])
-        elif tag == EV_EOF:
-            self._eof(ev[1], ev[2], ev[3])
-        elif tag == EV_RESPONSE:
-            self._response(*ev[1:])
-        elif tag == EV_BODY:
-            self._body(ev[1], ev[2], ev[3], ev[4])
-        elif tag == EV_DONE:
-            self._done(ev[1], ev[2], ev[3], ev[4], ev[5] if len(ev) > 5 else None)
-        elif tag == EV_LATE:
-            self._late(ev[1], ev[2], ev[3])
+    def _handle(self, ev: Event) -> None:
+        t = type(ev)
+        if t is Chunk:
+            self._chunk(*ev)
+        elif t is Open:
+            self._open_flow(ev.flow)  # type: ignore[union-attr]
+        elif t is Eof:
+            self._eof(*ev)
+        elif t is Response:
+            self._response(*ev)
+        elif t is Body:
+            self._body(*ev)
+        elif t is Done:
+            self._done(*ev)
+        elif t is Late:
+            self._late(*ev)
 
     def _open_flow(self, fo: FlowOpen) -> None:
         fl = Flow(fo, secret=fo.transport == "unary" and secret_method(fo.path))

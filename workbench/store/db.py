@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from workbench.decode.classify import Frame
 from workbench.errors import WorkbenchError
+from workbench.store.files import private_files
 from workbench.store.gate import gate_frame, gate_meta, text_value, wire_text
 from workbench.store.schema import SCHEMA_VERSION, SchemaVersionError, current_version, migrate
 
@@ -204,6 +205,7 @@ class Store:
         self.path = str(path)
         self.read_only = read_only
         if self.path != ":memory:" and not read_only:
+            private_files()  # the database and its WAL (re-created at each checkpoint): 0600
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         if read_only and self.path != ":memory:" and not Path(self.path).exists():
             raise StoreError(f"{self.path}: no such capture database")
