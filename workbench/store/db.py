@@ -186,10 +186,10 @@ class SessionInfo:
     def row(self) -> list[Any]:
         """The row as stored: through the write gate (credential headers in ``meta`` redacted,
         wire text valid UTF-8)."""
-        d = asdict(self)
+        d = {k: wire_text(v) if isinstance(v, str) else v for k, v in asdict(self).items()}
         meta = gate_meta(self.meta)
-        d["meta"] = _json_text(meta) if meta else None
-        return [wire_text(v) if isinstance(v, str) else v for v in d.values()]
+        d["meta"] = _json_text(meta) if meta else None  # escaped inside, by the same rule
+        return list(d.values())
 
 
 SESSION_FIELDS = list(SessionInfo.__dataclass_fields__)

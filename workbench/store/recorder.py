@@ -18,11 +18,14 @@ import dataclasses
 import json
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from workbench.decode.classify import Frame
+from workbench.decode.frame import BIDI_APPEND, BIDI_POLL_RESP, CLIENT_MSG, SERVER_MSG
+from workbench.redact import SECRET_MESSAGE_TYPES
 from workbench.store.db import FrameBatch, SessionInfo, Store, us_to_datetime
+from workbench.store.gate import gate_frame, gate_meta
 
 
 class _Worker:
@@ -98,6 +101,13 @@ class Recorder:
         self.sessions[info.session_id] = info
         self._dirty.add(info.session_id)
         return info
+
+    def put_session(self, info: SessionInfo) -> None:
+        """Register ``info`` as the session's row as given (an import that numbers its frames from
+        0 and replaces what was stored, in the same transaction), written at the next flush."""
+        self.sessions[info.session_id] = info
+        self._next[info.session_id] = 0
+        self._dirty.add(info.session_id)
 
     def touch(self, session_id: str) -> None:
         """Mark a session's metadata as changed so the next flush writes it."""
@@ -211,3 +221,43 @@ class Recorder:
             worker.stop()
             self._worker = _Worker()
             raise exc
+
+
+_GATED_TYPES = (CLIENT_MSG, SERVER_MSG, BIDI_APPEND, BIDI_POLL_RESP, *sorted(SECRET_MESSAGE_TYPES))
+
+
+def gate_stored(store: Store, session_ids: Sequence[str], chunk: int = 2000) -> int:
+    """Pass rows that reached ``frames``/``sessions`` by SQL (a Parquet import copies a whole
+    export in one statement) through the write gate, in the caller's transaction; returns the
+    number of rows changed. Only rows that can hold a credential are read, a chunk at a time."""
+    if not session_ids:
+        return 0
+    changed = 0
+    with store.lock:
+        cur = store.con.cursor()
+        try:
+            cur.execute(
+                "SELECT rowid, kind, summary, payload, raw, flags, msg_type, error, meta, append_seqno FROM frames "
+                "WHERE session_id IN (SELECT unnest(?)) AND (kind = 'compressed' OR msg_type IN (SELECT unnest(?)) "
+                "OR meta LIKE '%headers%' OR meta LIKE '%trailers%')",
+                [list(session_ids), list(_GATED_TYPES)])
+            updates: list[tuple[Any, ...]] = []
+            while rows := cur.fetchmany(chunk):
+                for rid, kind, summary, payload, raw, flags, msg_type, error, meta, seqno in rows:
+                    m = json.loads(meta) if meta else None
+                    f = Frame(kind, summary, payload or b"", flags or 0, msg_type, error, raw, append_seqno=seqno,
+                              meta=m)
+                    gate_frame(f)
+                    if f.payload != (payload or b"") or f.raw != raw or f.error != error or f.meta != m:
+                        updates.append((f.payload, f.raw, f.error, json.dumps(f.meta) if f.meta else None, rid))
+            for sid, meta in cur.execute("SELECT session_id, meta FROM sessions WHERE session_id IN (SELECT unnest(?)) "
+                                         "AND meta IS NOT NULL", [list(session_ids)]).fetchall():
+                m = json.loads(meta)
+                if isinstance(m, dict) and gate_meta(m) != m:
+                    store.con.execute("UPDATE sessions SET meta = ? WHERE session_id = ?", [json.dumps(gate_meta(m)), sid])
+                    changed += 1
+        finally:
+            cur.close()
+        if updates:
+            store.con.executemany("UPDATE frames SET payload = ?, raw = ?, error = ?, meta = ? WHERE rowid = ?", updates)
+    return changed + len(updates)
