@@ -1,0 +1,283 @@
+"""The write gate (issue 20): what every frame and session row passes on its way into DuckDB.
+
+Real DuckDB files throughout; frames are built as the decoder builds them from the wire.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workbench.capture.spool import FrameRecord, Spool, merge_spools, spool_candidates
+from workbench.client.recording import Journal, RunWire
+from workbench.decode.classify import CLIENT_MSG, SERVER_MSG, Frame, default_decoder
+from workbench.schema import pb
+from workbench.store.db import SessionInfo, Store
+from workbench.store.gate import wire_bytes, wire_text
+from workbench.store.recorder import Recorder
+from workbench.wire.envelope import encode
+
+CANARY = "sk-canary-GATE-5d1e0c"
+
+
+def _run_request(pad: int = 0) -> bytes:
+    return pb.AgentClientMessage(run_request=pb.AgentRunRequest(
+        conversation_id="conv-gate",
+        requested_model=pb.RequestedModel(model_id="m", api_key_credentials=pb.ApiKeyCredentials(api_key=CANARY)),
+        action=pb.ConversationAction(user_message_action=pb.UserMessageAction(
+            user_message=pb.UserMessage(text="x" * pad))),
+    )).SerializeToString()
+
+
+def _subagent_exec() -> bytes:
+    return pb.AgentServerMessage(exec_server_message=pb.ExecServerMessage(
+        id=3, exec_id="ex-3", subagent_args=pb.SubagentArgs(
+            tool_call_id="call-3", prompt="look around",
+            api_key_credentials=pb.ApiKeyCredentials(api_key=CANARY, base_url="https://llm.example"))),
+    ).SerializeToString()
+
+
+def _inflated_payloads(db: Path) -> list[bytes]:
+    """Every stored payload and raw, gzip ones inflated (as a viewer would see them)."""
+    with Store(db, read_only=True) as s:
+        rows = s.query("SELECT payload, raw FROM frames").to_pylist()
+    out = []
+    for r in rows:
+        for blob in (r["payload"], r["raw"]):
+            if not blob:
+                continue
+            out.append(blob)
+            if blob[:2] == b"\x1f\x8b":
+                out.append(zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(blob))
+    return out
+
+
+# text from the wire --------------------------------------------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=40))
+def test_any_wire_bytes_are_stored_as_utf8_and_come_back(raw: bytes) -> None:
+    s = raw.decode("utf-8", "surrogateescape")  # what mitmproxy hands over for a header value
+    stored = wire_text(s)
+    stored.encode("utf-8")  # valid UTF-8: Arrow and DuckDB take it
+    assert wire_bytes(stored) == raw
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=30))
+def test_valid_text_comes_back_too_and_plain_text_is_unchanged(s: str) -> None:
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in s):
+        return
+    assert wire_bytes(wire_text(s)) == s.encode()
+    if "\\" not in s:
+        assert wire_text(s) == s
+
+
+def test_session_and_frame_text_that_is_not_utf8_is_stored(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    sid = "rid-\udcfe"
+    with Store(db) as store:
+        rec = Recorder(store)
+        rec.open_session(SessionInfo(sid, client_version="1.0\udcff", error="grpc-status 14 caf\udce9 down",
+                                     meta={"trailers": {"grpc-message": "caf\udce9 down"}}))
+        rec.add(sid, 1_000, "server", "run", "k\udc80", Frame("end_stream.error", "14 caf\udce9 down", b"{}",
+                                                                error="caf\udce9", request_id=sid,
+                                                                meta={"note": "caf\udce9"}))
+        rec.flush()
+        rec.add(sid, 2_000, "server", "run", None, Frame("empty", "later", b""))  # the session goes on
+        rec.flush()
+    with Store(db, read_only=True) as s:
+        [row] = s.query("SELECT * FROM sessions").to_pylist()
+        frames = s.query("SELECT * FROM frames ORDER BY seq").to_pylist()
+    assert wire_bytes(row["session_id"]) == b"rid-\xfe"
+    assert wire_bytes(row["client_version"]) == b"1.0\xff"
+    assert wire_bytes(json.loads(row["meta"])["trailers"]["grpc-message"]) == b"caf\xe9 down"
+    assert row["frame_count"] == 2
+    assert [f["seq"] for f in frames] == [0, 1]
+    assert {f["session_id"] for f in frames} == {row["session_id"]}
+    assert wire_bytes(frames[0]["summary"]) == b"14 caf\xe9 down"
+    assert wire_bytes(frames[0]["stream"]) == b"k\x80"
+    assert wire_bytes(json.loads(frames[0]["meta"])["note"]) == b"caf\xe9"
+
+
+# credentials, also compressed ----------------------------------------------------------------
+
+def _compressed(payload: bytes, msg_type: str) -> Frame:
+    """A gzip frame the decoder kept compressed (over an inflate budget)."""
+    dec = default_decoder()
+    env = encode(payload, compress=True)
+    from workbench.wire.envelope import split_unary
+    [e] = split_unary(env)
+    f = dec.classify_carried(e.payload, msg_type)  # what it would be inflated; then kept compressed:
+    return Frame("compressed", "gzip frame kept compressed (over an inflate budget)", env[5:], flags=1,
+                 msg_type=f.msg_type or msg_type)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: _compressed(_run_request(pad=100_000), CLIENT_MSG),
+    lambda: _compressed(_subagent_exec() + b"", SERVER_MSG),
+    lambda: Frame("run_request", "run", _run_request(), msg_type=CLIENT_MSG),
+    lambda: default_decoder().classify_agent(_subagent_exec(), SERVER_MSG),
+], ids=["compressed-run-request", "compressed-subagent-exec", "run-request", "subagent-exec"])
+def test_no_model_key_is_stored_whatever_the_frame_kind(tmp_path: Path, make: Any) -> None:
+    db = tmp_path / "k.duckdb"
+    f = make()
+    kind = f.kind
+    with Store(db) as store:
+        rec = Recorder(store)
+        rec.add("s", 1_000, "client", "run", None, f)
+        rec.flush()
+    blobs = _inflated_payloads(db)
+    assert blobs
+    assert not any(CANARY.encode() in b for b in blobs)
+    assert CANARY.encode() not in db.read_bytes()
+    with Store(db, read_only=True) as s:
+        [row] = s.query("SELECT kind, payload FROM frames").to_pylist()
+    assert row["kind"] == kind  # still what it was: a compressed frame stays compressed
+    if kind == "compressed":  # and still inflates to the message, its key a marker
+        inner = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(row["payload"])
+        assert b"[redacted sha256:" in inner
+
+
+def test_a_compressed_frame_that_cannot_be_inspected_is_stored_without_its_payload(tmp_path: Path) -> None:
+    db = tmp_path / "c.duckdb"
+    whole = gzip.compress(_run_request())
+    cut = whole[:-8]  # a truncated gzip (no trailer): what there is still inflates to the key
+    assert CANARY.encode() in zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(cut)
+    with Store(db) as store:
+        rec = Recorder(store)
+        rec.add("s", 1_000, "client", "run", None, Frame("compressed", "kept", cut, flags=1, msg_type=CLIENT_MSG))
+        rec.flush()
+        [row] = store.query("SELECT payload, error FROM frames").to_pylist()
+    assert row["payload"].startswith(b"[redacted sha256:")
+    assert "could not be inflated" in row["error"]
+
+
+def test_redaction_is_idempotent_so_sources_that_redacted_already_keep_their_markers(tmp_path: Path) -> None:
+    from workbench.redact import redact_frame
+
+    once = redact_frame(Frame("run_request", "run", _run_request(), msg_type=CLIENT_MSG))
+    db = tmp_path / "i.duckdb"
+    with Store(db) as store:
+        rec = Recorder(store)
+        rec.add("s", 1, "client", "run", None, Frame(once.kind, once.summary, once.payload, msg_type=CLIENT_MSG))
+        rec.open_session(SessionInfo("s"))
+        rec.sessions["s"].meta["request_headers"] = [["authorization", "Bearer tok-SECRET"]]
+        rec.touch("s")
+        rec.flush()
+        [f] = store.query("SELECT payload FROM frames").to_pylist()
+        [s] = store.query("SELECT meta FROM sessions").to_pylist()
+    assert f["payload"] == once.payload
+    assert "tok-SECRET" not in s["meta"] and "Bearer [redacted sha256:" in s["meta"]
+
+
+def test_client_recording_redacts_what_the_server_sent(tmp_path: Path) -> None:
+    """``workbench client --record``: the server's subagent exec carries the user's model key."""
+    db = tmp_path / "client.duckdb"
+    journal = Journal(str(db))
+    journal.open_session("run-1", transport="run")
+    wire = RunWire([], journal, "run-1")
+    dec = default_decoder().stream("run", "server")
+    for f in dec.feed(encode(_subagent_exec())):
+        wire.frame(1_000, "server", "run", f)
+    journal.close()
+    blobs = _inflated_payloads(db)
+    assert blobs and not any(CANARY.encode() in b for b in blobs)
+
+
+# one transaction -----------------------------------------------------------------------------
+
+def test_frames_and_their_session_commit_together_or_not_at_all(tmp_path: Path) -> None:
+    db = tmp_path / "tx.duckdb"
+    with Store(db) as store:
+        rec = Recorder(store)
+        rec.open_session(SessionInfo("s", http_status=2**40))  # does not fit the column: the write fails
+        rec.add("s", 1, "client", "run", None, Frame("empty", "e", b""))
+        with pytest.raises(Exception):  # noqa: B017 - whatever the engine raises
+            rec.flush()
+        assert store.query("SELECT count(*) AS n FROM frames").to_pylist() == [{"n": 0}]
+
+
+# the spool -----------------------------------------------------------------------------------
+
+def _frame(n: int) -> Frame:
+    return Frame("empty", f"frame {n}", b"")
+
+
+def _spool(db: Path, sessions: list[SessionInfo], records: list[FrameRecord]) -> Path:
+    sp = Spool(db)
+    sp.write(sessions, records)
+    sp.close()
+    assert sp.path is not None
+    return sp.path
+
+
+def test_spool_merge_keeps_seq_and_is_idempotent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    db = tmp_path / "m.duckdb"
+    # A batch reached the database as frames without its session row (what an earlier workbench
+    # left when the session insert failed after the frames' commit), and then went to the spool too.
+    with Store(db) as store:
+        rec = Recorder(store)
+        for n in range(3):
+            rec.add("s", 1_000 + n, "client", "run", None, _frame(n))
+        rec.flush()
+        store.con.execute("DELETE FROM sessions")
+    records = [FrameRecord("s", n, 1_000 + n, "client", "run", None, _frame(n)) for n in range(5)]
+    path = _spool(db, [SessionInfo("s", status="complete")], records)
+    copy = tmp_path / "copy.spool"
+    shutil.copy(path, copy)
+    with Store(db) as store:
+        assert merge_spools(store, db) == 2  # seq 3 and 4; 0-2 were stored already
+        assert not path.exists()
+        rows = store.query("SELECT seq, summary FROM frames ORDER BY seq").to_pylist()
+        [s] = store.query("SELECT status, frame_count FROM sessions").to_pylist()
+    assert rows == [{"seq": n, "summary": f"frame {n}"} for n in range(5)]
+    assert s == {"status": "complete", "frame_count": 5}
+    # Killed after the commit, before the delete: the file is back, merging it again adds nothing.
+    shutil.copy(copy, path)
+    with Store(db) as store:
+        assert merge_spools(store, db) == 0
+        assert store.query("SELECT count(*) AS n FROM frames").to_pylist() == [{"n": 5}]
+    assert not any(p.exists() for p in spool_candidates(db))
+    assert "already stored" in capsys.readouterr().err
+
+
+def test_a_spool_written_without_the_database_goes_after_the_stored_frames(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    db = tmp_path / "n.duckdb"
+    with Store(db) as store:
+        rec = Recorder(store)
+        rec.add("s", 1, "client", "run", None, _frame(0))
+        rec.flush()
+    # the spool numbered its own frames from 0 (it never saw the database): different frames
+    path = _spool(db, [SessionInfo("s")], [FrameRecord("s", 0, 50, "server", "run", None, _frame(9))])
+    with Store(db) as store:
+        assert merge_spools(store, db) == 1
+        rows = store.query("SELECT seq, ts_us FROM (SELECT seq, epoch_us(ts) AS ts_us FROM frames) ORDER BY seq").to_pylist()
+    assert rows == [{"seq": 0, "ts_us": 1}, {"seq": 1, "ts_us": 50}]
+    assert not path.exists()
+
+
+def test_a_merge_that_fails_leaves_the_spool_and_stores_nothing(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    db = tmp_path / "f.duckdb"
+    Store(db).close()
+    path = _spool(db, [SessionInfo("s", http_status=2**40)],  # its session row cannot be written
+                  [FrameRecord("s", 0, 1, "client", "run", None, _frame(0))])
+    with Store(db) as store:
+        with pytest.raises(Exception):  # noqa: B017 - whatever the engine raises
+            merge_spools(store, db)
+        assert store.query("SELECT count(*) AS n FROM frames").to_pylist() == [{"n": 0}]
+    assert path.exists()
