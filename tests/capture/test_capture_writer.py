@@ -265,8 +265,8 @@ def test_commit_failure_mid_capture_goes_to_the_spool(tmp_path: Path) -> None:
     q(Chunk("f", "client", now, encode(_run_request())))
     wait_until(lambda: w.frames_committed >= 1, timeout=30, interval=0.01, what="the first frame to be committed")
     assert w.frames_committed == 1
-    assert w.store is not None
-    w.store.con.close()  # the database goes away under the writer (disk gone, file removed...)
+    assert w.sink.store is not None
+    w.sink.store.con.close()  # the database goes away under the writer (disk gone, file removed...)
     q(Chunk("f", "server", now + 1, encode(_text("a")) + encode(_text("b"))))
     q(Chunk("f", "server", now + 2, encode(b"{}", FLAG_END_STREAM)))
     q(Done("f", now + 3, None, {}))

@@ -4,8 +4,11 @@ The proxy side (``addon.py``) only stamps and enqueues; everything else happens 
 proxy's event loop: envelope reassembly, classification, session bookkeeping, BidiAppend joining
 and reordering (``appends.py``), redaction, and batched commits through ``sink.py`` (at most one
 commit per flush interval, each a committed transaction, so live readers see whole batches and
-``seq > last`` polling never duplicates or skips a frame). The event tags, ``FlowOpen`` and the
-per-flow state ``Flow`` live in ``flows.py`` (re-exported here).
+``seq > last`` polling never duplicates or skips a frame). The events, ``FlowOpen`` and the
+per-flow state ``Flow`` live in ``flows.py`` (re-exported here): one NamedTuple per event
+(``Open``, ``Chunk``, ``Eof``, ``Response``, ``Body``, ``Done``, ``Late``, ``Stop``), dispatched on
+its type. Every frame and session row then goes through the store's write gate (``Recorder`` →
+``workbench.store.gate``), which enforces redaction, UTF-8 text and one transaction per batch.
 
 When the database cannot be opened or a commit fails, the sink says so loudly and switches to the
 spool, then to a second spool location, then to memory up to a bound; frames beyond that are
@@ -61,8 +64,7 @@ from workbench.protocol.status import (
 )
 from workbench.redact import marker, redact_frame, secret_method
 from workbench.schema.active import schema_stamp
-from workbench.store.db import SessionInfo, Store, us_to_datetime
-from workbench.store.recorder import Recorder
+from workbench.store.db import SessionInfo, us_to_datetime
 
 log = logging.getLogger("workbench.capture")
 
@@ -103,15 +105,7 @@ class CaptureWriter:
         self._stopped = threading.Event()
         self._wake = threading.Event()
 
-    # the sink's state, under the names callers know ----------------------------------------------
-
-    @property
-    def store(self) -> Store | None:
-        return self.sink.store
-
-    @property
-    def recorder(self) -> Recorder | None:
-        return self.sink.recorder
+    # counters callers read (the database and the recorder stay the sink's) ------------------------
 
     @property
     def frames_total(self) -> int:
