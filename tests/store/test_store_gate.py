@@ -299,3 +299,19 @@ def test_on_final_is_told_once_a_sessions_final_row_is_committed(tmp_path: Path)
         rec.touch("a")
         rec.flush()
     assert seen == [(["a"], [{"session_id": "a", "status": "complete"}, {"session_id": "b", "status": "open"}])]
+
+
+def test_a_gzip_payload_that_fails_to_inflate_is_looked_in_too(tmp_path: Path) -> None:
+    """The decoder keeps a broken gzip frame as ``malformed`` with its compressed bytes."""
+    cut = gzip.compress(_run_request())[:-8]
+    env = bytes((1,)) + len(cut).to_bytes(4, "big") + cut
+    [f] = default_decoder().stream("run", "client").feed(env)
+    assert f.kind == "malformed" and f.payload == cut
+    db = tmp_path / "m.duckdb"
+    with Store(db) as store:
+        rec = Recorder(store)
+        rec.add("s", 1, "client", "run", None, f)
+        rec.flush()
+        [row] = store.query("SELECT payload, error FROM frames").to_pylist()
+    assert row["payload"].startswith(b"[redacted sha256:")
+    assert "may carry a credential" in row["error"]

@@ -15,6 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from workbench.decode.classify import Frame
+from workbench.decode.frame import CARRIED
 from workbench.errors import WorkbenchError
 from workbench.store.files import private_files
 from workbench.store.gate import gate_frame, gate_meta, text_value, wire_text
@@ -107,7 +108,7 @@ class FrameBatch:
         Every frame passes the write gate here (``workbench.store.gate``: credentials redacted,
         also inside compressed payloads), whichever source adds it.
         """
-        f = gate_frame(f)
+        f = gate_frame(f, carried=CARRIED.get((transport, direction)))
         self.session_id.append(session_id)
         self.seq.append(seq)
         self.ts.append(ts_us)

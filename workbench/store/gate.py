@@ -192,10 +192,21 @@ def _gate_compressed(f: Frame, limit: int) -> Frame:
     return f
 
 
-def gate_frame(f: Frame, *, limit: int = SCRUB_LIMIT) -> Frame:
-    """The frame as it may be stored (secrets level); changed in place, returned for chaining."""
+def gate_frame(f: Frame, *, carried: str | None = None, limit: int = SCRUB_LIMIT) -> Frame:
+    """The frame as it may be stored (secrets level); changed in place, returned for chaining.
+
+    ``carried``: the message type its transport carries in its direction, for a gzip payload that
+    failed to inflate (kind ``malformed``, no ``msg_type``): what inflates of it is looked in too.
+    """
     if f.kind == COMPRESSED:
         f = _gate_compressed(f, limit)
+    elif f.kind == "malformed" and f.payload[:2] == b"\x1f\x8b" and (f.msg_type or carried):
+        typed = Frame(f.kind, f.summary, f.payload, f.flags, f.msg_type or carried, f.error)
+        if _compressed_may_carry(typed, limit):
+            note = "payload not stored: a gzip payload that does not inflate may carry a credential"
+            f.payload = marker(f.payload).encode()
+            f.raw = None
+            f.error = f"{f.error}; {note}" if f.error else note
     elif f.payload:
         f = redact_frame(f)
     if f.meta:
