@@ -315,3 +315,77 @@ def test_a_gzip_payload_that_fails_to_inflate_is_looked_in_too(tmp_path: Path) -
         [row] = store.query("SELECT payload, error FROM frames").to_pylist()
     assert row["payload"].startswith(b"[redacted sha256:")
     assert "may carry a credential" in row["error"]
+
+
+# every credential field, every way a frame can arrive ----------------------------------------
+
+def _creds(kind: str) -> dict[str, Any]:
+    if kind == "api_key":
+        return {"api_key_credentials": pb.ApiKeyCredentials(api_key=CANARY, base_url="https://b")}
+    if kind == "azure":
+        return {"azure_credentials": pb.AzureCredentials(api_key=CANARY, base_url="https://b", deployment="d")}
+    return {"bedrock_credentials": pb.BedrockCredentials(access_key=CANARY + "-a", secret_key=CANARY + "-s",
+                                                         session_token=CANARY + "-t", region="eu")}
+
+
+def _message(holder: str, cred: str) -> tuple[str, bytes]:
+    """(direction, agent message bytes) with the canary in the chosen credential field."""
+    c = _creds(cred)
+    if holder == "subagent":
+        return "server", pb.AgentServerMessage(exec_server_message=pb.ExecServerMessage(
+            id=1, subagent_args=pb.SubagentArgs(tool_call_id="c", **c))).SerializeToString()
+    model = (pb.RequestedModel(model_id="m", **c) if holder.endswith("requested")
+             else pb.ModelDetails(model_id="m", **c))
+    field = "requested_model" if holder.endswith("requested") else "model_details"
+    if holder.startswith("run"):
+        msg = pb.AgentClientMessage(run_request=pb.AgentRunRequest(**{field: model}))
+    else:
+        msg = pb.AgentClientMessage()
+        getattr(msg.prewarm_request, field).CopyFrom(model)
+    return "client", msg.SerializeToString()
+
+
+def _arrivals(direction: str, data: bytes, wrap: bool, how: str) -> tuple[str, list[Frame]]:
+    """(transport, frames) as the decoder gives them for this message on the wire."""
+    import base64
+
+    dec = default_decoder()
+    if direction == "client":
+        transport, carried = ("bidi_append", "aiserver.v1.BidiAppendRequest") if wrap else ("run", CLIENT_MSG)
+        body = pb.BidiAppendRequest(data=data.hex(), request_id=pb.BidiRequestId(request_id="r"),
+                                      append_seqno=0).SerializeToString() if wrap else data
+    else:
+        transport, carried = ("runpoll", "aiserver.v1.BidiPollResponse") if wrap else ("run", SERVER_MSG)
+        body = pb.BidiPollResponse(seqno=0, data=base64.b64encode(data).decode()).SerializeToString() if wrap else data
+    if how == "kept-compressed":
+        return transport, [Frame("compressed", "kept", gzip.compress(body), flags=1, msg_type=carried)]
+    if how == "truncated-gzip":
+        return transport, [Frame("malformed", "undecodable", gzip.compress(body)[:-8], flags=1, error="truncated")]
+    if transport == "bidi_append":
+        return transport, dec.decode_body(body, transport, direction)
+    return transport, dec.stream(transport, direction).feed(encode(body, compress=how == "gzip"))
+
+
+@settings(max_examples=80, deadline=None)
+@given(holder=st.sampled_from(["run-requested", "run-details", "prewarm-requested", "prewarm-details", "subagent"]),
+       cred=st.sampled_from(["api_key", "azure", "bedrock"]), wrap=st.booleans(),
+       how=st.sampled_from(["plain", "gzip", "kept-compressed", "truncated-gzip"]))
+def test_a_canary_in_any_credential_field_is_stored_nowhere(holder: str, cred: str, wrap: bool, how: str) -> None:
+    direction, data = _message(holder, cred)
+    assert CANARY.encode() in data
+    transport, frames = _arrivals(direction, data, wrap, how)
+    assert frames
+    with Store(":memory:") as store:
+        rec = Recorder(store)
+        for f in frames:
+            rec.add("s", 1, direction, transport, None, f)
+        rec.flush()
+        rows = store.query("SELECT kind, payload, raw FROM frames").to_pylist()
+    assert len(rows) == len(frames)  # stored, not dropped
+    for r in rows:
+        for blob in (r["payload"], r["raw"]):
+            if not blob:
+                continue
+            assert CANARY.encode() not in blob
+            if blob[:2] == b"\x1f\x8b":
+                assert CANARY.encode() not in zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(blob)
