@@ -389,3 +389,27 @@ def test_a_canary_in_any_credential_field_is_stored_nowhere(holder: str, cred: s
             assert CANARY.encode() not in blob
             if blob[:2] == b"\x1f\x8b":
                 assert CANARY.encode() not in zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(blob)
+
+
+def test_a_parquet_import_passes_the_gate_over_what_it_copied(tmp_path: Path) -> None:
+    """An export written by an older workbench (or another engine) may hold a key in clear."""
+    from workbench.export.parquet import export_parquet, import_parquet
+
+    old = tmp_path / "old.duckdb"
+    with Store(old) as store:
+        rec = Recorder(store)
+        rec.add("s", 1, "client", "run", None, Frame("empty", "e", b""))
+        rec.flush()
+        # what the gate never saw: written by SQL, as an older workbench stored it
+        store.con.execute("UPDATE frames SET kind = 'run_request', msg_type = ?, payload = ?, meta = ?",
+                          [CLIENT_MSG, _run_request(), json.dumps({"request_headers": [["x-api-key", CANARY]]})])
+        store.con.execute("UPDATE sessions SET meta = ?", [json.dumps({"trailers": {"authorization": CANARY}})])
+    export_parquet(old, tmp_path / "pq")
+    new = tmp_path / "new.duckdb"
+    with Store(new) as store:
+        res = import_parquet(tmp_path / "pq", store)
+        assert res.sessions == ["s"]
+        [f] = store.query("SELECT payload, meta FROM frames").to_pylist()
+        [s] = store.query("SELECT meta FROM sessions").to_pylist()
+    assert CANARY.encode() not in f["payload"] and b"[redacted sha256:" in f["payload"]
+    assert CANARY not in f["meta"] and CANARY not in s["meta"]

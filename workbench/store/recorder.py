@@ -233,31 +233,28 @@ def gate_stored(store: Store, session_ids: Sequence[str], chunk: int = 2000) -> 
     if not session_ids:
         return 0
     changed = 0
+    con = store.con  # not a cursor: the rows are not committed yet, only this connection sees them
+    updates: list[tuple[Any, ...]] = []
     with store.lock:
-        cur = store.con.cursor()
-        try:
-            cur.execute(
-                "SELECT rowid, kind, summary, payload, raw, flags, msg_type, error, meta, append_seqno FROM frames "
-                "WHERE session_id IN (SELECT unnest(?)) AND (kind = 'compressed' OR msg_type IN (SELECT unnest(?)) "
-                "OR meta LIKE '%headers%' OR meta LIKE '%trailers%')",
-                [list(session_ids), list(_GATED_TYPES)])
-            updates: list[tuple[Any, ...]] = []
-            while rows := cur.fetchmany(chunk):
-                for rid, kind, summary, payload, raw, flags, msg_type, error, meta, seqno in rows:
-                    m = json.loads(meta) if meta else None
-                    f = Frame(kind, summary, payload or b"", flags or 0, msg_type, error, raw, append_seqno=seqno,
-                              meta=m)
-                    gate_frame(f)
-                    if f.payload != (payload or b"") or f.raw != raw or f.error != error or f.meta != m:
-                        updates.append((f.payload, f.raw, f.error, json.dumps(f.meta) if f.meta else None, rid))
-            for sid, meta in cur.execute("SELECT session_id, meta FROM sessions WHERE session_id IN (SELECT unnest(?)) "
-                                         "AND meta IS NOT NULL", [list(session_ids)]).fetchall():
-                m = json.loads(meta)
-                if isinstance(m, dict) and gate_meta(m) != m:
-                    store.con.execute("UPDATE sessions SET meta = ? WHERE session_id = ?", [json.dumps(gate_meta(m)), sid])
-                    changed += 1
-        finally:
-            cur.close()
+        res = con.execute(
+            "SELECT rowid, kind, summary, payload, raw, flags, msg_type, error, meta, append_seqno FROM frames "
+            "WHERE session_id IN (SELECT unnest(?)) AND (kind = 'compressed' OR msg_type IN (SELECT unnest(?)) "
+            "OR meta LIKE '%headers%' OR meta LIKE '%trailers%')",
+            [list(session_ids), list(_GATED_TYPES)])
+        while rows := res.fetchmany(chunk):
+            for rid, kind, summary, payload, raw, flags, msg_type, error, meta, seqno in rows:
+                m = json.loads(meta) if meta else None
+                f = Frame(kind, summary, payload or b"", flags or 0, msg_type, error, raw, append_seqno=seqno, meta=m)
+                gate_frame(f)
+                if f.payload != (payload or b"") or f.raw != raw or f.error != error or f.meta != m:
+                    updates.append((f.payload, f.raw, f.error, json.dumps(f.meta) if f.meta else None, rid))
+        metas = con.execute("SELECT session_id, meta FROM sessions WHERE session_id IN (SELECT unnest(?)) "
+                            "AND meta IS NOT NULL", [list(session_ids)]).fetchall()
+        for sid, meta in metas:
+            m = json.loads(meta)
+            if isinstance(m, dict) and gate_meta(m) != m:
+                con.execute("UPDATE sessions SET meta = ? WHERE session_id = ?", [json.dumps(gate_meta(m)), sid])
+                changed += 1
         if updates:
-            store.con.executemany("UPDATE frames SET payload = ?, raw = ?, error = ?, meta = ? WHERE rowid = ?", updates)
+            con.executemany("UPDATE frames SET payload = ?, raw = ?, error = ?, meta = ? WHERE rowid = ?", updates)
     return changed + len(updates)
