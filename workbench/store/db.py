@@ -265,21 +265,17 @@ class Store:
 
     def insert_rows(self, table: str, rows: pa.Table, replace_sessions: Sequence[str] = ()) -> None:
         """Replace a derived table's rows for some sessions (blobs, tool_calls, findings)."""
-        with self.lock:
-            self.con.execute("BEGIN")
-            try:
-                if replace_sessions:
-                    self.con.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?))",
-                                     [list(replace_sessions)])
-                if rows.num_rows:
-                    self.con.register("_wb_rows_in", rows)
+        with self.transaction():  # joins the caller's transaction when there is one
+            if replace_sessions:
+                self.con.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?))",
+                                 [list(replace_sessions)])
+            if rows.num_rows:
+                self.con.register("_wb_rows_in", rows)
+                try:
                     cols = ", ".join(rows.column_names)
                     self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _wb_rows_in")
+                finally:
                     self.con.unregister("_wb_rows_in")
-                self.con.execute("COMMIT")
-            except Exception:
-                self.con.execute("ROLLBACK")
-                raise
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
