@@ -413,3 +413,21 @@ def test_a_parquet_import_passes_the_gate_over_what_it_copied(tmp_path: Path) ->
         [s] = store.query("SELECT meta FROM sessions").to_pylist()
     assert CANARY.encode() not in f["payload"] and b"[redacted sha256:" in f["payload"]
     assert CANARY not in f["meta"] and CANARY not in s["meta"]
+
+
+def test_text_holding_a_backslash_x_comes_back_whatever_its_neighbours(tmp_path: Path) -> None:
+    r"""A valid string that reads like an escape (``C:\x41``) is stored by the same rule in a
+    batch with no wire bytes as in one with them, so ``wire_bytes`` always gives it back."""
+    db = tmp_path / "bs.duckdb"
+    with Store(db) as store:
+        rec = Recorder(store)
+        rec.add("a", 1, "client", "run", None, Frame("empty", "C:\\x41 and C:\\Users", b"", meta={"p": "C:\\x41"}))
+        rec.flush()
+        rec.add("b", 1, "client", "run", None, Frame("empty", "C:\\x41 and C:\\Users", b"", meta={"p": "C:\\x41"}))
+        rec.add("b", 2, "client", "run", None, Frame("empty", "caf\udce9", b""))
+        rec.flush()
+        rows = store.query("SELECT session_id, summary, meta FROM frames WHERE seq = 0 ORDER BY 1").to_pylist()
+    assert rows[0]["summary"] == rows[1]["summary"] and rows[0]["meta"] == rows[1]["meta"]
+    for r in rows:
+        assert wire_bytes(r["summary"]) == b"C:\\x41 and C:\\Users"
+        assert wire_bytes(json.loads(r["meta"])["p"]) == b"C:\\x41"

@@ -13,6 +13,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from workbench.decode.classify import Frame
 from workbench.decode.frame import CARRIED
@@ -132,7 +133,7 @@ class FrameBatch:
         self.source_key.append(source_key)
 
     def to_arrow(self) -> pa.Table:
-        arrays = [_arrow_column(col, typ) for col, (_, typ) in zip(self._cols, FRAME_COLUMNS, strict=True)]
+        arrays = [_arrow_column(col, typ, name) for col, (name, typ) in zip(self._cols, FRAME_COLUMNS, strict=True)]
         return pa.Table.from_arrays(arrays, schema=FRAME_SCHEMA)
 
     def clear(self) -> None:
@@ -141,24 +142,44 @@ class FrameBatch:
 
 
 def _json_text(value: Any) -> str:
-    """JSON of a frame's or session's meta, its strings valid UTF-8 (wire text escaped, see gate)."""
+    """JSON of a frame's or session's meta, its strings stored by the gate's wire-text rule."""
     text = json.dumps(value)
-    if "\\ud" in text:  # a lone surrogate (bytes from the wire that were not UTF-8)
+    if "\\" in text:  # a backslash or a lone surrogate (bytes that were not UTF-8) in some string
         text = json.dumps(text_value(value))
     return text
 
 
-def _arrow_column(col: list[Any], typ: pa.DataType) -> pa.Array:
-    """One Arrow column; strings that are not valid UTF-8 (wire bytes) escaped by the gate's rule.
+def _json_value_text(v: str) -> str:
+    try:
+        return _json_text(json.loads(v))
+    except ValueError:  # not JSON after all: plain text then
+        return wire_text(v)
 
-    Tried as is first: the escape costs a pass over the column, and almost no batch needs it.
+
+# Frame columns holding JSON documents: escaped inside (``_json_text``), never as text.
+_JSON_COLUMNS = frozenset({"meta", "decoded"})
+_ESCAPE_HINT = r"\\[\\x]"  # a backslash before a backslash or an x: the rule doubles its backslashes
+
+
+def _arrow_column(col: list[Any], typ: pa.DataType, name: str) -> pa.Array:
+    """One Arrow column; text by the gate's wire-text rule (``wire_text``), value by value.
+
+    The rule's work is done only for the values that need it: the column converts as is when
+    it holds no lone surrogate, and a vectorised match finds the rare value holding a backslash
+    followed by a backslash or an x.
     """
     try:
-        return pa.array(col, type=typ)
+        arr = pa.array(col, type=typ)
     except (UnicodeEncodeError, pa.ArrowInvalid, pa.ArrowTypeError):
         if typ != pa.string():
             raise
+        fix = _json_value_text if name in _JSON_COLUMNS else wire_text
+        return pa.array([fix(v) if isinstance(v, str) else v for v in col], type=typ)
+    if typ != pa.string() or name in _JSON_COLUMNS or not len(arr):
+        return arr
+    if pc.any(pc.match_substring_regex(arr, _ESCAPE_HINT)).as_py():
         return pa.array([wire_text(v) if isinstance(v, str) else v for v in col], type=typ)
+    return arr
 
 
 @dataclass
