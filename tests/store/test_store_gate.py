@@ -261,11 +261,13 @@ def test_a_spool_written_without_the_database_goes_after_the_stored_frames(
         rec.add("s", 1, "client", "run", None, _frame(0))
         rec.flush()
     # the spool numbered its own frames from 0 (it never saw the database): different frames
-    path = _spool(db, [SessionInfo("s")], [FrameRecord("s", 0, 50, "server", "run", None, _frame(9))])
+    path = _spool(db, [SessionInfo("s")], [FrameRecord("s", n, 50 + n, "server", "run", None, _frame(9))
+                                           for n in range(3)])
     with Store(db) as store:
-        assert merge_spools(store, db) == 1
+        assert merge_spools(store, db) == 3
         rows = store.query("SELECT seq, ts_us FROM (SELECT seq, epoch_us(ts) AS ts_us FROM frames) ORDER BY seq").to_pylist()
-    assert rows == [{"seq": 0, "ts_us": 1}, {"seq": 1, "ts_us": 50}]
+    # after the stored frame, in the spool's order
+    assert rows == [{"seq": 0, "ts_us": 1}, {"seq": 1, "ts_us": 50}, {"seq": 2, "ts_us": 51}, {"seq": 3, "ts_us": 52}]
     assert not path.exists()
 
 

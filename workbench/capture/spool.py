@@ -234,16 +234,16 @@ def merge_spools(store: Store, db_path: str | Path) -> int:
             rec.sessions[info.session_id] = info
             rec.touch(info.session_id)
         top = {sid: max(seqs, default=-1) for sid, seqs in _by_session(present).items()}
-        for r in frames:
-            top[r.session_id] = max(top.get(r.session_id, -1), r.seq if r.seq is not None else -1)
+        # A session whose spooled numbering clashes with what is stored (the spool was written
+        # without the database) has its new frames numbered after the stored ones, in spool order.
+        renumber = {r.session_id for r in frames
+                    if r.seq is None or present.get((r.session_id, r.seq), _same(r)) != _same(r)}
         merged = 0
         for r in frames:
+            if r.seq is not None and present.get((r.session_id, r.seq)) == _same(r):
+                continue  # stored already
             seq = r.seq
-            if seq is not None and (r.session_id, seq) in present:
-                if present[(r.session_id, seq)] == (r.ts_us, r.direction, r.frame.kind):
-                    continue  # stored already
-                seq = None
-            if seq is None:
+            if r.session_id in renumber:
                 seq = top[r.session_id] = top.get(r.session_id, -1) + 1
             rec.add(r.session_id, r.ts_us, r.direction, r.transport, r.stream, r.frame, seq=seq)
             merged += 1
@@ -272,6 +272,11 @@ def _stored_frames(store: Store, session_ids: list[str]) -> dict[tuple[str, int]
                     "WHERE session_id IN (SELECT unnest(?))", [list(escaped)])
     return {(escaped.get(r["session_id"], r["session_id"]), r["seq"]): (r["ts_us"], r["direction"], r["kind"])
             for r in t.to_pylist()}
+
+
+def _same(r: FrameRecord) -> tuple[int, str, str]:
+    """What identifies a spooled frame among the stored ones at its (session, seq)."""
+    return r.ts_us, r.direction, r.frame.kind
 
 
 def _by_session(present: dict[tuple[str, int], Any]) -> dict[str, list[int]]:
