@@ -349,12 +349,12 @@ def _fmt_ms(xs: list[float | None]) -> str:
 def _writer_only(n: int, tmp: Path) -> float:
     """Frames/s through the recording path alone (queue → decode → redact → commit), no proxy."""
     from workbench.capture.writer import (
-        EV_CHUNK,
-        EV_DONE,
-        EV_EOF,
-        EV_OPEN,
         CaptureWriter,
+        Chunk,
+        Done,
+        Eof,
         FlowOpen,
+        Open,
         WriterConfig,
     )
     from workbench.schema import pb
@@ -367,12 +367,12 @@ def _writer_only(n: int, tmp: Path) -> float:
     w.start()
     put = w.queue.put
     t0 = time.perf_counter()
-    put((EV_OPEN, FlowOpen(key="k", transport="run", streaming=True, host="h", path=RUN_PATH,
+    put(Open(FlowOpen(key="k", transport="run", streaming=True, host="h", path=RUN_PATH,
                            ts_us=time.time_ns() // 1000, request_id="writer-only")))
     for c in chunks:
-        put((EV_CHUNK, "k", "server", time.time_ns() // 1000, c))
-    put((EV_EOF, "k", "server", time.time_ns() // 1000))
-    put((EV_DONE, "k", time.time_ns() // 1000, None, {}))
+        put(Chunk("k", "server", time.time_ns() // 1000, c))
+    put(Eof("k", "server", time.time_ns() // 1000))
+    put(Done("k", time.time_ns() // 1000, None, {}))
     w.stop()
     dt = time.perf_counter() - t0
     assert w.frames_committed == n, (w.frames_committed, n)

@@ -19,6 +19,7 @@ import argcomplete
 from workbench import __version__
 from workbench.errors import CliError, WorkbenchError
 from workbench.store.db import database_errors_named
+from workbench.store.files import private_files
 
 __all__ = ["CliError", "WorkbenchError", "build_parser", "main"]
 
@@ -58,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # "Shell completion"); then it prints the candidates and exits before anything runs.
         argcomplete.autocomplete(parser)
     args = parser.parse_args(argv)
+    private_files()  # databases, WALs, spools, exports, fixtures: 0600 (WORKBENCH_SHARED_FILES=1: umask)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -22,6 +22,7 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -122,6 +123,15 @@ def marker(data: str | bytes) -> str:
     return f"[redacted sha256:{short_hash(data)}]"
 
 
+_MARKER = re.compile(r"\[redacted sha256:[0-9a-f]{12}\]")
+
+
+def is_marker(value: str) -> bool:
+    """Is ``value`` exactly a marker (redacting it again must leave it as it is: the write gate
+    redacts what a source may have redacted already)."""
+    return _MARKER.fullmatch(value) is not None
+
+
 def bearer_hash(authorization: str | None) -> str | None:
     """``auth_hash`` for a session: the short hash of the token without its ``Bearer`` prefix."""
     if not authorization:
@@ -139,7 +149,7 @@ def redact_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """Header pairs with every secret value replaced by its marker (names and order kept)."""
     out: list[tuple[str, str]] = []
     for name, value in items:
-        if is_secret_header(name):
+        if is_secret_header(name) and not is_marker(value) and not is_marker(value[7:]):
             if name.lower() == "authorization" and value.lower().startswith("bearer "):
                 value = "Bearer " + marker(value[7:].strip())
             else:
@@ -180,7 +190,8 @@ def _scrub_credentials(msg: Message) -> bool:
         if which is not None:
             cred = getattr(msg, which)
             for fd, value in cred.ListFields():
-                if fd.type == FieldDescriptor.TYPE_STRING and value and fd.name not in _NOT_SECRET:
+                if fd.type == FieldDescriptor.TYPE_STRING and value and fd.name not in _NOT_SECRET \
+                        and not is_marker(value):
                     setattr(cred, fd.name, marker(value))
                     changed = True
     for fd, value in msg.ListFields():
@@ -200,7 +211,7 @@ def _scrub_credentials(msg: Message) -> bool:
     return changed
 
 
-def _may_carry_credentials(payload: bytes, msg_type: str) -> bool:
+def may_carry_credentials(payload: bytes, msg_type: str) -> bool:
     """Cheap pre-check on the capture path: run_request (1) / prewarm_request (8) from the client,
     or an exec_server_message (2) holding subagent_args (field 28, tag ``e2 01``) from the server."""
     if msg_type == _CLIENT_MSG:
@@ -280,13 +291,13 @@ def redact_payload(payload: bytes, msg_type: str | None, *, content: bool = Fals
     Returns ``payload`` itself (same object) when nothing needed hiding, so frames without secrets
     stay byte-identical to the wire.
     """
-    if not payload:
+    if not payload or (payload[:1] == b"[" and is_marker(payload.decode("latin-1"))):
         return payload
     if msg_type in SECRET_MESSAGE_TYPES:
         return marker(payload).encode()
     if msg_type is None:
         return marker(payload).encode() if content else payload
-    if not content and not _may_carry_credentials(payload, msg_type):
+    if not content and not may_carry_credentials(payload, msg_type):
         return payload
     cls = _class(msg_type)
     if cls is None:

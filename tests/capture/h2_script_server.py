@@ -10,7 +10,9 @@ what it received in ``events``:
 - ``rst:<code>``: a text frame, then RST_STREAM with that error code (a server reset mid-turn);
 - ``end_at_first``: turn_ended and a clean end-stream with END_STREAM right away, then it keeps
   reading (and counting) what the client still sends until the client ends or resets;
-- ``echo``: one heartbeat frame per client message, until the client ends or resets.
+- ``echo``: one heartbeat frame per client message, until the client ends or resets;
+- ``bad_utf8``: a text frame, turn_ended and a clean end-stream, with a response header and a
+  ``grpc-message`` trailer that are not UTF-8 (``caf\xe9 down``).
 
 It runs in a thread of the test process (TLS from ``workbench.transport.certs``).
 """
@@ -56,6 +58,7 @@ class Seen:
     reset_code: int | None = None
     done: threading.Event = field(default_factory=threading.Event)
     parser: _Count = field(default_factory=lambda: _Count())
+    headers: dict[str, str] = field(default_factory=dict)  # as received (bytes not UTF-8 replaced)
 
 
 class _Count:
@@ -124,7 +127,8 @@ class ScriptServer:
         except (OSError, ssl.SSLError):
             raw.close()
             return
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
+        # headers stay bytes: clients may send values that are not UTF-8
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
         conn.initiate_connection()
         streams: dict[int, Seen] = {}
         ended: set[int] = set()  # our response is over on these streams
@@ -150,12 +154,13 @@ class ScriptServer:
     def _event(self, conn: h2.connection.H2Connection, ev: h2.events.Event, streams: dict[int, Seen],
                ended: set[int]) -> None:
         if isinstance(ev, h2.events.RequestReceived):
-            headers = dict(ev.headers)
-            s = Seen(headers.get("x-test-mode", "echo"))
+            headers = {bytes(k).decode(): bytes(v).decode("utf-8", "replace") for k, v in ev.headers}
+            s = Seen(headers.get("x-test-mode", "echo"), headers=headers)
             with self._lock:
                 self.seen.append(s)
             streams[ev.stream_id] = s
-            conn.send_headers(ev.stream_id, [(":status", "200"), ("content-type", "application/connect+proto")])
+            conn.send_headers(ev.stream_id, [(b":status", b"200"), (b"content-type", b"application/connect+proto"),
+                                             *([(b"x-server-note", b"caf\xe9")] if s.mode == "bad_utf8" else [])])
             if s.mode == "end_at_first":
                 conn.send_data(ev.stream_id, _env(TURN_ENDED) + _env(b"{}", 0x02), end_stream=True)
                 ended.add(ev.stream_id)
@@ -164,6 +169,11 @@ class ScriptServer:
                 ended.add(ev.stream_id)
                 conn.reset_stream(ev.stream_id, 0)  # NO_ERROR: "stop sending, the answer is complete"
                 s.done.set()
+            elif s.mode == "bad_utf8":
+                conn.send_data(ev.stream_id, _env(TEXT) + _env(TURN_ENDED) + _env(b"{}", 0x02))
+                conn.send_headers(ev.stream_id, [(b"grpc-status", b"14"), (b"grpc-message", b"caf\xe9 down")],
+                                  end_stream=True)
+                ended.add(ev.stream_id)
             elif s.mode.startswith("rst:"):
                 conn.send_data(ev.stream_id, _env(TEXT))
                 conn.reset_stream(ev.stream_id, int(s.mode[4:]))

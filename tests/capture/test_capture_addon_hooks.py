@@ -20,14 +20,14 @@ from mitmproxy.test import taddons, tflow
 from workbench.capture import stream_end
 from workbench.capture.addon import CursorCapture
 from workbench.capture.writer import (
-    EV_BODY,
-    EV_CHUNK,
-    EV_DONE,
-    EV_EOF,
-    EV_OPEN,
-    EV_RESPONSE,
+    Body,
     CaptureWriter,
+    Chunk,
+    Done,
+    Eof,
     FlowOpen,
+    Open,
+    Response,
     WriterConfig,
 )
 from workbench.protocol.routes import DEFAULT_HOSTS, DEFAULT_PATHS
@@ -53,10 +53,12 @@ def hooked(tmp_path: Path) -> Iterator[tuple[CursorCapture, CaptureWriter, taddo
 
 
 def events(writer: CaptureWriter) -> list[tuple[Any, ...]]:
+    """The events the addon queued, each as (its type, *its fields)."""
     out = []
     while True:
         try:
-            out.append(writer.queue.get_nowait())
+            ev = writer.queue.get_nowait()
+            out.append((type(ev), *ev))
         except queue.Empty:
             return out
 
@@ -87,7 +89,7 @@ def test_a_run_is_opened_with_redacted_headers_and_streams_both_ways(hooked: Any
     f = flow(RUN)
     addon.requestheaders(f)
     [(kind, fo)] = events(writer)
-    assert kind == EV_OPEN
+    assert kind == Open
     assert isinstance(fo, FlowOpen)
     assert (fo.key, fo.transport, fo.streaming) == (f.id, "run", True)
     assert (fo.host, fo.path, fo.request_id) == ("api2.cursor.sh", "/agent.v1.AgentService/Run", "rid-1")
@@ -103,10 +105,10 @@ def test_a_run_is_opened_with_redacted_headers_and_streams_both_ways(hooked: Any
     assert f.request.stream(b"\x00\x00\x00\x00\x02\x3a\x00") == b"\x00\x00\x00\x00\x02\x3a\x00"
     assert f.request.stream(b"") == b""
     chunk, eof = events(writer)
-    assert chunk[0] == EV_CHUNK
+    assert chunk[0] == Chunk
     assert chunk[1:3] == (f.id, "client")
     assert chunk[4] == b"\x00\x00\x00\x00\x02\x3a\x00"
-    assert eof[0] == EV_EOF
+    assert eof[0] == Eof
     assert eof[1:3] == (f.id, "client")
 
 
@@ -121,7 +123,7 @@ def test_routes_by_path(hooked: Any, url: str, ctype: str, transport: str, strea
     f = flow(url, ctype)
     addon.requestheaders(f)
     [(kind, fo)] = events(writer)
-    assert kind == EV_OPEN
+    assert kind == Open
     assert (fo.transport, fo.streaming) == (transport, streaming)
     assert callable(f.request.stream) is streaming
     assert (stream_end.MARK in f.metadata) is streaming
@@ -142,7 +144,7 @@ def test_agent_paths_are_recorded_on_any_host(hooked: Any) -> None:
     f = flow("https://127.0.0.1:8443/agent.v1.AgentService/Run")
     addon.requestheaders(f)
     [(kind, fo)] = events(writer)
-    assert kind == EV_OPEN
+    assert kind == Open
     assert fo.transport == "run"
 
 
@@ -166,7 +168,7 @@ async def test_a_unary_exchange_records_both_bodies_and_its_trailers(tmp_path: P
                  response=answer(200, b"\x0a\x05\x0a\x03gpt", "application/proto", {"grpc-status": "0"}))
         await tctx.cycle(addon, f)
     evs = events(writer)
-    assert [e[0] for e in evs] == [EV_OPEN, EV_BODY, EV_RESPONSE, EV_BODY, EV_DONE]
+    assert [e[0] for e in evs] == [Open, Body, Response, Body, Done]
     _, client_body, resp, server_body, done = evs
     assert client_body[1:3] == (f.id, "client")
     assert client_body[4] == b"\x0a\x00"
@@ -190,13 +192,13 @@ async def test_a_streamed_run_passes_through_and_ends_once(tmp_path: Path) -> No
         await tctx.cycle(addon, f)
     evs = events(writer)
     # bodies stream: no whole-body events; the request had ended, so its end and the flow's end follow
-    assert [e[0] for e in evs] == [EV_OPEN, EV_RESPONSE, EV_EOF, EV_DONE]
+    assert [e[0] for e in evs] == [Open, Response, Eof, Done]
     assert evs[2][1:3] == (f.id, "client")
     assert callable(f.response.stream)
     chunk = b"\x00\x00\x00\x00\x04\x0a\x02\x6a\x00"
     assert f.response.stream(chunk) == chunk
     [(kind, key, direction, _ts, data)] = events(writer)
-    assert (kind, key, direction, data) == (EV_CHUNK, f.id, "server", chunk)
+    assert (kind, key, direction, data) == (Chunk, f.id, "server", chunk)
 
 
 def test_a_run_whose_response_ends_first_is_done_when_its_request_ends(hooked: Any) -> None:
@@ -206,12 +208,12 @@ def test_a_run_whose_response_ends_first_is_done_when_its_request_ends(hooked: A
     addon.responseheaders(f)
     f.request.timestamp_end = None  # the client is still writing (bidi Run)
     addon.response(f)
-    assert [e[0] for e in events(writer)] == [EV_OPEN, EV_RESPONSE, EV_DONE]
+    assert [e[0] for e in events(writer)] == [Open, Response, Done]
     assert f.id in addon._answered
     f.request.timestamp_end = 3.0
     addon.request(f)  # mitmproxy calls it when the request side ends
-    [(kind, key, _ts, error, trailers)] = events(writer)
-    assert (kind, key, error, trailers) == (EV_DONE, f.id, None, {})
+    [(kind, key, _ts, error, trailers, _reset)] = events(writer)
+    assert (kind, key, error, trailers) == (Done, f.id, None, {})
     assert f.id not in addon._answered
     assert f.id not in addon._routes
 
@@ -226,7 +228,7 @@ def test_error_names_the_failure(hooked: Any) -> None:
     f.error = tflow.terr("connection closed by server")
     addon.error(f)
     [(kind, key, _ts, msg, trailers, reset)] = events(writer)
-    assert (kind, key, msg, trailers, reset) == (EV_DONE, f.id, "connection closed by server", {}, None)
+    assert (kind, key, msg, trailers, reset) == (Done, f.id, "connection closed by server", {}, None)
     assert f.id not in addon._routes
     addon.error(f)  # a second report of the same flow is not recorded twice
     assert events(writer) == []
@@ -243,7 +245,7 @@ def test_error_after_a_reset_carries_its_side_and_code(hooked: Any) -> None:
     f.error = tflow.terr("stream reset by server (INTERNAL_ERROR)")
     addon.error(f)
     [(kind, key, _ts, msg, _trailers, got)] = events(writer)
-    assert (kind, key) == (EV_DONE, f.id)
+    assert (kind, key) == (Done, f.id)
     assert msg == describe_reset(reset)
     assert got == reset
 
@@ -294,7 +296,7 @@ def test_configure_hosts_and_paths_change_what_is_recorded(hooked: Any) -> None:
     agent = flow(RUN)  # no longer in the paths, and api2.cursor.sh no longer in the hosts
     for f in (on_path, on_host, agent):
         addon.requestheaders(f)
-    opened = [fo.key for kind, fo in events(writer) if kind == EV_OPEN]
+    opened = [fo.key for kind, fo in events(writer) if kind == Open]
     assert opened == [on_path.id, on_host.id]
 
 

@@ -22,14 +22,14 @@ from hypothesis import strategies as st
 from support import env_without_proxy, wait_until
 
 from workbench.capture.writer import (
-    EV_BODY,
-    EV_CHUNK,
-    EV_DONE,
-    EV_EOF,
-    EV_OPEN,
-    EV_RESPONSE,
+    Body,
     CaptureWriter,
+    Chunk,
+    Done,
+    Eof,
     FlowOpen,
+    Open,
+    Response,
     WriterConfig,
 )
 from workbench.decode.classify import default_decoder
@@ -111,13 +111,13 @@ def _exchange(w: CaptureWriter, key: str, body: bytes, status: int, answer: byte
     now = time.time_ns() // 1000
     headers = redact_headers([("content-type", ctype), ("authorization", f"Bearer {TOKEN}"),
                               ("x-request-id", "gw-rid")])
-    w.queue.put((EV_OPEN, FlowOpen(key=key, transport="bidi_append", streaming=False, host="h",
+    w.queue.put(Open(FlowOpen(key=key, transport="bidi_append", streaming=False, host="h",
                                    path="/aiserver.v1.BidiService/BidiAppend", ts_us=now, request_id="gw-rid",
                                    meta={"request_headers": headers}, content_type=ctype)))
-    w.queue.put((EV_BODY, key, "client", now, body))
-    w.queue.put((EV_RESPONSE, key, now + 1, status, [("content-type", ctype)], "HTTP/1.1", None))
-    w.queue.put((EV_BODY, key, "server", now + 2, answer))
-    w.queue.put((EV_DONE, key, now + 3, None, trailers or {}))
+    w.queue.put(Body(key, "client", now, body))
+    w.queue.put(Response(key, now + 1, status, [("content-type", ctype)], "HTTP/1.1", None))
+    w.queue.put(Body(key, "server", now + 2, answer))
+    w.queue.put(Done(key, now + 3, None, trailers or {}))
 
 
 def test_each_append_carries_its_exchange_and_refusals_follow_it(tmp_path: Path) -> None:
@@ -163,23 +163,23 @@ def test_an_append_keeps_its_place_and_gets_its_answer_later(tmp_path: Path) -> 
     now = time.time_ns() // 1000
     q = w.queue.put
     rid_env = encode(pb.BidiRequestId(request_id="gw-rid").SerializeToString())
-    q((EV_OPEN, FlowOpen(key="sse", transport="runsse", streaming=True, host="h",
+    q(Open(FlowOpen(key="sse", transport="runsse", streaming=True, host="h",
                          path="/agent.v1.AgentService/RunSSE", ts_us=now, request_id="gw-rid")))
-    q((EV_CHUNK, "sse", "client", now, rid_env))
-    q((EV_EOF, "sse", "client", now))
-    q((EV_OPEN, FlowOpen(key="a0", transport="bidi_append", streaming=False, host="h",
+    q(Chunk("sse", "client", now, rid_env))
+    q(Eof("sse", "client", now))
+    q(Open(FlowOpen(key="a0", transport="bidi_append", streaming=False, host="h",
                          path="/aiserver.v1.BidiService/BidiAppend", ts_us=now + 1, request_id="gw-rid",
                          meta={"request_headers": [("content-type", GRPC_WEB)]}, content_type=GRPC_WEB)))
-    q((EV_BODY, "a0", "client", now + 1, encode(_append(0, _run_request()))))
+    q(Body("a0", "client", now + 1, encode(_append(0, _run_request()))))
     wait_until(lambda: w.frames_committed >= 2, timeout=30, interval=0.01,
                what="the append to be committed")  # the append is committed ...
     assert w.frames_committed == 2
     text = pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(text_delta=pb.TextDelta(text="t")))
-    q((EV_RESPONSE, "sse", now + 2, 200, [], "HTTP/1.1", None))
-    q((EV_CHUNK, "sse", "server", now + 3, encode(text.SerializeToString())))  # ... a server frame passes ...
-    q((EV_RESPONSE, "a0", now + 4, 200, [], "HTTP/1.1", None))  # ... and then its answer comes
-    q((EV_BODY, "a0", "server", now + 4, encode(b"") + encode(b"grpc-status: 0\r\n", FLAG_TRAILER)))
-    q((EV_DONE, "a0", now + 5, None, {}))
+    q(Response("sse", now + 2, 200, [], "HTTP/1.1", None))
+    q(Chunk("sse", "server", now + 3, encode(text.SerializeToString())))  # ... a server frame passes ...
+    q(Response("a0", now + 4, 200, [], "HTTP/1.1", None))  # ... and then its answer comes
+    q(Body("a0", "server", now + 4, encode(b"") + encode(b"grpc-status: 0\r\n", FLAG_TRAILER)))
+    q(Done("a0", now + 5, None, {}))
     w.stop()
     r = open_reader(tmp_path / "late.duckdb")
     rows = r.query("SELECT seq, kind, meta FROM frames WHERE session_id = 'gw-rid' ORDER BY seq").to_pylist()

@@ -13,14 +13,14 @@ from support import wait_until
 
 from workbench.capture.spool import spool_candidates
 from workbench.capture.writer import (
-    EV_BODY,
-    EV_CHUNK,
-    EV_DONE,
-    EV_EOF,
-    EV_OPEN,
-    EV_RESPONSE,
+    Body,
     CaptureWriter,
+    Chunk,
+    Done,
+    Eof,
     FlowOpen,
+    Open,
+    Response,
     WriterConfig,
 )
 from workbench.schema import pb
@@ -52,7 +52,7 @@ def _hb() -> bytes:
 def _open(key: str, transport: str, streaming: bool = True, rid: str | None = "rid-1") -> tuple:
     path = {"run": "/agent.v1.AgentService/Run", "runsse": "/agent.v1.AgentService/RunSSE",
             "bidi_append": "/aiserver.v1.BidiService/BidiAppend"}.get(transport, "/agent.v1.AgentService/GetUsableModels")
-    return (EV_OPEN, FlowOpen(key=key, transport=transport, streaming=streaming, host="127.0.0.1", path=path,
+    return Open(FlowOpen(key=key, transport=transport, streaming=streaming, host="127.0.0.1", path=path,
                               ts_us=time.time_ns() // 1000, request_id=rid, client_version="cli-2026.01.01-abc",
                               auth_hash="0123456789ab", meta={"request_headers": [["x-request-id", rid]]}))
 
@@ -77,14 +77,14 @@ def test_run_stream_reassembled_from_odd_chunks(tmp_path: Path) -> None:
               + encode(b"{}", FLAG_END_STREAM))
     now = time.time_ns() // 1000
     for i, c in enumerate(_chunks(client, 3)):
-        q((EV_CHUNK, "f1", "client", now + i, c))
-    q((EV_RESPONSE, "f1", now, 200, [("content-type", "application/connect+proto")], "HTTP/2.0", "h2"))
+        q(Chunk("f1", "client", now + i, c))
+    q(Response("f1", now, 200, [("content-type", "application/connect+proto")], "HTTP/2.0", "h2"))
     for i, c in enumerate(_chunks(server, 7)):
-        q((EV_CHUNK, "f1", "server", now + 100 + i, c))
-    q((EV_EOF, "f1", "client", now + 200))
-    q((EV_EOF, "f1", "server", now + 200))
-    q((EV_EOF, "f1", "server", now + 201))  # mitmproxy calls the callable with b"" twice
-    q((EV_DONE, "f1", now + 300, None, {}))
+        q(Chunk("f1", "server", now + 100 + i, c))
+    q(Eof("f1", "client", now + 200))
+    q(Eof("f1", "server", now + 200))
+    q(Eof("f1", "server", now + 201))  # mitmproxy calls the callable with b"" twice
+    q(Done("f1", now + 300, None, {}))
     w.stop()
 
     r = open_reader(tmp_path / "cap.duckdb")
@@ -114,21 +114,21 @@ def test_runsse_appends_joined_and_reordered(tmp_path: Path) -> None:
     msgs = [_run_request(), _hb(), _hb(), _hb()]
     for n, key in ((2, "a2"), (1, "a1")):
         q(_open(key, "bidi_append", streaming=False, rid="sse-1"))
-        q((EV_BODY, key, "client", now + n, _append_body("sse-1", n, msgs[n])))
-        q((EV_RESPONSE, key, now, 200, [], "HTTP/1.1", None))
-        q((EV_BODY, key, "server", now, b""))
-        q((EV_DONE, key, now, None, {}))
+        q(Body(key, "client", now + n, _append_body("sse-1", n, msgs[n])))
+        q(Response(key, now, 200, [], "HTTP/1.1", None))
+        q(Body(key, "server", now, b""))
+        q(Done(key, now, None, {}))
     q(_open("s", "runsse", rid="header-id"))
-    q((EV_CHUNK, "s", "client", now + 10, encode(pb.BidiRequestId(request_id="sse-1").SerializeToString())))
-    q((EV_EOF, "s", "client", now + 10))
-    q((EV_RESPONSE, "s", now, 200, [], "HTTP/1.1", None))
-    q((EV_CHUNK, "s", "server", now + 20, encode(_text("hi"))))
+    q(Chunk("s", "client", now + 10, encode(pb.BidiRequestId(request_id="sse-1").SerializeToString())))
+    q(Eof("s", "client", now + 10))
+    q(Response("s", now, 200, [], "HTTP/1.1", None))
+    q(Chunk("s", "server", now + 20, encode(_text("hi"))))
     for n in (0, 3):
         q(_open(f"a{n}", "bidi_append", streaming=False, rid="sse-1"))
-        q((EV_BODY, f"a{n}", "client", now + 30 + n, _append_body("sse-1", n, msgs[n])))
-        q((EV_DONE, f"a{n}", now, None, {}))
-    q((EV_CHUNK, "s", "server", now + 40, encode(b"{}", FLAG_END_STREAM)))
-    q((EV_DONE, "s", now + 50, None, {}))
+        q(Body(f"a{n}", "client", now + 30 + n, _append_body("sse-1", n, msgs[n])))
+        q(Done(f"a{n}", now, None, {}))
+    q(Chunk("s", "server", now + 40, encode(b"{}", FLAG_END_STREAM)))
+    q(Done("s", now + 50, None, {}))
     w.stop()
     r = open_reader(tmp_path / "cap.duckdb")
     rows = r.query("SELECT seq, transport, kind, append_seqno, raw FROM frames WHERE session_id='sse-1' ORDER BY seq").to_pylist()
@@ -149,15 +149,15 @@ def test_http_error_and_abort_recorded(tmp_path: Path) -> None:
     q = w.queue.put
     now = time.time_ns() // 1000
     q(_open("e", "run", rid="err-1"))
-    q((EV_CHUNK, "e", "client", now, encode(_run_request())))
-    q((EV_RESPONSE, "e", now, 401, [("content-type", "application/json")], "HTTP/2.0", "h2"))
-    q((EV_CHUNK, "e", "server", now, b'{"code":"unauthenticated","message":"Not logged in"}'))
-    q((EV_EOF, "e", "server", now))
-    q((EV_DONE, "e", now, None, {}))
+    q(Chunk("e", "client", now, encode(_run_request())))
+    q(Response("e", now, 401, [("content-type", "application/json")], "HTTP/2.0", "h2"))
+    q(Chunk("e", "server", now, b'{"code":"unauthenticated","message":"Not logged in"}'))
+    q(Eof("e", "server", now))
+    q(Done("e", now, None, {}))
     q(_open("x", "run", rid="abort-1"))
-    q((EV_CHUNK, "x", "client", now, encode(_run_request())))
-    q((EV_CHUNK, "x", "server", now, encode(_text("partial"))[:-2]))
-    q((EV_DONE, "x", now, "peer closed connection", {}))
+    q(Chunk("x", "client", now, encode(_run_request())))
+    q(Chunk("x", "server", now, encode(_text("partial"))[:-2]))
+    q(Done("x", now, "peer closed connection", {}))
     w.stop()
     r = open_reader(tmp_path / "cap.duckdb")
     s = {x["session_id"]: x for x in r.query("SELECT session_id, status, http_status, error FROM sessions").to_pylist()}
@@ -176,10 +176,10 @@ def test_unary_call_is_its_own_session(tmp_path: Path) -> None:
     q = w.queue.put
     now = time.time_ns() // 1000
     q(_open("u", "unary", streaming=False, rid="run-7"))
-    q((EV_BODY, "u", "client", now, b""))
-    q((EV_RESPONSE, "u", now, 200, [], "HTTP/2.0", "h2"))
-    q((EV_BODY, "u", "server", now, b"\x0a\x03foo"))
-    q((EV_DONE, "u", now, None, {}))
+    q(Body("u", "client", now, b""))
+    q(Response("u", now, 200, [], "HTTP/2.0", "h2"))
+    q(Body("u", "server", now, b"\x0a\x03foo"))
+    q(Done("u", now, None, {}))
     w.stop()
     r = open_reader(tmp_path / "cap.duckdb")
     s = r.query("SELECT transport, request_id, status, path FROM sessions").to_pylist()
@@ -214,9 +214,9 @@ def test_locked_database_spools_then_merges(tmp_path: Path) -> None:
         q = w.queue.put
         now = time.time_ns() // 1000
         q(_open("f", "run", rid="spooled-1"))
-        q((EV_CHUNK, "f", "client", now, encode(_run_request())))
-        q((EV_CHUNK, "f", "server", now + 1, encode(_text("a")) + encode(b"{}", FLAG_END_STREAM)))
-        q((EV_DONE, "f", now + 2, None, {}))
+        q(Chunk("f", "client", now, encode(_run_request())))
+        q(Chunk("f", "server", now + 1, encode(_text("a")) + encode(b"{}", FLAG_END_STREAM)))
+        q(Done("f", now + 2, None, {}))
         w.stop()
         spool = spool_candidates(db)[0]
         assert spool.exists()
@@ -240,9 +240,9 @@ def test_content_redaction_hides_prompts(tmp_path: Path) -> None:
     q = w.queue.put
     now = time.time_ns() // 1000
     q(_open("f", "run", rid="c-1"))
-    q((EV_CHUNK, "f", "client", now, encode(_run_request())))
-    q((EV_CHUNK, "f", "server", now, encode(_text("the model says secret plans"))))
-    q((EV_DONE, "f", now, None, {}))
+    q(Chunk("f", "client", now, encode(_run_request())))
+    q(Chunk("f", "server", now, encode(_text("the model says secret plans"))))
+    q(Done("f", now, None, {}))
     w.stop()
     data = (tmp_path / "cap.duckdb").read_bytes()
     assert b"please refactor" not in data
@@ -262,14 +262,14 @@ def test_commit_failure_mid_capture_goes_to_the_spool(tmp_path: Path) -> None:
     q = w.queue.put
     now = time.time_ns() // 1000
     q(_open("f", "run", rid="mid-1"))
-    q((EV_CHUNK, "f", "client", now, encode(_run_request())))
+    q(Chunk("f", "client", now, encode(_run_request())))
     wait_until(lambda: w.frames_committed >= 1, timeout=30, interval=0.01, what="the first frame to be committed")
     assert w.frames_committed == 1
-    assert w.store is not None
-    w.store.con.close()  # the database goes away under the writer (disk gone, file removed...)
-    q((EV_CHUNK, "f", "server", now + 1, encode(_text("a")) + encode(_text("b"))))
-    q((EV_CHUNK, "f", "server", now + 2, encode(b"{}", FLAG_END_STREAM)))
-    q((EV_DONE, "f", now + 3, None, {}))
+    assert w.sink.store is not None
+    w.sink.store.con.close()  # the database goes away under the writer (disk gone, file removed...)
+    q(Chunk("f", "server", now + 1, encode(_text("a")) + encode(_text("b"))))
+    q(Chunk("f", "server", now + 2, encode(b"{}", FLAG_END_STREAM)))
+    q(Done("f", now + 3, None, {}))
     w.stop()
     assert errors
     assert "failed" in errors[-1]
@@ -294,8 +294,8 @@ def test_unwritable_directory_spools_to_the_state_dir(tmp_path: Path, monkeypatc
     w.start()
     now = time.time_ns() // 1000
     w.queue.put(_open("f", "run", rid="state-1"))
-    w.queue.put((EV_CHUNK, "f", "client", now, encode(_run_request())))
-    w.queue.put((EV_DONE, "f", now, "client went away", {}))
+    w.queue.put(Chunk("f", "client", now, encode(_run_request())))
+    w.queue.put(Done("f", now, "client went away", {}))
     w.stop()
     spool = spool_candidates(db)[1]
     assert spool.is_relative_to(tmp_path / "state")
@@ -320,13 +320,13 @@ def test_token_rpc_bodies_are_stored_as_markers(tmp_path: Path) -> None:
     w = _writer(tmp_path)
     q = w.queue.put
     now = time.time_ns() // 1000
-    fo = _open("t", "unary", streaming=False, rid=None)[1]
+    fo = _open("t", "unary", streaming=False, rid=None).flow
     fo.path = "/aiserver.v1.DashboardService/RefreshGithubAccessToken"
-    q((EV_OPEN, fo))
-    q((EV_BODY, "t", "client", now, b"\x0a\x10gho_SECRETGITHUB"))
-    q((EV_RESPONSE, "t", now, 200, [], "HTTP/2.0", "h2"))
-    q((EV_BODY, "t", "server", now, b"\x0a\x11ghu_NEWSECRETTOK"))
-    q((EV_DONE, "t", now, None, {}))
+    q(Open(fo))
+    q(Body("t", "client", now, b"\x0a\x10gho_SECRETGITHUB"))
+    q(Response("t", now, 200, [], "HTTP/2.0", "h2"))
+    q(Body("t", "server", now, b"\x0a\x11ghu_NEWSECRETTOK"))
+    q(Done("t", now, None, {}))
     w.stop()
     data = (tmp_path / "cap.duckdb").read_bytes()
     assert b"SECRETGITHUB" not in data

@@ -231,7 +231,8 @@ class H2AgentClient:
 
     def _turn(self, prompt: str, res: TurnResult) -> None:
         sock = self._connect()
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        # headers stay bytes: a server may send values that are not UTF-8
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
         conn.initiate_connection()
         sid = conn.get_next_available_stream_id()
         conn.send_headers(sid, [
@@ -284,7 +285,7 @@ class H2AgentClient:
                 raise ConnectionError("server closed the connection")
             for ev in conn.receive_data(data):
                 if isinstance(ev, h2.events.ResponseReceived):
-                    res.status = int(dict(ev.headers).get(":status", "0"))
+                    res.status = int(dict(ev.headers).get(b":status", b"0"))
                 elif isinstance(ev, h2.events.DataReceived):
                     conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
                     for flags, payload in frames.feed(ev.data):

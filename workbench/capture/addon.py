@@ -37,15 +37,16 @@ from mitmproxy import ctx, exceptions, http
 from workbench.capture import contentview, stream_end
 from workbench.capture.sink import HOLD_FRAMES
 from workbench.capture.writer import (
-    EV_BODY,
-    EV_CHUNK,
-    EV_DONE,
-    EV_EOF,
-    EV_LATE,
-    EV_OPEN,
-    EV_RESPONSE,
+    Body,
     CaptureWriter,
+    Chunk,
+    Done,
+    Eof,
+    Event,
     FlowOpen,
+    Late,
+    Open,
+    Response,
     WriterConfig,
 )
 from workbench.decode.classify import Decoder
@@ -68,14 +69,14 @@ def _alpn(conn: Any) -> str | None:
     return value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _stream_callable(put: Callable[[tuple[Any, ...]], None], key: str, direction: str) -> Callable[[bytes], bytes]:
+def _stream_callable(put: Callable[[Event], None], key: str, direction: str) -> Callable[[bytes], bytes]:
     now = time.time_ns
 
     def stream(chunk: bytes) -> bytes:
         if chunk:
-            put((EV_CHUNK, key, direction, now() // 1000, chunk))
+            put(Chunk(key, direction, now() // 1000, chunk))
         else:
-            put((EV_EOF, key, direction, now() // 1000))
+            put(Eof(key, direction, now() // 1000))
         return chunk
 
     return stream
@@ -236,7 +237,7 @@ class CursorCapture:
             response_type=route.response_type, meta=meta, content_type=headers.get("content-type"),
         )
         put = writer.queue.put
-        put((EV_OPEN, fo))
+        put(Open(fo))
         if route.streaming:
             req.stream = contentview.keep_for_view(flow, "client", _stream_callable(put, key, "client"),
                                                    ctx.options.cursor_view_bytes)
@@ -252,10 +253,10 @@ class CursorCapture:
                 # A bidi Run whose response finished first: its request side is done now too.
                 self._answered.discard(flow.id)
                 self._routes.pop(flow.id, None)
-                self.writer.queue.put((EV_DONE, flow.id, time.time_ns() // 1000, None, {}))
+                self.writer.queue.put(Done(flow.id, time.time_ns() // 1000, None, {}))
             return
         body = flow.request.get_content(strict=False) or b""
-        self.writer.queue.put((EV_BODY, flow.id, "client", time.time_ns() // 1000, body))
+        self.writer.queue.put(Body(flow.id, "client", time.time_ns() // 1000, body))
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         route = self._routes.get(flow.id)
@@ -263,7 +264,7 @@ class CursorCapture:
             return
         resp = flow.response
         put = self.writer.queue.put
-        put((EV_RESPONSE, flow.id, time.time_ns() // 1000, resp.status_code,
+        put(Response(flow.id, time.time_ns() // 1000, resp.status_code,
              redact_headers(resp.headers.items(multi=True)), resp.http_version, _alpn(flow.server_conn)))
         if route.streaming:
             resp.stream = contentview.keep_for_view(flow, "server", _stream_callable(put, flow.id, "server"),
@@ -276,15 +277,15 @@ class CursorCapture:
         now = time.time_ns() // 1000
         put = self.writer.queue.put
         if not route.streaming:
-            put((EV_BODY, flow.id, "server", now, flow.response.get_content(strict=False) or b""))
+            put(Body(flow.id, "server", now, flow.response.get_content(strict=False) or b""))
         if route.streaming and flow.request.timestamp_end is None:
             self._answered.add(flow.id)  # the client may still be writing (bidi Run)
         else:
             self._routes.pop(flow.id, None)
             if route.streaming:  # idempotent; covers a request that ended with its headers
-                put((EV_EOF, flow.id, "client", now))
+                put(Eof(flow.id, "client", now))
         trailers = dict(flow.response.trailers.items()) if flow.response.trailers else {}
-        put((EV_DONE, flow.id, now, None, trailers))
+        put(Done(flow.id, now, None, trailers))
 
     def error(self, flow: http.HTTPFlow) -> None:
         contentview.publish_kept(flow)
@@ -297,7 +298,7 @@ class CursorCapture:
             msg = describe_reset(reset)
         else:
             msg = flow.error.msg if flow.error else "flow failed"
-        self.writer.queue.put((EV_DONE, flow.id, time.time_ns() // 1000, msg, {}, reset))
+        self.writer.queue.put(Done(flow.id, time.time_ns() // 1000, msg, {}, reset))
 
     def _late_failure(self, flow: http.HTTPFlow, reset: dict[str, Any]) -> None:
         """A side failed after the response ended (mitmproxy calls no hook for that)."""
@@ -306,7 +307,7 @@ class CursorCapture:
         self._answered.discard(flow.id)
         if route is None or self.writer is None:
             return
-        self.writer.queue.put((EV_LATE, flow.id, time.time_ns() // 1000, reset))
+        self.writer.queue.put(Late(flow.id, time.time_ns() // 1000, reset))
 
 
 def _exit_with(code: int) -> None:

@@ -1,30 +1,20 @@
 """The proxy-to-writer vocabulary: event tags, what a flow is at request headers, and the
 writer's per-flow state.
 
-``addon.py`` (proxy side) builds ``FlowOpen`` records and tagged event tuples; ``writer.py``
+``addon.py`` (proxy side) builds ``FlowOpen`` records and typed events (``Open``, ``Chunk``, …); ``writer.py``
 (writer thread) consumes them and keeps one ``Flow`` per HTTP exchange. Split out of
 ``writer.py`` so both sides share these definitions without the writer's machinery; they are
 re-exported from ``workbench.capture.writer``. Plain slotted dataclasses and int constants: no
-per-frame indirection is added on the capture hot path.
+per-frame indirection is added on the capture hot path (a NamedTuple costs what a tuple does).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from workbench.decode.classify import Frame, StreamDecoder
 from workbench.protocol.status import ExchangeEnd, framing_of
-
-# Event tags (tuples keep the proxy-side cost to one allocation per chunk).
-EV_OPEN = 0       # (EV_OPEN, FlowOpen)
-EV_CHUNK = 1      # (EV_CHUNK, key, direction, ts_us, bytes)
-EV_EOF = 2        # (EV_EOF, key, direction, ts_us)
-EV_RESPONSE = 3   # (EV_RESPONSE, key, ts_us, status, headers, http_version, alpn)
-EV_BODY = 4       # (EV_BODY, key, direction, ts_us, bytes)  whole body of a buffered message
-EV_DONE = 5       # (EV_DONE, key, ts_us, error or None, trailers dict[, reset dict or None])
-EV_STOP = 6       # (EV_STOP,)
-EV_LATE = 7       # (EV_LATE, key, ts_us, reset dict)  a side failed after the response ended
 
 
 @dataclass(slots=True)
@@ -44,6 +34,77 @@ class FlowOpen:
     response_type: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     content_type: str | None = None
+
+
+# Events, proxy thread → writer thread: one NamedTuple per kind (one allocation per chunk, as a
+# plain tuple), dispatched on its type by ``CaptureWriter``.
+
+class Open(NamedTuple):
+    """Request headers of a flow the matcher routed."""
+
+    flow: FlowOpen
+
+
+class Chunk(NamedTuple):
+    """Bytes of a streamed body."""
+
+    key: str
+    direction: str
+    ts_us: int
+    data: bytes
+
+
+class Eof(NamedTuple):
+    """The end of one direction's streamed body."""
+
+    key: str
+    direction: str
+    ts_us: int
+
+
+class Response(NamedTuple):
+    """Response headers (already redacted)."""
+
+    key: str
+    ts_us: int
+    status: int
+    headers: list[tuple[str, str]]
+    http_version: str
+    alpn: str | None
+
+
+class Body(NamedTuple):
+    """The whole buffered body of a unary call, a BidiAppend or a unary response."""
+
+    key: str
+    direction: str
+    ts_us: int
+    body: bytes
+
+
+class Done(NamedTuple):
+    """The response finished (``error`` None) or the flow failed; ``reset``: how a side failed."""
+
+    key: str
+    ts_us: int
+    error: str | None
+    trailers: dict[str, str]
+    reset: dict[str, Any] | None = None
+
+
+class Late(NamedTuple):
+    """A side failed (reset, connection lost) after the response had ended."""
+
+    key: str
+    ts_us: int
+    reset: dict[str, Any]
+
+
+class Stop(NamedTuple):
+    """The capture stops: finish every flow and flush."""
+
+
+Event = Open | Chunk | Eof | Response | Body | Done | Late | Stop
 
 
 @dataclass(slots=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 from workbench.capture.spool import FrameRecord, Spool, SpoolError, merge_spools
 from workbench.decode.classify import Frame
-from workbench.store.db import SESSION_FIELDS, FrameBatch, SessionInfo, Store, StoreError, us_to_datetime
+from workbench.store.db import SessionInfo, Store, StoreError, us_to_datetime
 from workbench.store.reader import LiveService
 from workbench.store.recorder import Recorder
 
@@ -56,7 +55,7 @@ def _remove_empty(path: str) -> None:
 
 
 def _record_size(rec: FrameRecord) -> int:
-    f = rec[5]
+    f = rec.frame
     return len(f.payload) + len(f.raw or b"") + len(f.summary) + 200
 
 
@@ -77,7 +76,8 @@ class Sink:
         self._pending: list[FrameRecord] = []
         self._held_bytes = 0
         self._dirty: set[str] = set()
-        self._meta_updates: list[tuple[str, str, int]] = []  # (meta JSON, session, seq) of flushed frames
+        # told the ids of sessions committed with a final status (``Recorder.on_final``)
+        self.on_final: Callable[[list[str]], None] | None = None
         self.frames_total = 0
         self.frames_committed = 0
         self.lost = 0
@@ -98,16 +98,22 @@ class Sink:
             return
         try:
             merge_spools(self.store, path)
+        except Exception as exc:  # a broken spool must not stop the capture; it stays for the next start
+            self._loud(f"could not merge the spool into {path} (left in place for the next start): {exc}")
+        try:
             # A previous capture killed mid-stream left sessions marked open; nobody else can be
             # writing them now that we hold the file.
-            self.store.con.execute(
-                "UPDATE sessions SET status = 'incomplete', "
-                "error = coalesce(error, 'capture ended before the stream finished') "
-                "WHERE status = 'open' AND source = 'capture'")
-        except Exception as exc:  # a broken spool must not stop the capture
-            self._loud(f"could not merge the spool into {path}: {exc}")
+            self.store.close_open_sessions("capture", "capture ended before the stream finished")
+        except Exception as exc:
+            self._loud(f"could not settle the sessions a previous capture left open in {path}: {exc}")
         self.recorder = Recorder(self.store)
-        self._warm_up()
+        self.recorder.on_final = self.on_final
+        try:
+            # Pay the first insert's one-time cost (~0.3 s) before traffic: otherwise the first
+            # commit lags by that much, and a crash right then loses older frames.
+            self.store.warm_up()
+        except Exception as exc:  # only an optimisation
+            log.debug("warm-up failed: %s", exc)
         if self.config.live:
             try:
                 self.live = LiveService(self.store.con, path)
@@ -115,32 +121,6 @@ class Sink:
             except OSError as exc:
                 self._loud(f"live read service not started ({exc}); readers must wait for the capture to end")
                 self.live = None
-
-    def _warm_up(self) -> None:
-        """Pay the first insert's one-time cost (~0.3 s of lazy Arrow/DuckDB set-up) before traffic.
-
-        Otherwise the first commit of a capture lags by that much, and a crash right then loses
-        frames that were older than one flush interval.
-        """
-        assert self.store is not None
-        con = self.store.con
-        try:
-            batch = FrameBatch()
-            batch.add("warm-up", 0, time.time_ns() // 1000, "server", "run", None, Frame("empty", "", b""))
-            con.register("_wb_warm", batch.to_arrow())
-            try:
-                con.execute("INSERT INTO frames SELECT * FROM _wb_warm WHERE false")
-            finally:
-                con.unregister("_wb_warm")
-            cols = ", ".join(SESSION_FIELDS)
-            con.execute("BEGIN")
-            try:
-                con.execute(f"INSERT OR REPLACE INTO sessions ({cols}) VALUES ({', '.join('?' for _ in SESSION_FIELDS)})",
-                            SessionInfo("warm-up").row())
-            finally:
-                con.execute("ROLLBACK")
-        except Exception as exc:  # only an optimisation
-            log.debug("warm-up failed: %s", exc)
 
     def close(self) -> None:
         """Final flush done by the caller; whatever is still held now is lost."""
@@ -172,7 +152,6 @@ class Sink:
                  if self.spool.path is not None else
                  f"and no spool location opens ({'; '.join(self.spool.errors)}): frames are held in memory")
         self._loud(f"{msg}; {where}")
-        self._meta_updates.clear()  # for frames the database has; it is gone for this run
         if self.recorder is not None:
             self.sessions.update(self.recorder.sessions)
             self._spool_seq.update({s: i.frame_count for s, i in self.recorder.sessions.items()})
@@ -215,39 +194,30 @@ class Sink:
     def emit(self, sid: str, ts_us: int, direction: str, transport: str, stream: str | None,
              f: Frame) -> int | None:
         """Record one frame; its ``seq`` when it went to the database (None in spool mode)."""
-        seq: int | None = None
         if self.recorder is not None:
             seq = self.recorder.add(sid, ts_us, direction, transport, stream, f)
         else:
             info = self.sessions.get(sid) or self.open_session(SessionInfo(sid))
-            n = self._spool_seq.get(sid, 0)
-            self._spool_seq[sid] = n + 1
-            info.frame_count = n + 1
+            seq = self._spool_seq.get(sid, 0)
+            self._spool_seq[sid] = seq + 1
+            info.frame_count = seq + 1
             when = us_to_datetime(ts_us)
             info.started_at = min(info.started_at or when, when)
             info.ended_at = max(info.ended_at or when, when)
             self._dirty.add(sid)
-        self._pending.append((sid, ts_us, direction, transport, stream, f))
+        self._pending.append(FrameRecord(sid, seq, ts_us, direction, transport, stream, f))
         self.frames_total += 1
         return seq
 
     def patch_meta(self, sid: str, seq: int | None, f: Frame, meta: dict[str, Any]) -> None:
         """Complete the ``meta`` of a frame already handed over (a BidiAppend whose answer came).
 
-        Still in the batch: replaced there. Already committed: updated at the next flush. In
-        spool mode the pending record holds ``f`` itself, whose meta the caller has set; a frame
-        already written to the spool keeps the meta it was written with.
+        Database mode: the recorder replaces it (in its batch, or with its next commit). In spool
+        mode the pending record holds ``f`` itself, whose meta the caller has set; a frame already
+        written to the spool keeps the meta it was written with.
         """
-        text = json.dumps(meta)
-        rec = self.recorder
-        if rec is None or seq is None:
-            return
-        batch = rec.batch
-        for i in range(len(batch.seq) - 1, -1, -1):
-            if batch.seq[i] == seq and batch.session_id[i] == sid:
-                batch.meta[i] = text
-                return
-        self._meta_updates.append((text, sid, seq))
+        if self.recorder is not None and seq is not None:
+            self.recorder.patch_meta(sid, seq, meta)
 
     # flushing ----------------------------------------------------------------------------------
 
@@ -255,13 +225,9 @@ class Sink:
         records = self._pending
         if self.recorder is not None:
             try:
-                self.recorder.flush()
+                self.recorder.flush()  # frames and their sessions: one transaction
                 self.frames_committed += len(records)
                 records.clear()
-                if self._meta_updates and self.store is not None:
-                    updates, self._meta_updates = self._meta_updates, []
-                    self.store.con.executemany("UPDATE frames SET meta = ? WHERE session_id = ? AND seq = ?",
-                                               updates)
             except Exception as exc:
                 self.fail(f"writing {len(records)} frames to {self.config.db_path} failed: {exc}")
         if self.recorder is None:

@@ -11,8 +11,8 @@ batch (``ftruncate``), so a full disk never leaves half a batch behind.
 Records are what the writer would have given the recorder: ``session`` (a SessionInfo row, latest
 wins) and ``frame`` (session, time, direction, transport, stream and the classified, already
 redacted frame). The next capture that can open the database replays every location's file, in
-that order, through a Recorder (so seq numbers continue the sessions already stored) and deletes
-them. A torn last line (a crash mid-write) is skipped with a warning.
+that order, through a Recorder in one transaction, keeping each frame's ``seq`` (``merge_spools``: idempotent),
+and then deletes them. A torn last line (a crash mid-write) is skipped with a warning.
 """
 
 from __future__ import annotations
@@ -27,15 +27,26 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, fields
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from workbench.decode.classify import Frame
 from workbench.store.db import SessionInfo, Store
+from workbench.store.gate import wire_text
 from workbench.store.recorder import Recorder
 
 _FRAME_FIELDS = [f.name for f in fields(Frame)]
 _BYTES_FIELDS = {"payload", "raw"}
-FrameRecord = tuple[str, int, str, str, "str | None", Frame]
+class FrameRecord(NamedTuple):
+    """One frame as the writer hands it over: its session, its ``seq`` there (numbered by the
+    writer, so a merge keeps it), time, direction, transport, stream and the classified frame."""
+
+    session_id: str
+    seq: int | None
+    ts_us: int
+    direction: str
+    transport: str
+    stream: str | None
+    frame: Frame
 
 
 def spool_candidates(db_path: str | Path) -> list[Path]:
@@ -61,13 +72,13 @@ def _session_from(d: dict[str, Any]) -> SessionInfo:
 
 
 def _frame_json(rec: FrameRecord) -> dict[str, Any]:
-    session_id, ts_us, direction, transport, stream, f = rec
+    f = rec.frame
     fd: dict[str, Any] = {}
     for name in _FRAME_FIELDS:
         v = getattr(f, name)
         fd[name] = v.hex() if name in _BYTES_FIELDS and v is not None else v
-    return {"t": "frame", "session_id": session_id, "ts_us": ts_us, "direction": direction,
-            "transport": transport, "stream": stream, "frame": fd}
+    return {"t": "frame", "session_id": rec.session_id, "seq": rec.seq, "ts_us": rec.ts_us,
+            "direction": rec.direction, "transport": rec.transport, "stream": rec.stream, "frame": fd}
 
 
 def _frame_from(d: dict[str, Any]) -> FrameRecord:
@@ -75,7 +86,9 @@ def _frame_from(d: dict[str, Any]) -> FrameRecord:
     for name in _BYTES_FIELDS:
         if fd.get(name) is not None:
             fd[name] = bytes.fromhex(fd[name])
-    return d["session_id"], int(d["ts_us"]), d["direction"], d["transport"], d.get("stream"), Frame(**fd)
+    seq = d.get("seq")  # spools of an earlier workbench carry none: numbered after the stored frames
+    return FrameRecord(d["session_id"], int(seq) if seq is not None else None, int(d["ts_us"]), d["direction"],
+                       d["transport"], d.get("stream"), Frame(**fd))
 
 
 class SpoolError(OSError):
@@ -190,31 +203,84 @@ def read_spool(path: Path) -> tuple[list[SessionInfo], list[FrameRecord], int]:
 
 
 def merge_spools(store: Store, db_path: str | Path) -> int:
-    """Replay every spool of ``db_path`` into ``store`` and delete it; returns frames merged."""
-    total = 0
-    for path in spool_candidates(db_path):
-        if not path.exists():
-            continue
-        sessions, frames, bad = read_spool(path)
+    """Replay every spool of ``db_path`` into ``store``, then delete them; returns frames merged.
+
+    Every location's records go in ONE transaction, keeping each frame's ``seq``. A frame already
+    stored at its (session, seq) with the same time, direction and kind is skipped, so a merge
+    interrupted after its commit (before the files were deleted), or a batch that reached the
+    database before the spool took it, is merged once. A different frame at that place (the spool
+    was written without the database) goes after the session's last frame. When the transaction
+    fails nothing is stored and the files stay for the next start (the exception says why).
+    """
+    paths = [p for p in spool_candidates(db_path) if p.exists()]
+    if not paths:
+        return 0
+    sessions: dict[str, SessionInfo] = {}
+    frames: list[FrameRecord] = []
+    bad = 0
+    for path in paths:
+        got, recs, torn = read_spool(path)
+        sessions.update({i.session_id: i for i in got})
+        frames += recs
+        bad += torn
+    with store.transaction():
+        present = _stored_frames(store, sorted({r.session_id for r in frames} | set(sessions)))
         rec = Recorder(store)
-        for info in sessions:
+        for info in sessions.values():
             known = store.session(info.session_id)
-            if known is not None:
-                # Frames already stored stay; the spool's later metadata wins.
-                info.frame_count = known.frame_count
+            if known is not None:  # frames already stored stay; the spool's later metadata wins
                 info.started_at = min(filter(None, [known.started_at, info.started_at]), default=None)
-            else:
-                info.frame_count = 0  # counted again from the frames that follow
             rec.open_session(info)
             rec.sessions[info.session_id] = info
             rec.touch(info.session_id)
-        for session_id, ts_us, direction, transport, stream, f in frames:
-            rec.add(session_id, ts_us, direction, transport, stream, f)
+        top = {sid: max(seqs, default=-1) for sid, seqs in _by_session(present).items()}
+        # A session whose spooled numbering clashes with what is stored (the spool was written
+        # without the database) has its new frames numbered after the stored ones, in spool order.
+        renumber = {r.session_id for r in frames
+                    if r.seq is None or present.get((r.session_id, r.seq), _same(r)) != _same(r)}
+        merged = 0
+        for r in frames:
+            if r.seq is not None and present.get((r.session_id, r.seq)) == _same(r):
+                continue  # stored already
+            seq = r.seq
+            if r.session_id in renumber:
+                seq = top[r.session_id] = top.get(r.session_id, -1) + 1
+            rec.add(r.session_id, r.ts_us, r.direction, r.transport, r.stream, r.frame, seq=seq)
+            merged += 1
         rec.flush()
-        total += len(frames)
-        path.unlink()
-        msg = f"workbench capture: merged {len(frames)} spooled frames from {path} into {store.path}"
-        if bad:
-            msg += f" ({bad} torn line(s) skipped)"
-        print(msg, file=sys.stderr)
-    return total
+        store.recount_frames(list({r.session_id for r in frames} | set(sessions)))
+    for path in paths:
+        try:
+            path.unlink()
+        except OSError as exc:  # merged: merging it again on the next start adds nothing
+            print(f"workbench capture: merged {path} but could not delete it ({exc.strerror or exc}); "
+                  "the next start deletes it", file=sys.stderr)
+    msg = (f"workbench capture: merged {merged} spooled frames ({len(frames) - merged} already stored) "
+           f"from {', '.join(map(str, paths))} into {store.path}")
+    if bad:
+        msg += f" ({bad} torn line(s) skipped)"
+    print(msg, file=sys.stderr)
+    return merged
+
+
+def _stored_frames(store: Store, session_ids: list[str]) -> dict[tuple[str, int], tuple[int, str, str]]:
+    """(session, seq) → (ts µs, direction, kind) of the frames stored for these sessions."""
+    if not session_ids:
+        return {}
+    escaped = {wire_text(s): s for s in session_ids}
+    t = store.query("SELECT session_id, seq, epoch_us(ts) AS ts_us, direction, kind FROM frames "
+                    "WHERE session_id IN (SELECT unnest(?))", [list(escaped)])
+    return {(escaped.get(r["session_id"], r["session_id"]), r["seq"]): (r["ts_us"], r["direction"], r["kind"])
+            for r in t.to_pylist()}
+
+
+def _same(r: FrameRecord) -> tuple[int, str, str]:
+    """What identifies a spooled frame among the stored ones at its (session, seq)."""
+    return r.ts_us, r.direction, r.frame.kind
+
+
+def _by_session(present: dict[tuple[str, int], Any]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for sid, seq in present:
+        out.setdefault(sid, []).append(seq)
+    return out

@@ -4,8 +4,11 @@ The proxy side (``addon.py``) only stamps and enqueues; everything else happens 
 proxy's event loop: envelope reassembly, classification, session bookkeeping, BidiAppend joining
 and reordering (``appends.py``), redaction, and batched commits through ``sink.py`` (at most one
 commit per flush interval, each a committed transaction, so live readers see whole batches and
-``seq > last`` polling never duplicates or skips a frame). The event tags, ``FlowOpen`` and the
-per-flow state ``Flow`` live in ``flows.py`` (re-exported here).
+``seq > last`` polling never duplicates or skips a frame). The events, ``FlowOpen`` and the
+per-flow state ``Flow`` live in ``flows.py`` (re-exported here): one NamedTuple per event
+(``Open``, ``Chunk``, ``Eof``, ``Response``, ``Body``, ``Done``, ``Late``, ``Stop``), dispatched on
+its type. Every frame and session row then goes through the store's write gate (``Recorder`` →
+``workbench.store.gate``), which enforces redaction, UTF-8 text and one transaction per batch.
 
 When the database cannot be opened or a commit fails, the sink says so loudly and switches to the
 spool, then to a second spool location, then to memory up to a bound; frames beyond that are
@@ -30,16 +33,17 @@ from typing import Any
 
 from workbench.capture.appends import AppendOrder, Held
 from workbench.capture.flows import (
-    EV_BODY,
-    EV_CHUNK,
-    EV_DONE,
-    EV_EOF,
-    EV_LATE,
-    EV_OPEN,
-    EV_RESPONSE,
-    EV_STOP,
+    Body,
+    Chunk,
+    Done,
+    Eof,
+    Event,
     Flow,
     FlowOpen,
+    Late,
+    Open,
+    Response,
+    Stop,
 )
 from workbench.capture.sink import HOLD_BYTES, HOLD_FRAMES, Sink, SinkConfig
 from workbench.decode.classify import (
@@ -60,14 +64,13 @@ from workbench.protocol.status import (
 )
 from workbench.redact import marker, redact_frame, secret_method
 from workbench.schema.active import schema_stamp
-from workbench.store.db import SessionInfo, Store, us_to_datetime
-from workbench.store.recorder import Recorder
+from workbench.store.db import SessionInfo, us_to_datetime
 
 log = logging.getLogger("workbench.capture")
 
 # re-exported: the addon, tests and benchmarks import the event vocabulary from here
-__all__ = ["EV_BODY", "EV_CHUNK", "EV_DONE", "EV_EOF", "EV_LATE", "EV_OPEN", "EV_RESPONSE", "EV_STOP",
-           "CaptureWriter", "FlowOpen", "WriterConfig"]
+__all__ = ["Body", "CaptureWriter", "Chunk", "Done", "Eof", "Event", "FlowOpen", "Late", "Open", "Response",
+           "Stop", "WriterConfig"]
 
 
 @dataclass
@@ -85,14 +88,18 @@ class CaptureWriter:
     """Turns one capture process's proxy events into sessions and frames (through a ``Sink``)."""
 
     def __init__(self, config: WriterConfig, decoder: Decoder | None = None,
-                 on_error: Callable[[str], None] | None = None) -> None:
+                 on_error: Callable[[str], None] | None = None,
+                 on_final: Callable[[list[str]], None] | None = None) -> None:
+        """``on_final``: called on the writer thread with the ids of sessions just committed with
+        a final status (``Recorder.on_final``), e.g. to derive their findings."""
         self.config = config
         self.decoder = decoder or default_decoder()
-        self.queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self.queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._on_error = on_error
         self.sink = Sink(SinkConfig(config.db_path, live=config.live, stats_path=config.stats_path,
                                     hold_frames=config.hold_frames, hold_bytes=config.hold_bytes),
                          self._loud, self._note)
+        self.sink.on_final = on_final
         self.flows: dict[str, Flow] = {}
         self.appends = AppendOrder(self._emit)
         self._live_run_ids: dict[str, str] = {}
@@ -102,15 +109,7 @@ class CaptureWriter:
         self._stopped = threading.Event()
         self._wake = threading.Event()
 
-    # the sink's state, under the names callers know ----------------------------------------------
-
-    @property
-    def store(self) -> Store | None:
-        return self.sink.store
-
-    @property
-    def recorder(self) -> Recorder | None:
-        return self.sink.recorder
+    # counters callers read (the database and the recorder stay the sink's) ------------------------
 
     @property
     def frames_total(self) -> int:
@@ -139,7 +138,7 @@ class CaptureWriter:
 
     def stop(self, timeout: float | None = None) -> None:
         if self._thread.is_alive():
-            self.queue.put((EV_STOP,))
+            self.queue.put(Stop())
             self._wake.set()
             self._thread.join(timeout)
         self.sink.close()
@@ -184,7 +183,7 @@ class CaptureWriter:
                     ev = get()
                 except queue.Empty:
                     break
-                if ev[0] == EV_STOP:
+                if type(ev) is Stop:
                     stop = True
                     continue
                 try:
@@ -202,22 +201,22 @@ class CaptureWriter:
 
     # events ------------------------------------------------------------------------------------
 
-    def _handle(self, ev: tuple[Any, ...]) -> None:
-        tag = ev[0]
-        if tag == EV_CHUNK:
-            self._chunk(ev[1], ev[2], ev[3], ev[4])
-        elif tag == EV_OPEN:
-            self._open_flow(ev[1])
-        elif tag == EV_EOF:
-            self._eof(ev[1], ev[2], ev[3])
-        elif tag == EV_RESPONSE:
-            self._response(*ev[1:])
-        elif tag == EV_BODY:
-            self._body(ev[1], ev[2], ev[3], ev[4])
-        elif tag == EV_DONE:
-            self._done(ev[1], ev[2], ev[3], ev[4], ev[5] if len(ev) > 5 else None)
-        elif tag == EV_LATE:
-            self._late(ev[1], ev[2], ev[3])
+    def _handle(self, ev: Event) -> None:
+        t = type(ev)
+        if t is Chunk:
+            self._chunk(*ev)
+        elif t is Open:
+            self._open_flow(ev.flow)  # type: ignore[union-attr]
+        elif t is Eof:
+            self._eof(*ev)
+        elif t is Response:
+            self._response(*ev)
+        elif t is Body:
+            self._body(*ev)
+        elif t is Done:
+            self._done(*ev)
+        elif t is Late:
+            self._late(*ev)
 
     def _open_flow(self, fo: FlowOpen) -> None:
         fl = Flow(fo, secret=fo.transport == "unary" and secret_method(fo.path))

@@ -25,6 +25,7 @@ import duckdb
 
 from workbench.errors import WorkbenchError
 from workbench.store.db import Store
+from workbench.store.recorder import gate_stored
 from workbench.store.schema import SCHEMA_VERSION
 
 TABLES = ("sessions", "frames", "blobs", "tool_calls", "findings")
@@ -265,6 +266,8 @@ def import_parquet(src_dir: str | Path, store: Store) -> ParquetResult:
                     "INSERT INTO sessions (session_id, source, transport, started_at, ended_at, frame_count, "
                     "status) SELECT session_id, 'parquet', any_value(transport), min(ts), max(ts), count(*), "
                     "'complete' FROM frames WHERE session_id IN (SELECT unnest(?)) GROUP BY session_id", [replace])
+            # copied by SQL for speed: the write gate passes over what may hold a credential
+            gate_stored(store, replace)
             con.execute("COMMIT")
         except duckdb.Error as exc:
             with contextlib.suppress(duckdb.Error):

@@ -28,7 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from workbench.decode.classify import Frame
-from workbench.store.db import FrameBatch, SessionInfo, Store, us_to_datetime
+from workbench.store.db import SessionInfo, Store
+from workbench.store.recorder import Recorder
 
 BATCH_FRAMES = 20_000
 BATCH_SESSIONS = 500
@@ -158,23 +159,22 @@ def _decide(plan: SessionPlan, present: dict[str, str], stored: dict[str, _Store
                             f"(e.g. {extra[0]}) and the file holds new ones; left as stored")
 
 
-def _add_plan(batch: FrameBatch, plan: SessionPlan) -> None:
+def _add_plan(rec: Recorder, plan: SessionPlan) -> None:
     info = plan.info
     sid = info.session_id
-    lo = hi = None
+    if plan.frames:  # the session's time span is its frames'
+        info.started_at = info.ended_at = None
+    rec.put_session(info)
     for seq, pf in enumerate(plan.frames):
-        batch.add(sid, seq, pf.ts_us, pf.direction, pf.transport, pf.stream, pf.frame, pf.decoded, pf.source_key)
-        lo = pf.ts_us if lo is None or pf.ts_us < lo else lo
-        hi = pf.ts_us if hi is None or pf.ts_us > hi else hi
+        rec.add(sid, pf.ts_us, pf.direction, pf.transport, pf.stream, pf.frame, pf.decoded, pf.source_key, seq=seq)
     info.frame_count = len(plan.frames)
-    if lo is not None and hi is not None:
-        info.started_at, info.ended_at = us_to_datetime(lo), us_to_datetime(hi)
 
 
 def write_plans(store: Store, plans: Sequence[SessionPlan], *, warn: Callable[[str], None],
                 progress: Callable[[int, int], None] = lambda _done, _skipped: None,
                 batch_frames: int | None = None, batch_sessions: int | None = None) -> WriteOutcome:
-    """Write what is new of ``plans``; whole sessions per transaction."""
+    """Write what is new of ``plans`` through the store's write gate (``Recorder``); whole
+    sessions per transaction."""
     batch_frames = batch_frames or BATCH_FRAMES
     batch_sessions = batch_sessions or BATCH_SESSIONS
     out = WriteOutcome()
@@ -183,19 +183,19 @@ def write_plans(store: Store, plans: Sequence[SessionPlan], *, warn: Callable[[s
     involved = {p.info.session_id for p in plans} | set(present.values())
     stored = _stored_sessions(store, sorted(involved))
 
-    batch = FrameBatch()
-    infos: list[SessionInfo] = []
+    rec = Recorder(store)
+    sessions_in_batch = 0
     deletes: list[str] = []
 
     def commit() -> None:
-        if not infos and not deletes:
+        nonlocal sessions_in_batch
+        if not sessions_in_batch and not deletes:
             return
-        with store.transaction():
+        with store.transaction():  # deletions, frames and session rows together
             store.delete_sessions(deletes)
-            store.insert_frames(batch)
-            store.upsert_sessions(infos)
-        batch.clear()
-        infos.clear()
+            rec.flush()
+        rec.sessions.clear()
+        sessions_in_batch = 0
         deletes.clear()
 
     for done, plan in enumerate(plans, 1):
@@ -220,8 +220,8 @@ def write_plans(store: Store, plans: Sequence[SessionPlan], *, warn: Callable[[s
             if any(s != sid for s in delete_first):
                 plan.info.meta["absorbed_sessions"] = [s for s in delete_first if s != sid]
             deletes.extend(delete_first)
-            _add_plan(batch, plan)
-            infos.append(plan.info)
+            _add_plan(rec, plan)
+            sessions_in_batch += 1
             out.frames += len(plan.frames)
             # what this import wrote now counts as stored for the plans after it
             stored[sid] = _Stored(set(plan.units), 0, plan.info.label, plan.absorbable)
@@ -230,7 +230,7 @@ def write_plans(store: Store, plans: Sequence[SessionPlan], *, warn: Callable[[s
             for s in delete_first:
                 if s != sid:
                     stored.pop(s, None)
-        if len(batch) >= batch_frames or len(infos) >= batch_sessions:
+        if len(rec.batch) >= batch_frames or sessions_in_batch >= batch_sessions:
             commit()
         progress(done, len(out.skipped))
     commit()

@@ -13,9 +13,13 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from workbench.decode.classify import Frame
+from workbench.decode.frame import CARRIED
 from workbench.errors import WorkbenchError
+from workbench.store.files import private_files
+from workbench.store.gate import gate_frame, gate_meta, text_value, wire_text
 from workbench.store.schema import SCHEMA_VERSION, SchemaVersionError, current_version, migrate
 
 DEFAULT_DB = "captures/workbench.duckdb"
@@ -100,7 +104,12 @@ class FrameBatch:
 
     def add(self, session_id: str, seq: int, ts_us: int, direction: str, transport: str,
             stream: str | None, f: Frame, decoded: str | None = None, source_key: str | None = None) -> None:
-        """``source_key``: identity of the recorded unit the frame came from (imports; unique)."""
+        """``source_key``: identity of the recorded unit the frame came from (imports; unique).
+
+        Every frame passes the write gate here (``workbench.store.gate``: credentials redacted,
+        also inside compressed payloads), whichever source adds it.
+        """
+        f = gate_frame(f, carried=CARRIED.get((transport, direction)))
         self.session_id.append(session_id)
         self.seq.append(seq)
         self.ts.append(ts_us)
@@ -120,16 +129,57 @@ class FrameBatch:
         self.request_id.append(f.request_id)
         self.decoded.append(decoded)
         self.error.append(f.error)
-        self.meta.append(json.dumps(f.meta) if f.meta else None)
+        self.meta.append(_json_text(f.meta) if f.meta else None)
         self.source_key.append(source_key)
 
     def to_arrow(self) -> pa.Table:
-        arrays = [pa.array(col, type=typ) for col, (_, typ) in zip(self._cols, FRAME_COLUMNS, strict=True)]
+        arrays = [_arrow_column(col, typ, name) for col, (name, typ) in zip(self._cols, FRAME_COLUMNS, strict=True)]
         return pa.Table.from_arrays(arrays, schema=FRAME_SCHEMA)
 
     def clear(self) -> None:
         for col in self._cols:
             col.clear()
+
+
+def _json_text(value: Any) -> str:
+    """JSON of a frame's or session's meta, its strings stored by the gate's wire-text rule."""
+    text = json.dumps(value)
+    if "\\" in text:  # a backslash or a lone surrogate (bytes that were not UTF-8) in some string
+        text = json.dumps(text_value(value))
+    return text
+
+
+def _json_value_text(v: str) -> str:
+    try:
+        return _json_text(json.loads(v))
+    except ValueError:  # not JSON after all: plain text then
+        return wire_text(v)
+
+
+# Frame columns holding JSON documents: escaped inside (``_json_text``), never as text.
+_JSON_COLUMNS = frozenset({"meta", "decoded"})
+_ESCAPE_HINT = r"\\[\\x]"  # a backslash before a backslash or an x: the rule doubles its backslashes
+
+
+def _arrow_column(col: list[Any], typ: pa.DataType, name: str) -> pa.Array:
+    """One Arrow column; text by the gate's wire-text rule (``wire_text``), value by value.
+
+    The rule's work is done only for the values that need it: the column converts as is when
+    it holds no lone surrogate, and a vectorised match finds the rare value holding a backslash
+    followed by a backslash or an x.
+    """
+    try:
+        arr = pa.array(col, type=typ)
+    except (UnicodeEncodeError, pa.ArrowInvalid, pa.ArrowTypeError):
+        if typ != pa.string():
+            raise
+        fix = _json_value_text if name in _JSON_COLUMNS else wire_text
+        return pa.array([fix(v) if isinstance(v, str) else v for v in col], type=typ)
+    if typ != pa.string() or name in _JSON_COLUMNS or not len(arr):
+        return arr
+    if pc.any(pc.match_substring_regex(arr, _ESCAPE_HINT)).as_py():
+        return pa.array([wire_text(v) if isinstance(v, str) else v for v in col], type=typ)
+    return arr
 
 
 @dataclass
@@ -156,8 +206,11 @@ class SessionInfo:
     label: str | None = None  # scenario name, or an excerpt of the first user prompt
 
     def row(self) -> list[Any]:
-        d = asdict(self)
-        d["meta"] = json.dumps(self.meta) if self.meta else None
+        """The row as stored: through the write gate (credential headers in ``meta`` redacted,
+        wire text valid UTF-8)."""
+        d = {k: wire_text(v) if isinstance(v, str) else v for k, v in asdict(self).items()}
+        meta = gate_meta(self.meta)
+        d["meta"] = _json_text(meta) if meta else None  # escaped inside, by the same rule
         return list(d.values())
 
 
@@ -174,6 +227,7 @@ class Store:
         self.path = str(path)
         self.read_only = read_only
         if self.path != ":memory:" and not read_only:
+            private_files()  # the database and its WAL (re-created at each checkpoint): 0600
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         if read_only and self.path != ":memory:" and not Path(self.path).exists():
             raise StoreError(f"{self.path}: no such capture database")
@@ -184,6 +238,7 @@ class Store:
         except duckdb.Error as exc:
             raise StoreError(open_message(self.path, exc)) from exc
         self.lock = threading.RLock()
+        self._tx_depth = 0
         try:
             if not read_only:
                 migrate(self.con, self.path)
@@ -231,37 +286,59 @@ class Store:
 
     def insert_rows(self, table: str, rows: pa.Table, replace_sessions: Sequence[str] = ()) -> None:
         """Replace a derived table's rows for some sessions (blobs, tool_calls, findings)."""
-        with self.lock:
-            self.con.execute("BEGIN")
-            try:
-                if replace_sessions:
-                    self.con.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?))",
-                                     [list(replace_sessions)])
-                if rows.num_rows:
-                    self.con.register("_wb_rows_in", rows)
+        with self.transaction():  # joins the caller's transaction when there is one
+            if replace_sessions:
+                self.con.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?))",
+                                 [list(replace_sessions)])
+            if rows.num_rows:
+                self.con.register("_wb_rows_in", rows)
+                try:
                     cols = ", ".join(rows.column_names)
                     self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _wb_rows_in")
+                finally:
                     self.con.unregister("_wb_rows_in")
-                self.con.execute("COMMIT")
-            except Exception:
-                self.con.execute("ROLLBACK")
-                raise
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         """Writes inside commit together or not at all (an import batch: frames, sessions, deletions).
 
-        Only the writer connection takes part: ``query()`` runs on a cursor of its own.
+        Only the writer connection takes part: ``query()`` runs on a cursor of its own. Nested
+        uses join the outer transaction (a recorder flushing inside an importer's transaction).
         """
         with self.lock:
+            if self._tx_depth:
+                self._tx_depth += 1
+                try:
+                    yield
+                finally:
+                    self._tx_depth -= 1
+                return
             self.con.execute("BEGIN")
+            self._tx_depth = 1
             try:
                 yield
             except BaseException:
                 with contextlib.suppress(duckdb.Error):
                     self.con.execute("ROLLBACK")
                 raise
+            finally:
+                self._tx_depth = 0
             self.con.execute("COMMIT")
+
+    def commit_batch(self, frames: FrameBatch | pa.Table | None, sessions: Sequence[SessionInfo],
+                     meta_updates: Sequence[tuple[str | None, str, int]] = ()) -> int:
+        """Frames, their sessions' rows and late frame-meta updates, in ONE transaction.
+
+        A failure leaves none of them stored, so a batch the caller spools again is never half
+        in the database. Returns the number of frames inserted.
+        """
+        with self.transaction():
+            n = self.insert_frames(frames) if frames is not None else 0
+            self.upsert_sessions(sessions)
+            if meta_updates:
+                self.con.executemany("UPDATE frames SET meta = ? WHERE session_id = ? AND seq = ?",
+                                     [(m, wire_text(s), q) for m, s, q in meta_updates])
+        return n
 
     def delete_sessions(self, session_ids: Sequence[str], tables: Sequence[str] = SESSION_TABLES) -> None:
         """Remove sessions' rows from ``tables`` on the writer connection (inside ``transaction()``)."""
@@ -270,6 +347,39 @@ class Store:
         with self.lock:
             for table in tables:
                 self.con.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?))", [list(session_ids)])
+
+    def recount_frames(self, session_ids: Sequence[str]) -> None:
+        """Set sessions' ``frame_count`` to the frames stored (after a merge that skipped copies)."""
+        if not session_ids:
+            return
+        with self.lock:
+            self.con.execute("UPDATE sessions SET frame_count = c.n FROM (SELECT session_id, count(*) AS n FROM frames "
+                             "WHERE session_id IN (SELECT unnest(?)) GROUP BY 1) c "
+                             "WHERE sessions.session_id = c.session_id", [[wire_text(s) for s in session_ids]])
+
+    def close_open_sessions(self, source: str, error: str) -> None:
+        """Sessions of ``source`` still ``open`` become ``incomplete`` (their writer is gone)."""
+        with self.lock:
+            self.con.execute("UPDATE sessions SET status = 'incomplete', error = coalesce(error, ?) "
+                             "WHERE status = 'open' AND source = ?", [error, source])
+
+    def warm_up(self) -> None:
+        """Pay the first insert's one-time cost (lazy Arrow/DuckDB set-up) now; stores nothing."""
+        with self.lock:
+            batch = FrameBatch()
+            batch.add("warm-up", 0, 0, "server", "run", None, Frame("empty", "", b""))
+            self.con.register("_wb_warm", batch.to_arrow())
+            try:
+                self.con.execute("INSERT INTO frames SELECT * FROM _wb_warm WHERE false")
+            finally:
+                self.con.unregister("_wb_warm")
+            cols = ", ".join(SESSION_FIELDS)
+            self.con.execute("BEGIN")
+            try:
+                self.con.execute(f"INSERT OR REPLACE INTO sessions ({cols}) VALUES ({', '.join('?' for _ in SESSION_FIELDS)})",
+                                 SessionInfo("warm-up").row())
+            finally:
+                self.con.execute("ROLLBACK")
 
     def checkpoint(self) -> None:
         with self.lock:
@@ -286,7 +396,7 @@ class Store:
                 cur.close()
 
     def session(self, session_id: str) -> SessionInfo | None:
-        t = self.query(f"SELECT {', '.join(SESSION_FIELDS)} FROM sessions WHERE session_id = ?", [session_id])
+        t = self.query(f"SELECT {', '.join(SESSION_FIELDS)} FROM sessions WHERE session_id = ?", [wire_text(session_id)])
         if not t.num_rows:
             return None
         row = t.to_pylist()[0]
@@ -294,7 +404,7 @@ class Store:
         return SessionInfo(**row)
 
     def next_seq(self, session_id: str) -> int:
-        t = self.query("SELECT coalesce(max(seq) + 1, 0) FROM frames WHERE session_id = ?", [session_id])
+        t = self.query("SELECT coalesce(max(seq) + 1, 0) FROM frames WHERE session_id = ?", [wire_text(session_id)])
         return int(t.column(0)[0].as_py())
 
     def close(self) -> None:

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from workbench.decode.classify import Frame
+from workbench.decode.frame import BIDI_APPEND, BIDI_POLL_RESP, CLIENT_MSG, SERVER_MSG
+from workbench.redact import SECRET_MESSAGE_TYPES
 from workbench.store.db import FrameBatch, SessionInfo, Store, us_to_datetime
+from workbench.store.gate import gate_frame, gate_meta
 
 
 class _Worker:
@@ -43,11 +47,11 @@ class _Worker:
                 fn, args = item
                 if self.error is None:
                     fn(*args)
-                elif fn.__name__ == "insert_frames":  # after a failure, keep later frames, do not reorder
+                elif fn.__name__ == "commit_batch":  # after a failure, keep later frames, do not reorder
                     self.unwritten.append(args[0])
             except BaseException as exc:
                 self.error = exc
-                if item is not None and item[0].__name__ == "insert_frames":
+                if item is not None and item[0].__name__ == "commit_batch":
                     self.unwritten.append(item[1][0])
             finally:
                 self._q.task_done()
@@ -72,6 +76,12 @@ class Recorder:
         self._dirty: set[str] = set()
         self._bounds: dict[str, list[int]] = {}
         self.frames_written = 0
+        # (meta JSON, session, seq) of frames already flushed whose meta changed since
+        self._meta_updates: list[tuple[str | None, str, int]] = []
+        # called with the ids of sessions whose row was committed with a final status (not
+        # ``open``): where analysis hooks in to compute findings once a session is over
+        self.on_final: Callable[[list[str]], None] | None = None
+        self._final_pending: list[str] = []
         self._worker = _Worker() if background else None
         # Background mode: Arrow tables of frames a failed write did not store (for a spool).
         self.unwritten: list[Any] = []
@@ -83,6 +93,7 @@ class Recorder:
             return known
         stored = self.store.session(info.session_id)
         if stored is not None:
+            stored.session_id = info.session_id  # as the caller names it (stored: wire text escaped)
             info = stored
             self._next[info.session_id] = self.store.next_seq(info.session_id)
         else:
@@ -91,17 +102,28 @@ class Recorder:
         self._dirty.add(info.session_id)
         return info
 
+    def put_session(self, info: SessionInfo) -> None:
+        """Register ``info`` as the session's row as given (an import that numbers its frames from
+        0 and replaces what was stored, in the same transaction), written at the next flush."""
+        self.sessions[info.session_id] = info
+        self._next[info.session_id] = 0
+        self._dirty.add(info.session_id)
+
     def touch(self, session_id: str) -> None:
         """Mark a session's metadata as changed so the next flush writes it."""
         self._dirty.add(session_id)
 
     def add(self, session_id: str, ts_us: int, direction: str, transport: str, stream: str | None,
-            frame: Frame, decoded: str | None = None, source_key: str | None = None) -> int:
+            frame: Frame, decoded: str | None = None, source_key: str | None = None, *,
+            seq: int | None = None) -> int:
+        """Add one frame (through the write gate); ``seq``: its place when the caller numbered it
+        (a spool merge), else the session's next."""
         info = self.sessions.get(session_id) or self.open_session(SessionInfo(session_id))
-        seq = self._next[session_id]
-        self._next[session_id] = seq + 1
+        if seq is None:
+            seq = self._next[session_id]
+        self._next[session_id] = max(self._next[session_id], seq + 1)
         self.batch.add(session_id, seq, ts_us, direction, transport, stream, frame, decoded, source_key)
-        info.frame_count = seq + 1
+        info.frame_count = max(info.frame_count, seq + 1)
         # Time bounds are kept as integers here and turned into datetimes once per flush: the
         # conversion costs more than the rest of this method.
         bounds = self._bounds.get(session_id)
@@ -113,6 +135,17 @@ class Recorder:
             bounds[0] = ts_us
         self._dirty.add(session_id)
         return seq
+
+    def patch_meta(self, session_id: str, seq: int, meta: dict[str, Any] | None) -> None:
+        """Replace the ``meta`` of a frame already added (a BidiAppend whose answer came later):
+        in the pending batch when it is still there, else with the next flush's transaction."""
+        text = json.dumps(meta) if meta else None
+        batch = self.batch
+        for i in range(len(batch.seq) - 1, -1, -1):
+            if batch.seq[i] == seq and batch.session_id[i] == session_id:
+                batch.meta[i] = text
+                return
+        self._meta_updates.append((text, session_id, seq))
 
     def _apply_bounds(self) -> None:
         for sid, (lo, hi) in self._bounds.items():
@@ -133,26 +166,31 @@ class Recorder:
         worker = self._worker
         if worker is not None:
             self._raise_pending()
-        n = 0
-        if len(self.batch):
-            if worker is None:
-                n = self.store.insert_frames(self.batch)
-            else:
-                table = self.batch.to_arrow()
-                n = table.num_rows
-                worker.submit(self.store.insert_frames, table)
-            self.batch.clear()
-            self.frames_written += n
+        if not len(self.batch) and not self._dirty and not self._meta_updates:
+            return 0
         if self._bounds:
             self._apply_bounds()
-        if self._dirty:
-            infos = [self.sessions[s] for s in sorted(self._dirty)]
+        infos = [self.sessions[s] for s in sorted(self._dirty)]
+        updates = self._meta_updates
+        # frames, their sessions and meta updates: one transaction (``Store.commit_batch``)
+        if worker is None:
+            n = self.store.commit_batch(self.batch if len(self.batch) else None, infos, updates)
+        else:
+            table = self.batch.to_arrow() if len(self.batch) else None
+            n = table.num_rows if table is not None else 0
+            # snapshots: the caller keeps changing the live objects
+            worker.submit(self.store.commit_batch, table,
+                          [dataclasses.replace(i, meta=copy.deepcopy(i.meta)) for i in infos], updates)
+        self.batch.clear()
+        self._meta_updates = []
+        self._dirty.clear()
+        self.frames_written += n
+        final = [i.session_id for i in infos if i.status != "open"]
+        if final and self.on_final is not None:
             if worker is None:
-                self.store.upsert_sessions(infos)
-            else:  # snapshots: the caller keeps changing the live objects
-                worker.submit(self.store.upsert_sessions,
-                              [dataclasses.replace(i, meta=copy.deepcopy(i.meta)) for i in infos])
-            self._dirty.clear()
+                self.on_final(final)
+            else:
+                self._final_pending += final  # told once stored (``wait``)
         return n
 
     def wait(self) -> None:
@@ -160,6 +198,9 @@ class Recorder:
         if self._worker is not None:
             self._worker.wait()
             self._raise_pending()
+            final, self._final_pending = self._final_pending, []
+            if final and self.on_final is not None:
+                self.on_final(final)
 
     def close(self) -> None:
         """Flush, wait, and stop the writer thread (background mode); a plain flush otherwise."""
@@ -180,3 +221,40 @@ class Recorder:
             worker.stop()
             self._worker = _Worker()
             raise exc
+
+
+_GATED_TYPES = (CLIENT_MSG, SERVER_MSG, BIDI_APPEND, BIDI_POLL_RESP, *sorted(SECRET_MESSAGE_TYPES))
+
+
+def gate_stored(store: Store, session_ids: Sequence[str], chunk: int = 2000) -> int:
+    """Pass rows that reached ``frames``/``sessions`` by SQL (a Parquet import copies a whole
+    export in one statement) through the write gate, in the caller's transaction; returns the
+    number of rows changed. Only rows that can hold a credential are read, a chunk at a time."""
+    if not session_ids:
+        return 0
+    changed = 0
+    con = store.con  # not a cursor: the rows are not committed yet, only this connection sees them
+    updates: list[tuple[Any, ...]] = []
+    with store.lock:
+        res = con.execute(
+            "SELECT rowid, kind, summary, payload, raw, flags, msg_type, error, meta, append_seqno FROM frames "
+            "WHERE session_id IN (SELECT unnest(?)) AND (kind = 'compressed' OR msg_type IN (SELECT unnest(?)) "
+            "OR meta LIKE '%headers%' OR meta LIKE '%trailers%')",
+            [list(session_ids), list(_GATED_TYPES)])
+        while rows := res.fetchmany(chunk):
+            for rid, kind, summary, payload, raw, flags, msg_type, error, meta, seqno in rows:
+                m = json.loads(meta) if meta else None
+                f = Frame(kind, summary, payload or b"", flags or 0, msg_type, error, raw, append_seqno=seqno, meta=m)
+                gate_frame(f)
+                if f.payload != (payload or b"") or f.raw != raw or f.error != error or f.meta != m:
+                    updates.append((f.payload, f.raw, f.error, json.dumps(f.meta) if f.meta else None, rid))
+        metas = con.execute("SELECT session_id, meta FROM sessions WHERE session_id IN (SELECT unnest(?)) "
+                            "AND meta IS NOT NULL", [list(session_ids)]).fetchall()
+        for sid, meta in metas:
+            m = json.loads(meta)
+            if isinstance(m, dict) and gate_meta(m) != m:
+                con.execute("UPDATE sessions SET meta = ? WHERE session_id = ?", [json.dumps(gate_meta(m)), sid])
+                changed += 1
+        if updates:
+            con.executemany("UPDATE frames SET payload = ?, raw = ?, error = ?, meta = ? WHERE rowid = ?", updates)
+    return changed + len(updates)
