@@ -328,8 +328,6 @@ def test_importer_passes_non_utf8_header_bytes_on(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="needs the store-level UTF-8 escape the 'gate' helper builds (issue 20 "
-                                       "finding 1); remove this marker once merged")
 def test_flow_with_non_utf8_header_bytes_imports(tmp_path: Path) -> None:
     flows = _flow(tmp_path / "bytes.flows", req_headers=NON_UTF8_REQ, resp_headers=NON_UTF8_RESP,
                   path_bytes=NON_UTF8_PATH)
