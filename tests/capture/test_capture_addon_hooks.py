@@ -321,3 +321,22 @@ def test_running_starts_a_writer_from_the_options_and_done_stops_it(tmp_path: Pa
             addon.done()
         assert addon.writer is None
         assert db.exists()
+
+
+async def test_whole_bodies_are_handed_over_as_they_crossed_the_wire(tmp_path: Path) -> None:
+    """``content-encoding`` is not undone on the proxy's event loop (``get_content`` inflates without
+    a limit): the writer gets the raw body and its codings."""
+    import gzip
+
+    addon = CursorCapture()
+    with taddons.context(addon) as tctx:
+        writer = addon.writer = CaptureWriter(WriterConfig(db_path=str(tmp_path / "u.duckdb"), live=False))
+        resp = answer(200, b"", "application/proto")
+        resp.headers["content-encoding"] = "gzip"
+        resp.raw_content = gzip.compress(b"\x0a\x05\x0a\x03gpt")
+        f = flow(MODELS, "application/proto", body=b"\x0a\x00", response=resp)
+        await tctx.cycle(addon, f)
+    bodies = [e for e in events(writer) if e[0] is Body]
+    assert [(b[2], b[4], b[5]) for b in bodies] == [
+        ("client", b"\x0a\x00", ()), ("server", resp.raw_content, ("gzip",))]
+

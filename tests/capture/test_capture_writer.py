@@ -335,3 +335,33 @@ def test_token_rpc_bodies_are_stored_as_markers(tmp_path: Path) -> None:
     rows = r.query("SELECT direction, summary, payload FROM frames ORDER BY seq").to_pylist()
     assert [x["direction"] for x in rows] == ["client", "server"]
     assert all(x["payload"].startswith(b"[redacted sha256:") for x in rows)
+
+
+def test_content_coded_unary_bodies_are_undone_within_the_budget(tmp_path: Path) -> None:
+    """The addon hands whole bodies over as they crossed the wire (mitmproxy's ``get_content``
+    would inflate them on the proxy's loop without a limit): a gzip'd answer is undone here, a
+    few KB of gzip that inflate past the per-frame budget stay one ``compressed`` frame."""
+    import gzip
+
+    w = _writer(tmp_path)
+    q = w.queue.put
+    now = time.time_ns() // 1000
+    q(_open("ok", "unary", streaming=False, rid="coded"))
+    q(Body("ok", "client", now, b""))
+    q(Response("ok", now, 200, [], "HTTP/2.0", "h2"))
+    q(Body("ok", "server", now, gzip.compress(b"\x0a\x03foo"), ("gzip",)))
+    q(Done("ok", now, None, {}))
+    bomb = gzip.compress(b"\x00" * (40 << 20))  # 40 MiB of zeros in ~40 KB: past the 32 MiB frame budget
+    q(_open("bomb", "unary", streaming=False, rid="bomb"))
+    q(Body("bomb", "client", now, b""))
+    q(Response("bomb", now, 200, [], "HTTP/2.0", "h2"))
+    q(Body("bomb", "server", now, bomb, ("gzip",)))
+    q(Done("bomb", now, None, {}))
+    w.stop()
+    r = open_reader(tmp_path / "cap.duckdb")
+    rows = r.query("SELECT s.request_id, f.kind, f.payload, f.error FROM frames f JOIN sessions s USING (session_id) "
+                   "WHERE f.direction = 'server' ORDER BY s.request_id").to_pylist()
+    assert [(x["request_id"], x["kind"]) for x in rows] == [("bomb", "compressed"), ("coded", "unary")]
+    assert rows[1]["payload"] == b"\x0a\x03foo"
+    assert rows[0]["payload"] == bomb  # kept as it crossed the wire, inflated when viewed
+    assert "budget" in rows[0]["error"]

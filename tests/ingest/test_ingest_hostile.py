@@ -244,7 +244,7 @@ NESTED = b"[" * DEEP + b"]" * DEEP
     ("deep.flows", _deep_tnetstring(DEEP), None),
     ("deep-as-har.json", NESTED, "har"),
     ("deep-as-flow.json", NESTED, "flow"),
-])
+], ids=["json", "har", "pretty-har", "ndjson", "flows", "as-har", "as-flow"])  # short ids: PYTEST_CURRENT_TEST is in the child's environment
 def test_deeply_nested_files_exit_2_naming_them(tmp_path: Path, name: str, content: bytes, fmt: str | None) -> None:
     path = tmp_path / name
     path.write_bytes(content)

@@ -56,6 +56,7 @@ from workbench.redact import LEVELS, bearer_hash, redact_headers
 from workbench.schema.active import schema_for_option
 from workbench.schema.loader import Schema, SchemaError
 from workbench.store.paths import default_db
+from workbench.wire.inflate import codings_of
 
 log = logging.getLogger("workbench.capture")
 
@@ -255,8 +256,7 @@ class CursorCapture:
                 self._routes.pop(flow.id, None)
                 self.writer.queue.put(Done(flow.id, time.time_ns() // 1000, None, {}))
             return
-        body = flow.request.get_content(strict=False) or b""
-        self.writer.queue.put(Body(flow.id, "client", time.time_ns() // 1000, body))
+        self.writer.queue.put(_body(flow.request, flow.id, "client"))
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         route = self._routes.get(flow.id)
@@ -277,7 +277,7 @@ class CursorCapture:
         now = time.time_ns() // 1000
         put = self.writer.queue.put
         if not route.streaming:
-            put(Body(flow.id, "server", now, flow.response.get_content(strict=False) or b""))
+            put(_body(flow.response, flow.id, "server", now))
         if route.streaming and flow.request.timestamp_end is None:
             self._answered.add(flow.id)  # the client may still be writing (bidi Run)
         else:
@@ -314,3 +314,11 @@ def _exit_with(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _body(message: http.Message, key: str, direction: str, ts_us: int | None = None) -> Body:
+    """The whole body as it crossed the wire, with its content-coding: mitmproxy's ``get_content``
+    would inflate it here, on the proxy's event loop and without a limit (a few KB of gzip can
+    inflate to gigabytes); the writer thread undoes it within the inflate budgets instead."""
+    return Body(key, direction, time.time_ns() // 1000 if ts_us is None else ts_us, message.raw_content or b"",
+                tuple(codings_of(message.headers.get("content-encoding"))))

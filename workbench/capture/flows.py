@@ -79,7 +79,8 @@ class Body(NamedTuple):
     key: str
     direction: str
     ts_us: int
-    body: bytes
+    body: bytes  # as it crossed the wire: its content-coding is undone on the writer thread, within the budgets
+    codings: tuple[str, ...] = ()  # the body's content-encoding, as applied (``codings_of``)
 
 
 class Done(NamedTuple):

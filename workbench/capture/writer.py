@@ -54,6 +54,7 @@ from workbench.decode.classify import (
     http_error_frame,
 )
 from workbench.protocol.append_meta import answer_grpc, append_answer, append_exchange_meta
+from workbench.protocol.content_coding import undo_body
 from workbench.protocol.labels import fill_label
 from workbench.protocol.run_request import OPENING_KINDS, fill_session, run_request_facts
 from workbench.protocol.status import (
@@ -327,12 +328,25 @@ class CaptureWriter:
         if not http_ok(status) and fl.open.streaming:
             fl.error_body = bytearray()
 
-    def _body(self, key: str, direction: str, ts_us: int, body: bytes) -> None:
+    def _body(self, key: str, direction: str, ts_us: int, body: bytes, codings: tuple[str, ...] = ()) -> None:
         """A whole buffered body: a unary call, a BidiAppend, or a unary response."""
         fl = self.flows.get(key)
         if fl is None:
             return
         fo = fl.open
+        if codings and body and not (fl.secret and direction == "client"):
+            msg_type = fo.request_type if direction == "client" else fo.response_type
+            done = undo_body(body, codings, session_key=key, side=direction, unary=fo.transport == "unary",
+                             msg_type=msg_type, ident=f"flow {key}")
+            if done.kept is not None:  # past a budget: one frame stands for the body
+                if fo.transport == "bidi_append" and direction == "server":
+                    fl.append_response = b""
+                    return
+                self._emit_flow(fl, ts_us, direction, done.kept)
+                return
+            body = done.plain
+            if done.problem is not None:
+                log.warning("flow %s: %s body %s", key, direction, done.problem)
         if fo.transport == "bidi_append":
             if direction == "server":
                 fl.append_response = body  # judged with the status when the exchange ends

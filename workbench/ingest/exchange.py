@@ -13,10 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from workbench.decode.classify import CLIENT_MSG, COMPRESSED, Decoder, Frame, http_error_frame
+from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, http_error_frame
 from workbench.ingest.identity import WriteOutcome
 from workbench.ingest.progress import Progress
 from workbench.protocol.append_meta import append_answer
+from workbench.protocol.content_coding import undo_body
 from workbench.protocol.labels import fill_label
 from workbench.protocol.routes import DEFAULT_PATHS, Matcher, Route
 from workbench.protocol.run_request import OPENING_KINDS, fill_session, run_request_facts
@@ -30,8 +31,6 @@ from workbench.protocol.status import (
 )
 from workbench.redact import marker, redact_frame, redact_headers, secret_method
 from workbench.store.db import SessionInfo, Store
-from workbench.wire.envelope import FLAG_COMPRESSED, HEADER_LEN
-from workbench.wire.inflate import InflateOverBudget, current_budget
 
 if TYPE_CHECKING:
     from workbench.ingest.runs import PlanBuilder
@@ -153,85 +152,29 @@ class ExchangeImport:
         return out + self.result.notes()
 
 
-# ``frames.meta`` key of a body kept with its HTTP content-coding (over an inflate budget).
-CONTENT_ENCODING = "content_encoding"
-
-
-# What one envelope of an inflated body costs the budget on top of its bytes: about what its frame
-# holds in memory until the session is stored. A few KB of gzip inflate to megabytes of empty
-# envelopes (5 zero bytes each), millions of frames: the bytes alone would pass the budget.
-ENVELOPE_COST = 512
-
-
-def _envelopes_over(body: bytes, most: int) -> bool:
-    """Whether ``body``, read as envelopes, holds more than ``most`` of them (stops counting there)."""
-    pos = n = 0
-    while pos + HEADER_LEN <= len(body):
-        n += 1
-        if n > most:
-            return True
-        pos += HEADER_LEN + int.from_bytes(body[pos + 1 : pos + HEADER_LEN], "big")
-    return False
-
-
-def _kept_body(ex: Exchange, route: Route, side: str, body: bytes, codings: list[str], why: str) -> Frame:
-    """One ``compressed`` frame for a content-coded body past a budget.
-
-    A unary body is one message of a known type: kept as it crossed the wire (flag 0x01 for gzip,
-    so the views inflate it on demand, and the store's gate scrubs it by that type). A body of
-    envelopes (a stream) is no one message: nothing could look in it for credentials without
-    inflating it past the budget, so only its hash is stored, never the bytes.
-    """
-    label = f"{'request' if side == 'client' else 'response'} body"
-    meta = {CONTENT_ENCODING: ", ".join(codings)}
-    coding = ", ".join(codings)
-    if route.transport == "unary":
-        msg_type = route.request_type if side == "client" else route.response_type
-        flags = FLAG_COMPRESSED if codings in (["gzip"], ["x-gzip"]) else 0
-        return Frame(COMPRESSED, f"{label} {len(body):,} bytes ({coding}) kept compressed (over an inflate budget)",
-                     body, flags=flags, msg_type=msg_type, error=f"{ex.ident}: {why}", meta=meta)
-    why = why.split("; kept compressed")[0]
-    return Frame(COMPRESSED, f"{label} {len(body):,} bytes ({coding}) over an inflate budget, stored as a hash",
-                 marker(body).encode(), error=f"{ex.ident}: {why}; stored as a hash ({len(body):,} bytes): "
-                 "a body of envelopes that is not inflated cannot be searched for credentials", meta=meta)
-
-
 def undo_content_coding(ex: Exchange, route: Route) -> dict[str, Frame]:
     """Undo each body's ``content-encoding`` within the inflate budgets (``workbench.wire.inflate``).
 
     A body that would inflate past a budget becomes one ``compressed`` frame with an error naming
-    the budget (``_kept_body``; returned by side: "client"/"server"); a body whose coding cannot
+    the budget (``protocol.content_coding``; returned by side: "client"/"server"); a body whose coding cannot
     be undone (broken, unknown) is reported like a mangled body.
     """
     kept: dict[str, Frame] = {}
     if route.transport == "unary" and secret_method(ex.path):
         return kept  # stored as a hash whatever its coding: nothing to inflate
-    budget = current_budget().session(ex.session_key)
     for side, codings in (("client", ex.req_coding), ("server", ex.resp_coding)):
         body = ex.req_body if side == "client" else ex.resp_body
         missing = ex.req_missing if side == "client" else ex.resp_missing
         if not codings or not body or missing is not None:
             continue
-        label = f"{'request' if side == 'client' else 'response'} body"
-        problem = None
-        room, name = budget.room()
-        try:
-            plain = budget.decode(body, codings, what=f"the {label}")
-            if _envelopes_over(plain, (room - len(plain)) // ENVELOPE_COST):
-                raise InflateOverBudget(
-                    f"not inflated: the {label} ({len(body):,} bytes, {', '.join(codings)}) inflates to "
-                    f"{len(plain):,} bytes holding more envelopes than fit {name} at {ENVELOPE_COST} bytes "
-                    f"each; kept compressed, inflated when the frame is viewed")
-        except InflateOverBudget as exc:
-            kept[side] = _kept_body(ex, route, side, body, codings, str(exc))
-            continue
-        except ValueError as exc:
-            problem = f"has content-encoding {', '.join(codings)} that cannot be undone ({exc})"
-            plain = body
-        if side == "client":
-            ex.req_body, ex.req_missing = plain, problem
+        done = undo_body(body, codings, session_key=ex.session_key, side=side, unary=route.transport == "unary",
+                         msg_type=route.request_type if side == "client" else route.response_type, ident=ex.ident)
+        if done.kept is not None:
+            kept[side] = done.kept
+        elif side == "client":
+            ex.req_body, ex.req_missing = done.plain, done.problem
         else:
-            ex.resp_body, ex.resp_missing = plain, problem
+            ex.resp_body, ex.resp_missing = done.plain, done.problem
     return kept
 
 
