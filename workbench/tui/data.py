@@ -33,7 +33,8 @@ from workbench.wire.envelope import header as envelope_header
 
 # Payload bytes one read of full frame rows may bring (``frames_after``).
 PAGE_BYTES = 64 * 1024 * 1024
-SEVERITIES = ("error", "warning", "note")  # notes come last and never count as findings
+# notes come last and never count as findings; "info" only in rows an older workbench wrote
+SEVERITIES = ("error", "warning", "info", "note")
 
 Reader = LocalReader | RemoteReader
 
@@ -215,8 +216,7 @@ class TuiData:
         counts: dict[str, dict[str, int]] = {}
         for r in rows:
             by_sev = counts.setdefault(r["session_id"], {})
-            sev = r["severity"] if r["severity"] in ("error", "warning") else "note"
-            by_sev[sev] = by_sev.get(sev, 0) + 1
+            by_sev[r["severity"]] = by_sev.get(r["severity"], 0) + 1
         top = top_findings(rows)
         sessions = t.to_pylist()
         states = finding_states(self.query, {r["session_id"]: r["status"] for r in sessions})

@@ -210,7 +210,7 @@ class SessionScreen(Loader, Screen[None]):
     def _update_panel_titles(self) -> None:
         panels = self.query_one("#panels", TabbedContent)
         found = self.findings_table.findings
-        notes = sum(1 for f in found if f["severity"] not in ("error", "warning"))
+        notes = sum(1 for f in found if f["severity"] == "note")
         for pane_id, n in (("findings", len(found) - notes),
                            ("tool-calls", len(self.query_one("#tools-table", ToolCallsTable).calls)),
                            ("blobs", len(self.query_one("#blobs-table", BlobsTable).blobs))):

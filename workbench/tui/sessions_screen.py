@@ -193,7 +193,7 @@ class SessionsScreen(Loader, Screen[None]):
         for s, text in zip(rows, texts, strict=True):
             cells = {k: Text(v, no_wrap=True, overflow="ellipsis") for k, v in text.items()}
             fcell = Text()
-            for sev, style in (("error", "bold red"), ("warning", "yellow"), ("note", "cyan")):
+            for sev, style in (("error", "bold red"), ("warning", "yellow"), ("info", "cyan"), ("note", "cyan")):
                 if s.findings.get(sev):
                     fcell.append(f"{s.findings[sev]}{sev[0].upper()} ", style)
             if s.analysis in ("not analysed", "open"):
