@@ -107,10 +107,10 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def result_json(r: AnalysisResult) -> dict[str, Any]:
-    """The session's findings, then its notes (``"severity": "note"``) in the same list; ``notes``
-    counts the latter so a reader can tell "clean with notes" at a glance."""
+    """The session's findings (errors, warnings), then its notes (``"severity": "note"``) in a list of
+    their own: a consumer that gates on ``findings == []`` is not tripped by what did no harm."""
     return {"session_id": r.session_id, "frames": r.frame_count, "failed": r.failed,
-            "findings": [f.as_dict() for f in r.problems + r.notes], "notes": len(r.notes)}
+            "findings": [f.as_dict() for f in r.problems], "notes": [f.as_dict() for f in r.notes]}
 
 
 def _load(args: argparse.Namespace) -> AnalysisResult:
