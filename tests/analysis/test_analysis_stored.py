@@ -187,3 +187,24 @@ def test_lossy_completion_note_in_diagnose_json(recorded: dict[str, Any]) -> Non
     r = run_workbench("tools", sid, "--db", str(recorded["live_db"]))
     assert r.returncode == 0, r.stderr
     assert "completion vs merged: omitted key: tasks; type change: options: " in r.stdout
+
+
+async def test_client_record_stores_findings_when_it_ends(tmp_path: Path) -> None:
+    """`workbench client --record`: the recording's findings are stored as it closes."""
+    import asyncio
+
+    from support import WORKBENCH
+
+    db = tmp_path / "rec.duckdb"
+    async with running_sim(heartbeat_interval=0.05) as sim:
+        proc = await asyncio.create_subprocess_exec(
+            *WORKBENCH, "client", "--upstream", sim.url, "--ca-file", str(sim.cert_path), "--transport", "runsse",
+            "--heartbeat-budget", "8", "--record", str(db), "[scenario:no_turn_end] hi",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=env_without_proxy({"CURSOR_ACCESS_TOKEN": "sk-record-test"}))
+        _out, err = await asyncio.wait_for(proc.communicate(), 180)
+    assert b"Traceback" not in err, err
+    assert "stream_ended_without_turn_end" in _stored_codes(db)  # before any listing could compute them
+    [row] = _sessions(db).values()
+    assert (row["analysis"], row["top_finding"]) == ("current", "stream_ended_without_turn_end")
+    assert row["findings"] >= 1
