@@ -110,6 +110,8 @@ def test_request_context_never_answered_and_the_server_waited(analysis_store: St
     assert f.severity == "error"
     assert "This server waited for the context" in f.message
     assert "request_context_result" in f.suggested_fix
+    loop = next(f for f in res.findings if f.code == "heartbeat_loop")
+    assert "This server waited for the context" in loop.message
     assert res.notes == []
 
 

@@ -97,8 +97,9 @@ def _stall_cause(ctx: Context, run: HeartbeatRun) -> tuple[str, list[int], str]:
                     f"stream_close{{{req.id}}} (see missing_stream_close).", [req.seq] + res[:3],
                     _CLOSE_FIX.format(id=req.id))
         if not _answered(ctx, req) and ctx.stall_after(req.seq, req.seg):
+            waited = " This server waited for the context." if req.member == REQUEST_CONTEXT else ""
             return (f" Likely cause: {exec_label(req)} at seq {req.seq} was never answered "
-                    f"(see unanswered_exec).{_rejected_note(ctx, req.result_seqs)}", [req.seq],
+                    f"(see unanswered_exec).{waited}{_rejected_note(ctx, req.result_seqs)}", [req.seq],
                     f"Answer exec {req.id} (its result, or throw{{id: {req.id}}} if unsupported).")
     for q in ctx.facts.queries:
         if q.response_seq is None and q.seq < run.first_seq and q.seg == seg:
