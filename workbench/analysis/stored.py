@@ -89,13 +89,17 @@ _SEEN: weakref.WeakKeyDictionary[Store, dict[str, tuple[Any, ...]]] = weakref.We
 # At the capture's stop, the analysis waits at most this long; sessions left over stay "not
 # analysed" until `workbench sessions` or `diagnose` stores their findings.
 STOP_BUDGET_S = 20.0
+# While capturing, one call analyses sessions for at most about this long (one session is never
+# cut short): the rest wait for the next tick, so frame commits keep coming when many runs end at once.
+TICK_BUDGET_S = 0.5
 
 
 def refresh_ended(sink: Any, *, final: bool = False) -> list[str]:
     """The capture writer's hook, called on its own thread right after a commit: store the findings
     of every session of this capture that has ended (status no longer ``open``) since the last
-    call. ``sink`` is the capture's sink (``store``, ``recorder.sessions``); in spool mode (no
-    store) nothing is analysed. ``final``: the capture is stopping (bounded by ``STOP_BUDGET_S``)."""
+    call, for about ``TICK_BUDGET_S`` (the rest at the next call). ``sink`` is the capture's sink
+    (``store``, ``recorder.sessions``); in spool mode (no store) nothing is analysed. ``final``: the
+    capture is stopping (bounded by ``STOP_BUDGET_S``)."""
     store = getattr(sink, "store", None)
     recorder = getattr(sink, "recorder", None)
     if not isinstance(store, Store) or recorder is None:
@@ -110,12 +114,13 @@ def refresh_ended(sink: Any, *, final: bool = False) -> list[str]:
             due.append((sid, sig))
     if not due:
         return []
-    deadline = time.monotonic() + STOP_BUDGET_S if final else None
+    deadline = time.monotonic() + (STOP_BUDGET_S if final else TICK_BUDGET_S)
     done: list[str] = []
     for sid, sig in due:
-        if deadline is not None and time.monotonic() > deadline:
-            log.warning("capture stopping: findings of %d session(s) not stored yet (workbench sessions or "
-                        "diagnose stores them)", len(due) - len(done))
+        if done and time.monotonic() > deadline:
+            if final:
+                log.warning("capture stopping: findings of %d session(s) not stored yet (workbench sessions or "
+                            "diagnose stores them)", len(due) - len(done))
             break
         refresh_findings(store, [sid])
         seen[sid] = sig
