@@ -17,6 +17,7 @@ import logging
 import time
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -83,47 +84,66 @@ def refresh_stale(store: Store, config: Config | None = None) -> list[str]:
     return ids
 
 
-# Per store: session_id → what the session looked like when its findings were stored. A session
-# that changes afterwards (late frames after its end) is analysed again.
-_SEEN: weakref.WeakKeyDictionary[Store, dict[str, tuple[Any, ...]]] = weakref.WeakKeyDictionary()
+@dataclass
+class _HookState:
+    """Per capture store: what each session looked like when its findings were stored (a session
+    that changes afterwards, late frames after its end, is analysed again), since when a session has
+    waited, and the commit count at the previous call (to tell a busy tick from an idle one)."""
+
+    seen: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    waiting: dict[str, float] = field(default_factory=dict)
+    committed: int = -1
+
+
+_STATE: weakref.WeakKeyDictionary[Store, _HookState] = weakref.WeakKeyDictionary()
 # At the capture's stop, the analysis waits at most this long; sessions left over stay "not
 # analysed" until `workbench sessions` or `diagnose` stores their findings.
 STOP_BUDGET_S = 20.0
-# While capturing, one call analyses sessions for at most about this long (one session is never
-# cut short): the rest wait for the next tick, so frame commits keep coming when many runs end at once.
+# The analysis is Python work on the writer thread, and the GIL is shared with the proxy's event
+# loop: it runs on ticks that committed no frame (the capture is idle), for at most about
+# TICK_BUDGET_S per tick (one session is never cut short). Under constant traffic a session that
+# has waited MAX_WAIT_S is analysed anyway, one per tick.
 TICK_BUDGET_S = 0.5
+MAX_WAIT_S = 10.0
 
 
 def refresh_ended(sink: Any, *, final: bool = False) -> list[str]:
     """The capture writer's hook, called on its own thread right after a commit: store the findings
-    of every session of this capture that has ended (status no longer ``open``) since the last
-    call, for about ``TICK_BUDGET_S`` (the rest at the next call). ``sink`` is the capture's sink
-    (``store``, ``recorder.sessions``); in spool mode (no store) nothing is analysed. ``final``: the
-    capture is stopping (bounded by ``STOP_BUDGET_S``)."""
+    of the sessions of this capture that have ended (status no longer ``open``) since they were last
+    analysed, when the capture is idle (see ``TICK_BUDGET_S``, ``MAX_WAIT_S``). ``sink`` is the
+    capture's sink (``store``, ``recorder.sessions``, ``frames_committed``); in spool mode (no
+    store) nothing is analysed. ``final``: the capture is stopping (bounded by ``STOP_BUDGET_S``)."""
     store = getattr(sink, "store", None)
     recorder = getattr(sink, "recorder", None)
     if not isinstance(store, Store) or recorder is None:
         return []
-    seen = _SEEN.setdefault(store, {})
+    state = _STATE.setdefault(store, _HookState())
+    committed = int(getattr(sink, "frames_committed", 0))
+    busy = committed != state.committed and not final
+    state.committed = committed
+    now = time.monotonic()
     due = []
     for sid, info in list(recorder.sessions.items()):
         if info.status == "open":
             continue
         sig = (info.status, info.error, info.frame_count, info.ended_at)
-        if seen.get(sid) != sig:
-            due.append((sid, sig))
+        if state.seen.get(sid) != sig:
+            due.append((sid, sig, state.waiting.setdefault(sid, now)))
     if not due:
         return []
-    deadline = time.monotonic() + (STOP_BUDGET_S if final else TICK_BUDGET_S)
+    if busy:
+        due = [d for d in due if now - d[2] >= MAX_WAIT_S][:1]
+    deadline = now + (STOP_BUDGET_S if final else TICK_BUDGET_S)
     done: list[str] = []
-    for sid, sig in due:
+    for sid, sig, _since in due:
         if done and time.monotonic() > deadline:
             if final:
                 log.warning("capture stopping: findings of %d session(s) not stored yet (workbench sessions or "
                             "diagnose stores them)", len(due) - len(done))
             break
         refresh_findings(store, [sid])
-        seen[sid] = sig
+        state.seen[sid] = sig
+        state.waiting.pop(sid, None)
         done.append(sid)
     return done
 
