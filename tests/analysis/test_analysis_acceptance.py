@@ -114,6 +114,9 @@ async def test_same_tool_with_a_correct_client_has_no_finding(tmp_path: Path) ->
     run = await rig_session(tmp_path, ["[scenario:mcp_large_args] dispatch"], execute_locally=False,
                             on_exec=echo_args_text)
     assert run.codes() == []  # cumulative snapshots and a lossy completion, handled right: healthy
+    assert not run.only().failed
+    # ... and said, as notes: what a naive client would trip on
+    assert sorted(f.code for f in run.only().notes) == ["args_cumulative_snapshots", "completion_args_lossy"]
     [call] = run.only().tool_calls
     assert "tasks" not in call["args_completion"]
     assert "tasks" in call["args_merged"]  # the hazard stays visible

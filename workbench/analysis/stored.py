@@ -48,9 +48,9 @@ def refresh_findings(store_or_path: Store | str | Path, session_ids: Sequence[st
             ).column(0).to_pylist()]
         else:
             wanted = list(dict.fromkeys(session_ids))
-            open_ = set(store.query("SELECT session_id FROM sessions WHERE session_id IN (SELECT unnest(?)) "
-                                    "AND status = 'open'", [wanted]).column(0).to_pylist())
-            ids = [s for s in wanted if s not in open_]
+            finished = set(store.query("SELECT session_id FROM sessions WHERE session_id IN (SELECT unnest(?)) "
+                                       "AND status IS DISTINCT FROM 'open'", [wanted]).column(0).to_pylist())
+            ids = [s for s in wanted if s in finished]
         results: dict[str, AnalysisResult] = {}
         for sid in ids:
             try:
