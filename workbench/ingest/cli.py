@@ -102,7 +102,8 @@ def cmd_import(args: argparse.Namespace) -> int:
                 continue
             print(json.dumps(dataclasses.asdict(result)) if args.json else result.summary_line(), flush=True)
             undecryptable += result.undecryptable
-            imported.extend(result.session_ids)
+            if result.format != "parquet":  # a Parquet export brings its own findings rows, kept as exported
+                imported.extend(result.session_ids)
         # Findings stored with the sessions, so `workbench sessions` shows them without a diagnose run.
         refresh_findings(store, imported)
     finally:
