@@ -11,6 +11,12 @@ Three ways of writing the same rows (200-byte payloads by default), each into a 
 * the synchronous ``Recorder`` once more on a file without the schema-3 unique indexes
   (``frames_session_seq``, ``frames_source_key``): what the no-duplicates guarantee costs.
 
+Then what storing the findings at the end of an import costs (``workbench.analysis.stored
+.refresh_findings``, the call ``workbench import`` makes once its sessions are written): a
+session of ``--rows`` frames in agent-traffic proportions (``benchmarks/diagnose.py``'s generator,
+tool calls, blobs, a final heartbeat loop) is analysed and its rows stored, timed against writing
+the same number of frames through the ``Recorder``.
+
     python benchmarks/ingest.py [--rows N] [--batch B] [--payload BYTES]
 """
 
@@ -150,7 +156,29 @@ def main(argv: list[str] | None = None) -> int:
         ok_rel = base / t >= 0.6
         print(f"goal ({name}): >= 200,000 frames/s -> {n / t:,.0f} {'OK' if ok_abs else 'MISSED'}; "
               f">= 0.6x arrow -> {base / t:.2f}x {'OK' if ok_rel else 'MISSED'}")
+    print()
+    stored = run_findings(n)
+    write = med["Recorder.add + flush"]
+    print(f"findings stored at the end of an import: {stored:.2f} s for one {n:,}-frame session "
+          f"({n / stored:,.0f} frames/s), {stored / write:.2f}x the time of writing its frames with the Recorder "
+          f"(the import then takes {(write + stored) / write:.2f}x as long)")
     return 0
+
+
+def run_findings(n: int) -> float:
+    """Seconds ``refresh_findings`` takes on one realistic ``n``-frame session (rows written, stamped)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from diagnose import SID, generate
+
+    from workbench.analysis.stored import refresh_findings
+
+    with tempfile.TemporaryDirectory(prefix="wb-findings-") as tmp, Store(Path(tmp) / "f.duckdb") as store:
+        generate(store, n)
+        t0 = time.perf_counter()
+        results = refresh_findings(store, [SID])
+        took = time.perf_counter() - t0
+        assert results and results[SID].findings, "the generated session has a heartbeat loop to find"
+    return took
 
 
 if __name__ == "__main__":

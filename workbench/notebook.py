@@ -180,12 +180,16 @@ def connect(db: str | Path | None = None) -> duckdb.DuckDBPyConnection:
 
 def session_overview(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """One row per session: id, label, source, transport, status, frames, start, the number of
-    findings and the top finding with its message (root cause first, ``workbench.overview``)."""
+    findings (errors and warnings) and of notes, and the top finding with its message (root cause
+    first, ``workbench.overview``)."""
     from workbench.overview import FINDING_COLUMNS, top_findings
 
     df = con.sql("""
         SELECT s.session_id, s.label, s.source, s.transport, s.status, s.frame_count, s.started_at,
-               (SELECT count(*) FROM findings f WHERE f.session_id = s.session_id) AS findings
+               (SELECT count(*) FROM findings f WHERE f.session_id = s.session_id
+                AND f.severity IN ('error', 'warning')) AS findings,
+               (SELECT count(*) FROM findings f WHERE f.session_id = s.session_id
+                AND f.severity = 'note') AS notes
         FROM sessions s ORDER BY s.started_at, s.session_id""").df()
     top = top_findings(con.sql(f"SELECT {FINDING_COLUMNS} FROM findings").fetch_arrow_table().to_pylist())
     df["top_finding"] = [top.get(sid, {}).get("code") for sid in df.session_id]

@@ -9,6 +9,7 @@ The top finding is the first of the session's findings in root-cause order
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -18,11 +19,16 @@ Query = Callable[..., pa.Table]
 FINDING_COLUMNS = "session_id, code, severity, coalesce(message, '') AS message, first_seq, last_seq"
 
 
+PROBLEMS = ("error", "warning")  # notes (severity "note") are never a session's top finding
+
+
 def top_findings(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Finding rows (session_id, code, severity, message, first_seq, last_seq) → each session's
-    top finding, root cause first."""
+    top finding, root cause first. Notes are left out: they did no harm."""
     by_session: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
+        if r.get("severity") not in PROBLEMS:
+            continue
         by_session.setdefault(str(r["session_id"]), []).append(dict(r))
     out = {sid: items[0] for sid, items in by_session.items() if len(items) == 1}
     if len(out) < len(by_session):
@@ -49,3 +55,47 @@ def finding_text(f: dict[str, Any] | None) -> str:
         return ""
     msg = str(f.get("message") or "")
     return f"{f['code']}: {msg}" if msg else str(f["code"])
+
+
+@dataclass
+class FindingState:
+    """What a session's stored findings say: counts (notes apart) and whether they are current."""
+
+    findings: int = 0
+    notes: int = 0
+    by_severity: dict[str, int] = field(default_factory=dict)
+    # current | stale (an older analysis wrote them) | not analysed | open (still being captured)
+    analysis: str = "not analysed"
+
+    @property
+    def analysed(self) -> bool:
+        return self.analysis in ("current", "stale")
+
+    def text(self) -> str:
+        """The findings cell of a sessions list: ``2``, ``0``, ``1 (stale)``, ``not analysed``."""
+        if not self.analysed:
+            return self.analysis
+        return f"{self.findings}" + (" (stale)" if self.analysis == "stale" else "")
+
+
+def finding_states(query: Query, statuses: dict[str, Any]) -> dict[str, FindingState]:
+    """session_id → ``FindingState`` for the sessions in ``statuses`` (session_id → status)."""
+    from workbench.analysis.stamp import analysis_state, stamps
+
+    have = stamps(query)
+    t = query("SELECT session_id, severity, count(*) AS n FROM findings GROUP BY ALL")
+    out = {sid: FindingState(analysis=analysis_state(have.get(sid), status)) for sid, status in statuses.items()}
+    for r in t.to_pylist():
+        st = out.get(r["session_id"])
+        if st is None:
+            continue
+        n = int(r["n"])
+        st.by_severity[r["severity"]] = n
+        if r["severity"] in PROBLEMS:
+            st.findings += n
+        else:
+            st.notes += n
+    for st in out.values():
+        if st.analysis == "not analysed" and st.by_severity:
+            st.analysis = "stale"  # rows written before analyses were stamped
+    return out

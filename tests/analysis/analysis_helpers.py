@@ -186,4 +186,5 @@ class SessionBuilder:
 
 
 def analysis_codes(findings: list[Any]) -> list[str]:
-    return sorted({f.code for f in findings})
+    """Codes of the findings proper: notes (severity "note") did no harm and are left out."""
+    return sorted({f.code for f in findings if f.severity != "note"})

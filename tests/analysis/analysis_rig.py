@@ -60,7 +60,8 @@ class RigRun:
         return self.results[self.session_ids[index]]
 
     def codes(self, index: int = 0) -> list[str]:
-        return sorted({f.code for f in self.only(index).findings})
+        """Codes of the findings proper (notes did no harm and are left out)."""
+        return sorted({f.code for f in self.only(index).problems})
 
     def finding(self, code: str, index: int = 0) -> Any:
         found = [f for f in self.only(index).findings if f.code == code]

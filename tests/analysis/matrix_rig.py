@@ -186,9 +186,10 @@ class Matrix:
         return [self.sources[source].session(rid, cell.transport) for rid in self.rids[cell]]
 
     def findings(self, cell: Cell, source: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        """(session, finding) for every finding in the cell's sessions."""
+        """(session, finding) for every finding in the cell's sessions; notes (severity "note":
+        what did no harm here) are not findings."""
         return [(s, f) for s in self.sessions(cell, source) if s is not None
-                for f in self.sources[source].findings.get(s["session_id"], [])]
+                for f in self.sources[source].findings.get(s["session_id"], []) if f["severity"] != "note"]
 
     def codes(self, cell: Cell, source: str) -> list[str]:
         return sorted({f["code"] for _s, f in self.findings(cell, source)})

@@ -32,7 +32,7 @@ async def test_healthy_scenarios_produce_no_finding(tmp_path: Path, scenario: st
     run = await rig_session(tmp_path, [f"[scenario:{scenario}] please"], transport=transport)
     assert run.turn_errors == [None]
     res = run.only()
-    assert res.findings == [], [f.message for f in res.findings]
+    assert res.problems == [], [f.message for f in res.findings]
     assert res.frame_count > 10
 
 
@@ -41,7 +41,7 @@ async def test_healthy_multi_turn_conversation(tmp_path: Path) -> None:
     assert run.turn_errors == [None, None]
     assert len(run.session_ids) == 2
     for sid in run.session_ids:
-        assert run.results[sid].findings == []
+        assert run.results[sid].problems == []
 
 
 @pytest.mark.parametrize("transport", ["run", "runsse"])
@@ -53,7 +53,7 @@ async def test_real_client_style_against_an_accepting_server_is_healthy(tmp_path
     run = await rig_session(tmp_path, [f"[scenario:{scenario}] please"], transport=transport,
                             stream_close="accepted", close_policy="streams-only")
     assert run.turn_errors == [None]
-    assert run.only().findings == [], [f.message for f in run.only().findings]
+    assert run.only().problems == [], [f.message for f in run.only().findings]
 
 
 async def test_real_client_style_against_a_server_that_waits_for_stream_close(tmp_path: Path) -> None:
@@ -72,7 +72,7 @@ async def test_exec_handed_over_by_leaving_the_run_is_not_a_stall(tmp_path: Path
     """The fresh-run flow (seed dec10): a proxy leaves the run at the exec, then starts a new run."""
     run = await rig_session(tmp_path, ["[scenario:tool_flow] run it"], execute_locally=False, abandon_on_exec=True)
     res = run.only()
-    assert res.findings == [], [f.message for f in res.findings]
+    assert res.problems == [], [f.message for f in res.findings]
     assert [t["status"] for t in res.tool_calls] == ["awaiting_result"]
 
 
@@ -114,6 +114,9 @@ async def test_same_tool_with_a_correct_client_has_no_finding(tmp_path: Path) ->
     run = await rig_session(tmp_path, ["[scenario:mcp_large_args] dispatch"], execute_locally=False,
                             on_exec=echo_args_text)
     assert run.codes() == []  # cumulative snapshots and a lossy completion, handled right: healthy
+    assert not run.only().failed
+    # ... and said, as notes: what a naive client would trip on
+    assert sorted(f.code for f in run.only().notes) == ["args_cumulative_snapshots", "completion_args_lossy"]
     [call] = run.only().tool_calls
     assert "tasks" not in call["args_completion"]
     assert "tasks" in call["args_merged"]  # the hazard stays visible
@@ -179,6 +182,6 @@ def test_imported_cli_ndjson_is_healthy(tmp_path: Path) -> None:
     finally:
         store.close()
     [res] = results.values()
-    assert res.findings == []
+    assert res.problems == []
     assert [(t["tool_name"], t["status"]) for t in res.tool_calls] == [("shell", "completed"), ("read", "completed")]
     assert res.tool_calls[0]["result"]["exitCode"] == 1

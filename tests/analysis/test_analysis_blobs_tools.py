@@ -65,7 +65,7 @@ def test_blob_lifecycle_sha_and_checkpoint_refs(analysis_store: Store) -> None:
     b.checkpoint(pb.ConversationStateStructure(root_prompt_messages_json=[sys_id], turns=[turn_id]))
     b.turn_ended()
     res = analyze_session(analysis_store, b.done())
-    assert res.findings == []
+    assert res.problems == []
     by = {(r["seq"]): r for r in res.blobs}
     assert by[s1]["status"] == "stored"
     assert by[s1]["sha256_ok"] is True
@@ -115,7 +115,8 @@ def test_analyze_writes_and_replaces_rows(analysis_store: Store) -> None:
     sid = b.done()
     analyze(analysis_store)
     analyze(analysis_store, [sid])  # twice: rows are replaced, not duplicated
-    rows = analysis_store.query("SELECT code, severity, evidence FROM findings WHERE session_id = ?", [sid]).to_pylist()
+    rows = analysis_store.query("SELECT code, severity, evidence FROM findings WHERE session_id = ? "
+                                "AND severity <> 'note'", [sid]).to_pylist()
     assert sorted(r["code"] for r in rows) == ["heartbeat_loop", "stream_ended_without_turn_end"]
     assert all(isinstance(r["evidence"], list) and r["evidence"] for r in rows)
     t = analysis_store.query("SELECT tool_name, args_merged, args_naive FROM tool_calls").to_pylist()

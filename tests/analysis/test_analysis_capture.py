@@ -75,7 +75,7 @@ async def test_capture_append_seqno_reset_and_healthy_captures(tmp_path: Path, m
         store.close()
     seqnos = [a["append_seqno"] for a in appends]
     if not faults:
-        assert all(r.findings == [] for r in results.values()), {k: [f.message for f in r.findings]
+        assert all(r.problems == [] for r in results.values()), {k: [f.message for f in r.findings]
                                                                  for k, r in results.items()}
         assert seqnos == list(range(len(seqnos)))
         return

@@ -26,7 +26,7 @@ def test_healthy_turn_of_every_style_has_no_finding(analysis_store: Store, style
     b = SessionBuilder(analysis_store, transport=transport, meta=body_meta(order))
     write_turn(b, tool_turn(style), order)
     res = analyze_session(analysis_store, b.done())
-    assert res.findings == [], [f.message for f in res.findings]
+    assert res.problems == [], [f.message for f in res.findings]
     calls = {t["call_id"]: t for t in res.tool_calls}
     assert len(calls) == 7
     assert all(t["result_seq"] is not None for t in calls.values() if t["tool_name"] != "fetch")
@@ -70,7 +70,7 @@ def test_result_alone_against_a_server_that_waits_for_stream_close(analysis_stor
 def test_always_closing_client_against_that_server_is_healthy(analysis_store: Store) -> None:
     b = SessionBuilder(analysis_store)
     write_turn(b, tool_turn("always", ("read", "grep", "shell_stream"), policy="required"))
-    assert analyze_session(analysis_store, b.done()).findings == []
+    assert analyze_session(analysis_store, b.done()).problems == []
 
 
 def test_request_context_never_answered_but_the_turn_completes(analysis_store: Store) -> None:
@@ -88,7 +88,31 @@ def test_request_context_never_answered_but_the_turn_completes(analysis_store: S
     b.checkpoint()
     b.turn_ended()
     b.end_stream()
-    assert analyze_session(analysis_store, b.done()).findings == []
+    res = analyze_session(analysis_store, b.done())
+    assert res.problems == []
+    assert not res.failed
+    # said as a note: a server that waits for the context would have parked here
+    [note] = res.notes
+    assert (note.code, note.severity, note.first_seq) == ("unanswered_exec", "note", 1)
+    assert "request_context_args" in note.message and "went on without it" in note.message
+
+
+def test_request_context_never_answered_and_the_server_waited(analysis_store: Store) -> None:
+    """A strict server parks on the unanswered request context: the finding says it waited for it."""
+    b = SessionBuilder(analysis_store, transport="runsse", status="error")
+    b.run_request(text="hi")
+    b.server(exec_server_message=pb.ExecServerMessage(id=1, exec_id="e1",
+                                                      request_context_args=pb.RequestContextArgs()))
+    for _ in range(6):
+        b.heartbeat()
+    res = analyze_session(analysis_store, b.done())
+    f = next(f for f in res.findings if f.code == "unanswered_exec")
+    assert f.severity == "error"
+    assert "This server waited for the context" in f.message
+    assert "request_context_result" in f.suggested_fix
+    loop = next(f for f in res.findings if f.code == "heartbeat_loop")
+    assert "This server waited for the context" in loop.message
+    assert res.notes == []
 
 
 def test_proxy_leaving_the_run_at_an_exec_after_ignoring_request_context(analysis_store: Store) -> None:
@@ -105,7 +129,7 @@ def test_proxy_leaving_the_run_at_an_exec_after_ignoring_request_context(analysi
     b.server(exec_server_message=pb.ExecServerMessage(id=2, exec_id="e2", mcp_args=pb.McpArgs(
         name="list", tool_name="list", tool_call_id="c1")))
     res = analyze_session(analysis_store, b.done())
-    assert res.findings == [], [f.message for f in res.findings]
+    assert res.problems == [], [f.message for f in res.findings]
 
 
 def test_unanswered_exec_with_a_stall_is_still_found(analysis_store: Store) -> None:

@@ -24,7 +24,7 @@ def test_client_that_saw_the_end_stops(analysis_store: Store) -> None:
     b.turn_ended()
     b.end_stream()
     b.client_heartbeat(dt_ms=900)  # one in flight when the end arrived: normal
-    assert analyze_session(analysis_store, b.done()).findings == []
+    assert analyze_session(analysis_store, b.done()).problems == []
 
 
 def test_client_beating_on_after_the_end(analysis_store: Store) -> None:
@@ -54,7 +54,7 @@ def test_interval_falls_back_to_the_config(analysis_store: Store) -> None:
     b.end_stream()
     late = b.client_heartbeat(dt_ms=3000)
     sid = b.done()
-    assert analyze_session(analysis_store, sid).findings == []  # 3 s < the usual 5 s
+    assert analyze_session(analysis_store, sid).problems == []  # 3 s < the usual 5 s
     [f] = analyze_session(analysis_store, sid, Config(heartbeat_interval_s=2.0)).findings
     assert f.code == "end_stream_not_delivered"
     assert late in f.evidence
@@ -68,7 +68,7 @@ def test_imports_without_frame_timing_are_not_judged(analysis_store: Store, orde
     b.end_stream()
     for _ in range(3):
         b.client_heartbeat(dt_ms=5000)
-    assert analyze_session(analysis_store, b.done()).findings == []
+    assert analyze_session(analysis_store, b.done()).problems == []
 
 
 def test_a_new_run_after_the_end_is_not_late_traffic(analysis_store: Store) -> None:
@@ -101,7 +101,7 @@ def test_one_heartbeat_in_flight_is_judged_by_the_client_pace_not_the_server(ana
     b.turn_ended()
     b.end_stream()
     b.client_heartbeat(dt_ms=200)
-    assert analyze_session(analysis_store, b.done()).findings == []
+    assert analyze_session(analysis_store, b.done()).problems == []
 
 
 def _kv_turn(b: SessionBuilder, answer_ms: int) -> None:
@@ -125,7 +125,7 @@ def test_a_heartbeat_in_flight_is_allowed_the_sessions_round_trip(analysis_store
     b = SessionBuilder(analysis_store, transport="runsse")
     _kv_turn(b, answer_ms=400)
     b.client_heartbeat(dt_ms=300)
-    assert analyze_session(analysis_store, b.done()).findings == []
+    assert analyze_session(analysis_store, b.done()).problems == []
 
 
 def test_beating_on_beyond_the_round_trip_is_still_late(analysis_store: Store) -> None:

@@ -104,7 +104,7 @@ def test_accepted_grpc_web_appends_and_a_clean_trailer_are_healthy(analysis_stor
     b.turn_ended()
     end = b.grpc_web_trailer(0)
     res = analyze_session(analysis_store, b.done())
-    assert res.findings == []
+    assert res.problems == []
     assert res.frame_count == end + 1
 
 
@@ -158,7 +158,7 @@ def _unary(store: Store, sid: str, status: int, meta: dict | None = None, error:
 def test_unary_calls(analysis_store: Store) -> None:
     ok = _unary(analysis_store, "ok", 200)
     ok._write(ok.dec.decode_body(b"\x0a\x05\x0a\x03gpt", "unary", "server")[0], "server", "unary", 10)
-    assert analyze_session(analysis_store, ok.done()).findings == []
+    assert analyze_session(analysis_store, ok.done()).problems == []
 
     bad = _unary(analysis_store, "501", 501)
     body = json.dumps({"code": "unimplemented", "message": "no such method"}).encode()
@@ -222,7 +222,7 @@ def test_heartbeats_refused_after_the_end_harm_nobody(analysis_store: Store) -> 
     b.end_stream()
     b.append(1, meta={"http_status": 404}, client_heartbeat=pb.ClientHeartbeat())
     b.http_error(404, b'{"code": "not_found", "message": "no live run"}', seqno=1)
-    assert analyze_session(analysis_store, b.done()).findings == []
+    assert analyze_session(analysis_store, b.done()).problems == []
 
     b = SessionBuilder(analysis_store, "late-result", transport="runsse")
     b.append(0, meta={"http_status": 200}, run_request=_run_request())

@@ -131,7 +131,7 @@ def test_equivalence_sessions_cover_the_rules(equiv_store: Store) -> None:
     counts = {r["session_id"]: r["n"] for r in equiv_store.query(
         "SELECT session_id, count(*) AS n FROM frames GROUP BY ALL").to_pylist()}
     assert all(counts.get(name, 0) >= 4 for name in SESSIONS), counts
-    codes = {name: sorted({f.code for f in analyze_session(equiv_store, name).findings}) for name in SESSIONS}
+    codes = {name: sorted({f.code for f in analyze_session(equiv_store, name).problems}) for name in SESSIONS}
     assert codes == {
         "healthy": [],
         "stall": ["heartbeat_loop", "missing_stream_close", "stream_ended_without_turn_end"],

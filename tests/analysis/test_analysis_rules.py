@@ -46,7 +46,7 @@ def test_healthy_session_has_no_finding(analysis_store: Store) -> None:
     b.healthy_shell_turn()
     sid = _finish_ok(b)
     res = analyze_session(analysis_store, sid)
-    assert res.findings == []
+    assert res.problems == []
     assert [t["status"] for t in res.tool_calls] == ["completed"]
 
 
@@ -119,7 +119,7 @@ def test_missing_stream_close_and_close_or_throw_satisfies_it(analysis_store: St
     b.exec_shell(4)
     b.client(exec_client_control_message=pb.ExecClientControlMessage(throw=pb.ExecClientThrow(id=4, error="nope")))
     _finish_ok(b)
-    assert analyze_session(analysis_store, "thrown").findings == []
+    assert analyze_session(analysis_store, "thrown").problems == []
 
 
 def test_result_alone_is_healthy_when_the_server_goes_on(analysis_store: Store) -> None:
@@ -133,7 +133,7 @@ def test_result_alone_is_healthy_when_the_server_goes_on(analysis_store: Store) 
         b.heartbeat()
     b.update(token_delta=pb.TokenDelta(tokens=3))
     _finish_ok(b)
-    assert analyze_session(analysis_store, "alone").findings == []
+    assert analyze_session(analysis_store, "alone").problems == []
 
     b = SessionBuilder(analysis_store, "cut", status="aborted")  # the client left right after its result
     b.run_request()
@@ -170,7 +170,7 @@ def test_unanswered_query_and_answered_query(analysis_store: Store) -> None:
     b.client(interaction_response=pb.InteractionResponse(
         id=3, ask_question_interaction_response=pb.AskQuestionInteractionResponse()))
     _finish_ok(b)
-    assert analyze_session(analysis_store, "q-done").findings == []
+    assert analyze_session(analysis_store, "q-done").problems == []
 
 
 # KV ----------------------------------------------------------------------------------------------------
@@ -208,7 +208,7 @@ def test_assistant_blob_after_streamed_text_is_healthy(analysis_store: Store) ->
     b.set_blob_result(1)
     b.checkpoint()
     b.turn_ended()
-    assert analyze_session(analysis_store, b.done()).findings == []
+    assert analyze_session(analysis_store, b.done()).problems == []
 
 
 def test_blob_miss_is_a_requested_blob_answered_absent(analysis_store: Store) -> None:
@@ -238,7 +238,7 @@ def test_blobs_named_but_never_requested_are_not_misses(analysis_store: Store) -
     b.text("ok")
     b.turn_ended()
     res = analyze_session(analysis_store, b.done())
-    assert res.findings == []
+    assert res.problems == []
     [row] = [r for r in res.blobs if r["blob_id"] == ghost.hex()]
     assert row["status"] == "never_set"
     assert row["checkpoint_ref"] == "turns[0]"
@@ -273,7 +273,14 @@ def test_completion_args_lossy_needs_the_client_replaying_the_lossy_args(analysi
     b.run_request()
     _mcp_call(b, "call-m", streamed, completion)
     res = analyze_session(analysis_store, _finish_ok(b))
-    assert res.findings == []  # the server's lossy completion alone hurts a merging client not at all
+    assert res.problems == []  # the server's lossy completion alone hurts a merging client not at all
+    assert not res.failed
+    # ... but it is said, as a note naming what the completion lost
+    [note] = [f for f in res.notes if f.code == "completion_args_lossy"]
+    assert note.severity == "note"
+    assert "omitted key: tasks" in note.message
+    assert 'options: {"a": 1} (object) → "{\\"a\\": 1}" (string)' in note.message
+    assert res.findings[-len(res.notes):] == res.notes  # notes come after the findings
     row = res.tool_calls[0]
     assert row["tool_name"] == "task"
     assert row["args_merged"] == streamed
@@ -293,8 +300,9 @@ def test_completion_args_lossy_needs_the_client_replaying_the_lossy_args(analysi
     res = analyze_session(analysis_store, b.done())
     f = _only(res, "completion_args_lossy")
     assert f.severity == "warning"
-    assert "'tasks'" in f.message
-    assert "'options'" in f.message
+    assert "omitted key: tasks" in f.message
+    assert "options: " in f.message and "(string)" in f.message
+    assert not [n for n in res.notes if n.code == "completion_args_lossy"]  # a warning, not also a note
     assert nxt in f.evidence
     assert f"seq {nxt}" in f.message
     assert "args_cumulative_snapshots" not in analysis_codes(res.findings)  # no garbled text echoed
@@ -331,7 +339,7 @@ def test_tool_loop(analysis_store: Store) -> None:
     for i in range(2):
         b.healthy_shell_turn(call_id=f"c{i}", exec_id=i + 1, command="cat README.md")
     b.healthy_shell_turn(call_id="c9", exec_id=9, command="ls")
-    assert analyze_session(analysis_store, _finish_ok(b)).findings == []
+    assert analyze_session(analysis_store, _finish_ok(b)).problems == []
 
 
 # requests and streams -------------------------------------------------------------------------------------
@@ -378,7 +386,7 @@ def test_conversation_state_left_out_harmlessly(analysis_store: Store) -> None:
     b2.text("fresh")
     b2.turn_ended()
     for sid in ("lenient", b.done(), b2.done()):
-        assert analyze_session(analysis_store, sid).findings == [], sid
+        assert analyze_session(analysis_store, sid).problems == [], sid
 
 
 def test_append_seqno_anomalies(analysis_store: Store) -> None:
@@ -405,7 +413,7 @@ def test_append_resent_after_failure_and_two_counters(analysis_store: Store) -> 
     b.append(1, meta={"http_status": 200}, **hb)  # the same message again under its seqno: a retry
     b.append(2, meta={"http_status": 200}, **hb)
     _finish_ok(b)
-    assert analyze_session(analysis_store, "retry").findings == []
+    assert analyze_session(analysis_store, "retry").problems == []
 
     # two counters (the stateless proxy's bug): seqnos of heartbeats collide with the others
     b = SessionBuilder(analysis_store, "two-counters", transport="runsse")
@@ -480,7 +488,7 @@ def test_ndjson_duplicate_text(analysis_store: Store) -> None:
 
     # the CLI's own output mixes the forms and gets the result right: healthy
     record(sid, lines)
-    assert analyze_session(analysis_store, sid).findings == []
+    assert analyze_session(analysis_store, sid).problems == []
     # a relay that concatenated every form wrote the duplicated text as its result
     record("nd-2", lines[:-1] + [{**lines[-1], "result": "Hello worldHello worldHello world"}])
     res = analyze_session(analysis_store, "nd-2")
@@ -513,7 +521,7 @@ def test_conversation_context_across_sessions(analysis_store: Store) -> None:
     f = res.findings[0]
     assert f.evidence == [rr]
     assert "turn-1" in f.message
-    assert analyze_session(analysis_store, "turn-1").findings == []
+    assert analyze_session(analysis_store, "turn-1").problems == []
 
 
 def test_unanswered_kv_request_is_an_error(analysis_store: Store) -> None:
@@ -541,7 +549,7 @@ def test_mcp_exec_without_stream_close_is_tolerated_when_the_turn_went_on(analys
         success=pb.McpSuccess(content=[pb.McpToolResultContentItem(text=pb.McpTextContent(text="1"))]))))
     _finish_ok(b)
     res = analyze_session(analysis_store, "s1")
-    assert res.findings == []
+    assert res.problems == []
     assert res.tool_calls[0]["tool_name"] == "echo"
     assert res.tool_calls[0]["args_merged"] == {"x": 1}
 
@@ -555,4 +563,4 @@ def test_unary_session_is_not_a_run(analysis_store: Store) -> None:
         for f in dec.decode_body(b"\x0a\x03abc", "unary", direction):
             rec.add("unary-1", 1_700_000_000_000_000, direction, "unary", None, f)
     rec.flush()
-    assert analyze_session(analysis_store, "unary-1").findings == []
+    assert analyze_session(analysis_store, "unary-1").problems == []

@@ -67,7 +67,7 @@ async def test_seed_dec10_answer_hidden_in_kv_blob(tmp_path: Path) -> None:
     assert all(b["sha256_ok"] for b in blobs if b["size"])
     assert "heartbeat_loop" in run.codes()
     # the fresh run on the same conversation (the investigation's fix) is clean
-    assert run.results[run.session_ids[1]].findings == []
+    assert run.results[run.session_ids[1]].problems == []
 
 
 def _flattened_history(prev: TurnResult | None) -> str:

@@ -69,9 +69,18 @@ def cause_of(item: Any, items: Sequence[Any]) -> Any | None:
     return None
 
 
+def _is_note(item: Any) -> bool:
+    return _get(item, "severity") not in ("error", "warning")
+
+
 def order_findings(items: Sequence[T]) -> list[T]:
-    """Root causes first (by severity, then seq), each followed by what follows from it."""
-    items = list(items)
+    """Root causes first (by severity, then seq), each followed by what follows from it; notes last,
+    in seq order. A note did no harm, so it neither explains a finding nor follows from one."""
+    notes = sorted((it for it in items if _is_note(it)), key=_key)
+    for it in notes:
+        _set(it, "cause", None)
+        _set(it, "cause_seq", None)
+    items = [it for it in items if not _is_note(it)]
     cause: dict[int, Any] = {}
     for it in items:
         c = cause_of(it, items)
@@ -98,4 +107,4 @@ def order_findings(items: Sequence[T]) -> list[T]:
         emit(root)
     for it in sorted(items, key=_key):  # nothing is left over in an acyclic relation; be safe anyway
         emit(it)
-    return out
+    return out + notes

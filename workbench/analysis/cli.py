@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from workbench.analysis.argsdiff import args_diff
 from workbench.analysis.engine import analyze_session, write_results
 from workbench.analysis.model import AnalysisResult, Config
 from workbench.analysis.report import print_report
@@ -106,8 +107,10 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def result_json(r: AnalysisResult) -> dict[str, Any]:
+    """The session's findings (errors, warnings), then its notes (``"severity": "note"``) in a list of
+    their own: a consumer that gates on ``findings == []`` is not tripped by what did no harm."""
     return {"session_id": r.session_id, "frames": r.frame_count, "failed": r.failed,
-            "findings": [f.as_dict() for f in r.findings]}
+            "findings": [f.as_dict() for f in r.problems], "notes": [f.as_dict() for f in r.notes]}
 
 
 def _load(args: argparse.Namespace) -> AnalysisResult:
@@ -156,7 +159,8 @@ def cmd_tools(args: argparse.Namespace) -> int:
     r = _load(args)
     if args.json:
         for t in r.tool_calls:
-            print(json.dumps(t, default=str))
+            diff = args_diff(t["args_merged"], t["args_completion"])
+            print(json.dumps({**t, "completion_diff": diff.as_dict() if diff else None}, default=str))
         return 0
     print(f"session {r.session_id}: {len(r.tool_calls)} tool call(s)")
     for t in r.tool_calls:
@@ -170,6 +174,10 @@ def cmd_tools(args: argparse.Namespace) -> int:
             print(f"    streamed:   {_short(t['args_streamed'], 150)}")
         if t["args_completion"] is not None and t["args_completion"] != t["args_merged"]:
             print(f"    completion: {_short(t['args_completion'], 150)}")
+            diff = args_diff(t["args_merged"], t["args_completion"])
+            if diff:
+                # the difference in words: the truncated objects alone hide which key went or changed type
+                print(f"    completion vs merged: {diff.describe()}")
         if t["args_naive"] is not None and parse_json(t["args_naive"]) != t["args_streamed"]:
             print(f"    naive:      {_short(t['args_naive'], 150)}  (what concatenating the deltas gives)")
         if t["result"] is not None:

@@ -95,7 +95,7 @@ class Context:
         sev = severity or RULES[code].severity
         if order_dependent and not self.order_known:
             message = ORDER_NOTE + message
-            sev = "warning"
+            sev = "warning" if sev == "error" else sev  # lowered, never raised (a note stays a note)
         return Finding(code, sev, message, min(ev) if ev else None, max(ev) if ev else None, ev, fix,
                        self.session_id)
 

@@ -34,6 +34,7 @@ from workbench.analysis.facts import (
 from workbench.analysis.model import AnalysisResult, Config, Finding
 from workbench.analysis.records import CallState, HeartbeatRun, SessionFacts
 from workbench.analysis.rules import Context, run_rules
+from workbench.analysis.stamp import mark_analysed
 from workbench.analysis.tools import public_row, tool_rows
 from workbench.protocol.run_request import run_request_facts
 from workbench.schema import pb
@@ -423,11 +424,13 @@ def result_tables(results: list[AnalysisResult]) -> dict[str, pa.Table]:
 
 
 def write_results(store: Store, results: list[AnalysisResult]) -> None:
+    """Replace the sessions' rows and stamp them analysed (``stamp``: clean is not "never analysed")."""
     ids = [r.session_id for r in results]
     if not ids:
         return
     for table, rows in result_tables(results).items():
         store.insert_rows(table, rows, replace_sessions=ids)
+    mark_analysed(store, ids)
 
 
 # live ----------------------------------------------------------------------------------------------

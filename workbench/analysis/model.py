@@ -5,8 +5,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SEVERITIES = ("error", "warning", "info")
-SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+# ``note``: what the server did that did no harm here but breaks a naive client (a lossy completion,
+# cumulative snapshots handled right, a request context left unanswered while the run went on).
+# Notes are never counted as findings: they come after them and do not change the exit status.
+# ``info`` is kept only so rows written by older versions still load.
+SEVERITIES = ("error", "warning", "note")
+SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2, "note": 3}
+PROBLEMS = ("error", "warning")
 # Evidence lists are for a reader, not a dump: a 10,000-heartbeat loop keeps its head and tail.
 MAX_EVIDENCE = 40
 
@@ -31,6 +36,10 @@ class Finding:
         if self.severity not in SEVERITY_RANK:
             raise ValueError(f"finding {self.code}: unknown severity {self.severity!r}")
         self.evidence = clip_evidence(self.evidence)
+
+    @property
+    def is_note(self) -> bool:
+        return self.severity not in PROBLEMS
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,12 +82,21 @@ class AnalysisResult:
     frame_count: int = 0
 
     @property
+    def problems(self) -> list[Finding]:
+        """The findings proper (errors and warnings), notes left out."""
+        return [f for f in self.findings if not f.is_note]
+
+    @property
+    def notes(self) -> list[Finding]:
+        return [f for f in self.findings if f.is_note]
+
+    @property
     def worst(self) -> str | None:
-        if not self.findings:
+        if not self.problems:
             return None
-        return min((f.severity for f in self.findings), key=SEVERITY_RANK.__getitem__)
+        return min((f.severity for f in self.problems), key=SEVERITY_RANK.__getitem__)
 
     @property
     def failed(self) -> bool:
-        """True when a warning or error exists (what the CLI's exit code 1 means)."""
-        return any(f.severity in ("error", "warning") for f in self.findings)
+        """True when a warning or error exists (what the CLI's exit code 1 means); notes never count."""
+        return bool(self.problems)

@@ -19,12 +19,19 @@ def print_report(results: Mapping[str, AnalysisResult] | Iterable[AnalysisResult
         return 0
     for r in items:
         counts: dict[str, int] = {}
-        for f in r.findings:
+        for f in r.problems:
             counts[f.severity] = counts.get(f.severity, 0) + 1
         tally = ", ".join(f"{n} {sev}{'s' if n != 1 else ''}" for sev, n in counts.items()) or "clean"
+        if r.notes:
+            tally += f" ({len(r.notes)} note{'s' if len(r.notes) != 1 else ''})"
         print(f"session {r.session_id} ({r.frame_count} frames): {tally}", file=out)
-        for f in r.findings:
+        for f in r.problems:
             print(format_finding(f), file=out)
+        if r.notes:
+            # after the findings: what the server did that did no harm here but would break a naive client
+            print("  notes (no harm here; a naive client would trip on these):", file=out)
+            for f in r.notes:
+                print(format_finding(f), file=out)
     bad = sum(1 for r in items if r.failed)
     print(f"{len(items)} session{'s' if len(items) != 1 else ''} analysed, {bad} with warnings or errors", file=out)
     return 1 if bad else 0

@@ -2,8 +2,8 @@
 completion_args_lossy, tool_loop.
 
 The server's own habits (cumulative args snapshots, a lossy McpArgs in tool_call_completed) are
-no finding by themselves: every client sees them. A finding needs the client's own later message
-to carry what only a client that mishandled them would send.
+no finding by themselves: every client sees them. A warning needs the client's own later message
+to carry what only a client that mishandled them would send; without one they are notes.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from workbench.analysis.argsdiff import args_diff
 from workbench.analysis.context import Context, rule
 from workbench.analysis.model import Finding
 from workbench.analysis.tools import canonical_args
@@ -59,8 +60,9 @@ def _hay(ctx: Context, row: dict[str, Any], after: int) -> list[tuple[int, bytes
 def args_cumulative_snapshots(ctx: Context) -> list[Finding]:
     """The server always streams cumulative snapshots, so their presence alone is healthy. The
     finding needs the client's own later messages (history, results, next request) to carry text
-    that only a naive concatenation produces."""
+    that only a naive concatenation produces; without one the snapshots make one note per session."""
     out = []
+    handled: list[tuple[dict[str, Any], int, int, int]] = []
     for row in ctx.tool_calls:
         deltas = row.get("_deltas") or []
         good = accumulate_all(deltas) if len(deltas) >= 2 else ""
@@ -73,9 +75,10 @@ def args_cumulative_snapshots(ctx: Context) -> list[Finding]:
         first = row["_delta_seqs"][0]
         hits = sorted(seq for seq, p in _hay(ctx, row, first) if any(n in p for n in needles))
         later = None if hits else _later_hit(ctx, needles)
-        if not hits and later is None:
-            continue
         naive = row["args_naive"] or ""
+        if not hits and later is None:
+            handled.append((row, len(deltas), len(good), len(naive)))
+            continue
         at = naive.find(junctions[0])
         shown = naive[max(0, at - 20): at + len(junctions[0]) + 20] if at >= 0 else naive[:60]
         out.append(ctx.finding(
@@ -86,6 +89,18 @@ def args_cumulative_snapshots(ctx: Context) -> list[Finding]:
             row["_delta_seqs"] + hits[:5],
             "A delta that starts with the text so far is a snapshot: replace the buffer, append only the suffix "
             "(workbench.protocol.args.accumulate_args_text); cross-check with the started/completed args."))
+    if handled:
+        calls = "; ".join(f"{r['call_id']} ({r.get('tool_name')}): {n} deltas, {good} chars right, {naive} naive"
+                          for r, n, good, naive in handled[:5])
+        more = f"; and {len(handled) - 5} more" if len(handled) > 5 else ""
+        out.append(ctx.finding(
+            "args_cumulative_snapshots",
+            f"The server sent the args_text_delta of {len(handled)} call{'s' if len(handled) != 1 else ''} as "
+            f"cumulative snapshots ({calls}{more}). Nothing this client sent carries the garbled text a naive "
+            "concatenation gives; a client that appends every delta would run the tool with non-JSON args.",
+            [s for r, *_ in handled for s in r["_delta_seqs"][:1] + r["_delta_seqs"][-1:]],
+            "A delta that starts with the text so far is a snapshot: replace the buffer, append only the suffix "
+            "(workbench.protocol.args.accumulate_args_text).", severity="note"))
     return out
 
 
@@ -108,9 +123,9 @@ def _lossy_needles(completion: dict[str, Any], downgraded: list[str], missing: l
 @rule("completion_args_lossy", "warning", "the client used the lossy MCP args of tool_call_completed")
 def completion_args_lossy(ctx: Context) -> list[Finding]:
     """The server's tool_call_completed McpArgs may drop oversized keys and downgrade structured
-    values to strings; that alone hurts nobody who merges it into the streamed args. The finding
-    needs a later client message carrying the lossy args (a downgraded value as a string, or the
-    completion's args object as it stands)."""
+    values to strings. A warning needs a later client message carrying the lossy args (a
+    downgraded value as a string, or the completion's args object as it stands); without one the
+    client merged them right and the lossy completion is a note (a naive client would trip on it)."""
     out = []
     for row in ctx.tool_calls:
         completion = row.get("args_completion")
@@ -121,34 +136,34 @@ def completion_args_lossy(ctx: Context) -> list[Finding]:
             continue
         streamed = row.get("args_streamed")
         reference = streamed if isinstance(streamed, dict) else (row.get("_exec_args") or {}).get("args")
-        if not isinstance(reference, dict):
+        diff = args_diff(reference, completion)
+        if not diff:
             continue
-        missing = [k for k in reference if k not in completion]
-        downgraded = [k for k in reference if k in completion and isinstance(completion[k], str)
-                      and not isinstance(reference[k], str)]
-        if not missing and not downgraded:
-            continue
+        missing, downgraded = diff.omitted, diff.downgraded
         needles = _lossy_needles(completion, downgraded, missing)
         hits = sorted(seq for seq, p in ctx.facts.client_payloads
                       if (seq > completed or not ctx.order_known) and any(n in p for n in needles))
         later = None if hits else _later_hit(ctx, needles)
-        if not hits and later is None:
-            continue  # the hazard did not reach the wire: nothing shows the client used these args
-        where = _where(hits, later).replace("its", "the client's", 1)
-        bits = []
-        if missing:
-            bits.append(f"dropped {missing}")
-        if downgraded:
-            bits.append(f"downgraded {downgraded} to strings")
         src = "streamed args" if isinstance(streamed, dict) else "exec mcp_args"
+        ev = (row["_delta_seqs"][-1:] if row["_delta_seqs"] else []) + [completed, row.get("exec_seq")]
+        fix = ("Merge the completion map into the streamed (or exec) args instead of overwriting: keep keys it omits "
+               "and structured values it downgraded (workbench.protocol.args.merge_mcp_args).")
+        if not hits and later is None:
+            # No harm here: nothing shows the client used these args. Still worth saying.
+            out.append(ctx.finding(
+                "completion_args_lossy",
+                f"call {row['call_id']} ({row.get('tool_name')}): the tool_call_completed McpArgs differ from the "
+                f"{src} ({diff.describe()}); this client kept the full args, a client that takes the completion's "
+                "args as they stand would run the tool with these.",
+                ev, fix, severity="note"))
+            continue
+        where = _where(hits, later).replace("its", "the client's", 1)
         out.append(ctx.finding(
             "completion_args_lossy",
-            f"call {row['call_id']} ({row.get('tool_name')}): the tool_call_completed McpArgs {' and '.join(bits)} "
-            f"that the {src} had, and {where} carries those lossy args "
+            f"call {row['call_id']} ({row.get('tool_name')}): the tool_call_completed McpArgs differ from the {src} "
+            f"({diff.describe()}), and {where} carries those lossy args "
             f"(merged args keep {sorted(row['args_merged']) if isinstance(row.get('args_merged'), dict) else '?'}).",
-            (row["_delta_seqs"][-1:] if row["_delta_seqs"] else []) + [completed, row.get("exec_seq")] + hits[:5],
-            "Merge the completion map into the streamed (or exec) args instead of overwriting: keep keys it omits "
-            "and structured values it downgraded (workbench.protocol.args.merge_mcp_args).", order_dependent=True))
+            ev + hits[:5], fix, order_dependent=True))
     return out
 
 

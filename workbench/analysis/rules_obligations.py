@@ -16,6 +16,7 @@ from workbench.analysis.context import ORDER_NOTE, Context, exec_label, rule
 from workbench.analysis.model import Finding
 from workbench.analysis.records import ExecReq, HeartbeatRun
 
+REQUEST_CONTEXT = "request_context_args"
 _CLOSE_FIX = ("If this server waits for it (the service did in December 2025; a result completes an exec for "
               "the service in 2026), send ExecClientControlMessage{{stream_close{{id: {id}}}}} after the result "
               "message(s); Cursor's own CLI always does.")
@@ -96,8 +97,9 @@ def _stall_cause(ctx: Context, run: HeartbeatRun) -> tuple[str, list[int], str]:
                     f"stream_close{{{req.id}}} (see missing_stream_close).", [req.seq] + res[:3],
                     _CLOSE_FIX.format(id=req.id))
         if not _answered(ctx, req) and ctx.stall_after(req.seq, req.seg):
+            waited = " This server waited for the context." if req.member == REQUEST_CONTEXT else ""
             return (f" Likely cause: {exec_label(req)} at seq {req.seq} was never answered "
-                    f"(see unanswered_exec).{_rejected_note(ctx, req.result_seqs)}", [req.seq],
+                    f"(see unanswered_exec).{waited}{_rejected_note(ctx, req.result_seqs)}", [req.seq],
                     f"Answer exec {req.id} (its result, or throw{{id: {req.id}}} if unsupported).")
     for q in ctx.facts.queries:
         if q.response_seq is None and q.seq < run.first_seq and q.seg == seg:
@@ -157,9 +159,24 @@ def unanswered_exec(ctx: Context) -> list[Finding]:
         if req.client_hb_seq is not None and not ctx.final:
             continue  # the client keeps saying it is still executing
         stall = ctx.stall_after(req.seq, req.seg)
+        context = req.member == REQUEST_CONTEXT
         if stall is None:
-            continue  # the turn went on or ended, or the client left the run to hand the exec over
+            # The turn went on or ended, or the client left the run to hand the exec over. The
+            # service does not wait for the request context (clients send it in run_request), but
+            # a server that does would park here: say so, as a note.
+            if context and ctx.final and not ctx.handed_off(req):
+                out.append(ctx.finding(
+                    "unanswered_exec",
+                    f"{exec_label(req)} at seq {req.seq} was never answered and the run went on without it "
+                    "(the service takes the environment and tools from the run request). A server that waits "
+                    "for the context would park here.",
+                    [req.seq], "Answer request_context_args with a request_context_result (environment, tools) "
+                    "if you target servers that wait for it.", severity="note"))
+            continue
         tail = f" After it {stall.describe()}."
+        if context:
+            tail += (" This server waited for the context: it did not go on without a request_context_result "
+                     "(the service since December 2025 does, taking the context from the run request).")
         if req.client_hb_seq is not None:
             tail += f" The client sent exec heartbeats for it until seq {req.client_hb_seq}: still running."
         tail += _rejected_note(ctx, req.result_seqs + [s for s in (req.throw_seq, req.close_seq) if s is not None])
@@ -168,8 +185,10 @@ def unanswered_exec(ctx: Context) -> list[Finding]:
             f"{exec_label(req)} at seq {req.seq} was never answered: no exec_client_message, throw or "
             f"stream_close with id {req.id} reached the server.{tail}",
             [req.seq] + stall.evidence,
-            f"Answer every exec: result(s) with id {req.id} and exec_id echoed; reply throw{{id: {req.id}}} "
-            "(then stream_close) to exec types the client does not implement."))
+            (f"Answer request_context_args with a request_context_result{{id: {req.id}}} (environment, tools): "
+             "this server does not go on without it." if context else
+             f"Answer every exec: result(s) with id {req.id} and exec_id echoed; reply throw{{id: {req.id}}} "
+             "(then stream_close) to exec types the client does not implement.")))
     return out
 
 

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.analysis.stored import refresh_ended
 from workbench.capture.appends import AppendOrder, Held
 from workbench.capture.flows import (
     Body,
@@ -196,6 +197,7 @@ class CaptureWriter:
             if stop:
                 self._finish_all()
             self.flush()
+            refresh_ended(self.sink, final=stop)  # findings of sessions that ended, stored after their commit
             cost = time.monotonic() - tick
             next_tick = tick + max(interval / 2, interval - cost)
         self._stopped.set()

@@ -70,8 +70,11 @@ class Journal:
         self.recorder.flush()
 
     def close(self) -> None:
+        from workbench.analysis.stored import refresh_findings  # loads the analysis only when recording
+
         self.drain()
         self.recorder.flush()
+        refresh_findings(self.store, list(self.recorder.sessions))  # findings stored when the recording ends
         if self._own_store:
             self.store.close()
 

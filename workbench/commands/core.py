@@ -184,28 +184,53 @@ def _decode_batch(args: argparse.Namespace, dec: Decoder) -> int:
 SESSION_LIST_SQL = """
 SELECT s.session_id, s.label, s.source, s.transport, s.model, s.started_at,
        round(epoch(s.ended_at) - epoch(s.started_at), 2) AS duration_s,
-       s.frame_count, s.status,
-       (SELECT count(*) FROM findings f WHERE f.session_id = s.session_id) AS findings
+       s.frame_count, s.status
 FROM sessions s ORDER BY s.started_at NULLS LAST, s.session_id
 """
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
-    from workbench.overview import query_top_findings
+    from workbench.overview import finding_states, query_top_findings
 
     reader = reader_from(args)
-    table = reader.query(SESSION_LIST_SQL)
-    # The top finding is the root cause (workbench.analysis.causes.order_findings), not the worst
-    # symptom: it is what to look at first.
-    top = query_top_findings(reader.query)
-    codes = [top.get(sid, {}).get("code") for sid in table.column("session_id").to_pylist()]
+    try:
+        table = reader.query(SESSION_LIST_SQL)
+        statuses = dict(zip(table.column("session_id").to_pylist(), table.column("status").to_pylist(), strict=True))
+        states = finding_states(reader.query, statuses)
+        # Findings are stored when a session ends; sessions an upgrade made stale (or that nobody
+        # analysed, e.g. written by an older workbench) get theirs now, when the file is free.
+        due = [sid for sid, st in states.items() if st.analysis in ("stale", "not analysed")]
+        if due and not reader.live:
+            from workbench.analysis.stored import refresh_listing
+
+            reader.close()
+            stored = refresh_listing(args.db, due)
+            reader = reader_from(args)
+            if stored:
+                print(f"workbench sessions: stored the findings of {len(stored)} session"
+                      f"{'s' if len(stored) != 1 else ''} not analysed by this version", file=sys.stderr)
+                states = finding_states(reader.query, statuses)
+        # The top finding is the root cause (workbench.analysis.causes.order_findings), not the worst
+        # symptom: it is what to look at first. Notes never count as findings.
+        top = query_top_findings(reader.query)
+    finally:
+        reader.close()
+    ids = table.column("session_id").to_pylist()
+    codes = [top.get(sid, {}).get("code") for sid in ids]
     if args.json:
         for row, code in zip(table.to_pylist(), codes, strict=True):
+            st = states[row["session_id"]]
             f = top.get(row["session_id"])
+            row["findings"] = st.findings if st.analysed else None
+            row["notes"] = st.notes if st.analysed else None
+            row["analysis"] = st.analysis
             row["top_finding"] = code
             row["top_finding_message"] = f.get("message") or None if f else None
             print(json.dumps(row, default=str))
     else:
+        table = table.append_column("findings", pa.array([states[s].text() for s in ids], pa.string()))
+        table = table.append_column("notes", pa.array([str(states[s].notes) if states[s].notes else ""
+                                                       for s in ids], pa.string()))
         print_table(table.append_column("top_finding", pa.array(codes, pa.string())))
     return 0
 

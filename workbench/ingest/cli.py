@@ -56,6 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_import(args: argparse.Namespace) -> int:
     import duckdb
 
+    from workbench.analysis.stored import refresh_findings
     from workbench.ingest import IngestError, Progress, import_file, open_store
     from workbench.wire.inflate import MIB, InflateBudget
 
@@ -69,6 +70,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     store = open_store(args.db)
     failed = 0
     undecryptable = 0
+    imported: list[str] = []
     try:
         for name in args.files:
             progress = Progress(name, stream=sys.stderr)
@@ -100,6 +102,10 @@ def cmd_import(args: argparse.Namespace) -> int:
                 continue
             print(json.dumps(dataclasses.asdict(result)) if args.json else result.summary_line(), flush=True)
             undecryptable += result.undecryptable
+            if result.format != "parquet":  # a Parquet export brings its own findings rows, kept as exported
+                imported.extend(result.session_ids)
+        # Findings stored with the sessions, so `workbench sessions` shows them without a diagnose run.
+        refresh_findings(store, imported)
     finally:
         store.close()
     if failed and len(args.files) == 1:

@@ -163,6 +163,9 @@ def run_and_record(cmd: Sequence[str], db: str, *, out: BinaryIO | None = None,
                 info.meta["lines_not_recorded"] = lost.lines
             rec.touch(sid)
         rec.flush()
+        from workbench.analysis.stored import refresh_findings  # loads the analysis once the run is over
+
+        refresh_findings(store, list(sink.session_ids))  # findings stored when the recorded run ends
         return code
     finally:
         signal.signal(signal.SIGINT, old_int)

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from workbench.decode import fields_of
 from workbench.decode.classify import COMPRESSED, ENVELOPED, WIRE_LENGTH, Decoder
-from workbench.overview import FINDING_COLUMNS, top_findings
+from workbench.overview import FINDING_COLUMNS, finding_states, top_findings
 from workbench.store.db import StoreError
 from workbench.store.reader import LocalReader, RemoteReader, open_reader, sidecar_path
 from workbench.tui.rows import HB_SQL, HEARTBEAT_KINDS, MIN_FOLD, FrameFilter, FrameIndex, RowRef, blob_needle
@@ -33,7 +33,8 @@ from workbench.wire.envelope import header as envelope_header
 
 # Payload bytes one read of full frame rows may bring (``frames_after``).
 PAGE_BYTES = 64 * 1024 * 1024
-SEVERITIES = ("error", "warning", "info")
+# notes come last and never count as findings; "info" only in rows an older workbench wrote
+SEVERITIES = ("error", "warning", "info", "note")
 
 Reader = LocalReader | RemoteReader
 
@@ -107,10 +108,16 @@ class SessionSummary:
     findings: dict[str, int] = field(default_factory=dict)
     label: str = ""
     top_finding: dict[str, Any] | None = None  # the root cause first (workbench.overview)
+    # current | stale | not analysed | open (workbench.overview.FindingState)
+    analysis: str = "current"
 
     def findings_text(self) -> str:
+        """``1E 2W``, then notes (``1N``); ``-`` for none; ``not analysed`` when no analysis stored."""
+        if self.analysis in ("not analysed", "open"):
+            return self.analysis
         parts = [f"{self.findings[s]}{s[0].upper()}" for s in SEVERITIES if self.findings.get(s)]
-        return " ".join(parts) or "-"
+        stale = " (stale)" if self.analysis == "stale" else ""
+        return (" ".join(parts) or "-") + stale
 
 
 # the data source ---------------------------------------------------------------------------------
@@ -211,14 +218,16 @@ class TuiData:
             by_sev = counts.setdefault(r["session_id"], {})
             by_sev[r["severity"]] = by_sev.get(r["severity"], 0) + 1
         top = top_findings(rows)
+        sessions = t.to_pylist()
+        states = finding_states(self.query, {r["session_id"]: r["status"] for r in sessions})
         out = []
-        for r in t.to_pylist():
+        for r in sessions:
             dur = r["dur_us"]
             sid = r["session_id"]
             out.append(SessionSummary(sid, r["source"], r["transport"], r["model"],
                                       r["started_us"], None if dur is None else dur / 1e6,
                                       int(r["frame_count"]), r["status"], counts.get(sid, {}),
-                                      r["label"], top.get(sid)))
+                                      r["label"], top.get(sid), states[sid].analysis))
         return out
 
     def session(self, session_id: str) -> SessionSummary | None:

@@ -7,7 +7,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
-SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "note": "cyan"}
 
 
 def _seqs(first: Any, last: Any) -> str:

@@ -192,6 +192,11 @@ def build_sample_db(path: str | Path, decoder: Decoder | None = None) -> Path:
                  evidence=[1], suggested_fix="usage limit reached; wait or change plan", created_at=created),
         ]
         store.insert_rows("findings", _table(findings, FINDING_TYPES))
+        # Stamped as analysed: these hand-made rows are what the screenshots show, and a listing
+        # must not replace them with a fresh analysis (workbench.analysis.stamp).
+        from workbench.analysis.stamp import mark_analysed
+
+        mark_analysed(store, [HANG_SESSION, OK_SESSION, ERR_SESSION])
         naive = SHELL_ARGS[:9] + SHELL_ARGS[:21] + SHELL_ARGS
         calls = [dict(session_id=HANG_SESSION, call_id="toolu_01", tool_name="shell", exec_id=7,
                       first_seq=partials[0], last_seq=results[-1], exec_seq=exec_seq, result_seq=results[-1],

@@ -209,11 +209,15 @@ class SessionScreen(Loader, Screen[None]):
 
     def _update_panel_titles(self) -> None:
         panels = self.query_one("#panels", TabbedContent)
-        for pane_id, n in (("findings", len(self.findings_table.findings)),
+        found = self.findings_table.findings
+        notes = sum(1 for f in found if f["severity"] == "note")
+        for pane_id, n in (("findings", len(found) - notes),
                            ("tool-calls", len(self.query_one("#tools-table", ToolCallsTable).calls)),
                            ("blobs", len(self.query_one("#blobs-table", BlobsTable).blobs))):
             label = {"findings": "Findings", "tool-calls": "Tool calls", "blobs": "Blobs"}[pane_id]
-            panels.get_tab(pane_id).label = f"{label} ({n})"
+            # notes never count as findings: they follow them in the table and are counted apart
+            extra = f" + {notes} note{'s' if notes != 1 else ''}" if pane_id == "findings" and notes else ""
+            panels.get_tab(pane_id).label = f"{label} ({n}{extra})"
 
     def on_timeline_need_rows(self, message: Timeline.NeedRows) -> None:
         data, sid, seqs = self.app.data, self.session_id, message.seqs

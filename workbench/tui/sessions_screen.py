@@ -194,9 +194,13 @@ class SessionsScreen(Loader, Screen[None]):
         for s, text in zip(rows, texts, strict=True):
             cells = {k: Text(v, no_wrap=True, overflow="ellipsis") for k, v in text.items()}
             fcell = Text()
-            for sev, style in (("error", "bold red"), ("warning", "yellow"), ("info", "cyan")):
+            for sev, style in (("error", "bold red"), ("warning", "yellow"), ("info", "cyan"), ("note", "cyan")):
                 if s.findings.get(sev):
                     fcell.append(f"{s.findings[sev]}{sev[0].upper()} ", style)
+            if s.analysis in ("not analysed", "open"):
+                fcell = Text(s.analysis, "dim italic")  # never "-" for a session nobody analysed
+            elif s.analysis == "stale":
+                fcell.append("(stale)", "dim")
             cells["findings"] = fcell or Text("-", "dim")
             cells["status"] = Text(s.status, STATUS_STYLE.get(s.status, ""))
             if s.top_finding:

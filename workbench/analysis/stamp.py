@@ -1,0 +1,72 @@
+"""Which sessions have stored findings, and from which analysis.
+
+A session with no ``findings`` rows is either clean or was never analysed; the ``meta`` table
+tells them apart. Each analysed session gets a row ``('analysis:<session_id>', STAMP)`` where the
+stamp names the analysis version, the workbench version, the database schema version and the
+overlay the payloads were parsed with. A stamp that differs from today's (an upgrade, a new
+overlay, a rule change) marks the stored findings stale: ``stored.refresh_findings`` recomputes them.
+
+The stamp lives in ``meta`` rather than a table of its own so that no schema migration is needed:
+``SELECT session_id, m.value FROM sessions LEFT JOIN meta m ON m.key = 'analysis:' || session_id``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import Any
+
+import pyarrow as pa
+
+import workbench
+from workbench.store.db import Store
+from workbench.store.schema import SCHEMA_VERSION
+
+# Bump when a rule changes what it finds for the same frames (stored findings are then stale).
+# 2: notes (severity "note"); request_context_args judged as the service treats it.
+ANALYSIS_VERSION = 2
+KEY_PREFIX = "analysis:"
+
+Query = Callable[..., pa.Table]
+
+
+@lru_cache(maxsize=1)
+def analysis_stamp() -> str:
+    """The identity of today's analysis: ``a2 wb0.1.0 db3 overlay:<hash12>`` (the overlay's .proto
+    files hashed: the rules parse payloads with it)."""
+    from workbench.schema.loader import BUILTIN_FILES, PROTO_ROOT
+
+    digest = hashlib.sha256()
+    for name in BUILTIN_FILES:
+        try:
+            digest.update((PROTO_ROOT / name).read_bytes())
+        except OSError:
+            digest.update(b"?")
+    return f"a{ANALYSIS_VERSION} wb{workbench.__version__} db{SCHEMA_VERSION} overlay:{digest.hexdigest()[:12]}"
+
+
+def mark_analysed(store: Store, session_ids: Sequence[str]) -> None:
+    """Stamp sessions as analysed by today's analysis (after their rows were written)."""
+    if not session_ids:
+        return
+    stamp = analysis_stamp()
+    with store.transaction():
+        store.con.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                              [[KEY_PREFIX + sid, stamp] for sid in session_ids])
+
+
+def stamps(query: Query, session_ids: Sequence[str] | None = None) -> dict[str, str]:
+    """session_id → the stamp its stored findings carry (sessions never analysed are absent)."""
+    sql = (f"SELECT substr(key, {len(KEY_PREFIX) + 1}) AS sid, value FROM meta "
+           f"WHERE starts_with(key, '{KEY_PREFIX}')")
+    t = query(sql) if session_ids is None else query(
+        sql + f" AND substr(key, {len(KEY_PREFIX) + 1}) IN (SELECT unnest(?))", [list(session_ids)])
+    return dict(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
+
+
+def analysis_state(stamp: str | None, status: Any = None) -> str:
+    """``current`` | ``stale`` (an older analysis) | ``not analysed`` | ``open`` (still being captured)."""
+    if stamp is None:
+        return "open" if status == "open" else "not analysed"
+    return "current" if stamp == analysis_stamp() else "stale"
