@@ -302,3 +302,72 @@ def test_half_sent_request_is_dropped_at_the_timeout(tmp_path: Path, monkeypatch
     finally:
         svc.stop()
         store.close()
+
+
+class _OddService:
+    """A loopback service that answers the handshake with ``hello`` (any JSON text) and queries with
+    rows carrying the header ``mac``: what a program that took over a stale sidecar's port may say."""
+
+    def __init__(self, hello: str, mac: str = "") -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server naming
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                if self.path == "/hello":
+                    out, ctype = hello.encode(), "application/json"
+                else:
+                    out, ctype = _arrow(pa.table({"n": [FAKE_ROWS]})), "application/vnd.apache.arrow.stream"
+                self.send_response(200)
+                self.send_header("content-type", ctype)
+                self.send_header("content-length", str(len(out)))
+                if mac:
+                    self.send_header("x-workbench-mac", mac)
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.slow
+def test_odd_handshake_answers_and_sidecars_are_untrusted_not_tracebacks(tmp_path: Path) -> None:
+    """A non-ASCII mac (hmac.compare_digest raised TypeError), a pid of Infinity (OverflowError) in the
+    handshake, and a sidecar pid past the OS's range (os.kill raised OverflowError) escaped
+    ``open_reader``: every reader of the database crashed instead of ignoring the stale sidecar."""
+    db = _db(tmp_path / "cap.duckdb")
+    holder = duckdb.connect(str(db), read_only=True)  # this process holds the file, as a capture would
+    try:
+        answers = ['{"pid": 1, "dev": 1, "ino": 1, "mac": "\\u00e9"}',
+                   '{"pid": 1, "dev": 1, "ino": 1, "mac": "\\ud800"}',
+                   '{"pid": Infinity, "dev": 1, "ino": 1, "mac": "00"}']
+        for hello in answers:
+            odd = _OddService(hello)
+            try:
+                _sidecar(db, odd.url, "tok", os.getpid())
+                with pytest.raises(Untrusted, match="did not answer the handshake"):
+                    trusted_endpoint(db)
+            finally:
+                odd.close()
+    finally:
+        holder.close()
+    for pid in (2**40, 2**63):
+        _sidecar(db, "http://127.0.0.1:9", "tok", pid)
+        with pytest.raises(Untrusted, match="lacks a url, token or pid"):
+            trusted_endpoint(db)
+        reader = open_reader(db)
+        assert isinstance(reader, LocalReader)
+        reader.close()
+    # rows whose signature header is not even ASCII are refused like unsigned ones
+    odd = _OddService("{}", mac="\u00e9" * 64)
+    try:
+        with pytest.raises(StoreError, match="not signed with the capture's token"):
+            RemoteReader(tmp_path / "x.duckdb", odd.url, "tok").query("SELECT 1")
+    finally:
+        odd.close()

@@ -38,6 +38,7 @@ from workbench.store.live import (
     TOKEN_HEADER,
     LiveService,
     Untrusted,
+    is_mac,
     pid_alive,
     query_mac,
     sidecar_path,
@@ -142,7 +143,7 @@ class RemoteReader:
             raise StoreError(f"{self.path} (live): {_printable(exc.read().decode(errors='replace'))}") from exc
         except OSError as exc:
             raise StoreError(f"{self.path} (live): read service at {self.url} unreachable: {exc}") from exc
-        if not hmac.compare_digest(mac, query_mac(self.token, nonce, 200, data)):
+        if not (is_mac(mac) and hmac.compare_digest(mac, query_mac(self.token, nonce, 200, data))):
             raise StoreError(f"{self.path} (live): the answer from {self.url} is not signed with the capture's "
                              "token; its rows are not shown")
         return pa.ipc.open_stream(data).read_all()
