@@ -48,7 +48,7 @@ import pyarrow as pa
 from workbench.security.origin import LOOPBACK_ONLY, AccessPolicy
 from workbench.store.readonly import QueryRefused, ReadLimits, check_read_only, confine, run_read
 
-__all__ = ["LiveEndpoint", "LiveService", "is_mac", "query_mac", "sidecar_path", "trusted_endpoint"]
+__all__ = ["LiveEndpoint", "LiveService", "is_mac", "live_pid", "query_mac", "sidecar_path", "trusted_endpoint"]
 
 # The live service never buffers a larger result than this, whatever a client asks for: the
 # capture process must not run out of memory because of a reader.
@@ -411,3 +411,14 @@ def trusted_endpoint(db_path: str | Path) -> LiveEndpoint:
         raise Untrusted(f"its process {pid} does not have the database open")
     _handshake(url, doc["token"], pid, identity)
     return LiveEndpoint(url, doc["token"], pid)
+
+
+def live_pid(db_path: str | Path) -> int | None:
+    """The pid of the capture serving ``db_path``, proved by ``trusted_endpoint``; None when no
+    capture does (no sidecar, or a stale one: its pid may still name some running process)."""
+    if not sidecar_path(db_path).exists():
+        return None
+    try:
+        return trusted_endpoint(db_path).pid
+    except (Untrusted, OSError):
+        return None

@@ -39,6 +39,7 @@ from workbench.store.live import (
     LiveService,
     Untrusted,
     is_mac,
+    live_pid,
     pid_alive,
     query_mac,
     sidecar_path,
@@ -47,7 +48,7 @@ from workbench.store.live import (
 from workbench.store.readonly import ReadLimits, check_read_only, confine, run_read
 from workbench.store.schema import SchemaVersionError
 
-__all__ = ["LiveService", "LocalReader", "ReadLimits", "Reader", "RemoteReader", "check_read_only",
+__all__ = ["LiveService", "LocalReader", "live_pid", "ReadLimits", "Reader", "RemoteReader", "check_read_only",
            "open_reader", "sidecar_path"]
 
 class Reader(Protocol):
