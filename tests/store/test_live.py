@@ -54,10 +54,12 @@ class FakeService:
     """Something else listening on loopback: records every request, answers every one with rows.
 
     ``knows``: the token it can sign the handshake with (it read or wrote the sidecar), else None.
+    ``hello``: a handshake answer to send as it is (any JSON text); ``mac``: a signature header to
+    put on every answer.
     """
 
     def __init__(self, knows: str | None = None, claim_pid: int | None = None,
-                 claim_file: Path | None = None) -> None:
+                 claim_file: Path | None = None, hello: str | None = None, mac: str = "") -> None:
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
         fake = self
 
@@ -65,7 +67,9 @@ class FakeService:
             def do_POST(self) -> None:  # noqa: N802 - http.server naming
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 fake.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                if self.path == "/hello":
+                if self.path == "/hello" and hello is not None:
+                    out, ctype = hello.encode(), "application/json"
+                elif self.path == "/hello":
                     st = os.stat(claim_file) if claim_file else None
                     pid = claim_pid or os.getpid()
                     dev, ino = (st.st_dev, st.st_ino) if st else (0, 0)
@@ -79,6 +83,8 @@ class FakeService:
                 self.send_response(200)
                 self.send_header("content-type", ctype)
                 self.send_header("content-length", str(len(out)))
+                if mac:
+                    self.send_header("x-workbench-mac", mac)
                 self.end_headers()
                 self.wfile.write(out)
 
@@ -304,38 +310,6 @@ def test_half_sent_request_is_dropped_at_the_timeout(tmp_path: Path, monkeypatch
         store.close()
 
 
-class _OddService:
-    """A loopback service that answers the handshake with ``hello`` (any JSON text) and queries with
-    rows carrying the header ``mac``: what a program that took over a stale sidecar's port may say."""
-
-    def __init__(self, hello: str, mac: str = "") -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server naming
-                self.rfile.read(int(self.headers.get("content-length") or 0))
-                if self.path == "/hello":
-                    out, ctype = hello.encode(), "application/json"
-                else:
-                    out, ctype = _arrow(pa.table({"n": [FAKE_ROWS]})), "application/vnd.apache.arrow.stream"
-                self.send_response(200)
-                self.send_header("content-type", ctype)
-                self.send_header("content-length", str(len(out)))
-                if mac:
-                    self.send_header("x-workbench-mac", mac)
-                self.end_headers()
-                self.wfile.write(out)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.mark.slow
 def test_odd_handshake_answers_and_sidecars_are_untrusted_not_tracebacks(tmp_path: Path) -> None:
     """A non-ASCII mac (hmac.compare_digest raised TypeError), a pid of Infinity (OverflowError) in the
@@ -348,7 +322,7 @@ def test_odd_handshake_answers_and_sidecars_are_untrusted_not_tracebacks(tmp_pat
                    '{"pid": 1, "dev": 1, "ino": 1, "mac": "\\ud800"}',
                    '{"pid": Infinity, "dev": 1, "ino": 1, "mac": "00"}']
         for hello in answers:
-            odd = _OddService(hello)
+            odd = FakeService(hello=hello)
             try:
                 _sidecar(db, odd.url, "tok", os.getpid())
                 with pytest.raises(Untrusted, match="did not answer the handshake"):
@@ -365,7 +339,7 @@ def test_odd_handshake_answers_and_sidecars_are_untrusted_not_tracebacks(tmp_pat
         assert isinstance(reader, LocalReader)
         reader.close()
     # rows whose signature header is not even ASCII are refused like unsigned ones
-    odd = _OddService("{}", mac="\u00e9" * 64)
+    odd = FakeService(mac="\u00e9" * 64)
     try:
         with pytest.raises(StoreError, match="not signed with the capture's token"):
             RemoteReader(tmp_path / "x.duckdb", odd.url, "tok").query("SELECT 1")
