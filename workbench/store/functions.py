@@ -25,8 +25,8 @@ How the functions are enumerated (not a list typed by hand alone):
 * ``PRAGMA``/``CALL`` statements (and so the ``pragma`` function type) never reach this check: the
   statement classifier refuses them.
 
-A call is found with DuckDB's tokenizer: a name (keyword, or identifier, quoted or not, with or
-without a schema) followed by ``(``; comments and string literals are not calls.
+A call is found with DuckDB's tokenizer: a name (keyword, or identifier, unquoted or quoted with
+``"`` or with backquotes, with or without a schema) followed by ``(``; comments and string literals are not calls.
 """
 
 from __future__ import annotations
@@ -130,17 +130,20 @@ def refused_names() -> dict[str, str]:
     return out
 
 
-_BARE = re.compile(r"[^\s\"().,;/*+<>=!~|&%^:\[\]{}'-]+")
+_BARE = re.compile(r"[^\s\"`().,;/*+<>=!~|&%^:\[\]{}'-]+")
+# DuckDB quotes identifiers with "…" and, as MySQL does, with `…` (a doubled quote inside escapes it).
+_QUOTES = ('"', "`")
 
 
 def _name(sql: str, start: int) -> str:
     """The name a keyword or identifier token starting at ``start`` spells (lower case, unquoted)."""
-    if sql.startswith('"', start):
+    quote = sql[start] if sql[start:start + 1] in _QUOTES else ""
+    if quote:
         out, i = [], start + 1
         while i < len(sql):
-            if sql[i] == '"':
-                if sql.startswith('""', i):
-                    out.append('"')
+            if sql[i] == quote:
+                if sql.startswith(quote * 2, i):
+                    out.append(quote)
                     i += 2
                     continue
                 break
