@@ -31,7 +31,9 @@ A call is found with DuckDB's tokenizer: a name (keyword, or identifier, unquote
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import re
 
 import duckdb
@@ -154,18 +156,35 @@ def _name(sql: str, start: int) -> str:
     return bare.group(0).lower() if bare else ""
 
 
+def tokens(sql: str) -> list[tuple[int, str]]:
+    """DuckDB's tokens of ``sql`` but its comments, as (offset in characters, kind name).
+
+    ``duckdb.tokenize`` gives offsets in UTF-8 bytes: used as string indexes they pointed past the
+    token after any non-ASCII text (``SELECT 'é', * FROM checkpoint()`` hid the call).
+    """
+    raw = duckdb.tokenize(sql)
+    starts: list[int] | None = None  # the byte offset each character starts at
+    if not sql.isascii():
+        starts = list(itertools.accumulate((len(ch.encode("utf-8", "surrogatepass")) for ch in sql), initial=0))
+    out = []
+    for pos, kind in raw:
+        name = str(kind).rsplit(".", 1)[-1]
+        if name != "comment":
+            out.append((pos if starts is None else bisect.bisect_right(starts, pos) - 1, name))
+    return out
+
+
 def refused_call(sql: str) -> str | None:
     """Why ``sql`` may not run (it calls a refused function), or None."""
     try:
-        tokens = [(pos, str(kind).rsplit(".", 1)[-1]) for pos, kind in duckdb.tokenize(sql)]
+        toks = tokens(sql)
     except duckdb.Error:
         return None  # the parser has the last word on SQL that does not tokenize
-    tokens = [t for t in tokens if t[1] != "comment"]
     refused = refused_names()
-    for i, (pos, kind) in enumerate(tokens[:-1]):
+    for i, (pos, kind) in enumerate(toks[:-1]):
         if kind not in ("identifier", "keyword"):
             continue
-        end = tokens[i + 1][0]
+        end = toks[i + 1][0]
         if not sql[end:].startswith("("):
             continue
         name = _name(sql, pos)
@@ -173,4 +192,3 @@ def refused_call(sql: str) -> str | None:
         if why is not None:
             return f"{name}() {why}"
     return None
-
