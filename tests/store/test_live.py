@@ -345,3 +345,22 @@ def test_odd_handshake_answers_and_sidecars_are_untrusted_not_tracebacks(tmp_pat
             RemoteReader(tmp_path / "x.duckdb", odd.url, "tok").query("SELECT 1")
     finally:
         odd.close()
+
+
+@pytest.mark.slow
+def test_a_leftover_sidecar_tmp_does_not_widen_the_sidecar(tmp_path: Path) -> None:
+    """The sidecar was written through ``<db>.live.tmp`` opened with O_TRUNC: a leftover one kept its
+    mode (0644), so the capture's own sidecar was readable by others and trusted by no reader."""
+    db = _db(tmp_path / "cap.duckdb")
+    leftover = sidecar_path(db).with_suffix(".tmp")
+    leftover.write_text("left by a crash")
+    os.chmod(leftover, 0o644)
+    store = Store(db)
+    svc = LiveService(store.con, db)
+    svc.start()
+    try:
+        assert os.stat(sidecar_path(db)).st_mode & 0o777 == 0o600
+        assert trusted_endpoint(db).url == svc.url
+    finally:
+        svc.stop()
+        store.close()

@@ -270,7 +270,10 @@ class LiveService:
         self._thread.start()
         side = sidecar_path(self.db_path)
         tmp = side.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        # A new file: one left behind (by a crash, or by anyone) keeps its mode and owner through
+        # O_TRUNC, and a sidecar readable by others is one no reader trusts (nor should).
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as fh:
             json.dump({"url": self.url, "token": self.token, "pid": os.getpid()}, fh)
         os.replace(tmp, side)
