@@ -115,19 +115,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _live_writer(db: Path) -> int | None:
-    """The pid of a capture writing ``db`` by its sidecar, or None (no sidecar, or its process is gone)."""
-    try:
-        info = json.loads(Path(str(db) + ".live.json").read_text())
-        pid = int(info["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return pid
+    """The pid of a capture proved to be writing ``db`` (``live.live_pid``: its sidecar passes the
+    handshake), or None. A stale sidecar's pid may name any running process (PID 1 in a container)."""
+    from workbench.store.live import live_pid
+
+    return live_pid(db)
 
 
 def check_replaceable(db: Path) -> None:

@@ -142,3 +142,29 @@ def test_live_exec_heartbeats_mean_still_running(analysis_store: Store) -> None:
     final = {f.code: f for f in inc.findings(final=True)}
     assert "unanswered_exec" in final
     assert "still running" in final["unanswered_exec"].message
+
+
+def test_diagnose_stores_findings_past_a_stale_sidecar(tmp_path: Path, capsys) -> None:
+    """A sidecar left by a killed capture (its pid now some other running process) made diagnose
+    treat the database as held and never store findings; only a proved capture holds it now."""
+    import os
+
+    from support import free_port
+
+    from workbench.store.reader import sidecar_path
+
+    db = tmp_path / "s.duckdb"
+    store = Store(db)
+    _stalled(store, "bad-1", status="incomplete")
+    store.close()
+    side = sidecar_path(db)
+    side.write_text(json.dumps({"url": f"http://127.0.0.1:{free_port()}", "token": "t", "pid": os.getpid()}))
+    os.chmod(side, 0o600)
+    assert main(["diagnose", "--all", "--db", str(db)]) == 1
+    out = capsys.readouterr().out
+    assert "heartbeat_loop" in out
+    assert "findings not written" not in out
+    reader = open_reader(db)
+    codes = reader.query("SELECT code FROM findings WHERE session_id = 'bad-1' ORDER BY code").column(0).to_pylist()
+    reader.close()
+    assert codes == ["heartbeat_loop", "missing_stream_close", "stream_ended_without_turn_end"]

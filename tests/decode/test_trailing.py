@@ -65,6 +65,19 @@ def test_stray_bytes_after_the_last_envelope_are_a_frame(transport: str, directi
         assert [*sd.feed(body + STRAY), *sd.close()] == frames
 
 
+@pytest.mark.parametrize("stray", [b"\x0a\x01\x02\x03\x04\x05", b"\xff" * 9], ids=["protobuf-like", "ff"])
+@pytest.mark.parametrize(("transport", "direction", "body", "kind"), CASES,
+                         ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_stray_bytes_that_do_not_look_like_a_header_are_a_frame_too(transport: str, direction: str, body: bytes,
+                                                                    kind: str, stray: bytes) -> None:
+    """Five or more stray bytes whose first is no envelope flag made a unary or BidiAppend body
+    one bare message (``malformed``, the envelope's kind lost), while streams kept the envelope."""
+    clean = DEC.decode_body(body, transport, direction)
+    frames = DEC.decode_body(body + stray, transport, direction)
+    assert frames[:-1] == clean
+    assert (frames[-1].kind, frames[-1].payload) == ("malformed", stray)
+
+
 def test_bytes_after_the_gzip_data_are_noted() -> None:
     z = gzip.compress(_server())
     f, = DEC.decode_body(header(FLAG_COMPRESSED, len(z) + 2) + z + STRAY, "run", "server")

@@ -62,6 +62,8 @@ def probes(tmp: Path) -> dict[str, str]:
         "checkpoint()": "SELECT * FROM checkpoint()",
         "force_checkpoint()": "SELECT * FROM main.force_checkpoint()",
         "quoted checkpoint()": 'FROM "CHECKPOINT"()',
+        "backquoted checkpoint()": "FROM `checkpoint`()",
+        "checkpoint() after non-ascii": "SELECT 'é' AS e, * FROM checkpoint()",
         "explain analyze checkpoint()": "EXPLAIN ANALYZE SELECT * FROM checkpoint()",
         "query() runs sql": "SELECT * FROM query('SELECT * FROM checkpoint()')",
         "enable_profiling()": "SELECT * FROM enable_profiling()",
@@ -72,6 +74,7 @@ def probes(tmp: Path) -> dict[str, str]:
 # What a notebook's own read-only DuckDB connection may run (it is not the gate: checkpoints are
 # no-ops on its read-only file or in-memory snapshot, profiling is the notebook's own business).
 NOTEBOOK_ALLOWED = {"checkpoint", "checkpoint()", "force_checkpoint()", "quoted checkpoint()",
+                    "backquoted checkpoint()", "checkpoint() after non-ascii",
                     "explain analyze checkpoint()", "query() runs sql", "enable_profiling()",
                     "truncate_duckdb_logs()"}
 

@@ -54,10 +54,12 @@ class FakeService:
     """Something else listening on loopback: records every request, answers every one with rows.
 
     ``knows``: the token it can sign the handshake with (it read or wrote the sidecar), else None.
+    ``hello``: a handshake answer to send as it is (any JSON text); ``mac``: a signature header to
+    put on every answer.
     """
 
     def __init__(self, knows: str | None = None, claim_pid: int | None = None,
-                 claim_file: Path | None = None) -> None:
+                 claim_file: Path | None = None, hello: str | None = None, mac: str = "") -> None:
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
         fake = self
 
@@ -65,7 +67,9 @@ class FakeService:
             def do_POST(self) -> None:  # noqa: N802 - http.server naming
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 fake.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                if self.path == "/hello":
+                if self.path == "/hello" and hello is not None:
+                    out, ctype = hello.encode(), "application/json"
+                elif self.path == "/hello":
                     st = os.stat(claim_file) if claim_file else None
                     pid = claim_pid or os.getpid()
                     dev, ino = (st.st_dev, st.st_ino) if st else (0, 0)
@@ -79,6 +83,8 @@ class FakeService:
                 self.send_response(200)
                 self.send_header("content-type", ctype)
                 self.send_header("content-length", str(len(out)))
+                if mac:
+                    self.send_header("x-workbench-mac", mac)
                 self.end_headers()
                 self.wfile.write(out)
 
@@ -299,6 +305,62 @@ def test_half_sent_request_is_dropped_at_the_timeout(tmp_path: Path, monkeypatch
     try:
         status, body = _raw(svc.url, _post(svc.token, b'{"sql"', "Content-Length: 40\r\n"))
         assert status == 400 and "incomplete" in body, body
+    finally:
+        svc.stop()
+        store.close()
+
+
+@pytest.mark.slow
+def test_odd_handshake_answers_and_sidecars_are_untrusted_not_tracebacks(tmp_path: Path) -> None:
+    """A non-ASCII mac (hmac.compare_digest raised TypeError), a pid of Infinity (OverflowError) in the
+    handshake, and a sidecar pid past the OS's range (os.kill raised OverflowError) escaped
+    ``open_reader``: every reader of the database crashed instead of ignoring the stale sidecar."""
+    db = _db(tmp_path / "cap.duckdb")
+    holder = duckdb.connect(str(db), read_only=True)  # this process holds the file, as a capture would
+    try:
+        answers = ['{"pid": 1, "dev": 1, "ino": 1, "mac": "\\u00e9"}',
+                   '{"pid": 1, "dev": 1, "ino": 1, "mac": "\\ud800"}',
+                   '{"pid": Infinity, "dev": 1, "ino": 1, "mac": "00"}']
+        for hello in answers:
+            odd = FakeService(hello=hello)
+            try:
+                _sidecar(db, odd.url, "tok", os.getpid())
+                with pytest.raises(Untrusted, match="did not answer the handshake"):
+                    trusted_endpoint(db)
+            finally:
+                odd.close()
+    finally:
+        holder.close()
+    for pid in (2**40, 2**63):
+        _sidecar(db, "http://127.0.0.1:9", "tok", pid)
+        with pytest.raises(Untrusted, match="lacks a url, token or pid"):
+            trusted_endpoint(db)
+        reader = open_reader(db)
+        assert isinstance(reader, LocalReader)
+        reader.close()
+    # rows whose signature header is not even ASCII are refused like unsigned ones
+    odd = FakeService(mac="\u00e9" * 64)
+    try:
+        with pytest.raises(StoreError, match="not signed with the capture's token"):
+            RemoteReader(tmp_path / "x.duckdb", odd.url, "tok").query("SELECT 1")
+    finally:
+        odd.close()
+
+
+@pytest.mark.slow
+def test_a_leftover_sidecar_tmp_does_not_widen_the_sidecar(tmp_path: Path) -> None:
+    """The sidecar was written through ``<db>.live.tmp`` opened with O_TRUNC: a leftover one kept its
+    mode (0644), so the capture's own sidecar was readable by others and trusted by no reader."""
+    db = _db(tmp_path / "cap.duckdb")
+    leftover = sidecar_path(db).with_suffix(".tmp")
+    leftover.write_text("left by a crash")
+    os.chmod(leftover, 0o644)
+    store = Store(db)
+    svc = LiveService(store.con, db)
+    svc.start()
+    try:
+        assert os.stat(sidecar_path(db)).st_mode & 0o777 == 0o600
+        assert trusted_endpoint(db).url == svc.url
     finally:
         svc.stop()
         store.close()

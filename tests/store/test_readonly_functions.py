@@ -56,16 +56,29 @@ def test_an_unclassified_table_function_is_refused() -> None:
 def test_every_refused_function_is_refused_however_spelled(name: str) -> None:
     spellings = [f"SELECT * FROM {name}()", f'SELECT * FROM "{name.upper()}" ()', f"SELECT {name}('x')",
                  f"FROM main.{name} /* c */ ()", f"EXPLAIN ANALYZE SELECT * FROM system.main.{name}()",
-                 f"WITH x AS (SELECT * FROM {name}(1)) SELECT 1", f"SELECT 1; SELECT * FROM {name}()"]
+                 f"WITH x AS (SELECT * FROM {name}(1)) SELECT 1", f"SELECT 1; SELECT * FROM {name}()",
+                 # DuckDB also reads `name` as a quoted identifier (MySQL style): it called checkpoint()
+                 f"SELECT * FROM `{name}`()", f"SELECT * FROM main.`{name.upper()}` ()", f"SELECT `{name}`('x')",
+                 # DuckDB's tokenizer counts bytes: non-ASCII text before the call hid it
+                 f"SELECT 'é😀' AS e, * FROM {name}()", f"SELECT 1 /* ééé */, * FROM {name}()"]
     for sql in spellings:
         with pytest.raises(ReadOnlyError, match=rf"{name}\(\)"):
             check_read_only(sql)
 
 
+def test_explain_of_a_write_after_non_ascii_text_is_refused() -> None:
+    """``_explained`` sliced the statement at byte offsets: after ``ééééééé`` it read ``FROM t …``
+    (a FROM-first SELECT) where the statement said ``DELETE FROM t …``."""
+    with pytest.raises(ReadOnlyError, match="got EXPLAIN of DELETE"):
+        check_read_only("EXPLAIN ANALYZE /*ééééééé*/ DELETE FROM t WHERE a IN (SELECT 1)")
+    check_read_only("EXPLAIN ANALYZE /*ééééééé*/ SELECT 'ü' AS u")
+
+
 def test_names_that_are_not_calls_pass() -> None:
     for sql in ("SELECT 'checkpoint()' AS s", "SELECT 1 -- checkpoint()", "SELECT 1 AS checkpoint",
                 'SELECT "query" FROM (SELECT 1 AS "query")', "SELECT * FROM range(3)",
-                "SELECT * FROM duckdb_tables()", "SELECT * FROM pragma_table_info('frames')"):
+                "SELECT * FROM duckdb_tables()", "SELECT * FROM pragma_table_info('frames')",
+                "SELECT 'é😀(' AS checkpoint, query FROM (SELECT 1 AS query)"):
         check_read_only(sql)
 
 
@@ -77,7 +90,8 @@ def test_checkpoint_refused_on_a_closed_database_and_the_file_unchanged(tmp_path
     digest = hashlib.sha256(db.read_bytes()).hexdigest()
     reader = LocalReader(db)
     try:
-        for sql in ("SELECT * FROM checkpoint()", "SELECT * FROM force_checkpoint()",
+        for sql in ("SELECT * FROM checkpoint()", "SELECT * FROM force_checkpoint()", "SELECT * FROM `checkpoint`()",
+                    "SELECT 'é' AS e, * FROM checkpoint()",
                     "SELECT * FROM query('SELECT * FROM checkpoint()')", "SELECT * FROM enable_profiling()"):
             with pytest.raises(ReadOnlyError, match="only read-only SQL"):
                 reader.query(sql)
@@ -85,4 +99,3 @@ def test_checkpoint_refused_on_a_closed_database_and_the_file_unchanged(tmp_path
     finally:
         reader.close()
     assert hashlib.sha256(db.read_bytes()).hexdigest() == digest
-

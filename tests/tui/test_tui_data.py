@@ -180,3 +180,39 @@ def test_a_gzip_frame_shows_its_length_on_the_wire(tmp_path: Path) -> None:
     shown = hex_dump(d.header, d.payload, enveloped=d.enveloped, flags=d.flags).plain
     assert f"flags 0x01 (gzip) | length {len(wire) - 5} on the wire" in shown
     assert f"payload shown inflated ({len(text)} bytes)" in shown
+
+
+@pytest.mark.slow
+def test_live_only_while_a_proved_capture_serves_the_database(tmp_path: Path) -> None:
+    """"● live" came from the sidecar's pid alone: a stale sidecar naming any running process (a
+    reused pid, PID 1 in a container) showed a file nobody writes as live. It now follows the reader
+    ``open_reader`` trusted after the handshake, in follow mode too."""
+    import json
+    import os
+
+    from workbench.store import LiveService, Store
+    from workbench.store.reader import sidecar_path
+    from workbench.tui.sample_db import build_sample_db
+
+    db = build_sample_db(tmp_path / "capture.duckdb")
+    side = sidecar_path(db)
+    side.write_text(json.dumps({"url": "http://127.0.0.1:9", "token": "t", "pid": os.getpid()}))
+    os.chmod(side, 0o600)
+    for transient in (False, True):
+        data = TuiData(db, transient=transient)
+        assert len(data.sessions()) == 3  # read from the file: the sidecar is stale
+        assert not data.live
+        data.close()
+    side.unlink()
+    store = Store(db)
+    svc = LiveService(store.con, db)
+    svc.start()
+    try:
+        for transient in (False, True):
+            data = TuiData(db, transient=transient)
+            assert len(data.sessions()) == 3
+            assert data.live
+            data.close()
+    finally:
+        svc.stop()
+        store.close()

@@ -21,7 +21,7 @@ from workbench.commands.common import add_db_arg, resolve_session
 from workbench.errors import CliError
 from workbench.protocol.args import parse_json
 from workbench.store.db import Store, StoreError
-from workbench.store.reader import open_reader, sidecar_path
+from workbench.store.reader import live_pid, open_reader
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,7 +61,7 @@ def _check_db(path: str) -> None:
 
 def _writable_store(path: str) -> Store | None:
     """The database opened for writing, or None when a capture (or anyone) holds it."""
-    if sidecar_path(path).exists():
+    if live_pid(path) is not None:  # a capture proved to hold it (a stale sidecar does not)
         return None
     try:
         return Store(path)

@@ -25,13 +25,15 @@ How the functions are enumerated (not a list typed by hand alone):
 * ``PRAGMA``/``CALL`` statements (and so the ``pragma`` function type) never reach this check: the
   statement classifier refuses them.
 
-A call is found with DuckDB's tokenizer: a name (keyword, or identifier, quoted or not, with or
-without a schema) followed by ``(``; comments and string literals are not calls.
+A call is found with DuckDB's tokenizer: a name (keyword, or identifier, unquoted or quoted with
+``"`` or with backquotes, with or without a schema) followed by ``(``; comments and string literals are not calls.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import re
 
 import duckdb
@@ -130,17 +132,20 @@ def refused_names() -> dict[str, str]:
     return out
 
 
-_BARE = re.compile(r"[^\s\"().,;/*+<>=!~|&%^:\[\]{}'-]+")
+_BARE = re.compile(r"[^\s\"`().,;/*+<>=!~|&%^:\[\]{}'-]+")
+# DuckDB quotes identifiers with "…" and, as MySQL does, with `…` (a doubled quote inside escapes it).
+_QUOTES = ('"', "`")
 
 
 def _name(sql: str, start: int) -> str:
     """The name a keyword or identifier token starting at ``start`` spells (lower case, unquoted)."""
-    if sql.startswith('"', start):
+    quote = sql[start] if sql[start:start + 1] in _QUOTES else ""
+    if quote:
         out, i = [], start + 1
         while i < len(sql):
-            if sql[i] == '"':
-                if sql.startswith('""', i):
-                    out.append('"')
+            if sql[i] == quote:
+                if sql.startswith(quote * 2, i):
+                    out.append(quote)
                     i += 2
                     continue
                 break
@@ -151,18 +156,35 @@ def _name(sql: str, start: int) -> str:
     return bare.group(0).lower() if bare else ""
 
 
+def tokens(sql: str) -> list[tuple[int, str]]:
+    """DuckDB's tokens of ``sql`` but its comments, as (offset in characters, kind name).
+
+    ``duckdb.tokenize`` gives offsets in UTF-8 bytes: used as string indexes they pointed past the
+    token after any non-ASCII text (``SELECT 'é', * FROM checkpoint()`` hid the call).
+    """
+    raw = duckdb.tokenize(sql)
+    starts: list[int] | None = None  # the byte offset each character starts at
+    if not sql.isascii():
+        starts = list(itertools.accumulate((len(ch.encode("utf-8", "surrogatepass")) for ch in sql), initial=0))
+    out = []
+    for pos, kind in raw:
+        name = str(kind).rsplit(".", 1)[-1]
+        if name != "comment":
+            out.append((pos if starts is None else bisect.bisect_right(starts, pos) - 1, name))
+    return out
+
+
 def refused_call(sql: str) -> str | None:
     """Why ``sql`` may not run (it calls a refused function), or None."""
     try:
-        tokens = [(pos, str(kind).rsplit(".", 1)[-1]) for pos, kind in duckdb.tokenize(sql)]
+        toks = tokens(sql)
     except duckdb.Error:
         return None  # the parser has the last word on SQL that does not tokenize
-    tokens = [t for t in tokens if t[1] != "comment"]
     refused = refused_names()
-    for i, (pos, kind) in enumerate(tokens[:-1]):
+    for i, (pos, kind) in enumerate(toks[:-1]):
         if kind not in ("identifier", "keyword"):
             continue
-        end = tokens[i + 1][0]
+        end = toks[i + 1][0]
         if not sql[end:].startswith("("):
             continue
         name = _name(sql, pos)
@@ -170,4 +192,3 @@ def refused_call(sql: str) -> str | None:
         if why is not None:
             return f"{name}() {why}"
     return None
-

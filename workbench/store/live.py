@@ -48,7 +48,7 @@ import pyarrow as pa
 from workbench.security.origin import LOOPBACK_ONLY, AccessPolicy
 from workbench.store.readonly import QueryRefused, ReadLimits, check_read_only, confine, run_read
 
-__all__ = ["LiveEndpoint", "LiveService", "query_mac", "sidecar_path", "trusted_endpoint"]
+__all__ = ["LiveEndpoint", "LiveService", "is_mac", "live_pid", "query_mac", "sidecar_path", "trusted_endpoint"]
 
 # The live service never buffers a larger result than this, whatever a client asks for: the
 # capture process must not run out of memory because of a reader.
@@ -65,6 +65,11 @@ NONCE_HEADER = "x-workbench-nonce"
 MAC_HEADER = "x-workbench-mac"
 _NONCE = re.compile(r"[0-9a-f]{32,128}")
 _LENGTH = re.compile(r"[0-9]{1,12}")
+# A MAC as ``hello_mac``/``query_mac`` write it. Anything else is refused before comparing:
+# ``hmac.compare_digest`` raises TypeError on a str that is not ASCII.
+_MAC = re.compile(r"[0-9a-f]{64}")
+# Above any pid an OS hands out (Linux: 2**22); os.kill raises OverflowError past a C int.
+_MAX_PID = 2**31 - 1
 
 
 def sidecar_path(db_path: str | Path) -> Path:
@@ -87,6 +92,11 @@ def query_mac(token: str, nonce: str, status: int, body: bytes | memoryview) -> 
     mac = hmac.new(token.encode(), f"workbench-live-answer\n{nonce}\n{status}\n".encode(), hashlib.sha256)
     mac.update(body)
     return mac.hexdigest()
+
+
+def is_mac(text: str) -> bool:
+    """``text`` has the form of a MAC this module writes (so ``hmac.compare_digest`` can take it)."""
+    return _MAC.fullmatch(text) is not None
 
 
 class BadRequest(Exception):
@@ -260,7 +270,10 @@ class LiveService:
         self._thread.start()
         side = sidecar_path(self.db_path)
         tmp = side.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        # A new file: one left behind (by a crash, or by anyone) keeps its mode and owner through
+        # O_TRUNC, and a sidecar readable by others is one no reader trusts (nor should).
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as fh:
             json.dump({"url": self.url, "token": self.token, "pid": os.getpid()}, fh)
         os.replace(tmp, side)
@@ -339,7 +352,7 @@ def read_sidecar(db_path: str | Path) -> dict[str, Any]:
         except (ValueError, RecursionError) as exc:
             raise Untrusted("it is not JSON") from exc
     if not (isinstance(doc, dict) and isinstance(doc.get("url"), str) and isinstance(doc.get("token"), str)
-            and type(doc.get("pid")) is int and doc["pid"] > 0):
+            and type(doc.get("pid")) is int and 0 < doc["pid"] <= _MAX_PID):
         raise Untrusted("it lacks a url, token or pid")
     return doc
 
@@ -375,11 +388,11 @@ def _handshake(url: str, token: str, pid: int, identity: tuple[int, int]) -> Non
         doc = json.loads(answer)
     except (ValueError, RecursionError) as exc:
         raise Untrusted(f"the service at {url} did not answer the handshake (not JSON)") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("mac"), str):
+    if not isinstance(doc, dict) or not isinstance(doc.get("mac"), str) or not _MAC.fullmatch(doc["mac"]):
         raise Untrusted(f"the service at {url} did not answer the handshake")
     try:
         claimed = (int(doc["pid"]), int(doc["dev"]), int(doc["ino"]))
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # OverflowError: int(Infinity)
         raise Untrusted(f"the service at {url} did not answer the handshake") from exc
     if not hmac.compare_digest(doc["mac"], hello_mac(token, nonce, *claimed)):
         raise Untrusted(f"the service at {url} does not know the sidecar's token")
@@ -401,3 +414,14 @@ def trusted_endpoint(db_path: str | Path) -> LiveEndpoint:
         raise Untrusted(f"its process {pid} does not have the database open")
     _handshake(url, doc["token"], pid, identity)
     return LiveEndpoint(url, doc["token"], pid)
+
+
+def live_pid(db_path: str | Path) -> int | None:
+    """The pid of the capture serving ``db_path``, proved by ``trusted_endpoint``; None when no
+    capture does (no sidecar, or a stale one: its pid may still name some running process)."""
+    if not sidecar_path(db_path).exists():
+        return None
+    try:
+        return trusted_endpoint(db_path).pid
+    except (Untrusted, OSError):
+        return None

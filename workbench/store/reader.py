@@ -38,6 +38,8 @@ from workbench.store.live import (
     TOKEN_HEADER,
     LiveService,
     Untrusted,
+    is_mac,
+    live_pid,
     pid_alive,
     query_mac,
     sidecar_path,
@@ -46,7 +48,7 @@ from workbench.store.live import (
 from workbench.store.readonly import ReadLimits, check_read_only, confine, run_read
 from workbench.store.schema import SchemaVersionError
 
-__all__ = ["LiveService", "LocalReader", "ReadLimits", "Reader", "RemoteReader", "check_read_only",
+__all__ = ["LiveService", "LocalReader", "live_pid", "ReadLimits", "Reader", "RemoteReader", "check_read_only",
            "open_reader", "sidecar_path"]
 
 class Reader(Protocol):
@@ -142,7 +144,7 @@ class RemoteReader:
             raise StoreError(f"{self.path} (live): {_printable(exc.read().decode(errors='replace'))}") from exc
         except OSError as exc:
             raise StoreError(f"{self.path} (live): read service at {self.url} unreachable: {exc}") from exc
-        if not hmac.compare_digest(mac, query_mac(self.token, nonce, 200, data)):
+        if not (is_mac(mac) and hmac.compare_digest(mac, query_mac(self.token, nonce, 200, data))):
             raise StoreError(f"{self.path} (live): the answer from {self.url} is not signed with the capture's "
                              "token; its rows are not shown")
         return pa.ipc.open_stream(data).read_all()

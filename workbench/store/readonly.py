@@ -44,6 +44,7 @@ import duckdb
 import pyarrow as pa
 
 from workbench.errors import WorkbenchError
+from workbench.store import functions
 from workbench.store.functions import refused_call
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -112,7 +113,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _explained(query: str) -> str:
     """The statement text an ``EXPLAIN [ANALYZE] [(options)]`` wraps ('' when there is none)."""
-    tokens = [(pos, kind) for pos, kind in duckdb.tokenize(query) if str(kind).rsplit(".", 1)[-1] != "comment"]
+    tokens = functions.tokens(query)
     i = 0
     if i < len(tokens) and query[tokens[i][0]:].upper().startswith("EXPLAIN"):
         i += 1

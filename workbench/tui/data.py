@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from workbench.decode import fields_of
 from workbench.decode.classify import COMPRESSED, ENVELOPED, WIRE_LENGTH, Decoder
 from workbench.overview import FINDING_COLUMNS, finding_states, top_findings
 from workbench.store.db import StoreError
-from workbench.store.reader import LocalReader, RemoteReader, open_reader, sidecar_path
+from workbench.store.reader import LocalReader, RemoteReader, open_reader
 from workbench.tui.rows import HB_SQL, HEARTBEAT_KINDS, MIN_FOLD, FrameFilter, FrameIndex, RowRef, blob_needle
 from workbench.wire.envelope import FLAG_COMPRESSED
 from workbench.wire.envelope import header as envelope_header
@@ -137,6 +136,7 @@ class TuiData:
         self._lock = threading.Lock()
         self._query_lock = threading.Lock()
         self._reader: Reader | None = None
+        self._last: Reader | None = None  # follow mode: the reader of the last query (``live``)
         if not transient:
             self._reader = open_reader(self.path)
 
@@ -153,16 +153,13 @@ class TuiData:
 
     @property
     def live(self) -> bool:
-        """A capture is writing this database right now (its live service is advertised and alive)."""
-        side = sidecar_path(self.path)
-        try:
-            pid = int(json.loads(side.read_text())["pid"])
-            os.kill(pid, 0)
-        except PermissionError:
-            return True
-        except (OSError, ValueError, KeyError):
-            return False
-        return True
+        """A capture is writing this database right now: the reader in use (in follow mode, the last
+        one opened) is its live service, which ``open_reader`` trusted only after the handshake, and
+        that capture is still running. A sidecar alone proves nothing: a stale one may name a live pid."""
+        from workbench.store.live import pid_alive
+
+        reader = self._reader if self._reader is not None else self._last
+        return isinstance(reader, RemoteReader) and (reader.pid is None or pid_alive(reader.pid))
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         # One query at a time: a file reader serialises anyway, and a capture's live service has
@@ -172,7 +169,7 @@ class TuiData:
 
     def _query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         if self.transient:
-            reader = open_reader(self.path)
+            reader = self._last = open_reader(self.path)
             try:
                 return reader.query(sql, params)
             finally:

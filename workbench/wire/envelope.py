@@ -286,6 +286,8 @@ def looks_enveloped(body: bytes, stray_tail: bool = False) -> bool:
     while pos + HEADER_LEN <= n:
         flags = body[pos]
         if flags & ~KNOWN_FLAGS and flags != FLAG_TRAILER:
+            if stray_tail and complete:
+                break  # stray bytes that do not even start like an envelope: still after envelopes
             return False
         end = pos + HEADER_LEN + int.from_bytes(body[pos + 1 : pos + 5], "big")
         if end > n:
