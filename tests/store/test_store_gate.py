@@ -285,24 +285,6 @@ def test_a_merge_that_fails_leaves_the_spool_and_stores_nothing(tmp_path: Path,
     assert path.exists()
 
 
-def test_on_final_is_told_once_a_sessions_final_row_is_committed(tmp_path: Path) -> None:
-    db = tmp_path / "final.duckdb"
-    seen: list[tuple[list[str], list[dict[str, Any]]]] = []
-    with Store(db) as store:
-        rec = Recorder(store)
-        rec.on_final = lambda ids: seen.append(
-            (ids, store.query("SELECT session_id, status FROM sessions ORDER BY 1").to_pylist()))
-        rec.open_session(SessionInfo("a"))
-        rec.open_session(SessionInfo("b"))
-        rec.add("a", 1, "client", "run", None, _frame(0))
-        rec.flush()
-        assert seen == []  # both still open
-        rec.sessions["a"].status = "complete"
-        rec.touch("a")
-        rec.flush()
-    assert seen == [(["a"], [{"session_id": "a", "status": "complete"}, {"session_id": "b", "status": "open"}])]
-
-
 def test_a_gzip_payload_that_fails_to_inflate_is_looked_in_too(tmp_path: Path) -> None:
     """The decoder keeps a broken gzip frame as ``malformed`` with its compressed bytes."""
     cut = gzip.compress(_run_request())[:-8]

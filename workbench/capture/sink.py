@@ -76,8 +76,6 @@ class Sink:
         self._pending: list[FrameRecord] = []
         self._held_bytes = 0
         self._dirty: set[str] = set()
-        # told the ids of sessions committed with a final status (``Recorder.on_final``)
-        self.on_final: Callable[[list[str]], None] | None = None
         self.frames_total = 0
         self.frames_committed = 0
         self.lost = 0
@@ -107,7 +105,6 @@ class Sink:
         except Exception as exc:
             self._loud(f"could not settle the sessions a previous capture left open in {path}: {exc}")
         self.recorder = Recorder(self.store)
-        self.recorder.on_final = self.on_final
         try:
             # Pay the first insert's one-time cost (~0.3 s) before traffic: otherwise the first
             # commit lags by that much, and a crash right then loses older frames.

@@ -90,10 +90,7 @@ class CaptureWriter:
     """Turns one capture process's proxy events into sessions and frames (through a ``Sink``)."""
 
     def __init__(self, config: WriterConfig, decoder: Decoder | None = None,
-                 on_error: Callable[[str], None] | None = None,
-                 on_final: Callable[[list[str]], None] | None = None) -> None:
-        """``on_final``: called on the writer thread with the ids of sessions just committed with
-        a final status (``Recorder.on_final``), e.g. to derive their findings."""
+                 on_error: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.decoder = decoder or default_decoder()
         self.queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
@@ -101,7 +98,6 @@ class CaptureWriter:
         self.sink = Sink(SinkConfig(config.db_path, live=config.live, stats_path=config.stats_path,
                                     hold_frames=config.hold_frames, hold_bytes=config.hold_bytes),
                          self._loud, self._note)
-        self.sink.on_final = on_final
         self.flows: dict[str, Flow] = {}
         self.appends = AppendOrder(self._emit)
         self._live_run_ids: dict[str, str] = {}

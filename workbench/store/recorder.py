@@ -78,10 +78,6 @@ class Recorder:
         self.frames_written = 0
         # (meta JSON, session, seq) of frames already flushed whose meta changed since
         self._meta_updates: list[tuple[str | None, str, int]] = []
-        # called with the ids of sessions whose row was committed with a final status (not
-        # ``open``): where analysis hooks in to compute findings once a session is over
-        self.on_final: Callable[[list[str]], None] | None = None
-        self._final_pending: list[str] = []
         self._worker = _Worker() if background else None
         # Background mode: Arrow tables of frames a failed write did not store (for a spool).
         self.unwritten: list[Any] = []
@@ -185,12 +181,6 @@ class Recorder:
         self._meta_updates = []
         self._dirty.clear()
         self.frames_written += n
-        final = [i.session_id for i in infos if i.status != "open"]
-        if final and self.on_final is not None:
-            if worker is None:
-                self.on_final(final)
-            else:
-                self._final_pending += final  # told once stored (``wait``)
         return n
 
     def wait(self) -> None:
@@ -198,9 +188,6 @@ class Recorder:
         if self._worker is not None:
             self._worker.wait()
             self._raise_pending()
-            final, self._final_pending = self._final_pending, []
-            if final and self.on_final is not None:
-                self.on_final(final)
 
     def close(self) -> None:
         """Flush, wait, and stop the writer thread (background mode); a plain flush otherwise."""
