@@ -9,14 +9,16 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
 
-from workbench.decode.classify import Frame
 from workbench.errors import WorkbenchError
 from workbench.store.schema import SCHEMA_VERSION, SchemaVersionError, current_version, migrate
+
+if TYPE_CHECKING:  # annotations only: reading a database needs no decoder
+    from workbench.decode.classify import Frame
 
 DEFAULT_DB = "captures/workbench.duckdb"
 # Every table keyed by session, children first (what removing a session touches).
