@@ -6,7 +6,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from workbench.store.db import DEFAULT_DB, FrameBatch, SessionInfo, Store, StoreError, now_us, us_to_datetime
+    from workbench.store.db import (
+        DEFAULT_DB,
+        FrameBatch,
+        SessionInfo,
+        Store,
+        StoreError,
+        now_us,
+        us_to_datetime,
+    )
     from workbench.store.reader import LiveService, open_reader
     from workbench.store.schema import SCHEMA_VERSION
 
