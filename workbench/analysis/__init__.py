@@ -7,10 +7,28 @@ Public API (the TUI, demo and fixtures call these):
   ``blobs``, ``tool_calls`` and ``findings`` for those sessions);
 - ``IncrementalAnalyzer(session_id).feed(rows)`` / ``.findings()`` for a capture in progress;
 - ``Finding``, ``AnalysisResult``, ``Config``; ``workbench.analysis.rules.RULES`` (code → rule).
+
+The names load on first use: listing sessions reads ``analysis.stamp`` and should not pay for
+loading the rules.
 """
 
-from workbench.analysis.engine import IncrementalAnalyzer, analyze, analyze_session, write_results
-from workbench.analysis.model import AnalysisResult, Config, Finding
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.analysis.engine import IncrementalAnalyzer, analyze, analyze_session, write_results
+    from workbench.analysis.model import AnalysisResult, Config, Finding
+
+_WHERE = {"IncrementalAnalyzer": "engine", "analyze": "engine", "analyze_session": "engine",
+          "write_results": "engine", "AnalysisResult": "model", "Config": "model", "Finding": "model"}
 
 __all__ = ["AnalysisResult", "Config", "Finding", "IncrementalAnalyzer", "analyze", "analyze_session",
            "write_results"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(import_module(f"workbench.analysis.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'workbench.analysis' has no attribute {name!r}")
