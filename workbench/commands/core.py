@@ -99,7 +99,7 @@ def _parse_hex(text: str, where: str) -> bytes:
 
 
 def _result(dec: Decoder, frames: list[Frame]) -> dict[str, Any]:
-    from workbench.decode import frame_to_json  # loaded by cmd_decode already
+    from workbench.decode.render import frame_to_json  # named trees: only --json and --batch build them
 
     if not frames:
         return {"kind": "empty", "summary": "no bytes", "fields": {}}
@@ -110,8 +110,6 @@ def _result(dec: Decoder, frames: list[Frame]) -> dict[str, Any]:
 
 
 def cmd_decode(args: argparse.Namespace) -> int:
-    from workbench.decode import frame_to_json  # protobuf and the schema: only decoding commands load them
-
     dec = decoder_from(args)
     if args.batch:
         return _decode_batch(args, dec)
@@ -129,6 +127,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
     bad = 0
     for f in frames:
         if args.json:
+            from workbench.decode.render import frame_to_json  # named trees: only --json builds them
 
             print(json.dumps(frame_to_json(dec, f), ensure_ascii=False))
         else:
