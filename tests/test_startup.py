@@ -66,11 +66,14 @@ def test_each_module_registers_the_commands_the_table_gives_it(module: str) -> N
     assert complete == {name for name, _, m in cli.COMMANDS if m == module}
 
 
-@pytest.mark.parametrize(("argv", "module"), [(["decode", "00"], "workbench.commands.core"),
-                                              (["--help"], None), (["--version", "tui"], "workbench.tui.cli"),
-                                              (["nosuch"], None), ([], None)])
-def test_a_command_line_loads_the_module_of_its_command(argv: list[str], module: str | None) -> None:
-    assert cli.modules_for(argv) == ({module} if module else set())
+@pytest.mark.parametrize(("argv", "modules"), [
+    (["decode", "00"], {"workbench.commands.core"}), (["--help"], set()), (["--version", "tui"], {"workbench.tui.cli"}),
+    (["nosuch"], set()), ([], set()),
+    # import formats added by other modules' register(): parquet exports, replay fixtures
+    (["import", "x"], {"workbench.ingest.cli", "workbench.export.cli", "workbench.fixtures.cli"}),
+])
+def test_a_command_line_loads_the_module_of_its_command(argv: list[str], modules: set[str]) -> None:
+    assert cli.modules_for(argv) == modules
 
 
 @pytest.mark.slow
@@ -112,3 +115,27 @@ def test_sessions_on_a_small_database_does_not_import_pandas(tmp_path: Path) -> 
     assert "top_finding" in proc.stdout.splitlines()[0]
     assert "(3 rows)" in proc.stdout
     assert _loaded(modules, ("pandas", "textual", "httpx", "mitmproxy")) == []
+
+
+@pytest.mark.slow
+def test_import_alone_still_reads_the_formats_other_commands_add(tmp_path: Path) -> None:
+    """`export` and `export-fixture` register their import formats when their module registers its
+    commands; `workbench import` in a fresh process, with no other command parsed, must know them."""
+    from workbench.export.parquet import export_parquet
+    from workbench.fixtures.export import export_session
+    from workbench.fixtures.format import dump
+    from workbench.store.reader import open_reader
+    from workbench.tui.sample_db import build_sample_db
+
+    db = build_sample_db(tmp_path / "capture.duckdb")
+    export_parquet(db, tmp_path / "pq")
+    reader = open_reader(db)
+    try:
+        sid = reader.query("SELECT min(session_id) FROM sessions").column(0)[0].as_py()
+        fixture = dump(export_session(reader, sid), tmp_path / "fx.json")
+    finally:
+        reader.close()
+    for source, fmt in ((tmp_path / "pq", "parquet"), (fixture, "fixture")):
+        proc, _ = _run(tmp_path, "import", str(source), "--db", str(tmp_path / f"{fmt}.duckdb"), "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout.splitlines()[0])["format"] == fmt

@@ -56,6 +56,11 @@ COMMANDS: list[tuple[str, str, str]] = [
 # Modules that add subcommands, in the order `workbench --help` lists them.
 COMMAND_MODULES = list(dict.fromkeys(module for _, _, module in COMMANDS))
 
+# Modules whose register() also adds formats to `workbench import` (ingest.register_importer):
+# a command that imports files loads them with its own module.
+IMPORT_FORMAT_MODULES = ("workbench.export.cli", "workbench.fixtures.cli")
+ALSO_LOADS = {"workbench.ingest.cli": IMPORT_FORMAT_MODULES}
+
 
 def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser:
     """The parser, with the commands of the modules in ``load`` complete (all modules when None).
@@ -81,7 +86,8 @@ def modules_for(argv: Sequence[str]) -> set[str]:
     """The command modules a command line needs: the one of its command, if it names one."""
     # The top-level options take no value, so the first word that is not an option is the command.
     command = next((a for a in argv if not a.startswith("-")), None)
-    return {module for name, _, module in COMMANDS if name == command}
+    modules = {module for name, _, module in COMMANDS if name == command}
+    return modules.union(*(ALSO_LOADS.get(m, ()) for m in modules))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
