@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 import blackboxprotobuf
+from goals import goal
 
 from workbench.decode.classify import SERVER_MSG, Decoder
 from workbench.schema import pb
@@ -153,9 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, t in rows:
         print(f"{name:44} {n / t:12,.0f} {mb / t:9.1f} {t_raw / t:7.2f}x {t_bb / t:7.1f}x")
     ratio = t_raw / t_wb
-    goal = 0.2
     print()
-    print(f"goal: workbench >= {goal}x raw FromString -> {ratio:.2f}x {'OK' if ratio >= goal else 'MISSED'}")
+    print(goal("decode").line(ratio))
     return 0
 
 

@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from goals import goal
+
 SCENARIO = {
     "description": "benchmark: a long streamed answer with a few KV blobs",
     "steps": [{"kv_set": "system"}, {"kv_set": "user"}, {"kv_get": "state"},
@@ -184,6 +186,7 @@ def main() -> int:
         print(f"{name:<46}{secs:>9.1f}{size_mb / secs:>9.1f}{frames / secs:>11,.0f}{secs / dump:>9.2f}"
               f"{secs / ours:>14.2f}")
     print(f"\noverhead of the import on top of tshark's own decrypt-and-dump: {total / dump:.2f}×")
+    print(goal("pcap_import").line(total / dump, f"{total / dump:.2f}×"))
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
     return 0
 

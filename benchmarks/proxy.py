@@ -8,7 +8,8 @@ One run, same simulator, same machine:
 Both sim and proxy are real subprocesses on loopback. The turn is a scenario with many streamed
 text chunks, lightly paced (``--pace``) so the simulator does not dump the whole turn in one burst;
 the per-chunk figure is then the pace plus each path's forwarding cost.
-Prints medians/p90 for both paths, the added milliseconds and the ratio. Goal: ≤ 5 ms added TTFT.
+Prints medians/p90 for both paths, the added milliseconds and the ratio; the goal (``benchmarks/goals.py``,
+proxy): the proxied path keeps ≥ 0.9× the direct speed, for TTFT and per chunk.
 
     python benchmarks/proxy.py [--turns 60] [--chunks 64] [--transport run]
 """
@@ -17,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -30,6 +33,7 @@ from pathlib import Path
 
 import httpx
 import openai
+from goals import goal
 
 from workbench.client.agent import AgentClient, Connections
 from workbench.client.events import TextDelta, TurnEnded
@@ -142,6 +146,7 @@ def main() -> int:
                     help="simulator seconds between deltas (0 = one burst; TTFT then includes the burst)")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="wb-bench-"))
+    atexit.register(shutil.rmtree, tmp, True)  # after the sim and proxy are stopped
     text = " ".join(f"token{i:03d}" for i in range(a.chunks * 2))
     (tmp / "bench.json").write_text(json.dumps({"description": "benchmark: many text chunks", "steps": [
         {"text": text, "chunks": a.chunks}, {"turn_ended": True}, {"end": "ok"}]}))
@@ -189,12 +194,13 @@ def main() -> int:
     print(f"  chunk  via proxy                {summarize(p_chunk)}")
     added = (statistics.median(p_ttft) - statistics.median(d_ttft)) * 1000
     added_chunk = (statistics.median(p_chunk) - statistics.median(d_chunk)) * 1000
-    print(f"  added TTFT      {added:+.2f} ms   (ratio proxy/direct {statistics.median(p_ttft) / statistics.median(d_ttft):.2f}x;"
-          f" goal <= 5 ms: {'met' if added <= 5 else 'NOT met'})")
+    print(f"  added TTFT      {added:+.2f} ms   (ratio proxy/direct {statistics.median(p_ttft) / statistics.median(d_ttft):.2f}x)")
     raw_added = (statistics.median(r_ttft) - statistics.median(d_ttft)) * 1000
-    print(f"  added TTFT without the SDK's own cost (raw httpx client) {raw_added:+.2f} ms "
-          f"(goal <= 5 ms: {'met' if raw_added <= 5 else 'NOT met'})")
+    print(f"  added TTFT without the SDK's own cost (raw httpx client) {raw_added:+.2f} ms")
     print(f"  added per chunk {added_chunk:+.3f} ms (ratio {statistics.median(p_chunk) / max(statistics.median(d_chunk), 1e-9):.2f}x)")
+    # speed = 1 / time: the direct time over the proxied one
+    print("  TTFT   " + goal("proxy").line(statistics.median(d_ttft) / statistics.median(p_ttft)))
+    print("  chunk  " + goal("proxy").line(statistics.median(d_chunk) / max(statistics.median(p_chunk), 1e-9)))
     return 0
 
 

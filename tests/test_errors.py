@@ -84,7 +84,7 @@ def test_main_prints_any_workbench_error_and_exits_2(monkeypatch: pytest.MonkeyP
     parser = cli.build_parser()
     args = parser.parse_args(["decode", "00"])
     monkeypatch.setattr(args, "func", fail)
-    monkeypatch.setattr(cli, "build_parser", lambda: _FixedParser(args))
+    monkeypatch.setattr(cli, "build_parser", lambda *_: _FixedParser(args))
     assert cli.main([]) == 2
     err = capsys.readouterr().err
     assert err == f"workbench decode: {error}\n"
@@ -96,7 +96,7 @@ def test_main_lets_other_exceptions_through(monkeypatch: pytest.MonkeyPatch) -> 
 
     args = cli.build_parser().parse_args(["decode", "00"])
     monkeypatch.setattr(args, "func", fail)
-    monkeypatch.setattr(cli, "build_parser", lambda: _FixedParser(args))
+    monkeypatch.setattr(cli, "build_parser", lambda *_: _FixedParser(args))
     with pytest.raises(RuntimeError, match="a bug"):
         cli.main([])
 

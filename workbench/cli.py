@@ -5,68 +5,107 @@ Each subsystem registers its own subcommands (``register(subparsers)``) so this 
 table of contents. Errors meant for the user derive from ``workbench.errors.WorkbenchError``:
 printed as ``workbench <cmd>: <message>`` with exit 2, the message naming the input, frame or
 option at fault. Nothing else imports this module.
+
+Start-up is what a user waits for on every call, so the parser is built lazily: ``COMMANDS``
+names each command, its one-line help and the module that registers it. ``workbench --help``
+lists the table without importing any command module; ``workbench <cmd> …`` imports only the
+module of ``<cmd>``; shell completion (argcomplete, ``_ARGCOMPLETE`` set) builds everything.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
-from collections.abc import Sequence
-
-import argcomplete
+from collections.abc import Collection, Sequence
 
 from workbench import __version__
 from workbench.errors import CliError, WorkbenchError
-from workbench.store.db import database_errors_named
 from workbench.store.files import private_files
 
-__all__ = ["CliError", "WorkbenchError", "build_parser", "main"]
+__all__ = ["COMMANDS", "CliError", "WorkbenchError", "build_parser", "main"]
 
-# Modules that add subcommands, in the order `workbench --help` lists them.
-COMMAND_MODULES = [
-    "workbench.demo",
-    "workbench.commands.core",
-    "workbench.tui.cli",
-    "workbench.web.cli",
-    "workbench.capture.cli",
-    "workbench.sim.cli",
-    "workbench.proxy.cli",
-    "workbench.ingest.cli",
-    "workbench.fixtures.cli",
-    "workbench.export.cli",
-    "workbench.analysis.cli",
-    "workbench.commands.schema",
+# (command, one-line help, module that registers it), in the order `workbench --help` lists them.
+# The help must be the module's own (tests/test_startup.py compares them with the full parser).
+COMMANDS: list[tuple[str, str, str]] = [
+    ("demo", "run the demo: simulator, live capture, broken sessions, diagnosis, TUI", "workbench.demo"),
+    ("decode", "decode frames given as hex, a file or stdin", "workbench.commands.core"),
+    ("sessions", "list captured sessions", "workbench.commands.core"),
+    ("frames", "list the frames of one session", "workbench.commands.core"),
+    ("sql", "run a read-only SQL query against the capture database", "workbench.commands.core"),
+    ("tui", "browse captures in a terminal UI", "workbench.tui.cli"),
+    ("web", "browse captures in a browser (the TUI, served on 127.0.0.1)", "workbench.web.cli"),
+    ("capture", "record agent traffic through mitmproxy (mitmdump + the capture addon)", "workbench.capture.cli"),
+    ("sim", "run a simulated Cursor agent backend on loopback (h2 + HTTP/1.1, TLS)", "workbench.sim.cli"),
+    ("proxy", "OpenAI-compatible server in front of the agent backend", "workbench.proxy.cli"),
+    ("client", "run one agent turn with the built-in client and print the answer", "workbench.proxy.cli"),
+    ("import", "import mitmproxy flow files, HAR files, cursor-agent stream-json NDJSON or packet captures",
+     "workbench.ingest.cli"),
+    ("run", "run a CLI (cursor-agent … --output-format stream-json) and record its NDJSON live",
+     "workbench.ingest.cli"),
+    ("export-fixture", "write a session as a scrubbed, self-contained replay fixture", "workbench.fixtures.cli"),
+    ("replay", "serve a fixture as an agent backend for any client", "workbench.fixtures.cli"),
+    ("export", "export the capture database as Parquet (partitioned by date and session)", "workbench.export.cli"),
+    ("diagnose", "diagnose sessions; exit 1 when a warning or error is found", "workbench.analysis.cli"),
+    ("blobs", "the KV blobs of a session (set/get, content, checkpoint refs)", "workbench.analysis.cli"),
+    ("tools", "the tool calls of a session, args rebuilt (streamed/completion/merged/naive)",
+     "workbench.analysis.cli"),
+    ("schema", "extract, choose, compare protobuf schemas; find drift in captures", "workbench.commands.schema"),
 ]
 
+# Modules that add subcommands, in the order `workbench --help` lists them.
+COMMAND_MODULES = list(dict.fromkeys(module for _, _, module in COMMANDS))
 
-def build_parser() -> argparse.ArgumentParser:
+# Modules whose register() also adds formats to `workbench import` (ingest.register_importer):
+# a command that imports files loads them with its own module.
+IMPORT_FORMAT_MODULES = ("workbench.export.cli", "workbench.fixtures.cli")
+ALSO_LOADS = {"workbench.ingest.cli": IMPORT_FORMAT_MODULES}
+
+
+def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The parser, with the commands of the modules in ``load`` complete (all modules when None).
+
+    A command whose module is not loaded gets a stub that only carries its name and help: enough
+    for ``workbench --help`` and for argparse to reject an unknown command.
+    """
     parser = argparse.ArgumentParser(
         prog="workbench",
         description="Capture, decode, diagnose and replay Cursor agent traffic.",
     )
     parser.add_argument("--version", action="version", version=f"workbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    for name, help_text, module in COMMANDS:
+        if load is not None and module not in load:
+            sub.add_parser(name, help=help_text)
+        elif name not in sub.choices:  # a module registers all its commands at once
+            importlib.import_module(module).register(sub)
     return parser
 
 
+def modules_for(argv: Sequence[str]) -> set[str]:
+    """The command modules a command line needs: the one of its command, if it names one."""
+    # The top-level options take no value, so the first word that is not an option is the command.
+    command = next((a for a in argv if not a.startswith("-")), None)
+    modules = {module for name, _, module in COMMANDS if name == command}
+    return modules.union(*(ALSO_LOADS.get(m, ()) for m in modules))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    if argv is None:
-        # Shell completion: a no-op unless the shell's completion hook set _ARGCOMPLETE (see README,
-        # "Shell completion"); then it prints the candidates and exits before anything runs.
-        argcomplete.autocomplete(parser)
+    if argv is None and "_ARGCOMPLETE" in os.environ:
+        # Shell completion (see README, "Shell completion"): the shell's hook set _ARGCOMPLETE, so
+        # candidates for any command, option or choice are wanted; argcomplete prints them and exits.
+        import argcomplete  # only completion uses it
+
+        argcomplete.autocomplete(build_parser())
+    parser = build_parser(modules_for(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     private_files()  # databases, WALs, spools, exports, fixtures: 0600 (WORKBENCH_SHARED_FILES=1: umask)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
-        # A DuckDB error no command anticipated becomes a StoreError naming the database.
-        with database_errors_named(getattr(args, "db", None) or getattr(args, "record", None)):
-            rc = args.func(args)
+        rc = _run(args)
     except WorkbenchError as exc:
         print(f"workbench {args.command}: {exc}", file=sys.stderr)
         return 2
@@ -75,6 +114,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     return int(rc or 0)
+
+
+def _run(args: argparse.Namespace) -> int | None:
+    try:
+        return args.func(args)  # type: ignore[no-any-return]
+    except Exception as exc:
+        duckdb = sys.modules.get("duckdb")
+        if duckdb is None or not isinstance(exc, duckdb.Error):
+            raise
+        # A DuckDB error no command anticipated becomes a StoreError naming the database. The store
+        # is imported only now: a command that never loaded DuckDB cannot raise its errors, and
+        # importing it up front would cost every command duckdb and pyarrow.
+        from workbench.store.db import database_errors_named
+
+        with database_errors_named(getattr(args, "db", None) or getattr(args, "record", None)):
+            raise
 
 
 if __name__ == "__main__":  # pragma: no cover

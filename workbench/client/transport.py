@@ -21,6 +21,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import functools
 import threading
 import time
 import uuid
@@ -68,7 +69,13 @@ APPEND_DRAIN_S = 2.0
 END_WAIT_S = 1.0
 # After a RunPoll eof record the server still owes the Connect end-stream; give up waiting after this.
 EOF_GRACE_S = 5.0
-_HEARTBEAT = bytes(pb.AgentClientMessage(client_heartbeat=pb.ClientHeartbeat()).SerializeToString())
+
+
+@functools.cache
+def _heartbeat() -> bytes:
+    """A client heartbeat's bytes: built on first use, as building it loads the schema's classes."""
+    return bytes(pb.AgentClientMessage(client_heartbeat=pb.ClientHeartbeat()).SerializeToString())
+
 
 _clock_lock = threading.Lock()
 _clock_base = time.time_ns() // 1000 - time.monotonic_ns() // 1000
@@ -374,7 +381,7 @@ class _AppendingChannel(Channel):
         if self.framing == "grpc-web":
             body = encode(body)  # gRPC-Web unary calls are enveloped too
         await self._sem.acquire()
-        answer = msg != _HEARTBEAT
+        answer = msg != _heartbeat()
         self._answers_posting += answer
         task = self._spawn(self._append(seq, msg, body, answer))
         self._appends.add(task)

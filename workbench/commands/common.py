@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
-from workbench.decode.classify import Decoder
 from workbench.errors import CliError
-from workbench.schema.active import active_schema
 from workbench.store.paths import default_db, describe_rule
-from workbench.store.reader import LocalReader, RemoteReader, open_reader
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from workbench.decode.classify import Decoder
+    from workbench.store.reader import LocalReader, RemoteReader
 
 
 def add_db_arg(p: argparse.ArgumentParser) -> None:
@@ -30,10 +32,16 @@ def add_proto_arg(p: argparse.ArgumentParser) -> None:
 
 def decoder_from(args: argparse.Namespace) -> Decoder:
     """The decoder of a command: the active schema (``--proto``, else ``schema use``, else the overlay)."""
+    # Imported here: only commands that decode pay for protobuf and the schema.
+    from workbench.decode.classify import Decoder
+    from workbench.schema.active import active_schema
+
     return Decoder(active_schema(getattr(args, "proto", []) or []))
 
 
 def reader_from(args: argparse.Namespace) -> LocalReader | RemoteReader:
+    from workbench.store.reader import open_reader  # duckdb and pyarrow: only for commands that read
+
     return open_reader(args.db)
 
 
@@ -69,6 +77,7 @@ _INFINITE = {2**63 - 1: "infinity", -(2**63 - 1): "-infinity", 2**31 - 1: "infin
 def _temporal_text(s: pa.Scalar) -> str:
     """A date or time Python cannot hold (past year 9999, before year 1, ±infinity) as DuckDB prints it."""
     import numpy as np
+    import pyarrow as pa  # a table to print was read with pyarrow: loaded already
 
     t = s.type
     raw = s.cast(pa.int64() if not pa.types.is_date32(t) else pa.int32()).as_py()
@@ -86,6 +95,8 @@ def _temporal_text(s: pa.Scalar) -> str:
 
 def _scalar(s: pa.Scalar) -> Any:
     """One Arrow value as Python, falling back to text for what ``as_py`` cannot represent."""
+    import pyarrow as pa  # loaded already, by the query that made the value
+
     try:
         return s.as_py()
     except (OverflowError, ValueError, pa.ArrowException):
@@ -107,6 +118,8 @@ def _scalar(s: pa.Scalar) -> Any:
 def table_rows(table: pa.Table) -> list[dict[str, Any]]:
     """``table.to_pylist()``, except that a value Python's datetime cannot hold (``'infinity'::timestamp``,
     a date past year 9999, also inside lists and structs) becomes its text instead of an exception."""
+    import pyarrow as pa  # loaded already, by the query that made the table
+
     try:
         return table.to_pylist()
     except (OverflowError, ValueError, pa.ArrowException):
@@ -120,9 +133,16 @@ def table_rows(table: pa.Table) -> list[dict[str, Any]]:
     return [{name: columns[name][i] for name in table.column_names} for i in range(table.num_rows)]
 
 
-def print_table(table: pa.Table, max_width: int = 60) -> None:
-    cols = table.column_names
+def print_table(table: pa.Table, max_width: int = 60, extra: dict[str, Sequence[Any]] | None = None) -> None:
+    """Print ``table`` as aligned text, with the ``extra`` columns (name → one value per row) appended.
+
+    ``extra`` spares the caller ``pa.array(values)``: on a Python list pyarrow probes for pandas, which
+    costs ``workbench sessions`` 0.2 s of import."""
+    cols = table.column_names + list(extra or {})
     rows = table_rows(table)
+    for name, values in (extra or {}).items():
+        for row, value in zip(rows, values, strict=True):
+            row[name] = value
     widths = [min(max_width, max([len(c)] + [len(_cell(r[c], max_width)) for r in rows])) for c in cols]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip())
     for r in rows:

@@ -8,9 +8,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from workbench.commands.common import (
     add_db_arg,
@@ -21,12 +19,12 @@ from workbench.commands.common import (
     resolve_session,
     table_rows,
 )
-from workbench.decode import frame_to_json
-from workbench.decode.classify import DIRECTIONS, TRANSPORTS, Decoder, Frame
+from workbench.decode.frame import DIRECTIONS, TRANSPORTS
 from workbench.errors import CliError
-from workbench.store.db import StoreError
-from workbench.store.reader import open_reader
-from workbench.store.readonly import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_S, ReadLimits
+from workbench.store.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_S
+
+if TYPE_CHECKING:
+    from workbench.decode.classify import Decoder, Frame
 
 MIB = 1024 * 1024
 
@@ -101,6 +99,8 @@ def _parse_hex(text: str, where: str) -> bytes:
 
 
 def _result(dec: Decoder, frames: list[Frame]) -> dict[str, Any]:
+    from workbench.decode.render import frame_to_json  # named trees: only --json and --batch build them
+
     if not frames:
         return {"kind": "empty", "summary": "no bytes", "fields": {}}
     first = frame_to_json(dec, frames[0])
@@ -127,6 +127,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
     bad = 0
     for f in frames:
         if args.json:
+            from workbench.decode.render import frame_to_json  # named trees: only --json builds them
+
             print(json.dumps(frame_to_json(dec, f), ensure_ascii=False))
         else:
             line = f"{f.kind:48} {f.summary}"
@@ -228,10 +230,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
             row["top_finding_message"] = f.get("message") or None if f else None
             print(json.dumps(row, default=str))
     else:
-        table = table.append_column("findings", pa.array([states[s].text() for s in ids], pa.string()))
-        table = table.append_column("notes", pa.array([str(states[s].notes) if states[s].notes else ""
-                                                       for s in ids], pa.string()))
-        print_table(table.append_column("top_finding", pa.array(codes, pa.string())))
+        print_table(table, extra={"findings": [states[s].text() for s in ids],
+                                  "notes": [str(states[s].notes) if states[s].notes else "" for s in ids],
+                                  "top_finding": codes})
     return 0
 
 
@@ -275,6 +276,8 @@ def _frame_page(reader: Any, args: argparse.Namespace, session_id: str, after: i
 
 
 def cmd_frames(args: argparse.Namespace) -> int:
+    from workbench.store.db import StoreError  # duckdb: loaded by the reader anyway
+
     reader = reader_from(args)
     session_id = resolve_session(reader, args.session)
     dec = decoder_from(args) if args.json else None
@@ -309,6 +312,8 @@ def cmd_frames(args: argparse.Namespace) -> int:
 
 
 def _reopen(args: argparse.Namespace, old: Any) -> Any:
+    from workbench.store.db import StoreError  # duckdb: loaded by the reader anyway
+
     old.close()
     deadline = time.monotonic() + 30
     while True:
@@ -343,6 +348,11 @@ def cmd_sql(args: argparse.Namespace) -> int:
         raise CliError(f"--timeout {args.timeout:g}: must be a positive number of seconds")
     if not args.max_result_mb > 0:
         raise CliError(f"--max-result-mb {args.max_result_mb:g}: must be positive")
+    # duckdb and pyarrow: the commands that read a database load them, not decode or --help
+    from workbench.store.db import StoreError
+    from workbench.store.reader import open_reader
+    from workbench.store.readonly import ReadLimits
+
     limits = ReadLimits(args.timeout, int(args.max_result_mb * MIB))
     reader = open_reader(args.db, limits)
     try:

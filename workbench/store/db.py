@@ -15,8 +15,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from workbench.decode.classify import Frame
-from workbench.decode.frame import CARRIED
+from workbench.decode.frame import CARRIED, Frame
 from workbench.errors import WorkbenchError
 from workbench.store.files import private_files
 from workbench.store.gate import gate_frame, gate_meta, text_value, wire_text

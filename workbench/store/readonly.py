@@ -46,9 +46,9 @@ import pyarrow as pa
 from workbench.errors import WorkbenchError
 from workbench.store import functions
 from workbench.store.functions import refused_call
+from workbench.store.limits import DEFAULT_MAX_RESULT_BYTES as DEFAULT_MAX_RESULT_BYTES
+from workbench.store.limits import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
 
-DEFAULT_TIMEOUT_S = 30.0
-DEFAULT_MAX_RESULT_BYTES = 256 * 1024 * 1024
 # A client may ask for a longer limit, never for more than a day (a timer past that overflows).
 MAX_TIMEOUT_S = 24 * 3600.0
 _BATCH_ROWS = 256  # the cap is checked at least this often (DuckDB still computes a vector of 2048)
