@@ -1,0 +1,141 @@
+"""Generated exchanges written in each importer's format, the way its producer writes it.
+
+Flow files are written by mitmproxy's own ``FlowWriter`` from a flow a real mitmdump recorded
+(``tests/ingest/data/agent.flows``), with the hostile parts put in; HAR as mitmproxy exports it
+(base64 bodies, ``.zhar`` = zlib); NDJSON as ``cursor-agent --output-format stream-json`` prints.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+import zlib
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from strategies import RUN_PATH, Exchange
+
+SAMPLE_FLOWS = Path(__file__).resolve().parents[1] / "ingest" / "data" / "agent.flows"
+
+
+@lru_cache(maxsize=1)
+def _run_template() -> Any:
+    from mitmproxy import io
+
+    with SAMPLE_FLOWS.open("rb") as fh:
+        for f in io.FlowReader(fh).stream():
+            if f.request.path.endswith("/Run"):
+                return f
+    raise AssertionError(f"{SAMPLE_FLOWS} has no Run flow")
+
+
+def to_flow(ex: Exchange, *, content_encoding_body: bytes | None = None) -> Any:
+    """A mitmproxy HTTPFlow for ``ex`` (h2 Run; reset recorded as the capture addon records it)."""
+    from mitmproxy import flow as mflow
+    from mitmproxy import http
+
+    from workbench.protocol.status import RESET_METADATA_KEY
+
+    f = _run_template().copy()
+    f.id = str(uuid.uuid4())
+    f.metadata = {}
+    r = f.request
+    r.http_version = "HTTP/2.0"
+    r.headers = http.Headers(ex.request_headers())
+    r.path = RUN_PATH.encode() + ex.path_suffix
+    r.raw_content = b"".join(ex.client_envelopes())
+    r.timestamp_start, r.timestamp_end = ex.timestamp, ex.timestamp + 0.1
+    s = f.response
+    s.status_code, s.http_version = 200, "HTTP/2.0"
+    s.headers = http.Headers(ex.response_headers())
+    s.raw_content = b"".join(ex.server_envelopes())
+    if content_encoding_body is not None:
+        s.headers["content-encoding"] = "gzip"
+        s.raw_content = content_encoding_body
+    s.trailers = http.Headers(ex.trailers) if ex.trailers else None
+    s.timestamp_start, s.timestamp_end = ex.timestamp + 0.2, ex.timestamp + 0.3
+    if ex.reset:
+        f.error = mflow.Error("stream reset by server (PROTOCOL_ERROR)")
+        f.metadata[RESET_METADATA_KEY] = {"side": "server", "code": 1, "after_response_end": False}
+    return f
+
+
+def write_flows(path: Path, flows: Iterable[Any]) -> None:
+    from mitmproxy import io
+
+    with path.open("wb") as fh:
+        w = io.FlowWriter(fh)
+        for f in flows:
+            w.add(f)
+
+
+def nested_tnetstring(depth: int) -> bytes:
+    """A tnetstring list nested ``depth`` deep (``N:[...]``), built without quadratic copying."""
+    lengths = [3]  # b"0:]"
+    for _ in range(depth):
+        inner = lengths[-1]
+        lengths.append(len(str(inner)) + 1 + inner + 1)
+    prefix = b"".join(f"{lengths[i]}:".encode() for i in range(depth - 1, -1, -1))
+    return prefix + b"0:]" + b"]" * depth
+
+
+# ------------------------------------------------------------------------------------------ HAR --
+
+def _iso(ts: float) -> str:
+    try:
+        return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+    except (OverflowError, ValueError, OSError):
+        # past what Python's datetime holds: written as the digits an exporter would print
+        return f"{int(ts)}-01-01T00:00:00Z" if ts > 0 else "-0001-01-01T00:00:00Z"
+
+
+def _har_headers(items: Sequence[tuple[bytes, bytes]]) -> list[dict[str, str]]:
+    # mitmproxy's HAR export keeps header bytes as surrogate-escaped text (JSON-escaped on write)
+    return [{"name": n.decode("utf-8", "surrogateescape"), "value": v.decode("utf-8", "surrogateescape")}
+            for n, v in items]
+
+
+def har_entry(ex: Exchange) -> dict[str, Any]:
+    req_body = b"".join(ex.client_envelopes())
+    resp_body = b"".join(ex.server_envelopes())
+    return {
+        "startedDateTime": _iso(ex.timestamp),
+        "time": 300,
+        "request": {
+            "method": "POST", "url": "https://api2.cursor.sh" + (RUN_PATH.encode() + ex.path_suffix).decode(
+                "utf-8", "surrogateescape"),
+            "httpVersion": "HTTP/2.0", "headers": _har_headers(ex.request_headers()), "cookies": [],
+            "queryString": [], "headersSize": -1, "bodySize": len(req_body),
+            "postData": {"mimeType": "application/connect+proto",
+                         "text": base64.b64encode(req_body).decode(), "encoding": "base64"},
+        },
+        "response": {
+            "status": 200, "statusText": "", "httpVersion": "HTTP/2.0",
+            "headers": _har_headers(ex.response_headers()), "cookies": [],
+            "content": {"size": len(resp_body), "mimeType": "application/connect+proto",
+                        "text": base64.b64encode(resp_body).decode(), "encoding": "base64"},
+            "redirectURL": "", "headersSize": -1, "bodySize": len(resp_body),
+            "_trailers": _har_headers(ex.trailers),
+        },
+        "cache": {}, "timings": {"send": 1, "wait": 100, "receive": 199},
+    }
+
+
+def har_document(entries: list[dict[str, Any]]) -> bytes:
+    doc = {"log": {"version": "1.2", "creator": {"name": "mitmproxy", "version": "11.0.2"}, "entries": entries}}
+    return json.dumps(doc, ensure_ascii=True).encode()
+
+
+def zhar(data: bytes) -> bytes:
+    return zlib.compress(data, 6)
+
+
+def deep_json(depth: int, *, opener: bytes = b"[") -> bytes:
+    closer = b"]" if opener == b"[" else b"}"
+    if opener == b"{":
+        return b'{"a":' * depth + b"1" + closer * depth
+    return opener * depth + closer * depth
