@@ -14,6 +14,7 @@ import base64
 import binascii
 import gzip
 import json
+import re
 import subprocess
 import zlib
 from collections.abc import Iterable, Sequence
@@ -66,12 +67,31 @@ def _inflations(blob: bytes) -> Iterable[bytes]:
             start = blob.find(magic, start + 1)
 
 
+_BASE64_RUN = re.compile(rb"[A-Za-z0-9+/_-]{24,}={0,2}")
+_HEX_RUN = re.compile(rb"(?:[0-9a-fA-F]{2}){12,}")
+
+
+def _decodings(blob: bytes) -> Iterable[bytes]:
+    """Base64 and hex runs in ``blob``, decoded: a fixture or a JSON view keeps a (possibly gzip'd)
+    payload as base64 or hex text, where the needles alone would not see inside the gzip."""
+    for m in _BASE64_RUN.finditer(blob):
+        run = m.group()
+        try:
+            yield base64.b64decode(run + b"=" * (-len(run) % 4), altchars=b"-_" if b"-" in run or b"_" in run else None)
+        except (binascii.Error, ValueError):
+            pass
+    for m in _HEX_RUN.finditer(blob):
+        yield binascii.unhexlify(m.group())
+
+
 def found_in(blob: bytes, canary: str, depth: int = 0) -> bool:
+    """Whether ``canary`` can be read from ``blob``: as is, hex or base64, or inside a gzip/zlib
+    stream or a base64/hex run in it (two levels deep)."""
     ns = needles(canary)
     if any(n in blob for n in ns):
         return True
     if depth < 2:
-        return any(found_in(inner, canary, depth + 1) for inner in _inflations(blob))
+        return any(found_in(inner, canary, depth + 1) for inner in (*_inflations(blob), *_decodings(blob)))
     return False
 
 
