@@ -339,3 +339,44 @@ __all__ = ["BOMB_MIB", "CANARY_PREFIX", "CLIENT_MSG", "DEPTHS", "FLAG_COMPRESSED
            "credential_message", "credential_sites", "depths", "example_count", "exchanges", "gz", "gzip_zeros",
            "header_bytes", "hostile", "out_of_range", "secret_header_names", "secret_header_value", "text_delta", "timestamps",
            "tried", "zlib_json_bomb"]
+
+
+# ------------------------------------------------------------------------- stream-json NDJSON --
+
+@dataclass
+class NdjsonLine:
+    data: bytes
+    refusable: bool  # nested past any JSON parser's depth, or a time no datetime holds
+
+
+def ndjson_lines(session_id: str) -> st.SearchStrategy[NdjsonLine]:
+    """One stream-json line as ``cursor-agent --output-format stream-json`` prints it, made hostile:
+    arbitrary text (lone surrogates escaped as JSON allows), ``timestamp_ms`` at and past the edges
+    of every time type, deep nesting, bytes that are not UTF-8 or not JSON."""
+    import json
+
+    text = st.text(max_size=40)
+    ms = st.one_of(st.integers(1_600_000_000_000, 1_900_000_000_000),
+                   st.integers(int(YEAR_10000 * 1000), 2**63 - 1), st.integers(-(2**63), -1),
+                   st.sampled_from([10**30, 1e308, float("inf"), float("nan")]))
+
+    def event(kind: str, body: str, t: int | float) -> NdjsonLine:
+        doc: dict[str, Any] = {"type": kind, "session_id": session_id, "timestamp_ms": t}
+        if kind == "assistant":
+            doc["message"] = {"role": "assistant", "content": [{"type": "text", "text": body}]}
+        else:
+            doc.update(subtype="delta", text=body)
+        bad = isinstance(t, float) or not (0 <= t < YEAR_10000 * 1000)
+        return NdjsonLine(json.dumps(doc).encode(), bad)
+
+    def deep(depth: int) -> NdjsonLine:
+        head = f'{{"type":"assistant","session_id":"{session_id}","message":'.encode()
+        return NdjsonLine(head + b"[" * depth + b"]" * depth + b"}", True)
+
+    garbage = st.binary(min_size=1, max_size=30).map(
+        lambda b: NdjsonLine(bytes(c for c in b if c != 10).strip() or b"\xff", False))
+    return st.one_of(st.builds(event, st.sampled_from(["assistant", "thinking"]), text, ms),
+                     depths.map(deep), garbage)
+
+
+__all__ += ["NdjsonLine", "ndjson_lines"]
