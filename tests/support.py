@@ -323,17 +323,22 @@ _MEASURE = (
     "                            timeout=float(sys.argv[2])).returncode\n"
     "    except subprocess.TimeoutExpired:\n"
     "        rc = 'timeout'\n"
+    "    out_bytes = out.tell()\n"
+    "    out.seek(0)\n"
+    "    lines = sum(chunk.count(b'\\n') for chunk in iter(lambda: out.read(1 << 20), b''))\n"
     "    out.seek(0)\n"
     "    err.seek(0)\n"
     "    print(json.dumps({'rc': rc, 'rss_kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,\n"
-    "                      'out': out.read(1 << 20).decode(errors='replace'),\n"
+    "                      'out': out.read(1 << 20).decode(errors='replace'), 'out_lines': lines,\n"
+    "                      'out_bytes': out_bytes,\n"
     "                      'err': err.read()[-8000:].decode(errors='replace')}))\n"
 )
 
 
 def run_measured(argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 300.0,
                  address_space: int = 0) -> dict[str, Any]:
-    """Run ``argv`` in a fresh wrapper process and return ``{"rc", "rss_kib", "out", "err"}``:
+    """Run ``argv`` in a fresh wrapper process and return ``{"rc", "rss_kib", "out", "err",
+    "out_lines", "out_bytes"}`` (``out``: the first MiB of stdout, ``err``: the last 8000 bytes):
     ``rss_kib`` is the command's peak resident set (``getrusage(RUSAGE_CHILDREN).ru_maxrss``).
     ``address_space`` (bytes, 0 = none) caps the command so that a runaway inflation fails
     inside it instead of taking memory from the machine; ``rc`` is ``"timeout"`` when it ran

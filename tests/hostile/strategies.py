@@ -380,3 +380,38 @@ def ndjson_lines(session_id: str) -> st.SearchStrategy[NdjsonLine]:
 
 
 __all__ += ["NdjsonLine", "ndjson_lines"]
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | 0x80 if n else b)
+        if not n:
+            return bytes(out)
+
+
+def nested_protobuf(depth: int) -> bytes:
+    """Field 1 (length-delimited) nested ``depth`` deep, built without quadratic copying."""
+    lengths = [0]
+    for _ in range(depth):
+        lengths.append(1 + len(_varint(lengths[-1])) + lengths[-1])
+    return b"".join(b"\x0a" + _varint(lengths[i]) for i in range(depth - 1, -1, -1))
+
+
+# SQL literals whose printing has broken before (infinities), and the other edges of DuckDB's types.
+SQL_LITERALS = [
+    "'infinity'::timestamp", "'-infinity'::timestamp", "'infinity'::date", "'-infinity'::date",
+    "'infinity'::timestamptz", "'294247-01-10 04:00:54'::timestamp", "'5877642-06-25 (BC)'::date",
+    "'nan'::double", "'inf'::double", "'-inf'::float", "170141183460469231731687303715884105727::hugeint",
+    "(-170141183460469231731687303715884105727)::hugeint", "18446744073709551615::ubigint",
+    "99999999999999999999999999999999999.999::decimal(38,3)", "interval 178000000 years",
+    "'\\x00\\xff'::blob", "chr(0)", "chr(27) || '[31mred'", "'\\ud800'", "NULL::json", "'{\"a\": [1, 2]}'::json",
+    "[[[[[[[[1]]]]]]]]", "{'a': {'b': {'c': NULL}}}", "map([1, 2], ['x', 'y'])", "'1e400'::json",
+    "gen_random_uuid()", "'12:00:00+15:59'::timetz", "'24:00:00'::time", "union_value(k := 1)",
+    "'\\u202e' || 'abc'", "[]::int[]", "repeat('x', 100000)", "to_timestamp(9.2e12)",
+]
+sql_literals = st.lists(st.sampled_from(SQL_LITERALS), min_size=1, max_size=6)
+
+__all__ += ["SQL_LITERALS", "nested_protobuf", "sql_literals"]

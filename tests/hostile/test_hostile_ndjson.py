@@ -9,6 +9,7 @@ schema's credentials are in the protobuf agent messages), so (c) is not asserted
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable
@@ -20,8 +21,6 @@ from hypothesis import strategies as st
 from invariants import clean_exit, query
 from strategies import NdjsonLine, hostile, ndjson_lines, tried
 from support import WORKBENCH, env_without_proxy, run_workbench
-
-import subprocess
 
 pytestmark = pytest.mark.slow
 SESSION = str(uuid.UUID(int=0x40E5))
