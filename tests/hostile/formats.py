@@ -139,3 +139,51 @@ def deep_json(depth: int, *, opener: bytes = b"[") -> bytes:
     if opener == b"{":
         return b'{"a":' * depth + b"1" + closer * depth
     return opener * depth + closer * depth
+
+
+# -------------------------------------------------------------------------------------- fixture --
+
+def fixture_document(ex: Exchange, session_id: str) -> dict[str, Any]:
+    """A ``workbench-fixture`` (format 1, as ``export-fixture`` writes it) holding ``ex`` unscrubbed:
+    what a fixture from elsewhere (an older workbench, a hand-edited file) can hold."""
+    import gzip as _gzip
+
+    from strategies import credential_message, text_delta
+
+    frames: list[dict[str, Any]] = []
+
+    def add(direction: str, kind: str, payload: bytes, flags: int, msg_type: str | None) -> None:
+        f: dict[str, Any] = {"seq": len(frames), "t": round(0.001 * len(frames), 6), "direction": direction,
+                             "transport": "run", "kind": kind, "payload_b64": base64.b64encode(payload).decode(),
+                             "flags": flags, "stream": "1"}
+        if msg_type:
+            f["msg_type"] = msg_type
+        frames.append(f)
+
+    for site, z in zip(ex.client_sites, ex.gzip_client, strict=True):
+        msg = credential_message(site, ex.canary)
+        add("client", "compressed" if z else site.path[0], _gzip.compress(msg) if z else msg, 1 if z else 0,
+            "agent.v1.AgentClientMessage")
+    for site, z in zip(ex.server_sites, ex.gzip_server, strict=True):
+        msg = credential_message(site, ex.canary)
+        add("server", "compressed" if z else "exec_server_message.subagent_args", _gzip.compress(msg) if z else msg,
+            1 if z else 0, "agent.v1.AgentServerMessage")
+    for i in range(ex.text_frames):
+        add("server", "interaction_update.text_delta", text_delta(f"text {i}"), 0, "agent.v1.AgentServerMessage")
+    if not ex.reset:
+        add("server", "end_stream", b"{}", 2, None)
+    headers = [[n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape")]
+               for n, v in ex.request_headers()]
+    return {
+        "format": "workbench-fixture", "version": 1, "created_at": _iso(1.7e9), "workbench_version": "0.1.0",
+        "session": {"session_id": session_id, "source": "capture", "transport": "run", "request_id": session_id,
+                    "started_at": _iso(ex.timestamp), "ended_at": _iso(ex.timestamp), "frame_count": len(frames),
+                    "status": "aborted" if ex.reset else "complete", "host": "api2.cursor.sh", "path": RUN_PATH,
+                    "http_status": 200, "auth_hash": None, "error": None,
+                    "meta": {"method": "POST", "request_headers": headers,
+                             "trailers": [[n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape")]
+                                          for n, v in ex.trailers]}},
+        "scrub": {"secrets": False, "content": False, "frames_changed": 0},
+        "expected_findings": [], "expected_findings_source": "database",
+        "frames": frames,
+    }
