@@ -187,3 +187,46 @@ def fixture_document(ex: Exchange, session_id: str) -> dict[str, Any]:
         "expected_findings": [], "expected_findings_source": "database",
         "frames": frames,
     }
+
+
+# -------------------------------------------------------------------------------------- Parquet --
+
+def write_parquet_export(out: Path, docs: Sequence[dict[str, Any]], timestamps: Sequence[float]) -> int:
+    """A ``workbench export --parquet`` folder (layout and ``_workbench.json`` as the exporter writes
+    them) holding the sessions and frames of fixture documents (``fixture_document``), unredacted,
+    with each session's wire times. Written with DuckDB's ``COPY … PARTITION_BY``. Returns the
+    number of frame rows."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("""CREATE TABLE sessions (session_id VARCHAR, source VARCHAR, transport VARCHAR, request_id VARCHAR,
+        conversation_id VARCHAR, model VARCHAR, client_version VARCHAR, started_at TIMESTAMP, ended_at TIMESTAMP,
+        frame_count BIGINT, status VARCHAR, host VARCHAR, path VARCHAR, http_status INTEGER, auth_hash VARCHAR,
+        error VARCHAR, meta JSON, "date" DATE)""")
+    con.execute("""CREATE TABLE frames (session_id VARCHAR, seq BIGINT, ts TIMESTAMP, direction VARCHAR,
+        transport VARCHAR, stream VARCHAR, kind VARCHAR, summary VARCHAR, payload BLOB, raw BLOB, flags UTINYINT,
+        msg_type VARCHAR, size INTEGER, ref_id BIGINT, call_id VARCHAR, append_seqno BIGINT, request_id VARCHAR,
+        decoded JSON, error VARCHAR, source_key VARCHAR, "date" DATE)""")
+    n = 0
+    for doc, ts in zip(docs, timestamps, strict=True):
+        s = doc["session"]
+        t0 = "make_timestamp(CAST(? * 1e6 AS BIGINT))"
+        con.execute(f"INSERT INTO sessions SELECT ?, ?, ?, ?, NULL, NULL, NULL, {t0}, {t0}, ?, ?, ?, ?, ?, NULL, NULL, ?,"
+                    f" CAST({t0} AS DATE)",
+                    [s["session_id"], s["source"], s["transport"], s["request_id"], ts, ts, s["frame_count"],
+                     s["status"], s["host"], s["path"], s["http_status"], json.dumps(s["meta"]), ts])
+        for f in doc["frames"]:
+            payload = base64.b64decode(f["payload_b64"])
+            con.execute(f"INSERT INTO frames SELECT ?, ?, {t0}, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, NULL, NULL, NULL, ?, NULL,"
+                        f" NULL, NULL, CAST({t0} AS DATE)",
+                        [s["session_id"], f["seq"], ts + f["t"], f["direction"], f["transport"], f["stream"], f["kind"],
+                         f["kind"], payload, f["flags"], f.get("msg_type"), len(payload), s["request_id"], ts])
+            n += 1
+    for table in ("sessions", "frames"):
+        con.execute(f"COPY {table} TO '{out / table}' (FORMAT parquet, PARTITION_BY (\"date\", session_id))")
+    con.close()
+    (out / "_workbench.json").write_text(json.dumps({
+        "format": "workbench-parquet", "version": 1, "schema_version": 3,
+        "layout": "<table>/date=YYYY-MM-DD/session_id=<id>/part-0.parquet",
+        "tables": ["sessions", "frames", "blobs", "tool_calls", "findings"], "exports": []}))
+    return n
