@@ -32,6 +32,7 @@ _LOOSE = {"validate_outbound_headers": False, "normalize_outbound_headers": Fals
 class HostileUpstream:
     def __init__(self, cert_dir: Path) -> None:
         pair = ensure_cert(cert_dir)
+        self.cert = Path(pair.cert_path)
         self.ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.ctx.load_cert_chain(pair.cert_path, pair.key_path)
         self.ctx.set_alpn_protocols(["h2"])
@@ -106,25 +107,31 @@ class HostileUpstream:
                 conn.send_data(ev.stream_id, body, end_stream=True)
 
 
-def send(proxy_port: int, upstream_port: int, ca: Path, key: bytes, ex: Exchange, request_id: str,
-         timeout: float = 30.0) -> str:
-    """Send ``ex`` through the proxy (CONNECT, TLS trusting mitmproxy's CA, h2) and read the answer
-    to its end. Returns how it ended: ``ended``, ``reset``, ``refused`` (the proxy answered before
-    the upstream could: no response headers from it) or ``closed``."""
-    raw = socket.create_connection(("127.0.0.1", proxy_port), timeout=timeout)
+def send(proxy_port: int | None, upstream_port: int, ca: Path, key: bytes, ex: Exchange, request_id: str,
+         timeout: float = 30.0, keylog: Path | None = None) -> str:
+    """Send ``ex`` through the proxy (CONNECT, TLS trusting mitmproxy's CA ``ca``, h2), or straight
+    to the upstream when ``proxy_port`` is None (``ca``: its certificate), and read the answer to
+    its end. ``keylog``: log the TLS keys there (for a packet capture). Returns how it ended:
+    ``ended``, ``reset``, ``refused`` (the proxy answered before the upstream could: no response
+    headers from it) or ``closed``."""
+    raw = socket.create_connection(("127.0.0.1", proxy_port or upstream_port), timeout=timeout)
     try:
-        raw.sendall(f"CONNECT 127.0.0.1:{upstream_port} HTTP/1.1\r\nHost: 127.0.0.1:{upstream_port}\r\n\r\n".encode())
-        reply = b""
-        while b"\r\n\r\n" not in reply:
-            chunk = raw.recv(4096)
-            if not chunk:
-                return "closed"
-            reply += chunk
-        if b" 200" not in reply.split(b"\r\n", 1)[0]:
-            return "refused"
+        if proxy_port is not None:
+            raw.sendall(f"CONNECT 127.0.0.1:{upstream_port} HTTP/1.1\r\nHost: 127.0.0.1:{upstream_port}\r\n\r\n"
+                        .encode())
+            reply = b""
+            while b"\r\n\r\n" not in reply:
+                chunk = raw.recv(4096)
+                if not chunk:
+                    return "closed"
+                reply += chunk
+            if b" 200" not in reply.split(b"\r\n", 1)[0]:
+                return "refused"
         ctx = ssl.create_default_context(cafile=str(ca))
         ctx.check_hostname = False
         ctx.set_alpn_protocols(["h2"])
+        if keylog is not None:
+            ctx.keylog_filename = str(keylog)
         tls = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
         conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, **_LOOSE))
         conn.initiate_connection()
