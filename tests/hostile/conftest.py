@@ -31,6 +31,15 @@ def scratch(tmp_path: Path) -> Callable[[], Path]:
     return make
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A property runs all its examples (and shrinks a failure for up to 5 min) within one test:
+    # the suite's 300 s per test is too short for that, so the hostile tests get 900 s.
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(900))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not RAN:
         return

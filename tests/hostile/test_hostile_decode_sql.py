@@ -29,6 +29,8 @@ from support import WORKBENCH, env_without_proxy, run_measured, run_workbench
 from workbench.wire.envelope import FLAG_COMPRESSED, header
 
 pytestmark = pytest.mark.slow
+# What decoding a few inputs of at most ~1.5 MB may take, with room for a loaded machine.
+DECODE_SECONDS = 120
 
 
 def _gzip_envelope_bomb(mib: int) -> bytes:
@@ -46,10 +48,10 @@ decode_inputs = st.one_of(
 )
 
 
-@hostile(6)
+@hostile(4)
 @given(inputs=st.lists(st.tuples(decode_inputs, st.sampled_from(["client", "server"]),
                                  st.sampled_from(["run", "runsse", "bidi_append", "runpoll", "unary"])),
-                       min_size=1, max_size=8))
+                       min_size=1, max_size=5))
 def test_decode_hostile_bytes(inputs: list[tuple[bytes, str, str]], scratch: Callable[[], Path]) -> None:
     tried("test_decode_hostile_bytes")
     d = scratch()
@@ -57,8 +59,9 @@ def test_decode_hostile_bytes(inputs: list[tuple[bytes, str, str]], scratch: Cal
     path.write_text("".join(json.dumps({"hex": b.hex(), "direction": di, "transport": tr}) + "\n"
                             for b, di, tr in inputs))
     r = run_measured([*WORKBENCH, "decode", "--batch", "--file", str(path)], env=env_without_proxy(),
-                     timeout=240, address_space=4 * RSS_BUDGET_KIB * 1024)
-    assert r["rc"] != "timeout", "decode --batch ran past 240 s"
+                     timeout=DECODE_SECONDS, address_space=4 * RSS_BUDGET_KIB * 1024)
+    assert r["rc"] != "timeout", \
+        f"decode --batch of {len(inputs)} inputs ({path.stat().st_size} bytes of hex) ran past {DECODE_SECONDS} s"
     clean_exit(r, [path], "workbench decode --batch")  # (a)
     assert r["rss_kib"] < RSS_BUDGET_KIB, f"decode peaked at {r['rss_kib'] // 1024} MiB"  # (d)
     if r["rc"] == 0:

@@ -31,6 +31,7 @@ from strategies import (
 from support import WORKBENCH, env_without_proxy, run_measured, run_workbench
 
 pytestmark = pytest.mark.slow
+BOMB_SECONDS = 120  # a bounded import of a ~1.5 MB file takes seconds; an unbounded one, minutes
 
 # A per-frame budget below every generated message: each gzip'd frame stays kind ``compressed``.
 TINY_BUDGET = "0.00005"
@@ -90,8 +91,8 @@ def test_flow_import_content_encoding_bomb(ex: Exchange, inflated_mib: int, scra
     path, db = d / "in" / "bomb.flows", d / "run" / "c.duckdb"
     write_flows(path, [to_flow(ex, content_encoding_body=gzip_zeros(inflated_mib))])
     r = run_measured([*WORKBENCH, "import", str(path), "--db", str(db)], env=env_without_proxy(),
-                     timeout=240, address_space=4 * RSS_BUDGET_KIB * 1024)
-    assert r["rc"] != "timeout", f"import of a {path.stat().st_size}-byte flow file ran past 240 s"
+                     timeout=BOMB_SECONDS, address_space=4 * RSS_BUDGET_KIB * 1024)
+    assert r["rc"] != "timeout", f"import of a {path.stat().st_size}-byte flow file ran past {BOMB_SECONDS} s"
     clean_exit(r, [path], "workbench import (content-encoding bomb)")  # (a)
     assert r["rss_kib"] < RSS_BUDGET_KIB, \
         f"import of a {path.stat().st_size}-byte file peaked at {r['rss_kib'] // 1024} MiB"  # (d)
