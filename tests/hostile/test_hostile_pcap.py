@@ -41,7 +41,7 @@ records = st.lists(st.tuples(st.sampled_from([0, 1_700_000_000, 2**32 - 1]), st.
                              st.binary(max_size=120), st.booleans()), min_size=1, max_size=20)
 
 
-@hostile(6)
+@hostile(4)
 @given(recs=records)
 def test_pcap_import_hostile_records(recs: list[tuple[int, int, bytes, bool]], scratch: Callable[[], Path]) -> None:
     if shutil.which("tshark") is None:
