@@ -209,8 +209,8 @@ def _h2_data(frames: list[H2Frame], data: list[str]) -> bool:
         elif f.type == H2_HEADERS and f.flags & H2_END_STREAM:
             copies_left = len(data) - pos - data_left
             if 0 < copies_left < closers_left:
-                for d in data_frames:  # which closing HEADERS frames carry a copy is unknown
-                    d.data = None
+                for df in data_frames:  # which closing HEADERS frames carry a copy is unknown
+                    df.data = None
                 return False
             if copies_left:
                 pos += 1
