@@ -113,7 +113,7 @@ def send(proxy_port: int | None, upstream_port: int, ca: Path, key: bytes, ex: E
     to the upstream when ``proxy_port`` is None (``ca``: its certificate), and read the answer to
     its end. ``keylog``: log the TLS keys there (for a packet capture). Returns how it ended:
     ``ended``, ``reset``, ``refused`` (the proxy answered before the upstream could: no response
-    headers from it) or ``closed``."""
+    headers from it), ``broken`` (the client's HTTP/2 stack rejected the answer) or ``closed``."""
     raw = socket.create_connection(("127.0.0.1", proxy_port or upstream_port), timeout=timeout)
     try:
         if proxy_port is not None:
@@ -148,7 +148,13 @@ def send(proxy_port: int | None, upstream_port: int, ca: Path, key: bytes, ex: E
             data = tls.recv(65536)
             if not data:
                 return "closed" if got_response else "refused"
-            for ev in conn.receive_data(data):
+            try:
+                events = conn.receive_data(data)
+            except h2.exceptions.ProtocolError:
+                # the client's own HTTP/2 stack refuses what the server sent (a trailer
+                # ``content-length: ok\xfe``): the bytes are on the wire all the same
+                return "broken" if got_response else "refused"
+            for ev in events:
                 if isinstance(ev, h2.events.ResponseReceived) and ev.stream_id == sid:
                     got_response = dict(ev.headers).get(b":status") == b"200"
                 elif isinstance(ev, h2.events.DataReceived):
