@@ -17,7 +17,7 @@ from workbench.decode.classify import (
     default_decoder,
 )
 from workbench.decode.lenient import place_all
-from workbench.decode.tree import decode_unknown, message_to_tree
+from workbench.decode.tree import TREE_LIMIT, cut_tree, decode_unknown, hex_tree, message_to_tree
 from workbench.wire.endstream import parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import FLAG_COMPRESSED
 
@@ -49,7 +49,7 @@ def fields_of(decoder: Decoder, kind: str, payload: bytes, msg_type: str | None,
         except ValueError:
             return {"$text": payload.decode("utf-8", "replace")}
     if kind == "malformed" and not msg_type:
-        return {"$hex": payload.hex()}
+        return hex_tree(payload)
     if not payload:
         return {}
     if msg_type and decoder.schema.has(msg_type):
@@ -58,9 +58,11 @@ def fields_of(decoder: Decoder, kind: str, payload: bytes, msg_type: str | None,
             return message_to_tree(ti.cls.FromString(payload), found)
         except DecodeError:
             # a unary message's own fields may disagree (its type comes from the RPC path); an agent
-            # message whose oneof member does not parse is malformed (``Decoder.parse_lenient``)
-            msg, bad = decoder.parse_lenient(ti, payload, top_level=kind == "unary")
-            if msg is not None:
+            # message whose oneof member does not parse is malformed (``Decoder.parse_lenient``).
+            # The lenient parser walks fields in Python: past the tree limit it is not tried.
+            msg, bad = decoder.parse_lenient(ti, payload, top_level=kind == "unary") \
+                if len(payload) <= TREE_LIMIT else (None, None)
+            if msg is not None and bad is not None:
                 tree = message_to_tree(msg, found)
                 place_all(tree, bad)
                 if bad.omitted:
@@ -69,12 +71,14 @@ def fields_of(decoder: Decoder, kind: str, payload: bytes, msg_type: str | None,
                     found.extend(m.as_dict() for m in bad)
                 return tree
     if kind == "malformed":
-        return {"$hex": payload.hex()}
+        return hex_tree(payload)
     if not msg_type and payload[:1] in (b"{", b"["):
         # stream-json (cli_ndjson) frames carry the JSON line itself
+        if len(payload) > TREE_LIMIT:
+            return cut_tree(payload, "JSON")
         try:
             return json.loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the interpreter's depth
             pass
     return decode_unknown(payload)
 
