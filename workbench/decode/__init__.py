@@ -16,7 +16,7 @@ from workbench.decode.classify import (
     StreamDecoder,
     default_decoder,
 )
-from workbench.decode.lenient import place_all
+from workbench.decode.lenient import MAX_FOUND, place_all
 from workbench.decode.tree import TREE_LIMIT, cut_tree, decode_unknown, hex_tree, message_to_tree
 from workbench.wire.endstream import parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import FLAG_COMPRESSED
@@ -94,9 +94,10 @@ def frame_to_json(decoder: Decoder, f: Frame) -> dict[str, Any]:
     # their own keys. The classifier's list (it also covers wrappers) wins over the tree's.
     mismatch = (f.meta or {}).get(SCHEMA_MISMATCH) or found
     if mismatch:
-        out[SCHEMA_MISMATCH] = mismatch
-        if f.meta and SCHEMA_MISMATCH + "_omitted" in f.meta:
-            out[SCHEMA_MISMATCH + "_omitted"] = f.meta[SCHEMA_MISMATCH + "_omitted"]
+        out[SCHEMA_MISMATCH] = mismatch[:MAX_FOUND]  # as many as the classifier keeps; the rest counted
+        omitted = (f.meta or {}).get(SCHEMA_MISMATCH + "_omitted", 0) + max(0, len(mismatch) - MAX_FOUND)
+        if omitted:
+            out[SCHEMA_MISMATCH + "_omitted"] = omitted
     if f.meta and TRAILING_BYTES in f.meta:
         out[TRAILING_BYTES] = f.meta[TRAILING_BYTES]
     for key in ("error", "ref_id", "call_id", "append_seqno", "request_id"):
