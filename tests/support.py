@@ -306,3 +306,47 @@ def process_group() -> Iterator[ProcessGroup]:
     """Body of the ``processes`` fixture (tests/conftest.py)."""
     with ProcessGroup() as group:
         yield group
+
+
+# Runs one command with stdout/stderr in temporary files (never in the measuring process's memory),
+# optionally under an address-space limit, and prints its exit code, output and peak RSS as JSON:
+# the wrapper's only child is the command, so RUSAGE_CHILDREN is the command's own peak.
+_MEASURE = (
+    "import json, resource, subprocess, sys, tempfile\n"
+    "limit = int(sys.argv[1])\n"
+    "def cap():\n"
+    "    if limit:\n"
+    "        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
+    "with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:\n"
+    "    try:\n"
+    "        rc = subprocess.run(sys.argv[3:], stdout=out, stderr=err, preexec_fn=cap,\n"
+    "                            timeout=float(sys.argv[2])).returncode\n"
+    "    except subprocess.TimeoutExpired:\n"
+    "        rc = 'timeout'\n"
+    "    out_bytes = out.tell()\n"
+    "    out.seek(0)\n"
+    "    lines = sum(chunk.count(b'\\n') for chunk in iter(lambda: out.read(1 << 20), b''))\n"
+    "    out.seek(0)\n"
+    "    err.seek(0)\n"
+    "    print(json.dumps({'rc': rc, 'rss_kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,\n"
+    "                      'out': out.read(1 << 20).decode(errors='replace'), 'out_lines': lines,\n"
+    "                      'out_bytes': out_bytes,\n"
+    "                      'err': err.read()[-8000:].decode(errors='replace')}))\n"
+)
+
+
+def run_measured(argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 300.0,
+                 address_space: int = 0) -> dict[str, Any]:
+    """Run ``argv`` in a fresh wrapper process and return ``{"rc", "rss_kib", "out", "err",
+    "out_lines", "out_bytes"}`` (``out``: the first MiB of stdout, ``err``: the last 8000 bytes):
+    ``rss_kib`` is the command's peak resident set (``getrusage(RUSAGE_CHILDREN).ru_maxrss``).
+    ``address_space`` (bytes, 0 = none) caps the command so that a runaway inflation fails
+    inside it instead of taking memory from the machine; ``rc`` is ``"timeout"`` when it ran
+    past ``timeout`` seconds (and was killed)."""
+    r = subprocess.run([sys.executable, "-c", _MEASURE, str(address_space), str(timeout), *argv],
+                       env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=timeout + 60)
+    if r.returncode != 0:
+        raise AssertionError(f"measuring {list(argv)} failed: {r.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(r.stdout)
+    return result

@@ -350,8 +350,12 @@ def place(node: dict[str, Any], name: str, m: Mismatch, value: Any, index: int |
     else:
         key = str(m.number)
         prev = node.get(key)
-        node[key] = _marker(m, value) if prev is None else [*(prev if isinstance(prev, list) else [prev]),
-                                                             _marker(m, value)]
+        if prev is None:
+            node[key] = _marker(m, value)
+        elif isinstance(prev, list):
+            prev.append(_marker(m, value))  # in place: a copy per repeat is quadratic in the repeats
+        else:
+            node[key] = [prev, _marker(m, value)]
 
 
 def _is_default(value: Any) -> bool:

@@ -14,8 +14,8 @@ from workbench.decode.classify import (
     Decoder,
     Frame,
 )
-from workbench.decode.lenient import place_all
-from workbench.decode.tree import decode_unknown, message_to_tree
+from workbench.decode.lenient import MAX_FOUND, place_all
+from workbench.decode.tree import TREE_LIMIT, cut_tree, decode_unknown, hex_tree, message_to_tree
 from workbench.wire.endstream import parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import FLAG_COMPRESSED
 
@@ -47,7 +47,7 @@ def fields_of(decoder: Decoder, kind: str, payload: bytes, msg_type: str | None,
         except ValueError:
             return {"$text": payload.decode("utf-8", "replace")}
     if kind == "malformed" and not msg_type:
-        return {"$hex": payload.hex()}
+        return hex_tree(payload)
     if not payload:
         return {}
     if msg_type and decoder.schema.has(msg_type):
@@ -56,9 +56,11 @@ def fields_of(decoder: Decoder, kind: str, payload: bytes, msg_type: str | None,
             return message_to_tree(ti.cls.FromString(payload), found)
         except DecodeError:
             # a unary message's own fields may disagree (its type comes from the RPC path); an agent
-            # message whose oneof member does not parse is malformed (``Decoder.parse_lenient``)
-            msg, bad = decoder.parse_lenient(ti, payload, top_level=kind == "unary")
-            if msg is not None:
+            # message whose oneof member does not parse is malformed (``Decoder.parse_lenient``).
+            # The lenient parser walks fields in Python: past the tree limit it is not tried.
+            msg, bad = decoder.parse_lenient(ti, payload, top_level=kind == "unary") \
+                if len(payload) <= TREE_LIMIT else (None, None)
+            if msg is not None and bad is not None:
                 tree = message_to_tree(msg, found)
                 place_all(tree, bad)
                 if bad.omitted:
@@ -67,12 +69,14 @@ def fields_of(decoder: Decoder, kind: str, payload: bytes, msg_type: str | None,
                     found.extend(m.as_dict() for m in bad)
                 return tree
     if kind == "malformed":
-        return {"$hex": payload.hex()}
+        return hex_tree(payload)
     if not msg_type and payload[:1] in (b"{", b"["):
         # stream-json (cli_ndjson) frames carry the JSON line itself
+        if len(payload) > TREE_LIMIT:
+            return cut_tree(payload, "JSON")
         try:
             return json.loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the interpreter's depth
             pass
     return decode_unknown(payload)
 
@@ -88,9 +92,10 @@ def frame_to_json(decoder: Decoder, f: Frame) -> dict[str, Any]:
     # their own keys. The classifier's list (it also covers wrappers) wins over the tree's.
     mismatch = (f.meta or {}).get(SCHEMA_MISMATCH) or found
     if mismatch:
-        out[SCHEMA_MISMATCH] = mismatch
-        if f.meta and SCHEMA_MISMATCH + "_omitted" in f.meta:
-            out[SCHEMA_MISMATCH + "_omitted"] = f.meta[SCHEMA_MISMATCH + "_omitted"]
+        out[SCHEMA_MISMATCH] = mismatch[:MAX_FOUND]  # as many as the classifier keeps; the rest counted
+        omitted = (f.meta or {}).get(SCHEMA_MISMATCH + "_omitted", 0) + max(0, len(mismatch) - MAX_FOUND)
+        if omitted:
+            out[SCHEMA_MISMATCH + "_omitted"] = omitted
     if f.meta and TRAILING_BYTES in f.meta:
         out[TRAILING_BYTES] = f.meta[TRAILING_BYTES]
     for key in ("error", "ref_id", "call_id", "append_seqno", "request_id"):

@@ -23,7 +23,15 @@ VALUE_BYTES = {
     ("agent.v1.McpToolDefinition", "input_schema"),
     ("agent.v1.McpToolDescriptor", "input_schema"),
 }
-_MAX_GUESS = 1 << 20
+# The largest payload shown field by field without a schema (blackboxprotobuf guesses every field
+# in Python, ~4 s per MiB of small fields; a 64 MiB payload took minutes and gigabytes) or as a hex
+# dump. Past it a tree shows the size, a note and the first HEAD_BYTES bytes; the frame's bytes
+# themselves are untouched. A length-delimited unknown field is type-guessed up to the same size.
+TREE_LIMIT = 256 << 10
+_MAX_GUESS = TREE_LIMIT
+HEAD_BYTES = 4096
+# Unknown fields (or known numbers with another wire type) shown per message; the rest are counted.
+MAX_UNKNOWN = 10_000
 _TYPE_BYTES = FieldDescriptor.TYPE_BYTES
 _TYPE_MESSAGE = FieldDescriptor.TYPE_MESSAGE
 _TYPE_ENUM = FieldDescriptor.TYPE_ENUM
@@ -142,7 +150,12 @@ def _add_unknown(msg: Message, out: dict[str, Any], found: list[dict[str, Any]] 
     from workbench.decode.lenient import WIRE_NAMES, Mismatch, place, type_name
 
     by_number = msg.DESCRIPTOR.fields_by_number
-    for f in UnknownFieldSet(msg):
+    unknown = UnknownFieldSet(msg)
+    if len(unknown) > MAX_UNKNOWN:  # each is guessed in Python: a hostile message holds millions
+        out["$unknown_omitted"] = len(unknown) - MAX_UNKNOWN
+    for i, f in enumerate(unknown):
+        if i == MAX_UNKNOWN:
+            break
         if f.wire_type == 2:
             val = guess_bytes(f.data)
         elif f.wire_type == 3:  # group: keep its nested unknown fields
@@ -160,7 +173,10 @@ def _add_unknown(msg: Message, out: dict[str, Any], found: list[dict[str, Any]] 
         key = str(f.field_number)
         if key in out:
             prev = out[key]
-            out[key] = (prev if isinstance(prev, list) else [prev]) + [val]
+            if isinstance(prev, list):
+                prev.append(val)  # in place: a copy per repeat made a payload of many repeats quadratic
+            else:
+                out[key] = [prev, val]
         else:
             out[key] = val
 
@@ -195,10 +211,24 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def cut_tree(data: bytes, what: str) -> dict[str, Any]:
+    """What a tree shows of a payload past ``TREE_LIMIT``: its size and first bytes, with a note."""
+    return {"$cut": f"{what} of {len(data)} bytes not shown: over the {TREE_LIMIT >> 10} KiB tree limit; "
+                    f"the first {HEAD_BYTES} bytes are in $head_hex",
+            "$size": len(data), "$head_hex": data[:HEAD_BYTES].hex()}
+
+
+def hex_tree(data: bytes) -> dict[str, Any]:
+    """``{"$hex": …}`` of a payload, cut past ``TREE_LIMIT``."""
+    return {"$hex": data.hex()} if len(data) <= TREE_LIMIT else cut_tree(data, "hex dump")
+
+
 def decode_unknown(data: bytes) -> dict[str, Any]:
-    """Schemaless decode of a whole message: blackboxprotobuf, numbers as keys."""
+    """Schemaless decode of a whole message: blackboxprotobuf, numbers as keys (cut past ``TREE_LIMIT``)."""
     if not data:
         return {}
+    if len(data) > TREE_LIMIT:
+        return cut_tree(data, "schemaless tree")
     try:
         decoded, _ = blackboxprotobuf.decode_message(data)
     except Exception as exc:

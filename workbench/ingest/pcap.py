@@ -258,6 +258,11 @@ def run_import(ctx: ImportContext) -> ImportResult:
     truncated = sum(1 for ex in readable if ex.truncated and ex.route is not None)
     if truncated:
         result.notes.append(f"{truncated} exchange{'s' if truncated != 1 else ''} cut off by the end of the capture")
+    # a payload the dissector's fields could not place is named in the exchange's meta; say so here too
+    troubled = sum(1 for ex in readable if ex.route is not None and ex.meta.get("capture_problems"))
+    if troubled:
+        result.notes.append(f"{troubled} exchange{'s' if troubled != 1 else ''} with dissector problems, bodies may be "
+                            f"incomplete (meta.capture_problems)")
     if not conns:
         result.notes.append("no TCP traffic in the capture")
     result.notes.extend(res.notes(0, "HTTP exchange", "HTTP exchanges"))

@@ -45,6 +45,7 @@ H2_DATA, H2_HEADERS, H2_RST_STREAM, H2_PUSH_PROMISE, H2_GOAWAY, H2_CONTINUATION 
 H2_END_STREAM, H2_END_HEADERS, H2_PADDED = 0x1, 0x4, 0x8
 TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
 TLS_APPLICATION_DATA = "23"
+MISSING = "<MISSING>"
 
 FIELDS = (
     "frame.number", "frame.time_epoch", "frame.len",
@@ -162,12 +163,7 @@ def _h2_frames(layers: dict[str, list[str]]) -> tuple[list[H2Frame], str | None]
     if len(pads) == len(padded):
         for f, p in zip(padded, pads, strict=True):
             f.pad = int(p)
-    data = layers.get("http2_data_data") or []
-    data_frames = [f for f in frames if f.type == H2_DATA]
-    if len(data) == len(data_frames):
-        for f, d in zip(data_frames, data, strict=True):
-            f.data = bytes.fromhex(d)
-    elif data_frames:
+    if not _h2_data(frames, layers.get("http2_data_data") or []):
         problem = "HTTP/2 DATA payloads do not line up with their frames"
     _h2_headers(frames, layers)
     for name, kind in (("http2_rst_stream_error", H2_RST_STREAM), ("http2_goaway_error", H2_GOAWAY)):
@@ -182,6 +178,48 @@ def _h2_frames(layers: dict[str, list[str]]) -> tuple[list[H2Frame], str | None]
         for f, v in zip(goaways, last, strict=True):
             f.last_stream_id = int(v)
     return frames, problem
+
+
+def _hex(value: str) -> bytes:
+    # tshark writes an empty byte field (a DATA frame of length 0) as "<MISSING>"
+    return b"" if value == MISSING else bytes.fromhex(value)
+
+
+def _h2_data(frames: list[H2Frame], data: list[str]) -> bool:
+    """Give each DATA frame its ``http2.data.data`` entry; False when they cannot be told apart.
+
+    A body that ends with a trailers HEADERS frame (END_STREAM on HEADERS, as every gRPC answer
+    does) is reported twice: each DATA frame with its own bytes, then the whole reassembled body
+    once more at that HEADERS frame. Entries follow frame order, so such a copy is recognised by
+    its position and dropped (the DATA frames already hold those bytes). Only a closing HEADERS
+    frame before a DATA frame of the same packet can shift the DATA frames' entries; one that has
+    no copy (a stream without body) is told from one that has by counting what is left.
+    """
+    data_frames = [f for f in frames if f.type == H2_DATA]
+    extra = len(data) - len(data_frames)
+    if extra < 0:
+        return False
+    if extra == 0:
+        for f, d in zip(data_frames, data, strict=True):
+            f.data = _hex(d)
+        return True
+    closers_left = sum(1 for f in frames if f.type == H2_HEADERS and f.flags & H2_END_STREAM)
+    data_left, pos = len(data_frames), 0
+    for f in frames:
+        if data_left == 0:
+            break  # copies after the last DATA frame shift nothing
+        if f.type == H2_DATA:
+            f.data, pos, data_left = _hex(data[pos]), pos + 1, data_left - 1
+        elif f.type == H2_HEADERS and f.flags & H2_END_STREAM:
+            copies_left = len(data) - pos - data_left
+            if 0 < copies_left < closers_left:
+                for df in data_frames:  # which closing HEADERS frames carry a copy is unknown
+                    df.data = None
+                return False
+            if copies_left:
+                pos += 1
+            closers_left -= 1
+    return True
 
 
 def _h2_headers(frames: list[H2Frame], layers: dict[str, list[str]]) -> None:
@@ -222,7 +260,7 @@ def parse_packet(layers: dict[str, list[str]]) -> Packet | None:
     pkt.encrypted_records = len(layers.get("tls_record_opaque_type") or []) or \
         (layers.get("tls_record_content_type") or []).count(TLS_APPLICATION_DATA)
     pkt.h2, pkt.problem = _h2_frames(layers)
-    pkt.plain = [bytes.fromhex(d) for d in layers.get("data_data") or []]
+    pkt.plain = [_hex(d) for d in layers.get("data_data") or []]
     return pkt
 
 
