@@ -26,7 +26,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from workbench.wire.varint import encode_varint, read_varint
 
-__all__ = ["MAX_DEPTH", "MAX_FOUND", "Found", "Mismatch", "WireError", "known_unknowns", "place", "place_all", "repair", "schemaless",
+__all__ = ["MAX_DEPTH", "MAX_FOUND", "Found", "Mismatch", "WireError", "known_unknowns", "repair",
            "type_name"]
 
 # The runtime's own nesting limit: deeper input is refused there too.
@@ -319,66 +319,3 @@ def known_unknowns(numbers: list[int], desc: Descriptor) -> bool:
     """True when the runtime filed a field the schema knows among the unknown fields (wrong wire type)."""
     by_number = desc.fields_by_number
     return any(n in by_number for n in numbers)
-
-
-def schemaless(m: Mismatch) -> Any:
-    """The mismatched field's value decoded without the schema (blackboxprotobuf for bytes)."""
-    from workbench.decode.tree import guess_bytes
-
-    if isinstance(m.value, bytes):
-        return guess_bytes(m.value)
-    return m.value
-
-
-def _marker(m: Mismatch, value: Any) -> dict[str, Any]:
-    return {"$schema_mismatch": f"schema has {m.expected}, frame has {m.found}", "$schemaless": value}
-
-
-def place(node: dict[str, Any], name: str, m: Mismatch, value: Any, index: int | None = None) -> None:
-    """Show a mismatched field at its place in a named tree: under its name, where the repaired
-    message left an empty placeholder or nothing; else under its number, as unknown fields are."""
-    cur = node.get(name)
-    if cur is None and m.repeated:
-        node[name] = [_marker(m, value)]
-    elif _is_default(cur):
-        node[name] = _marker(m, value)
-    elif isinstance(cur, list):
-        if index is not None and index < len(cur) and cur[index] == {}:
-            cur[index] = _marker(m, value)
-        else:
-            cur.append(_marker(m, value))
-    else:
-        key = str(m.number)
-        prev = node.get(key)
-        if prev is None:
-            node[key] = _marker(m, value)
-        elif isinstance(prev, list):
-            prev.append(_marker(m, value))  # in place: a copy per repeat is quadratic in the repeats
-        else:
-            node[key] = [prev, _marker(m, value)]
-
-
-def _is_default(value: Any) -> bool:
-    """Absent, or the placeholder ``repair`` put there (an empty message, string or zero)."""
-    return value is None or (not isinstance(value, list) and value in ({}, "", 0))
-
-
-def place_all(tree: dict[str, Any], found: list[Mismatch]) -> None:
-    """Put each mismatch ``repair`` recorded into the tree of the repaired message (schemaless).
-
-    A path the tree cannot be walked along (inside a map entry) goes to ``$schema_mismatch`` at the top.
-    """
-    for m in found:
-        node: Any = tree
-        for name, index in m.steps[:-1]:
-            nxt = node.get(name) if isinstance(node, dict) else None
-            if isinstance(nxt, list):
-                nxt = nxt[index] if index < len(nxt) else None
-            node = nxt
-            if not isinstance(node, dict) or "$schema_mismatch" in node:
-                break
-        if isinstance(node, dict) and m.steps and "$schema_mismatch" not in node:
-            name, index = m.steps[-1]
-            place(node, name, m, schemaless(m), index)
-        else:
-            tree.setdefault("$schema_mismatch", []).append({**m.as_dict(), "$schemaless": schemaless(m)})

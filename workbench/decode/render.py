@@ -14,8 +14,8 @@ from workbench.decode.classify import (
     Decoder,
     Frame,
 )
-from workbench.decode.lenient import MAX_FOUND, place_all
-from workbench.decode.tree import TREE_LIMIT, cut_tree, decode_unknown, hex_tree, message_to_tree
+from workbench.decode.lenient import MAX_FOUND
+from workbench.decode.tree import TREE_LIMIT, cut_tree, decode_unknown, hex_tree, message_to_tree, place_all
 from workbench.wire.endstream import parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import FLAG_COMPRESSED
 

@@ -16,6 +16,8 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
+from workbench.decode.lenient import WIRE_NAMES, Mismatch, type_name
+
 # (message full name, field name) that hold google.protobuf.Value on the wire, whatever type a schema
 # declares for them (public extractions say map<string, bytes> or map<string, Value>; ours bytes).
 VALUE_BYTES = {
@@ -147,8 +149,6 @@ def _has_unknown(msg: Message) -> bool:
 
 def _add_unknown(msg: Message, out: dict[str, Any], found: list[dict[str, Any]] | None, path: str) -> None:
     """Unknown fields by number; known numbers with an unexpected wire type as schema mismatches."""
-    from workbench.decode.lenient import WIRE_NAMES, Mismatch, place, type_name
-
     by_number = msg.DESCRIPTOR.fields_by_number
     unknown = UnknownFieldSet(msg)
     if len(unknown) > MAX_UNKNOWN:  # each is guessed in Python: a hostile message holds millions
@@ -234,3 +234,66 @@ def decode_unknown(data: bytes) -> dict[str, Any]:
     except Exception as exc:
         return {"$error": f"not protobuf: {exc}", "$base64": base64.b64encode(data).decode()}
     return _jsonable(decoded)  # type: ignore[no-any-return]
+
+
+# Mismatched fields in a named tree (the parse side, ``repair``, lives in ``lenient``) -----------------
+
+def schemaless(m: Mismatch) -> Any:
+    """The mismatched field's value decoded without the schema (blackboxprotobuf for bytes)."""
+    if isinstance(m.value, bytes):
+        return guess_bytes(m.value)
+    return m.value
+
+
+def _marker(m: Mismatch, value: Any) -> dict[str, Any]:
+    return {"$schema_mismatch": f"schema has {m.expected}, frame has {m.found}", "$schemaless": value}
+
+
+def place(node: dict[str, Any], name: str, m: Mismatch, value: Any, index: int | None = None) -> None:
+    """Show a mismatched field at its place in a named tree: under its name, where the repaired
+    message left an empty placeholder or nothing; else under its number, as unknown fields are."""
+    cur = node.get(name)
+    if cur is None and m.repeated:
+        node[name] = [_marker(m, value)]
+    elif _is_default(cur):
+        node[name] = _marker(m, value)
+    elif isinstance(cur, list):
+        if index is not None and index < len(cur) and cur[index] == {}:
+            cur[index] = _marker(m, value)
+        else:
+            cur.append(_marker(m, value))
+    else:
+        key = str(m.number)
+        prev = node.get(key)
+        if prev is None:
+            node[key] = _marker(m, value)
+        elif isinstance(prev, list):
+            prev.append(_marker(m, value))  # in place: a copy per repeat is quadratic in the repeats
+        else:
+            node[key] = [prev, _marker(m, value)]
+
+
+def _is_default(value: Any) -> bool:
+    """Absent, or the placeholder ``repair`` put there (an empty message, string or zero)."""
+    return value is None or (not isinstance(value, list) and value in ({}, "", 0))
+
+
+def place_all(tree: dict[str, Any], found: list[Mismatch]) -> None:
+    """Put each mismatch ``repair`` recorded into the tree of the repaired message (schemaless).
+
+    A path the tree cannot be walked along (inside a map entry) goes to ``$schema_mismatch`` at the top.
+    """
+    for m in found:
+        node: Any = tree
+        for name, index in m.steps[:-1]:
+            nxt = node.get(name) if isinstance(node, dict) else None
+            if isinstance(nxt, list):
+                nxt = nxt[index] if index < len(nxt) else None
+            node = nxt
+            if not isinstance(node, dict) or "$schema_mismatch" in node:
+                break
+        if isinstance(node, dict) and m.steps and "$schema_mismatch" not in node:
+            name, index = m.steps[-1]
+            place(node, name, m, schemaless(m), index)
+        else:
+            tree.setdefault("$schema_mismatch", []).append({**m.as_dict(), "$schemaless": schemaless(m)})
