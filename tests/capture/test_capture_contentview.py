@@ -109,7 +109,9 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         flows = [f for f in io.FlowReader(fh).stream() if isinstance(f, http.HTTPFlow)]
     contentview.register()
     try:
-        yield Recorded(flows, log_path.read_text(errors="replace"), prompts)
+        # mitmproxy 12's view machinery reads its options (protobuf_definitions) from a running master
+        with taddons.context():
+            yield Recorded(flows, log_path.read_text(errors="replace"), prompts)
     finally:
         contentview.unregister()
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from mitmproxy import contentviews, http
 
@@ -141,7 +141,8 @@ def frame_lines(dec: Decoder, n: int, direction: str, f: Frame) -> Iterator[View
 class AgentView:
     """Agent bodies frame by frame (see the module docstring): what both mitmproxy APIs show."""
 
-    name = NAME
+    # a class attribute, ahead of the API classes in the MRO (12's ``name`` property, 11's ClassVar)
+    name: ClassVar[str] = NAME
 
     def __init__(self, decoder: Callable[[], Decoder] = default_decoder,
                  matcher: Callable[[], Matcher] | None = None) -> None:
@@ -195,7 +196,6 @@ if MITM12:
     class CursorAgentView(AgentView, _Contentview):
         """The view for mitmproxy 12's ``Contentview`` API (text out; the lines' styles are ours only)."""
 
-        name = NAME
         syntax_highlight = "none"
 
         def render_priority(self, data: bytes, metadata: Any) -> float:
@@ -207,8 +207,6 @@ if MITM12:
 else:
     class CursorAgentView(AgentView, contentviews.View):  # type: ignore[no-redef]
         """The view for mitmproxy 11's ``View`` API (deprecated in 12, where it is not defined)."""
-
-        name = NAME
 
         def render_priority(self, data: bytes, *, content_type: str | None = None, flow: Any = None,
                             http_message: http.Message | None = None, **unknown_metadata: Any) -> float:

@@ -49,8 +49,7 @@ import h2.events
 from mitmproxy import http, version
 from mitmproxy.proxy import commands
 from mitmproxy.proxy.layers import http as http_layers
-from mitmproxy.proxy.layers.http import _http2
-from mitmproxy.proxy.layers.http import _events
+from mitmproxy.proxy.layers.http import _events, _http2
 from mitmproxy.proxy.layers.http._base import ReceiveHttp
 from mitmproxy.proxy.layers.http._events import (
     RequestProtocolError,
