@@ -92,6 +92,7 @@ def mitmproxy_line_checked(ver: str = version.VERSION) -> bool:
     bounds = CHECKED_LINES.get(parts[0])
     return bounds is not None and bounds[0] <= parts <= bounds[1]
 
+
 # name → the parameters mitmproxy 11.0.2 and 12.x give it; checked by install() and by the pin tests.
 DEPENDS_ON: dict[str, tuple[Any, str, tuple[str, ...]]] = {
     "HttpStream.send_response": (HttpStream, "send_response", ("self", "already_streamed")),
