@@ -1,6 +1,13 @@
 """Capture overhead: per-frame latency added by the addon, and frames/s recorded under a flood.
 
-    python benchmarks/capture.py [--rounds 300] [--passes 3] [--flood 50000]
+    python benchmarks/capture.py [--rounds 300] [--passes 3] [--flood 50000] [--line PYTHON ...]
+
+Each supported mitmproxy line installed here is measured in the same run (issue 23): the mitmdump
+of this interpreter's environment and of every other environment given with ``--line`` (default:
+``.venv*`` / ``.ci-venv*`` environments in this checkout whose mitmproxy version differs), e.g.
+mitmproxy 11.0.2 on Python 3.11 and 12.x on 3.12. The client and the upstream (this interpreter) are
+the same for all; the lines are measured one after the other in the same run, and a table at the end
+puts their END_STREAM, turn and ping-pong figures side by side.
 
 Real processes on loopback: an HTTP/2 TLS upstream (this script with ``--upstream``, built on
 ``workbench.transport``), mitmdump, and an HTTP/2 client (``workbench.client.net``) in this
@@ -150,14 +157,47 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) ->
     raise SystemExit("mitmdump did not start")
 
 
-def _mitmdump(script: str, confdir: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], int]:
+def _mitmdump(script: str, confdir: Path, extra: list[str], exe: Path) -> tuple[subprocess.Popen[bytes], int]:
     port = _free_port()
-    exe = Path(sys.executable).with_name("mitmdump")
     cmd = [str(exe), "-q", "-s", script, "--listen-host", "127.0.0.1", "--listen-port", str(port),
            "--set", f"confdir={confdir}", "--set", "ssl_insecure=true", *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _wait_port(port, proc)
     return proc, port
+
+
+PROBE = ("import sys, mitmproxy.version, workbench.capture.addon; "
+         "print(mitmproxy.version.VERSION, '%d.%d' % sys.version_info[:2])")
+
+
+def _probe(python: Path) -> tuple[str, str] | None:
+    """(mitmproxy version, Python version) of an environment that can run the capture addon."""
+    try:
+        out = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    parts = out.stdout.split()
+    return (parts[0], parts[1]) if out.returncode == 0 and len(parts) == 2 else None
+
+
+def _find_lines(given: list[str]) -> list[tuple[str, Path]]:
+    """(label, mitmdump) for this environment and each other mitmproxy line installed here."""
+    own = Path(sys.executable)
+    candidates = [own, *(Path(p) for p in given)]
+    if not given:
+        candidates += sorted(ROOT.glob(".venv*/bin/python")) + sorted(ROOT.glob(".ci-venv*/bin/python"))
+    lines: dict[str, tuple[str, Path]] = {}
+    for py in candidates:
+        found = _probe(py)
+        if found is None:
+            if py in (own, *(Path(p) for p in given)):
+                print(f"--line {py}: no mitmproxy with the workbench capture addon there; skipped", file=sys.stderr)
+            continue
+        mitm, pyver = found
+        exe = py.with_name("mitmdump")
+        if mitm not in lines and exe.exists():
+            lines[mitm] = (f"mitmproxy {mitm} / py{pyver}", exe)
+    return list(lines.values())
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -387,11 +427,14 @@ def main() -> None:
     ap.add_argument("--flood", type=int, default=50_000, help="frames in the flood")
     ap.add_argument("--end-runs", type=int, default=30, help="runs per end-of-stream measurement")
     ap.add_argument("--turns", type=int, default=20, help="turns per full-turn measurement")
+    ap.add_argument("--line", action="append", default=[], metavar="PYTHON",
+                    help="also measure the mitmproxy of this environment's Python (repeatable)")
     args = ap.parse_args()
     if args.upstream:
         asyncio.run(_upstream())
         return
 
+    lines = _find_lines(args.line)
     tmp = Path(tempfile.mkdtemp(prefix="bench-capture-"))
     env = dict(os.environ, BENCH_CERT_DIR=str(tmp / "certs"))
     up = subprocess.Popen([sys.executable, __file__, "--upstream"], stdout=subprocess.PIPE, text=True, env=env)
@@ -401,72 +444,108 @@ def main() -> None:
     baseline_script = tmp / "baseline_stream.py"
     baseline_script.write_text(BASELINE_ADDON)
     confdir = tmp / "mitm"
-    db = tmp / "bench.duckdb"
     entry = str(ROOT / "addons" / "cursor_capture.py")
-    configs = {
-        "baseline": (str(baseline_script), []),
-        "capture": (entry, ["--set", f"cursor_db={db}"]),
-    }
-    procs = {name: _mitmdump(script, confdir, extra) for name, (script, extra) in configs.items()}
-    ca = confdir / "mitmproxy-ca-cert.pem"
+    print("lines: " + ", ".join(label for label, _ in lines))
+    procs: dict[str, dict[str, tuple[subprocess.Popen[bytes], int]]] = {}
     try:
-        rtts: dict[str, list[float]] = {name: [] for name in configs}
-        for _ in range(args.passes):
-            for name, (_, port) in procs.items():
-                rtts[name] += asyncio.run(_pingpong(url, port, ca, args.rounds))
-        print(f"ping-pong over one bidi Run, {args.passes} x {args.rounds} round trips per proxy")
-        med = {}
-        for name, xs in rtts.items():
-            xs.sort()
-            med[name] = statistics.median(xs)
-            print(f"  {name:<9} median {med[name]:8.0f} µs   p90 {xs[int(len(xs) * 0.9)]:8.0f} µs")
-        print(f"  ratio capture/baseline (median round trip): {med['capture'] / med['baseline']:.3f}x (goal ≤ 1.1x)")
-        print(f"  added per round trip: {med['capture'] - med['baseline']:.0f} µs (two frames: one each way)")
-
-        print("first server frame, sent → received by the client (new Run each time, 20 runs)")
-        for name, (_, port) in procs.items():
-            ms = sorted(asyncio.run(_first_frame(url, port, ca, 20)))
-            print(f"  {name:<9} median {statistics.median(ms):6.1f} ms   max {ms[-1]:6.1f} ms (goal < 50 ms)")
-
-        runs = args.end_runs
-        print(f"end of stream: server's last frame + END_STREAM → client's end of stream, {runs} runs each")
-        ends: dict[tuple[str, bool], list[float | None]] = {}
-        for half in (False, True):
-            label = "client half-closes after run_request" if half else "client never half-closes"
-            print(f"  {label}:")
-            for name, port, cafile in (("direct", None, up_cert), ("baseline", procs["baseline"][1], ca),
-                                       ("capture", procs["capture"][1], ca)):
-                ends[(name, half)] = asyncio.run(_end_latency(url, port, cafile, runs, half))
-                print(f"    {name:<9} {_fmt_ms(ends[(name, half)])}")
-        for half, other in ((False, "direct"), (True, "baseline")):
-            cap = [x for x in ends[("capture", half)] if x is not None]
-            ref = [x for x in ends[(other, half)] if x is not None]
-            if cap and ref:
-                print(f"  added by capture vs {other} ({'half-closing' if half else 'never half-closing'} client): "
-                      f"{statistics.median(cap) - statistics.median(ref):+.2f} ms median (goal ≤ 5 ms)")
-
-        print(f"full turn of a client that never half-closes, {args.turns} turns on one warm connection")
-        turn_s: dict[str, list[float | None]] = {}
-        for name, port, cafile in (("direct", None, up_cert), ("capture", procs["capture"][1], ca),
-                                   ("baseline", procs["baseline"][1], ca)):
-            turn_s[name] = asyncio.run(_turns(url, port, cafile, args.turns if name != "baseline" else 1))
-            print(f"  {name:<9} {_fmt_ms([x * 1000 if x is not None else None for x in turn_s[name]])}")
-        d = statistics.median([x for x in turn_s["direct"] if x is not None])
-        c = statistics.median([x for x in turn_s["capture"] if x is not None])
-        print(f"  ratio capture/direct (median turn): {c / d:.3f}x (goal ≤ 1.1x)")
-
-        print(f"flood: {args.flood:,} server frames on one Run")
-        base_rate, _ = asyncio.run(_flood(url, procs["baseline"][1], ca, args.flood, None))
-        cap_rate, db_rate = asyncio.run(_flood(url, procs["capture"][1], ca, args.flood, db))
-        print(f"  client receive rate  baseline {base_rate:10,.0f} frames/s   capture {cap_rate:10,.0f} frames/s"
-              f"   ratio {base_rate / cap_rate:.2f}x")
-        print(f"  recorded (committed, visible to readers): {db_rate:,.0f} frames/s (goal ≥ 20,000)")
-        print(f"  recording path alone (no proxy, same process): {_writer_only(args.flood, tmp):,.0f} frames/s")
+        for n, (label, exe) in enumerate(lines):
+            db = tmp / f"bench-{n}.duckdb"
+            procs[label] = {"baseline": _mitmdump(str(baseline_script), confdir, [], exe),
+                            "capture": _mitmdump(entry, confdir, ["--set", f"cursor_db={db}"], exe)}
+        ca = confdir / "mitmproxy-ca-cert.pem"
+        table = {label: _measure_line(label, procs[label], url, up_cert, ca, args, tmp / f"bench-{n}.duckdb")
+                 for n, (label, _) in enumerate(lines)}
+        _print_table(table)
     finally:
-        for proc, _ in procs.values():
-            _stop(proc)
+        for pair in procs.values():
+            for proc, _ in pair.values():
+                _stop(proc)
         up.terminate()
         up.wait()
+
+
+def _measure_line(label: str, procs: dict[str, tuple[subprocess.Popen[bytes], int]], url: str, up_cert: Path,
+                  ca: Path, args: argparse.Namespace, db: Path) -> dict[str, str]:
+    """One line's figures (printed as they come); returns the ones the side-by-side table shows."""
+    row: dict[str, str] = {}
+    print(f"== {label}")
+    rtts: dict[str, list[float]] = {name: [] for name in procs}
+    for _ in range(args.passes):
+        for name, (_, port) in procs.items():
+            rtts[name] += asyncio.run(_pingpong(url, port, ca, args.rounds))
+    print(f"ping-pong over one bidi Run, {args.passes} x {args.rounds} round trips per proxy")
+    med = {}
+    for name, xs in rtts.items():
+        xs.sort()
+        med[name] = statistics.median(xs)
+        print(f"  {name:<9} median {med[name]:8.0f} µs   p90 {xs[int(len(xs) * 0.9)]:8.0f} µs")
+    ratio = med["capture"] / med["baseline"]
+    print(f"  ratio capture/baseline (median round trip): {ratio:.3f}x (goal ≤ 1.1x)")
+    print(f"  added per round trip: {med['capture'] - med['baseline']:.0f} µs (two frames: one each way)")
+    row["ping-pong median, baseline / capture"] = f"{med['baseline']:.0f} / {med['capture']:.0f} µs"
+    row["ping-pong ratio capture/baseline"] = f"{ratio:.3f}x"
+
+    print("first server frame, sent → received by the client (new Run each time, 20 runs)")
+    for name, (_, port) in procs.items():
+        ms = sorted(asyncio.run(_first_frame(url, port, ca, 20)))
+        print(f"  {name:<9} median {statistics.median(ms):6.1f} ms   max {ms[-1]:6.1f} ms (goal < 50 ms)")
+
+    runs = args.end_runs
+    print(f"end of stream: server's last frame + END_STREAM → client's end of stream, {runs} runs each")
+    ends: dict[tuple[str, bool], list[float | None]] = {}
+    for half in (False, True):
+        print(f"  {'client half-closes after run_request' if half else 'client never half-closes'}:")
+        for name, port, cafile in (("direct", None, up_cert), ("baseline", procs["baseline"][1], ca),
+                                   ("capture", procs["capture"][1], ca)):
+            ends[(name, half)] = asyncio.run(_end_latency(url, port, cafile, runs, half))
+            print(f"    {name:<9} {_fmt_ms(ends[(name, half)])}")
+    for half, other in ((False, "direct"), (True, "baseline")):
+        cap = [x for x in ends[("capture", half)] if x is not None]
+        ref = [x for x in ends[(other, half)] if x is not None]
+        kind = "half-closing" if half else "never half-closing"
+        if cap and ref:
+            added = statistics.median(cap) - statistics.median(ref)
+            print(f"  added by capture vs {other} ({kind} client): {added:+.2f} ms median (goal ≤ 5 ms)")
+            row[f"END_STREAM added vs {other}, {kind}"] = f"{added:+.2f} ms"
+    row["END_STREAM never half-closing: capture"] = _fmt_ms(ends[("capture", False)]).split("   p90")[0]
+    row["END_STREAM never half-closing: plain mitmdump"] = _fmt_ms(ends[("baseline", False)]).split(" (")[0]
+
+    print(f"full turn of a client that never half-closes, {args.turns} turns on one warm connection")
+    turn_s: dict[str, list[float | None]] = {}
+    for name, port, cafile in (("direct", None, up_cert), ("capture", procs["capture"][1], ca),
+                               ("baseline", procs["baseline"][1], ca)):
+        turn_s[name] = asyncio.run(_turns(url, port, cafile, args.turns if name != "baseline" else 1))
+        print(f"  {name:<9} {_fmt_ms([x * 1000 if x is not None else None for x in turn_s[name]])}")
+    d = statistics.median([x for x in turn_s["direct"] if x is not None])
+    c_turns = [x for x in turn_s["capture"] if x is not None]
+    if c_turns:
+        c = statistics.median(c_turns)
+        print(f"  ratio capture/direct (median turn): {c / d:.3f}x (goal ≤ 1.1x)")
+        row["turn median, direct / capture"] = f"{d * 1000:.1f} / {c * 1000:.1f} ms"
+        row["turn ratio capture/direct"] = f"{c / d:.3f}x"
+    row["turns completed through capture"] = f"{len(c_turns)}/{len(turn_s['capture'])}"
+
+    print(f"flood: {args.flood:,} server frames on one Run")
+    base_rate, _ = asyncio.run(_flood(url, procs["baseline"][1], ca, args.flood, None))
+    cap_rate, db_rate = asyncio.run(_flood(url, procs["capture"][1], ca, args.flood, db))
+    print(f"  client receive rate  baseline {base_rate:10,.0f} frames/s   capture {cap_rate:10,.0f} frames/s"
+          f"   ratio {base_rate / cap_rate:.2f}x")
+    print(f"  recorded (committed, visible to readers): {db_rate:,.0f} frames/s (goal ≥ 20,000)")
+    print(f"  recording path alone (no proxy, same process): {_writer_only(args.flood, db.parent):,.0f} frames/s")
+    row["flood recorded"] = f"{db_rate:,.0f} frames/s"
+    return row
+
+
+def _print_table(table: dict[str, dict[str, str]]) -> None:
+    """The lines side by side (same run, same machine)."""
+    labels = list(table)
+    keys = list(dict.fromkeys(k for row in table.values() for k in row))
+    width = max(len(k) for k in keys) + 2
+    cols = [max(len(label), *(len(table[label].get(k, "-")) for k in keys)) + 2 for label in labels]
+    print("\nside by side (same run, same machine):")
+    print(" " * width + "".join(label.ljust(w) for label, w in zip(labels, cols, strict=True)))
+    for k in keys:
+        print(k.ljust(width) + "".join(table[label].get(k, "-").ljust(w) for label, w in zip(labels, cols, strict=True)))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 Real traffic: the simulated backend (gzip on for clients that accept it), a real mitmdump with the
 capture addon writing a flow file (``-w``) and printing every body (``flow_detail=4``), and real
 clients (the built-in client over Run / RunSSE + BidiAppend / RunPoll / gRPC-Web, and the plain-h2
-test client asking for gzip). The flow file is then rendered through mitmproxy's own
-``contentviews.get_message_content_view``, the function mitmweb and the console call.
+test client asking for gzip). The flow file is then rendered through mitmproxy's own view
+machinery, the functions mitmweb and the console call: ``contentviews.prettify_message`` and the
+registry's choice on mitmproxy 12, ``contentviews.get_message_content_view`` on 11.
 """
 
 from __future__ import annotations
@@ -12,18 +13,21 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from capture_rig import ADDON, BIN
 from h2_agent_client import H2AgentClient
 from mitmproxy import contentviews, http, io
-from mitmproxy.test import tflow, tutils
+from mitmproxy.test import taddons, tflow, tutils
 from support import free_port, proxied_environ, wait_port
 
 from workbench.capture import contentview
-from workbench.capture.contentview import NAME, CursorAgentView
+from workbench.capture.addon import CursorCapture
+from workbench.capture.contentview import MITM12, NAME, CursorAgentView
 from workbench.schema import pb
 from workbench.wire.envelope import encode
 
@@ -38,9 +42,30 @@ class Recorded:
 
 
 def _lines(message: http.Message, flow: http.HTTPFlow) -> tuple[str, str]:
+    """The description and text mitmproxy's automatic choice of view shows for this message."""
+    if MITM12:
+        res = contentviews.prettify_message(message, flow)
+        assert res.view_name == NAME, (res.view_name, res.text[:500])
+        desc, blank, text = res.text.partition("\n\n")  # our first line is the description
+        assert blank, res.text[:500]
+        return desc, text
     desc, lines, error = contentviews.get_message_content_view("auto", message, flow)
     assert error is None, error
     return desc, "\n".join("".join(text for _, text in line) for line in lines)
+
+
+def _priority(view: CursorAgentView, data: bytes, flow: http.HTTPFlow, message: http.Message) -> float:
+    if MITM12:
+        return float(view.render_priority(data, contentviews.Metadata(flow=flow, http_message=message)))
+    return float(view.render_priority(data, flow=flow, http_message=message))  # type: ignore[call-arg]
+
+
+def _view_text(view: CursorAgentView, data: bytes, flow: http.HTTPFlow, message: http.Message) -> str:
+    """The view called through the API of this mitmproxy line (no description)."""
+    if MITM12:
+        return str(view.prettify(data, contentviews.Metadata(flow=flow, http_message=message))).partition("\n\n")[2]
+    _desc, lines = view(data, flow=flow, http_message=message)  # type: ignore[operator]
+    return "\n".join("".join(t for _, t in line) for line in lines)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +109,9 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         flows = [f for f in io.FlowReader(fh).stream() if isinstance(f, http.HTTPFlow)]
     contentview.register()
     try:
-        yield Recorded(flows, log_path.read_text(errors="replace"), prompts)
+        # mitmproxy 12's view machinery reads its options (protobuf_definitions) from a running master
+        with taddons.context():
+            yield Recorded(flows, log_path.read_text(errors="replace"), prompts)
     finally:
         contentview.unregister()
 
@@ -190,11 +217,10 @@ def test_priority_only_for_agent_flows() -> None:
                                         headers=http.Headers(content_type="application/connect+proto")),
                         resp=tutils.tresp(content=body))
     other = tflow.tflow(resp=tutils.tresp(content=body))
-    assert view.render_priority(body, flow=agent, http_message=agent.response) > 1.5
-    assert view.render_priority(body, flow=other, http_message=other.response) == 0
-    assert view.render_priority(b"", flow=agent, http_message=agent.response) == 0
-    desc, lines = view(body, flow=agent, http_message=agent.response)
-    text = "\n".join("".join(t for _, t in line) for line in lines)
+    assert _priority(view, body, agent, agent.response) > 1.5
+    assert _priority(view, body, other, other.response) <= 0
+    assert _priority(view, b"", agent, agent.response) <= 0
+    text = _view_text(view, body, agent, agent.response)
     assert "← interaction_update.text_delta" in text and '"hi"' in text
 
 
@@ -203,6 +229,42 @@ def test_undecodable_bytes_are_shown_with_an_error_not_dropped() -> None:
     body = encode(b"\xff\xff\xff not protobuf")
     flow = tflow.tflow(req=tutils.treq(host="api2.cursor.sh", path="/agent.v1.AgentService/Run"),
                        resp=tutils.tresp(content=body))
-    desc, lines = view(body, flow=flow, http_message=flow.response)
-    text = "\n".join("".join(t for _, t in line) for line in lines)
+    text = _view_text(view, body, flow, flow.response)
     assert "malformed" in text and "error:" in text and "$hex" in text
+
+
+def _agent_flow(body: bytes) -> http.HTTPFlow:
+    return tflow.tflow(req=tutils.treq(host="api2.cursor.sh", path="/agent.v1.AgentService/Run",
+                                       headers=http.Headers(content_type="application/connect+proto")),
+                       resp=tutils.tresp(content=body))
+
+
+def test_the_addon_puts_the_view_in_mitmproxys_list_without_a_warning(tmp_path: Path) -> None:
+    """What mitmweb and the console offer: the registry's views; on 12 the deprecated ``View`` API
+    warned at load (``contentviews.add``) and at class definition."""
+    body = encode(pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(
+        text_delta=pb.TextDelta(text="from the registry"))).SerializeToString())
+    flow = _agent_flow(body)
+    assert flow.response is not None
+    addon = CursorCapture()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with taddons.context(addon) as tctx:
+            tctx.configure(addon, cursor_db=str(tmp_path / "view.duckdb"), cursor_live=False)
+            if MITM12:
+                assert "cursor agent" in contentviews.registry.available_views()
+                assert contentviews.registry["Cursor agent"].name == NAME
+            else:
+                assert contentviews.get(NAME) is not None
+            desc, text = _lines(flow.response, flow)
+            assert desc.startswith(f"{NAME}: Run server→client, 1 frame")
+            assert "← interaction_update.text_delta" in text and "from the registry" in text
+            addon.done()
+            # once the addon is done, the view no longer takes agent flows by default
+            if MITM12:
+                assert contentviews.prettify_message(flow.response, flow).view_name != NAME
+            else:
+                assert contentviews.get(NAME) is None
+    ours = [w for w in caught if "workbench" in str(w.filename) or "contentview" in str(w.message).lower()
+            or "View" in str(w.message)]
+    assert ours == [], [f"{w.filename}:{w.lineno}: {w.message}" for w in ours]

@@ -8,12 +8,13 @@ tests drive a real ``HttpStream`` with mitmproxy's own events; the addon tests u
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import h2.errors
 import pytest
-from mitmproxy import exceptions, http
+from mitmproxy import exceptions, http, version
 from mitmproxy.addons import proxyserver
 from mitmproxy.connection import Server
 from mitmproxy.proxy import commands, context, events
@@ -44,17 +45,45 @@ from workbench.protocol.status import describe_reset
 RUN = "https://api2.cursor.sh/agent.v1.AgentService/Run"
 
 
+MITM12 = stream_end.MITMPROXY_MAJOR >= 12
+
+
+def test_this_mitmproxy_is_a_line_the_override_was_checked_on() -> None:
+    """A mitmproxy outside the checked lines fails here first: read its stream layer, then widen."""
+    assert stream_end.mitmproxy_line_checked(), (version.VERSION, stream_end.CHECKED_LINES)
+    assert stream_end.mitmproxy_line_checked("11.0.2") and stream_end.mitmproxy_line_checked("12.3.1")
+    assert stream_end.mitmproxy_line_checked("12.3.0.dev0")
+    assert not stream_end.mitmproxy_line_checked("11.1.0")
+    assert not stream_end.mitmproxy_line_checked("12.1.2")
+    assert not stream_end.mitmproxy_line_checked("13.0.0")
+    # the line pyproject.toml installs for this Python
+    assert stream_end.MITMPROXY_MAJOR == (12 if sys.version_info >= (3, 12) else 11)
+
+
 def test_the_wrapped_internals_have_the_shape_we_rely_on() -> None:
     assert stream_end.check_internals() == []
     # Used inside the wrappers, beyond the method signatures:
     assert _http2.Http2Server.ReceiveProtocolError is RequestProtocolError
     assert _http2.Http2Client.ReceiveProtocolError is ResponseProtocolError
-    assert ResponseProtocolError(1, "x").code == 502
-    assert RequestProtocolError(1, "x").code == 400
     assert "streams" in _http2.Http2Connection.__annotations__
     assert hasattr(hl, "SendHttp")
     assert hasattr(hl, "DropStream")
-    event = RequestProtocolError(1, "x")
+    # A protocol-error event's code: the override builds one for a reset mitmproxy drops, with
+    # CANCEL_CODE or the class's default code (mitmproxy's own choice for other resets).
+    if MITM12:
+        from mitmproxy.proxy.layers.http._events import ErrorCode
+
+        assert stream_end.CANCEL_CODE is ErrorCode.CANCEL
+        assert ResponseProtocolError.code is ErrorCode.GENERIC_SERVER_ERROR
+        assert RequestProtocolError.code is ErrorCode.GENERIC_CLIENT_ERROR
+        with pytest.raises(AssertionError):  # 12 takes ErrorCode members only: 11's 499 would crash
+            RequestProtocolError(1, "x", 499)  # type: ignore[arg-type]
+    else:
+        assert stream_end.CANCEL_CODE == 499
+        assert ResponseProtocolError.code == 502
+        assert RequestProtocolError.code == 400
+    event = RequestProtocolError(1, "x", stream_end.CANCEL_CODE)
+    assert event.code == stream_end.CANCEL_CODE
     event.workbench_probe = 1  # type: ignore[attr-defined]  # the events take extra attributes
     # mitmproxy itself still maps every reset code but CANCEL to INTERNAL_ERROR on forwarding:
     # the reason the override forwards codes itself.
@@ -159,7 +188,7 @@ def test_a_client_reset_after_the_end_reaches_the_server_and_the_listener() -> N
         d = _Driver(mark=True)
         d.start_bidi()
         d.feed(ResponseEndOfMessage(1))
-        reset = RequestProtocolError(1, "stream reset by client (CANCEL)", 499)
+        reset = RequestProtocolError(1, "stream reset by client (CANCEL)", stream_end.CANCEL_CODE)
         setattr(reset, stream_end._PEER_CODE, 8)
         cmds = d.feed(reset)
     finally:
@@ -174,7 +203,7 @@ def test_a_client_reset_after_the_end_reaches_the_server_and_the_listener() -> N
 def test_a_server_reset_mid_turn_is_an_error_with_its_side() -> None:
     d = _Driver(mark=True)
     d.start_bidi()
-    reset = ResponseProtocolError(1, "stream reset by client (REFUSED_STREAM)")
+    reset = ResponseProtocolError(1, "stream reset by client (REFUSED_STREAM)", ResponseProtocolError.code)
     setattr(reset, stream_end._PEER_CODE, 7)
     cmds = d.feed(reset)
     assert any(isinstance(c, HttpErrorHook) for c in cmds)
@@ -189,7 +218,7 @@ def test_a_server_reset_mid_turn_is_an_error_with_its_side() -> None:
 def test_unmarked_flows_ignore_a_recovered_reset() -> None:
     d = _Driver(mark=False)
     d.start_bidi()
-    reset = RequestProtocolError(1, "stream reset by client (CANCEL)", 499)
+    reset = RequestProtocolError(1, "stream reset by client (CANCEL)", stream_end.CANCEL_CODE)
     setattr(reset, stream_end._RECOVERED, True)
     assert d.feed(reset) == []
 

@@ -81,7 +81,7 @@ def find_mitmdump(explicit: str | None = None) -> str:
         return str(beside)
     found = shutil.which("mitmdump")
     if not found:
-        raise CliError("mitmdump not found next to this Python or on PATH (pip install mitmproxy==11.0.2)")
+        raise CliError("mitmdump not found next to this Python or on PATH (pip install -e . here installs it: mitmproxy 11.0.2 on Python 3.11, 12.x on 3.12+)")
     return found
 
 

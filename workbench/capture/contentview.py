@@ -10,7 +10,9 @@ database (``workbench.redact``); a credential RPC's body is not shown.
 
 The view is registered by the capture addon (``CursorCapture.load``) and picks the same flows the
 addon records (its ``Matcher``, so ``cursor_hosts`` / ``cursor_paths`` apply). It decodes with the
-schema the capture writer decodes with (the active schema), through a decoder of its own.
+schema the capture writer decodes with (the active schema), through a decoder of its own. On
+mitmproxy 12 it is a ``Contentview`` (plain text, the description as its first line); on 11 a
+``View`` (styled lines and a description), the API each line has without deprecation warnings.
 
 Streamed bodies (Run, RunSSE, RunPoll) pass through mitmproxy chunk by chunk and are not kept by
 it; ``keep_for_view`` keeps a copy (up to ``cursor_view_bytes`` per direction) and hands it to the
@@ -21,16 +23,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from mitmproxy import contentviews, http
-from mitmproxy.contentviews.base import TViewLine, TViewResult
 
 from workbench.decode import fields_of
 from workbench.decode.classify import Decoder, Frame, default_decoder, http_error_frame
 from workbench.protocol.routes import DEFAULT_PATHS, Matcher, Route
 from workbench.redact import marker, redact_frame, secret_method
 from workbench.wire.envelope import FLAG_COMPRESSED, FLAG_END_STREAM, FLAG_TRAILER
+
+# mitmproxy 12 replaced the ``View`` API (deprecated there: subclassing it warns) by ``Contentview``;
+# each line gets the class written for its API, and nothing of the other.
+_Contentview: Any = getattr(contentviews, "Contentview", None)
+MITM12 = _Contentview is not None
+# one line of the view: (style, text) parts, as mitmproxy 11's views give them
+ViewLine = list[tuple[str, str]]
 
 NAME = "Cursor agent"
 # Above mitmproxy's own gRPC/protobuf views (at most 1.5): agent flows open decoded by default.
@@ -77,10 +85,10 @@ def _scalar_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def tree_lines(value: Any, indent: int = 4, key: str | None = None) -> Iterator[TViewLine]:
+def tree_lines(value: Any, indent: int = 4, key: str | None = None) -> Iterator[ViewLine]:
     """The named tree as indented ``name: value`` lines (lists as ``- item``)."""
     pad = " " * indent
-    label: TViewLine = [("key", f"{pad}{key}:")] if key is not None else []
+    label: ViewLine = [("key", f"{pad}{key}:")] if key is not None else []
     if isinstance(value, dict):
         if not value:
             yield [*label, ("text", " {}")] if label else [("text", pad + "{}")]
@@ -107,9 +115,9 @@ def tree_lines(value: Any, indent: int = 4, key: str | None = None) -> Iterator[
         yield [*label, ("text", " " if label else pad), (style, _scalar_text(value))]
 
 
-def frame_lines(dec: Decoder, n: int, direction: str, f: Frame) -> Iterator[TViewLine]:
+def frame_lines(dec: Decoder, n: int, direction: str, f: Frame) -> Iterator[ViewLine]:
     arrow = "→" if direction == "client" else "←"
-    head: TViewLine = [("header", f"#{n} {arrow} {f.kind}"), ("text", f"  {len(f.payload)} B")]
+    head: ViewLine = [("header", f"#{n} {arrow} {f.kind}"), ("text", f"  {len(f.payload)} B")]
     flags = describe_flags(f.flags)
     if flags:
         head.append(("highlight", f"  [{flags}]"))
@@ -130,15 +138,18 @@ def frame_lines(dec: Decoder, n: int, direction: str, f: Frame) -> Iterator[TVie
         yield line
 
 
-class CursorAgentView(contentviews.View):
-    """Agent bodies frame by frame (see the module docstring)."""
+class AgentView:
+    """Agent bodies frame by frame (see the module docstring): what both mitmproxy APIs show."""
 
-    name = NAME
+    # a class attribute, ahead of the API classes in the MRO (12's ``name`` property, 11's ClassVar)
+    name: ClassVar[str] = NAME
 
     def __init__(self, decoder: Callable[[], Decoder] = default_decoder,
                  matcher: Callable[[], Matcher] | None = None) -> None:
         self.decoder = decoder
         self.matcher = matcher or (lambda: Matcher(paths=DEFAULT_PATHS))
+        # mitmproxy 12's registry cannot remove a view: ``unregister`` turns it off instead
+        self.active = True
 
     def route(self, flow: Any) -> Route | None:
         if not isinstance(flow, http.HTTPFlow):
@@ -146,12 +157,12 @@ class CursorAgentView(contentviews.View):
         req = flow.request
         return self.matcher().route(req.pretty_host, req.path, req.headers.get("content-type", ""))
 
-    def render_priority(self, data: bytes, *, content_type: str | None = None, flow: Any = None,
-                        http_message: http.Message | None = None, **unknown_metadata: Any) -> float:
-        return PRIORITY if data and self.route(flow) is not None else 0
+    def picks(self, data: bytes, flow: Any) -> bool:
+        """Whether this view should open by default for these bytes of this flow."""
+        return self.active and bool(data) and self.route(flow) is not None
 
-    def __call__(self, data: bytes, *, content_type: str | None = None, flow: Any = None,
-                 http_message: http.Message | None = None, **unknown_metadata: Any) -> TViewResult:
+    def render(self, data: bytes, flow: Any, http_message: http.Message | None) -> tuple[str, Iterator[ViewLine]]:
+        """A one-line description and the lines of one body."""
         route = self.route(flow)
         if route is None:
             return "Cursor agent: not an agent flow (see the capture's cursor_hosts / cursor_paths)", iter(
@@ -167,13 +178,43 @@ class CursorAgentView(contentviews.View):
         if direction in flow.metadata.get(TRUNCATED, ()):
             desc += f" (first {len(data):,} bytes kept for viewing; the capture database has every frame)"
 
-        def lines() -> Iterator[TViewLine]:
+        def lines() -> Iterator[ViewLine]:
             for n, f in enumerate(frames):
                 if n == MAX_FRAMES:
                     yield [("warn", f"… {len(frames) - MAX_FRAMES} more frames (workbench frames has them all)")]
                     return
                 yield from frame_lines(dec, n, direction, f)
         return desc, lines()
+
+    def text(self, data: bytes, flow: Any, http_message: http.Message | None) -> str:
+        """The rendering as plain text: the description, a blank line, the frame lines."""
+        desc, lines = self.render(data, flow, http_message)
+        return "\n".join([desc, "", *("".join(part for _, part in line) for line in lines)])
+
+
+if MITM12:
+    class CursorAgentView(AgentView, _Contentview):
+        """The view for mitmproxy 12's ``Contentview`` API (text out; the lines' styles are ours only)."""
+
+        syntax_highlight = "none"
+
+        def render_priority(self, data: bytes, metadata: Any) -> float:
+            # below zero: "does not support this data" in the 12 API
+            return PRIORITY if self.picks(data, metadata.flow) else -1
+
+        def prettify(self, data: bytes, metadata: Any) -> str:
+            return self.text(data, metadata.flow, metadata.http_message)
+else:
+    class CursorAgentView(AgentView, contentviews.View):  # type: ignore[no-redef]
+        """The view for mitmproxy 11's ``View`` API (deprecated in 12, where it is not defined)."""
+
+        def render_priority(self, data: bytes, *, content_type: str | None = None, flow: Any = None,
+                            http_message: http.Message | None = None, **unknown_metadata: Any) -> float:
+            return PRIORITY if self.picks(data, flow) else 0
+
+        def __call__(self, data: bytes, *, content_type: str | None = None, flow: Any = None,
+                     http_message: http.Message | None = None, **unknown_metadata: Any) -> Any:
+            return self.render(data, flow, http_message)
 
 
 # keeping streamed bodies for the view ------------------------------------------------------------
@@ -239,24 +280,36 @@ def publish_kept(flow: http.HTTPFlow) -> None:
 
 # registration ------------------------------------------------------------------------------------
 
-_registered: CursorAgentView | None = None
+_registered: AgentView | None = None
 
 
 def register(decoder: Callable[[], Decoder] = default_decoder,
-             matcher: Callable[[], Matcher] | None = None) -> CursorAgentView:
+             matcher: Callable[[], Matcher] | None = None) -> AgentView:
     """Add the view to mitmproxy (once; a later call re-points it at the new decoder and matcher)."""
     global _registered
     if _registered is None:
         _registered = CursorAgentView(decoder, matcher)
-        contentviews.add(_registered)
+        contentviews.add(_registered)  # type: ignore[arg-type]  # the class of this line's API
     else:
         _registered.decoder = decoder
         _registered.matcher = matcher or (lambda: Matcher(paths=DEFAULT_PATHS))
+    _registered.active = True
     return _registered
 
 
 def unregister() -> None:
+    """Take the view out of mitmproxy's automatic choice (11: out of its list; 12's registry has no
+    removal and its ``remove`` is a deprecated no-op, so the view stays listed but never picks a
+    flow and is re-used by the next ``register``)."""
+    if _registered is None:
+        return
+    _registered.active = False
+    if not MITM12:
+        _unregister_legacy()
+
+
+def _unregister_legacy() -> None:
     global _registered
     if _registered is not None:
-        contentviews.remove(_registered)
+        contentviews.remove(_registered)  # type: ignore[arg-type]
         _registered = None

@@ -1,6 +1,6 @@
 """Transparent end of stream for agent flows: a small override of mitmproxy's HTTP stream layer.
 
-Why. mitmproxy (11.0.2, and its main branch as of this writing) forwards a response's end of
+Why. mitmproxy (11.0.2 and 12.x, checked up to 12.3) forwards a response's end of
 message to the client only from ``HttpStream.flow_done()``, and ``send_response()`` calls that only
 once the request side is done. A bidi ``Run`` whose server finishes first is therefore held open by
 the proxy: a client that keeps its request stream open until the response ends (Node's
@@ -30,22 +30,26 @@ marked with ``flow.metadata[MARK] = True`` (agent flows whose request body strea
 
 The mitmproxy internals this depends on are listed in ``DEPENDS_ON`` and pinned by
 ``tests/capture/test_capture_mitm_internals.py``: an upgrade that renames or reshapes any of them
-fails those tests instead of silently bringing the hang back.
+fails those tests instead of silently bringing the hang back. Both supported lines are covered
+(11.0.2 on Python 3.11, 12.x on 3.12+): the wrapped methods kept their names and parameters in 12;
+what changed is the type of a protocol-error event's ``code`` (an ``ErrorCode`` member in 12, an
+HTTP status number in 11), which ``CANCEL_CODE`` hides.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import re
 from collections.abc import Callable, Generator
 from typing import Any
 
 import h2.errors
 import h2.events
-from mitmproxy import http
+from mitmproxy import http, version
 from mitmproxy.proxy import commands
 from mitmproxy.proxy.layers import http as http_layers
-from mitmproxy.proxy.layers.http import _http2
+from mitmproxy.proxy.layers.http import _events, _http2
 from mitmproxy.proxy.layers.http._base import ReceiveHttp
 from mitmproxy.proxy.layers.http._events import (
     RequestProtocolError,
@@ -71,7 +75,25 @@ _ENDED_CLOSED = "_workbench_ended_closed"  # per h2 connection: streams forgotte
 HttpStream = http_layers.HttpStream
 Http2Connection = _http2.Http2Connection
 
-# name → the parameters mitmproxy 11.0.2 gives it; checked by install() and by the pin tests.
+MITMPROXY_MAJOR = int(version.VERSION.split(".")[0])
+# The code a protocol-error event carries for a stream the peer cancelled: mitmproxy 12 takes only
+# members of its ``ErrorCode`` enum (asserted in the event's constructor); 11 used HTTP status 499.
+_ErrorCode: Any = getattr(_events, "ErrorCode", None)
+CANCEL_CODE: Any = _ErrorCode.CANCEL if _ErrorCode is not None else 499
+# The mitmproxy lines this override was checked against (pyproject.toml allows exactly these): the
+# internals test fails on any other, so a new line is read and tested before users run it.
+CHECKED_LINES = {11: ((11, 0, 2), (11, 0, 2)), 12: ((12, 2, 0), (12, 99, 99))}
+
+
+def mitmproxy_line_checked(ver: str = version.VERSION) -> bool:
+    """Whether ``ver`` (mitmproxy's version string) is within a line in ``CHECKED_LINES``."""
+    # a development build ("12.3.0.dev0") is judged by its release numbers
+    parts = tuple(int(n) for n in re.findall(r"\d+", ver)[:3])
+    bounds = CHECKED_LINES.get(parts[0])
+    return bounds is not None and bounds[0] <= parts <= bounds[1]
+
+
+# name → the parameters mitmproxy 11.0.2 and 12.x give it; checked by install() and by the pin tests.
 DEPENDS_ON: dict[str, tuple[Any, str, tuple[str, ...]]] = {
     "HttpStream.send_response": (HttpStream, "send_response", ("self", "already_streamed")),
     "HttpStream.flow_done": (HttpStream, "flow_done", ("self",)),
@@ -247,7 +269,7 @@ def _handle_h2_event(self: Any, event: Any) -> Generator[Any, Any, bool]:
         yield from original  # mitmproxy's own handling (it ignores the reset)
         err = self.ReceiveProtocolError(
             event.stream_id, f"stream reset by client ({h2_error_name(code)})",
-            code=499 if code == h2.errors.ErrorCodes.CANCEL else self.ReceiveProtocolError.code)
+            CANCEL_CODE if code == h2.errors.ErrorCodes.CANCEL else self.ReceiveProtocolError.code)
         setattr(err, _PEER_CODE, code)
         setattr(err, _RECOVERED, True)  # only marked flows act on it (see _handle_protocol_error)
         yield ReceiveHttp(err)
