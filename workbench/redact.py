@@ -213,12 +213,56 @@ def _scrub_credentials(msg: Message) -> bool:
 
 def may_carry_credentials(payload: bytes, msg_type: str) -> bool:
     """Cheap pre-check on the capture path: run_request (1) / prewarm_request (8) from the client,
-    or an exec_server_message (2) holding subagent_args (field 28, tag ``e2 01``) from the server."""
+    or an exec_server_message (2) holding subagent_args (field 28, tag ``e2 01``) from the server;
+    any other message whose type can reach a ``credentials`` oneof (a unary call carrying
+    ModelDetails, say) is parsed and looked in."""
     if msg_type == _CLIENT_MSG:
         return payload[:1] in (b"\x0a", b"\x42")
     if msg_type == _SERVER_MSG:
         return payload[:1] == b"\x12" and b"\xe2\x01" in payload
-    return False
+    cls = _class(msg_type)
+    return cls is not None and _reaches_credentials(cls.DESCRIPTOR)
+
+
+_REACHES: dict[str, bool] = {}
+
+
+def _reaches_credentials(desc: Any) -> bool:
+    """Whether a message of this type can hold a ``credentials`` oneof at any depth (a walk of the
+    types it can reach, memoised per type asked about)."""
+    name = desc.full_name
+    if name not in _REACHES:
+        seen: set[str] = set()
+        todo = [desc]
+        found = False
+        while todo and not found:
+            d = todo.pop()
+            if d.full_name in seen:
+                continue
+            seen.add(d.full_name)
+            found = _CREDENTIAL_ONEOF in d.oneofs_by_name
+            todo += [fd.message_type for fd in d.fields if fd.type == FieldDescriptor.TYPE_MESSAGE]
+        _REACHES[name] = found
+    return _REACHES[name]
+
+
+def redact_untyped(payload: bytes) -> bytes:
+    """A payload of no known type (an RPC path the schema does not name) with credentials hidden:
+    read as each agent message that carries them, the first reading that finds one wins. Returns
+    ``payload`` itself when none does."""
+    for msg_type in (_CLIENT_MSG, _SERVER_MSG):
+        if not may_carry_credentials(payload, msg_type):
+            continue
+        cls = _class(msg_type)
+        if cls is None:
+            continue
+        try:
+            msg = cls.FromString(payload)
+        except DecodeError:
+            continue
+        if _scrub_credentials(msg):
+            return msg.SerializeToString()
+    return payload
 
 
 def _redact_json_text(value: Any) -> Any:
@@ -306,9 +350,7 @@ def redact_payload(payload: bytes, msg_type: str | None, *, content: bool = Fals
         msg = cls.FromString(payload)
     except DecodeError:
         return marker(payload).encode() if content else payload
-    changed = False
-    if msg_type in (_CLIENT_MSG, _SERVER_MSG):
-        changed = _scrub_credentials(msg)
+    changed = _scrub_credentials(msg)
     if content:
         changed |= _scrub_content(msg)
     return msg.SerializeToString() if changed else payload

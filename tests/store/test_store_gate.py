@@ -126,7 +126,16 @@ def _compressed(payload: bytes, msg_type: str) -> Frame:
     lambda: _compressed(_subagent_exec() + b"", SERVER_MSG),
     lambda: Frame("run_request", "run", _run_request(), msg_type=CLIENT_MSG),
     lambda: default_decoder().classify_agent(_subagent_exec(), SERVER_MSG),
-], ids=["compressed-run-request", "compressed-subagent-exec", "run-request", "subagent-exec"])
+    # an RPC path the schema does not name (no message type): read as the agent messages
+    lambda: Frame("unary", "message", _run_request(), flags=0, msg_type=None),
+    lambda: Frame("unary", "message", _subagent_exec(), flags=0, msg_type=None),
+    lambda: Frame("compressed", "kept compressed", gzip.compress(_run_request()), flags=1, msg_type=None),
+    # a unary message of another type that holds a credentials oneof
+    lambda: Frame("unary", "ModelDetails", pb.ModelDetails(
+        model_id="m", api_key_credentials=pb.ApiKeyCredentials(api_key=CANARY)).SerializeToString(),
+        msg_type="agent.v1.ModelDetails"),
+], ids=["compressed-run-request", "compressed-subagent-exec", "run-request", "subagent-exec",
+        "untyped-run-request", "untyped-subagent-exec", "untyped-compressed", "typed-model-details"])
 def test_no_model_key_is_stored_whatever_the_frame_kind(tmp_path: Path, make: Any) -> None:
     db = tmp_path / "k.duckdb"
     f = make()

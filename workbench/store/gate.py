@@ -33,6 +33,7 @@ from workbench.redact import (
     may_carry_credentials,
     redact_frame,
     redact_headers,
+    redact_untyped,
 )
 
 # How far the gate inflates a ``compressed`` frame to scrub it (what viewing it allows, too).
@@ -162,7 +163,10 @@ def _compressed_may_carry(f: Frame, limit: int) -> bool:
     if f.msg_type == SERVER_MSG:
         found = _scan_server(f.payload, limit)
         return found is None or found
-    return f.msg_type in SECRET_MESSAGE_TYPES or f.msg_type in (BIDI_APPEND, BIDI_POLL_RESP)
+    if f.msg_type is None:
+        return True  # no type: what it holds cannot be told without looking
+    return (f.msg_type in SECRET_MESSAGE_TYPES or f.msg_type in (BIDI_APPEND, BIDI_POLL_RESP)
+            or may_carry_credentials(b"", f.msg_type))
 
 
 def _gate_compressed(f: Frame, limit: int) -> Frame:
@@ -182,7 +186,10 @@ def _gate_compressed(f: Frame, limit: int) -> Frame:
     plain = default_decoder().classify_carried(inner, f.msg_type)
     wrapped = plain.raw is not None  # a wrapper: its agent message in ``payload``, itself in ``raw``
     before = plain.payload
-    redact_frame(plain)
+    if f.msg_type is None:
+        plain.payload = redact_untyped(plain.payload)
+    else:
+        redact_frame(plain)
     if plain.payload is not before:
         stored = plain.raw if wrapped and plain.raw is not None else plain.payload
         # gzip again at a fast level: the stored frame stays ``compressed``, inflated when viewed
@@ -207,6 +214,10 @@ def gate_frame(f: Frame, *, carried: str | None = None, limit: int = SCRUB_LIMIT
             f.payload = marker(f.payload).encode()
             f.raw = None
             f.error = f"{f.error}; {note}" if f.error else note
+    elif f.payload and f.msg_type is None and not f.kind.startswith("end_stream"):
+        f.payload = redact_untyped(f.payload)  # an RPC the schema does not name: read as agent messages
+        if f.raw and f.payload is not f.raw and redact_untyped(f.raw) is not f.raw:
+            f.raw = marker(f.raw).encode()
     elif f.payload:
         f = redact_frame(f)
     if f.meta:
