@@ -1,21 +1,20 @@
-"""Recorded HTTP exchanges (from flow files or HAR): decoding, status and the session they form.
+"""Recorded HTTP exchanges (from flow files, HAR or packet captures): decoding and status.
 
-Both file formats keep whole bodies and four times per exchange (request start/end, response
+The formats keep whole bodies and four times per exchange (request start/end, response
 start/end), nothing per frame. ``decode_exchange`` turns one exchange into client and server frames
-(redacted like live capture); ``workbench.ingest.runs`` groups them into sessions (a stream with its
-BidiAppends) and rebuilds their order; ``workbench.ingest.identity`` writes what is new.
+(redacted like live capture). This module only decodes: ``workbench.ingest.exchange_import`` is the
+pipeline that writes them (``workbench.ingest.runs`` groups them into sessions, a stream with its
+BidiAppends, and rebuilds their order; ``workbench.ingest.identity`` writes what is new).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, http_error_frame
-from workbench.ingest.identity import WriteOutcome
-from workbench.ingest.progress import Progress
 from workbench.protocol.append_meta import append_answer
 from workbench.protocol.content_coding import undo_body
 from workbench.protocol.labels import fill_label
@@ -30,10 +29,7 @@ from workbench.protocol.status import (
     session_status,
 )
 from workbench.redact import marker, redact_frame, redact_headers, secret_method
-from workbench.store.db import SessionInfo, Store
-
-if TYPE_CHECKING:
-    from workbench.ingest.runs import PlanBuilder
+from workbench.store.db import SessionInfo
 
 # Classify by path, never by host (docs/protocol.md §1): every aiserver RPC counts as agent traffic.
 _MATCHER = Matcher(hosts=(), paths=DEFAULT_PATHS + ("/aiserver.v1.*/*", "/agent.v1.*/*"))
@@ -120,36 +116,6 @@ class Part:
     server: list[Frame] = field(default_factory=list)
     request_id: str | None = None
     seqno: int | None = None
-
-
-@dataclass
-class ExchangeImport:
-    """The outcome, for the summary line and the per-flow messages."""
-
-    session_ids: list[str] = field(default_factory=list)
-    frames: int = 0
-    result: WriteOutcome = field(default_factory=lambda: WriteOutcome())
-    agent: int = 0
-    skipped: int = 0
-    streamed: int = 0
-    mangled: int = 0
-    orphans: int = 0
-
-    def notes(self, other: int, unit: str, units: str) -> list[str]:
-        """Parenthesised notes of the summary line ("2 flows without bodies: streamed")."""
-        def n(k: int, one: str, many: str) -> str:
-            return f"{k} {one if k == 1 else many}"
-
-        out = []
-        if self.streamed:
-            out.append(f"{n(self.streamed, unit, units)} without bodies: streamed")
-        if self.mangled:
-            out.append(f"{n(self.mangled, 'body', 'bodies')} unusable")
-        if self.orphans:
-            out.append(f"{n(self.orphans, 'BidiAppend group', 'BidiAppend groups')} without a stream")
-        if self.skipped or other:
-            out.append(f"{n(self.skipped + other, unit, units)} not agent traffic, skipped")
-        return out + self.result.notes()
 
 
 def undo_content_coding(ex: Exchange, route: Route) -> dict[str, Frame]:
@@ -275,86 +241,3 @@ def exchange_meta(ex: Exchange) -> dict[str, Any]:
     for k, v in ex.meta.items():
         m[k] = v
     return m
-
-
-def write_exchanges(store: Store, dec: Decoder, exchanges: Sequence[Exchange], *, source: str,
-                    file_meta: dict[str, Any], warn: Callable[[str], None],
-                    progress: Progress | None = None, builder: type[PlanBuilder] | None = None) -> ExchangeImport:
-    """Decode every agent exchange and write what is new of its session(s); others are counted only.
-
-    ``progress`` (a terminal progress line) shows the decoding, then the sessions written and skipped.
-    ``builder`` orders each session's frames (default: ``PlanBuilder``, causal order for files
-    without per-frame timing; packet captures pass one that keeps wire order).
-    """
-    from workbench.ingest.identity import write_plans
-    from workbench.ingest.runs import PlanBuilder
-
-    out = ExchangeImport()
-    streams: list[Part] = []
-    appends: list[Part] = []
-    singles: list[Part] = []
-    if progress is not None:
-        progress.total, progress.unit = len(exchanges), "exchanges decoded"
-    for i, ex in enumerate(exchanges):
-        route = ex.route
-        if progress is not None:
-            progress.update(i + 1)
-        if route is None:
-            out.skipped += 1
-            continue
-        out.agent += 1
-        ex.t_req_start, ex.t_req_end = sane_time(ex.t_req_start), sane_time(ex.t_req_end)
-        ex.t_resp_start, ex.t_resp_end = sane_time(ex.t_resp_start), sane_time(ex.t_resp_end)
-        part = decode_exchange(dec, ex, route)
-        for side, why in (("request", ex.req_missing), ("response", ex.resp_missing)):
-            if why == "streamed":
-                out.streamed += 1
-                warn(f"{file_meta['file']}: {ex.where()}: {side} body not recorded (streamed); "
-                     f"session recorded as incomplete")
-            elif why:
-                out.mangled += 1
-                warn(f"{file_meta['file']}: {ex.where()}: {side} body {why}")
-        if route.transport in STREAM_TRANSPORTS:
-            streams.append(part)
-        elif route.transport == "bidi_append":
-            appends.append(part)
-        else:
-            singles.append(part)
-
-    by_rid: dict[str, Part] = {}
-    for p in streams:
-        # Appends are the write side of RunSSE/RunPoll only (an h2 Run carries its own requests).
-        if p.route.transport != "run" and p.request_id and p.request_id not in by_rid:
-            by_rid[p.request_id] = p
-    joined: dict[int, list[Part]] = {id(p): [] for p in streams}
-    orphan: dict[str, list[Part]] = {}
-    for a in appends:
-        owner = by_rid.get(a.request_id or "")
-        if owner is not None:
-            joined[id(owner)].append(a)
-        else:
-            orphan.setdefault(a.request_id or "?", []).append(a)
-
-    plan = (builder or PlanBuilder)(dec, source, file_meta)
-    plans = [plan.stream(p, joined[id(p)]) for p in streams]
-    for rid, parts in orphan.items():
-        plans.append(plan.orphan_appends(rid, parts))
-        out.orphans += 1
-    plans += [plan.single(p) for p in singles]
-
-    def written(done: int, skipped: int) -> None:
-        if progress is not None:
-            progress.note = f"{skipped} already imported" if skipped else ""
-            progress.update(done)
-
-    if progress is not None:
-        progress.total, progress.unit = len(plans), "sessions"
-    try:
-        out.result = write_plans(store, plans, warn=lambda msg: warn(f"{file_meta['file']}: {msg}"),
-                                 progress=written)
-    finally:
-        if progress is not None:
-            progress.finish()
-    out.session_ids = out.result.session_ids
-    out.frames = out.result.frames
-    return out

@@ -14,7 +14,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from workbench.ingest.exchange import Exchange, write_exchanges
+from workbench.ingest.exchange import Exchange
+from workbench.ingest.exchange_import import write_exchanges
 from workbench.protocol.status import RESET_METADATA_KEY
 from workbench.wire.inflate import codings_of
 

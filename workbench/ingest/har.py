@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.decode.classify import Decoder
-from workbench.ingest.exchange import Exchange, write_exchanges
+from workbench.ingest.exchange import Exchange
+from workbench.ingest.exchange_import import write_exchanges
 from workbench.protocol.status import STREAM_TRANSPORTS, http_ok
 from workbench.wire.inflate import InflateOverBudget, current_budget
 

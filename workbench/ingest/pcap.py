@@ -29,7 +29,8 @@ from typing import Any
 
 from workbench.analysis.context import ORDER_TIME
 from workbench.ingest import ImportContext, ImportResult, IngestError
-from workbench.ingest.exchange import Part, write_exchanges
+from workbench.ingest.exchange import Part
+from workbench.ingest.exchange_import import write_exchanges
 from workbench.ingest.identity import PlannedFrame, SessionPlan, frame_key
 from workbench.ingest.pcap_streams import Connection, Reassembler, WireExchange, agent_exchanges, frame_wires
 from workbench.ingest.runs import PlanBuilder

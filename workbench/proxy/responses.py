@@ -27,10 +27,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from workbench.proxy.mapping import MappingError, content_text
+from workbench.proxy.sse import SseStream, send_json
 from workbench.transport import Exchange
 
 _KEPT = 1024
-_SSE_HEADERS = [("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache")]
 
 
 class ResponseStore:
@@ -141,7 +141,7 @@ class ResponsesWriter:
         self.req = req
         self.id = "resp_" + uuid.uuid4().hex
         self.created = int(time.time())
-        self.started = False
+        self.sse = SseStream(ex)
         self.seq = 0
         self.output: list[dict[str, Any]] = []
         self.open: dict[str, Any] | None = None  # the message or reasoning item being streamed
@@ -190,18 +190,6 @@ class ResponsesWriter:
         data = _event(kind, self.seq, **fields)
         self.seq += 1
         return head + data
-
-    async def _send(self, data: bytes, last: bool = False) -> None:
-        if not self.started:
-            self.started = True
-            await self.ex.start(200, _SSE_HEADERS, data)
-            if last:
-                await self.ex.finish()
-            return
-        if last:
-            await self.ex.finish(data)
-        else:
-            await self.ex.write(data)
 
     def _close_open(self) -> bytes:
         item, self.open = self.open, None
@@ -254,7 +242,7 @@ class ResponsesWriter:
         item, out = self._open("message")
         item["content"][0]["text"] += text
         if self.stream:
-            await self._send(out + self._ev("response.output_text.delta", item_id=item["id"],
+            await self.sse.send(out + self._ev("response.output_text.delta", item_id=item["id"],
                                             output_index=self.output.index(item), content_index=0, delta=text,
                                             logprobs=[]))
 
@@ -262,7 +250,7 @@ class ResponsesWriter:
         item, out = self._open("reasoning")
         item["summary"][0]["text"] += text
         if self.stream:
-            await self._send(out + self._ev("response.reasoning_summary_text.delta", item_id=item["id"],
+            await self.sse.send(out + self._ev("response.reasoning_summary_text.delta", item_id=item["id"],
                                             output_index=self.output.index(item), summary_index=0, delta=text))
 
     async def add_tool_call(self, call_id: str, name: str, arguments: str) -> None:
@@ -280,7 +268,7 @@ class ResponsesWriter:
         out += self._ev("response.function_call_arguments.done", item_id=item["id"], output_index=index,
                         name=name, arguments=arguments)
         out += self._ev("response.output_item.done", output_index=index, item=item)
-        await self._send(out)
+        await self.sse.send(out)
 
     async def finish(self, reason: str, usage: Mapping[str, int]) -> None:
         out = self._close_open()
@@ -288,18 +276,17 @@ class ResponsesWriter:
                       "total_tokens": usage["total_tokens"], "input_tokens_details": {"cached_tokens": 0},
                       "output_tokens_details": {"reasoning_tokens": 0}}
         if self.stream:
-            await self._send(out + self._ev("response.completed", response=self.response("completed")), last=True)
+            await self.sse.send(out + self._ev("response.completed", response=self.response("completed")), last=True)
             return
-        await self.ex.respond(200, json.dumps(self.response("completed"), ensure_ascii=False).encode(),
-                              "application/json")
+        await send_json(self.ex, 200, self.response("completed"))
 
     async def fail(self, status: int, body: dict[str, Any]) -> None:
-        if not self.started:
-            await self.ex.respond(status, json.dumps(body, ensure_ascii=False).encode(), "application/json")
+        if not self.sse.started:
+            await send_json(self.ex, status, body)
             return
         # Mid-stream, as the Responses API reports it: the response, failed, with its error.
         out = self._close_open()
-        await self._send(out + self._ev("response.failed", response=self.response("failed", body.get("error"))),
+        await self.sse.send(out + self._ev("response.failed", response=self.response("failed", body.get("error"))),
                          last=True)
 
 

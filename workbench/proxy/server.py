@@ -27,6 +27,7 @@ from workbench.client.events import Error, ExecRequest, TextDelta, ThinkingDelta
 from workbench.client.net import Verify
 from workbench.client.transport import list_usable_models
 from workbench.proxy import mapping, responses
+from workbench.proxy.sse import SseStream, send_json
 from workbench.security.origin import AccessPolicy
 from workbench.transport import ConnectionClosed, Exchange, HttpServer, Router, listen
 
@@ -35,7 +36,6 @@ log = logging.getLogger("workbench.proxy")
 DEFAULT_PORT = 18741
 DEFAULT_UPSTREAM = "https://api2.cursor.sh"
 _MAX_REMEMBERED = 4096
-_SSE_HEADERS = [("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache")]
 
 
 @dataclass
@@ -72,7 +72,8 @@ class _Responder:
         self.include_usage = include_usage
         self.id = "chatcmpl-" + uuid.uuid4().hex[:24]
         self.created = int(time.time())
-        self.started = False
+        # The role chunk rides with the first event, in the packet that carries the status line.
+        self.sse = SseStream(ex, preamble=self._chunk({"role": "assistant", "content": ""}))
         self.text: list[str] = []
         self.reasoning: list[str] = []
         self.tool_calls: list[dict[str, Any]] = []
@@ -82,38 +83,24 @@ class _Responder:
                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
         return b"data: " + json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
-    async def _send(self, data: bytes, last: bool = False) -> None:
-        """SSE bytes; the first go out with the status line and the role chunk (one write, one packet)."""
-        if not self.started:
-            self.started = True
-            data = self._chunk({"role": "assistant", "content": ""}) + data
-            await self.ex.start(200, _SSE_HEADERS, data)
-            if last:
-                await self.ex.finish()
-            return
-        if last:
-            await self.ex.finish(data)
-        else:
-            await self.ex.write(data)
-
     async def add_text(self, text: str) -> None:
         if not self.stream:
             self.text.append(text)
             return
-        await self._send(self._chunk({"content": text}))
+        await self.sse.send(self._chunk({"content": text}))
 
     async def add_reasoning(self, text: str) -> None:
         if not self.stream:
             self.reasoning.append(text)
             return
-        await self._send(self._chunk({"reasoning_content": text}))
+        await self.sse.send(self._chunk({"reasoning_content": text}))
 
     async def add_tool_call(self, call_id: str, name: str, arguments: str) -> None:
         call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
         index = len(self.tool_calls)
         self.tool_calls.append(call)
         if self.stream:
-            await self._send(self._chunk({"tool_calls": [{"index": index, **call}]}))
+            await self.sse.send(self._chunk({"tool_calls": [{"index": index, **call}]}))
 
     async def finish(self, reason: str, usage: dict[str, int]) -> None:
         if self.stream:
@@ -123,7 +110,7 @@ class _Responder:
                        "model": self.model, "choices": [], "usage": usage}
                 out += b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
             out += b"data: [DONE]\n\n"
-            await self._send(out, last=True)
+            await self.sse.send(out, last=True)
             return
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) if self.text or not
                                    self.tool_calls else None}
@@ -136,16 +123,12 @@ class _Responder:
         await send_json(self.ex, 200, doc)
 
     async def fail(self, status: int, body: dict[str, Any]) -> None:
-        if not self.started:
+        if not self.sse.started:
             await send_json(self.ex, status, body)
             return
         # Mid-stream: the OpenAI SDK raises on an SSE event carrying "error".
         data = b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\ndata: [DONE]\n\n"
-        await self._send(data, last=True)
-
-
-async def send_json(ex: Exchange, status: int, doc: Any) -> None:
-    await ex.respond(status, json.dumps(doc, ensure_ascii=False).encode(), "application/json")
+        await self.sse.send(data, last=True)
 
 
 def _json_error(status: int, message: str) -> tuple[str, bytes]:

@@ -22,14 +22,12 @@ from workbench.tui.loading import Loader
 from workbench.tui.modals import BlobScreen, KindPicker, ToolCallScreen
 from workbench.tui.panels import BlobsTable, FindingsTable, ToolCallsTable
 from workbench.tui.replay import ReplayClock
+from workbench.tui.replay_control import ReplayController
 from workbench.tui.sessions_screen import STATUS_STYLE, fmt_duration
 from workbench.tui.timeline import Timeline
 
 if TYPE_CHECKING:
     from workbench.tui.app import WorkbenchApp
-
-REPLAY_TICK_S = 0.05
-
 
 FIRST_PAGE = 120   # rows fetched with the index, so the first paint needs no second round trip
 DETAIL_DELAY_S = 0.05
@@ -102,11 +100,9 @@ class SessionScreen(Loader, Screen[None]):
         self.flt = FrameFilter()
         self.index: FrameIndex | None = None
         self.max_seq = -1
-        self.replay: ReplayClock | None = None
-        self._replay_timer: Timer | None = None
+        self.replayer = ReplayController(self, self)
         self._detail_timer: Timer | None = None
         self._live: LiveFindings | None = None
-        self._last_tick = 0.0
         self.evidence: list[int] = []
         self.evidence_pos = 0
         self._pending_jump: int | None = None
@@ -330,8 +326,8 @@ class SessionScreen(Loader, Screen[None]):
             if self.flt.active:
                 self.apply_filter(FrameFilter())
             self.timeline.focus()
-        elif self.replay is not None:
-            self.stop_replay()
+        elif self.replayer.active:
+            self.replayer.stop()
         else:
             self.action_back()
 
@@ -427,10 +423,7 @@ class SessionScreen(Loader, Screen[None]):
             else:
                 self.app.notify(f"frame {seq} is not in this session", severity="warning")
             return
-        if self.replay is not None and seq > self.replay.seq:
-            # replay has not reached the evidence yet: move the replay there
-            self.replay.step(int(np.searchsorted(self.replay.seqs, seq)) - self.replay.pos)
-            self._apply_replay(follow_cursor=False)
+        self.replayer.reach(seq)   # a replay that has not reached the evidence yet moves there
         index.expand_around(seq)
         self.timeline.index_changed()
         self.timeline.jump_to_row(index.row_of_seq(seq))
@@ -443,107 +436,54 @@ class SessionScreen(Loader, Screen[None]):
         self.evidence_pos = (self.evidence_pos + delta) % len(self.evidence)
         self._jump_to_seq(self.evidence[self.evidence_pos])
 
-    # replay ------------------------------------------------------------------------------------
+    # replay (played by ReplayController; the screen shows what it reached) ----------------------
+
+    @property
+    def replay(self) -> ReplayClock | None:
+        """The running replay's clock; None when not replaying."""
+        return self.replayer.clock
 
     def action_replay(self) -> None:
-        if self.replay is not None:
-            self.stop_replay()
+        if self.replayer.active:
+            self.replayer.stop()
             return
         data, sid = self.app.data, self.session_id
+        self.replayer.start(lambda: data.timestamps(sid), what=f"reading timestamps of {sid}")
 
-        def got(arrays: tuple[np.ndarray, np.ndarray]) -> None:
-            self.replay = ReplayClock(*arrays)
-            self.replay.playing = True
-            self._last_tick = time.monotonic()
-            self.query_one("#replay-bar", Static).remove_class("hidden")
-            self._replay_timer = self.set_interval(REPLAY_TICK_S, self._tick, name="replay")
-            self._apply_replay()
-            self.timeline.focus()
+    def replay_started(self) -> None:
+        self.timeline.focus()
 
-        self.load(lambda: data.timestamps(sid), got, group="replay", what=f"reading timestamps of {sid}")
+    def show_replay(self, seq: int, follow_cursor: bool) -> bool:
+        if self.index is None:
+            return False
+        self.index.set_limit(seq)
+        self.timeline.index_changed()
+        if follow_cursor:
+            self.timeline.action_last()
+        self._update_lit()
+        return True
 
-    def stop_replay(self) -> None:
-        if self._replay_timer is not None:
-            self._replay_timer.stop()
-            self._replay_timer = None
-        self.replay = None
-        self.query_one("#replay-bar", Static).add_class("hidden")
+    def replay_stopped(self) -> None:
         if self.index is not None:
             self.index.set_limit(None)
             self.timeline.index_changed()
         self.findings_table.set_lit(None)
         self._update_status()
 
-    def _tick(self) -> None:
-        now = time.monotonic()
-        dt, self._last_tick = now - self._last_tick, now
-        r = self.replay
-        if r is None or not r.playing:
-            return
-        if r.advance(dt):
-            self._apply_replay()
-        elif not r.playing:
-            self._update_replay_bar()
-
-    def _apply_replay(self, follow_cursor: bool = True) -> None:
-        r = self.replay
-        if r is None or self.index is None:
-            return
-        self.index.set_limit(r.seq)
-        self.timeline.index_changed()
-        if follow_cursor:
-            self.timeline.action_last()
-        self._update_replay_bar()
-        self._update_lit()
-
     def _update_lit(self) -> None:
         self.findings_table.set_lit(None if self.replay is None else self.findings_table.lit_by(self.replay.seq))
 
-    def _update_replay_bar(self) -> None:
-        r = self.replay
-        if r is None:
-            return
-        bar = Text(r.describe(), "bold")
-        n = len(r)
-        width = 30
-        done = int(width * (r.pos + 1) / n) if n else 0
-        bar.append("  [" + "█" * done + "·" * (width - done) + "]", "cyan")
-        if r.at_end:
-            bar.append("  end", "green")
-        self.query_one("#replay-bar", Static).update(bar)
-
-    def _need_replay(self) -> ReplayClock | None:
-        if self.replay is None:
-            self.app.notify("press p to start a replay")
-        return self.replay
-
     def action_play_pause(self) -> None:
-        r = self._need_replay()
-        if r is not None:
-            if r.at_end and not r.playing:
-                r.step(-len(r))   # play again from the start
-            r.playing = not r.playing
-            self._last_tick = time.monotonic()
-            self._apply_replay()
+        self.replayer.play_pause()
 
     def action_step(self, delta: int) -> None:
-        r = self._need_replay()
-        if r is not None:
-            r.playing = False
-            r.step(delta)
-            self._apply_replay()
+        self.replayer.step(delta)
 
     def action_speed(self, delta: int) -> None:
-        r = self._need_replay()
-        if r is not None:
-            r.faster(delta)
-            self._update_replay_bar()
+        self.replayer.speed(delta)
 
     def action_skip_idle(self) -> None:
-        r = self._need_replay()
-        if r is not None:
-            r.skip_idle = not r.skip_idle
-            self._update_replay_bar()
+        self.replayer.skip_idle()
 
     # follow ------------------------------------------------------------------------------------
 
