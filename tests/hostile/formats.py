@@ -19,6 +19,8 @@ from typing import Any
 
 from strategies import RUN_PATH, Exchange
 
+from workbench.store.gate import text_value
+
 SAMPLE_FLOWS = Path(__file__).resolve().parents[1] / "ingest" / "data" / "agent.flows"
 
 
@@ -214,7 +216,9 @@ def write_parquet_export(out: Path, docs: Sequence[dict[str, Any]], timestamps: 
         con.execute(f"INSERT INTO sessions SELECT ?, ?, ?, ?, NULL, NULL, NULL, {t0}, {t0}, ?, ?, ?, ?, ?, NULL, NULL, ?,"
                     f" CAST({t0} AS DATE)",
                     [s["session_id"], s["source"], s["transport"], s["request_id"], ts, ts, s["frame_count"],
-                     s["status"], s["host"], s["path"], s["http_status"], json.dumps(s["meta"]), ts])
+                     s["status"], s["host"], s["path"], s["http_status"],
+                     # what an export of a workbench database holds: text the gate stored (valid UTF-8)
+                     json.dumps(text_value(s["meta"])), ts])
         for f in doc["frames"]:
             payload = base64.b64decode(f["payload_b64"])
             con.execute(f"INSERT INTO frames SELECT ?, ?, {t0}, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, NULL, NULL, NULL, ?, NULL,"

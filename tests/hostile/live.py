@@ -108,12 +108,13 @@ class HostileUpstream:
 
 
 def send(proxy_port: int | None, upstream_port: int, ca: Path, key: bytes, ex: Exchange, request_id: str,
-         timeout: float = 30.0, keylog: Path | None = None) -> str:
+         timeout: float = 30.0, keylog: Path | None = None, received: list[bytes] | None = None) -> str:
     """Send ``ex`` through the proxy (CONNECT, TLS trusting mitmproxy's CA ``ca``, h2), or straight
     to the upstream when ``proxy_port`` is None (``ca``: its certificate), and read the answer to
     its end. ``keylog``: log the TLS keys there (for a packet capture). Returns how it ended:
     ``ended``, ``reset``, ``refused`` (the proxy answered before the upstream could: no response
-    headers from it), ``broken`` (the client's HTTP/2 stack rejected the answer) or ``closed``."""
+    headers from it), ``broken`` (the client's HTTP/2 stack rejected the answer) or ``closed``.
+    ``received``: the answer's DATA is appended there as it arrives."""
     raw = socket.create_connection(("127.0.0.1", proxy_port or upstream_port), timeout=timeout)
     try:
         if proxy_port is not None:
@@ -159,6 +160,8 @@ def send(proxy_port: int | None, upstream_port: int, ca: Path, key: bytes, ex: E
                     got_response = dict(ev.headers).get(b":status") == b"200"
                 elif isinstance(ev, h2.events.DataReceived):
                     conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                    if received is not None and ev.stream_id == sid:
+                        received.append(ev.data)
                 elif isinstance(ev, h2.events.StreamEnded) and ev.stream_id == sid:
                     return "ended" if got_response else "refused"
                 elif isinstance(ev, h2.events.StreamReset) and ev.stream_id == sid:

@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 from formats import fixture_document, write_parquet_export
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from invariants import canary_nowhere, clean_exit, query, view_outputs
 from strategies import Exchange, exchanges, hostile, out_of_range, tried
 from support import run_workbench
+
+DUCKDB_MAX_SECONDS = 9.2e12
 
 pytestmark = pytest.mark.slow
 
@@ -26,6 +28,9 @@ pytestmark = pytest.mark.slow
 @hostile(6)
 @given(batch=st.lists(exchanges(), min_size=1, max_size=3))
 def test_parquet_import_hostile(batch: list[Exchange], scratch: Callable[[], Path]) -> None:
+    # A Parquet export holds DuckDB timestamps (microseconds in 64 bits, up to year 294,246): a time
+    # past that cannot be in one, so the rig does not try to write it.
+    assume(all(abs(ex.timestamp) < DUCKDB_MAX_SECONDS for ex in batch))
     tried("test_parquet_import_hostile")
     d = scratch()
     src = d / "in" / "export"
