@@ -15,6 +15,7 @@ from workbench.analysis.blobs import summarize_blob
 from workbench.analysis.context import ORDER_NOTE, Context, exec_label, rule
 from workbench.analysis.model import Finding
 from workbench.analysis.records import ExecReq, HeartbeatRun
+from workbench.protocol import kinds
 
 REQUEST_CONTEXT = "request_context_args"
 _CLOSE_FIX = ("If this server waits for it (the service did in December 2025; a result completes an exec for "
@@ -56,7 +57,7 @@ def heartbeat_loop(ctx: Context) -> list[Finding]:
     for run in ctx.runs:
         if run.count < cfg.heartbeat_min_count or run.span_s < cfg.heartbeat_min_span_s:
             continue
-        recovered = run.next_kind is not None and not run.next_kind.startswith("end_stream")
+        recovered = run.next_kind is not None and not kinds.is_end_stream(run.next_kind)
         if recovered:
             continue  # a long wait the server came back from is not a loop
         # Heartbeats after the turn ended, with no new client input since, are just an idle stream.
@@ -263,8 +264,8 @@ def _parts_label(parts: list[dict[str, Any]] | None) -> str:
             bits.append(f"text {json.dumps(p.get('text', '')[:60])}")
         else:
             bits.append(p["type"])
-    kinds = {p["type"] for p in parts}
-    note = " (not text)" if "text" not in kinds else ""
+    types = {p["type"] for p in parts}
+    note = " (not text)" if "text" not in types else ""
     return ", ".join(bits) + note
 
 
