@@ -16,9 +16,9 @@ from typing import Any
 
 from workbench.analysis.model import Config, Finding
 from workbench.analysis.records import EndStream, ExecReq, HeartbeatRun, SessionFacts
-from workbench.analysis.status import StreamError, parse_stream_error
 from workbench.decode.classify import default_decoder
 from workbench.protocol import kinds
+from workbench.protocol.status import StreamError, parse_stream_error
 
 # Session meta "order": how the frames of a session were put in sequence.
 ORDER_TIME = "time"        # as they crossed the wire (captures, client recordings)

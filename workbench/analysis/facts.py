@@ -39,7 +39,6 @@ from workbench.analysis.records import (
     RunRequest,
     SessionFacts,
 )
-from workbench.analysis.status import grpc_code_name, status_in_text
 from workbench.protocol.args import accumulate_args_text
 from workbench.protocol.kinds import (
     CHECKPOINT,
@@ -79,6 +78,7 @@ from workbench.protocol.kinds import TOOL_CALL_COMPLETED as COMPLETED
 from workbench.protocol.kinds import TOOL_CALL_DELTA as TOOL_DELTA
 from workbench.protocol.kinds import TOOL_CALL_STARTED as STARTED
 from workbench.protocol.run_request import run_request_facts
+from workbench.protocol.status import grpc_code_name, status_in_text
 
 NDJSON = "cli_ndjson"
 

@@ -7,14 +7,14 @@ from workbench.analysis.context import Context, rule
 from workbench.analysis.facts import COMPLETED, TURN_ENDED
 from workbench.analysis.model import Finding
 from workbench.analysis.records import HttpError, RunRequest
-from workbench.analysis.status import (
+from workbench.protocol import kinds
+from workbench.protocol.status import (
     CONNECT_CODES,
     DEFAULT_FIX,
     ERROR_FIX,
     grpc_code_name,
     http_cause,
 )
-from workbench.protocol import kinds
 
 _MIN_PROMPT = 8  # shorter earlier prompts prove nothing when found again in a later one
 

@@ -9,8 +9,8 @@ from typing import Any
 from workbench.analysis.context import ORDER_TIME, Context, rule
 from workbench.analysis.model import Finding
 from workbench.analysis.records import Append, HttpFailure
-from workbench.analysis.status import DEFAULT_FIX, ERROR_FIX, grpc_code_name, http_cause, looks_enveloped
 from workbench.protocol import kinds
+from workbench.protocol.status import DEFAULT_FIX, ERROR_FIX, grpc_code_name, http_cause, looks_enveloped
 
 
 def _failed(status: int | None) -> bool:
