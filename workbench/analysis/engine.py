@@ -62,7 +62,7 @@ def frames_sql(bulk: bool = True) -> str:
         f"CASE WHEN {_EXCHANGE} THEN {_STATUS} END AS http_status, "
         f"CASE WHEN {_EXCHANGE} THEN coalesce(json_extract_string(meta, '$.content_type'), "
         "json_extract_string(meta, '$.request_headers.\"content-type\"')) END AS content_type, "
-        "CASE WHEN kind = 'http_error' THEN coalesce(error, summary) END AS error, "
+        f"CASE WHEN kind = '{kinds.HTTP_ERROR}' THEN coalesce(error, summary) END AS error, "
         f"CASE WHEN {_EXCHANGE} AND NOT coalesce({_STATUS} BETWEEN 200 AND 299, true) THEN raw END AS raw, "
         f"CASE WHEN {_EXCHANGE} THEN TRY_CAST(json_extract(meta, '$.grpc_status') AS INTEGER) END AS grpc_status "
         f"FROM frames WHERE session_id = ? AND seq >= ? AND seq < ?{skip} ORDER BY seq"
@@ -286,9 +286,9 @@ def _siblings(src: Queryable, session_id: str, conversation_id: str) -> list[tup
     out = {r["session_id"]: r["started_at"] for r in t.to_pylist()}
     # Sessions whose recorder did not fill conversation_id: look at their run requests.
     t = src.query("SELECT f.session_id, f.payload, s.started_at FROM frames f JOIN sessions s USING (session_id) "
-                  "WHERE f.kind = 'run_request' AND f.session_id <> ? AND s.conversation_id IS NULL", [session_id])
+                  "WHERE f.kind = ? AND f.session_id <> ? AND s.conversation_id IS NULL", [kinds.RUN_REQUEST, session_id])
     for r in t.to_pylist():
-        rr = run_request_facts("run_request", r["payload"])
+        rr = run_request_facts(kinds.RUN_REQUEST, r["payload"])
         if rr is not None and rr.conversation_id == conversation_id:
             out[r["session_id"]] = r["started_at"]
     return sorted(out.items(), key=lambda kv: (kv[1] is None, kv[1]))
@@ -338,7 +338,8 @@ def _later_payloads(src: Queryable, session_id: str) -> Callable[[], list[tuple[
             t = src.query(
                 "SELECT f.session_id, f.seq, f.payload FROM frames f JOIN sessions s USING (session_id) "
                 "WHERE s.started_at > (SELECT started_at FROM sessions WHERE session_id = ?) "
-                "AND f.direction = 'client' AND (f.kind = 'run_request' OR starts_with(f.kind, 'conversation_action')) "
+                f"AND f.direction = 'client' AND (f.kind = '{kinds.RUN_REQUEST}' "
+                f"OR starts_with(f.kind, '{kinds.CONVERSATION_ACTION}')) "
                 f"AND f.payload IS NOT NULL ORDER BY s.started_at, f.session_id, f.seq LIMIT {_LATER_LIMIT}",
                 [session_id])
             memo.append([(r["session_id"], int(r["seq"]), bytes(r["payload"])) for r in t.to_pylist()])

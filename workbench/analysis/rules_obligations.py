@@ -114,8 +114,8 @@ def _stall_cause(ctx: Context, run: HeartbeatRun) -> tuple[str, list[int], str]:
                        if f.transport == "bidi_append" and (f.status or f.grpc) and f.seq < run.first_seq),
                       key=lambda f: f.seq)
     if rejected:
-        f = next((f for f in rejected if f.kind == "run_request"), rejected[-1])
-        never = ", so the run never started" if f.kind == "run_request" else ""
+        f = next((f for f in rejected if f.kind == kinds.RUN_REQUEST), rejected[-1])
+        never = ", so the run never started" if f.kind == kinds.RUN_REQUEST else ""
         return (f" Likely cause: the BidiAppend carrying {f.kind} at seq {f.seq} was refused ({f.label}; "
                 f"see append_rejected): the server never got it{never}.", [f.seq], "Fix the rejected append first.")
     before = [b for b in ctx.blobs if b["op"] == "set" and b.get("role") == "assistant" and b["seq"] < run.first_seq]

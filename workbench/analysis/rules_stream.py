@@ -170,10 +170,10 @@ def _last_server_before(ctx: Context, end: int | None) -> tuple[int | None, str]
 
 def _server_markers(ctx: Context) -> list[tuple[int, str]]:
     f = ctx.facts
-    items = [(s, TURN_ENDED) for s, _ in f.turn_ended] + [(s, "conversation_checkpoint_update") for s, _g, _p in f.checkpoints]
+    items = [(s, TURN_ENDED) for s, _ in f.turn_ended] + [(s, kinds.CHECKPOINT) for s, _g, _p in f.checkpoints]
     items += [(c.completed_seq, COMPLETED) for c in f.calls.values() if c.completed_seq is not None]
-    items += [(r.seq, "exec_server_message." + r.member) for r in f.execs]
-    items += [(s, "interaction_update.text_delta") for s in f.text_seqs[-1:]]
+    items += [(r.seq, f"{kinds.EXEC_SERVER}.{r.member}") for r in f.execs]
+    items += [(s, kinds.TEXT_DELTA) for s in f.text_seqs[-1:]]
     return sorted(items)
 
 

@@ -93,15 +93,15 @@ def append_rejected(ctx: Context) -> list[Finding]:
             groups.setdefault((f.label, f.content_type), []).append(f)
     out = []
     for (label, ctype), fails in groups.items():
-        if all(f.kind == "client_heartbeat" for f in fails):
+        if all(f.kind == kinds.CLIENT_HEARTBEAT for f in fails):
             # Heartbeats carry nothing the run needs: refused alone they harm nobody (typically one
             # in flight as the run ended, answered 404 once the server had let the stream go).
             continue
         head = fails[0]
-        kinds: dict[str, int] = {}
+        carried_kinds: dict[str, int] = {}
         for f in fails:
-            kinds[f.kind] = kinds.get(f.kind, 0) + 1
-        carried = ", ".join(f"{k} ×{n}" if n > 1 else k for k, n in kinds.items())
+            carried_kinds[f.kind] = carried_kinds.get(f.kind, 0) + 1
+        carried = ", ".join(f"{k} ×{n}" if n > 1 else k for k, n in carried_kinds.items())
         seqno = f" (append_seqno {head.seqno})" if head.seqno is not None else ""
         ct = f" as {ctype}" if ctype else ""
         msg = (f"{len(fails)} BidiAppend{'s' if len(fails) != 1 else ''}{ct} answered {label}; the first, at "
@@ -121,7 +121,7 @@ def append_rejected(ctx: Context) -> list[Finding]:
 def unary_error(ctx: Context) -> list[Finding]:
     info = ctx.session
     facts = ctx.facts
-    if info.get("transport") != "unary" and not (facts.kinds and set(facts.kinds) <= {"unary", "http_error", "empty"}
+    if info.get("transport") != "unary" and not (facts.kinds and set(facts.kinds) <= {"unary", kinds.HTTP_ERROR, kinds.EMPTY}
                                                  and facts.http_errors):
         return []
     status = info.get("http_status") if isinstance(info.get("http_status"), int) else None
