@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from workbench.errors import WorkbenchError
+from workbench.protocol import kinds
 from workbench.store import paths
 from workbench.store.readonly import confine
 
@@ -57,22 +58,20 @@ TABLES = ("sessions", "frames", "blobs", "tool_calls", "findings")
 SNAPSHOT_PAGE_ROWS = 20_000
 SNAPSHOT_PAGE_BYTES = 1024 * 1024 * 1024
 
-FAMILY_SQL = """
+LIFECYCLE_KINDS = (kinds.RUN_REQUEST, kinds.END_STREAM, kinds.TURN_ENDED, kinds.STEP_STARTED, kinds.STEP_COMPLETED,
+                   kinds.USER_MESSAGE_APPENDED, kinds.PREWARM_REQUEST)
+FAMILY_SQL = f"""
 CASE
-  WHEN kind IN ('interaction_update.heartbeat', 'client_heartbeat', 'exec_client_control_message.heartbeat')
-    THEN 'heartbeat'
-  WHEN kind IN ('end_stream.error', 'malformed') OR kind LIKE 'exec_client_control_message.throw' THEN 'error'
-  WHEN kind IN ('interaction_update.text_delta', 'interaction_update.thinking_delta',
-                'interaction_update.thinking_completed', 'interaction_update.token_delta')
-       OR kind LIKE 'interaction_update.summary%' THEN 'text'
-  WHEN kind LIKE 'interaction_update.%tool_call%' OR kind = 'interaction_update.shell_output_delta' THEN 'tool'
+  WHEN kind IN {kinds.sql_list(kinds.HEARTBEATS)} THEN 'heartbeat'
+  WHEN kind IN {kinds.sql_list((kinds.END_STREAM_ERROR, kinds.MALFORMED))} OR kind LIKE '{kinds.EXEC_THROW}' THEN 'error'
+  WHEN kind IN {kinds.sql_list((kinds.TEXT_DELTA, kinds.THINKING_DELTA, kinds.THINKING_COMPLETED, kinds.TOKEN_DELTA))}
+       OR kind LIKE '{kinds.SUMMARY}%' THEN 'text'
+  WHEN kind LIKE 'interaction_update.%tool_call%' OR kind = '{kinds.SHELL_OUTPUT_DELTA}' THEN 'tool'
   WHEN kind LIKE 'exec\\_%' ESCAPE '\\' THEN 'exec'
   WHEN kind LIKE 'kv\\_%' ESCAPE '\\' THEN 'kv'
-  WHEN kind = 'conversation_checkpoint_update' THEN 'checkpoint'
+  WHEN kind = '{kinds.CHECKPOINT}' THEN 'checkpoint'
   WHEN kind LIKE 'interaction\\_query%' ESCAPE '\\' OR kind LIKE 'interaction\\_response%' ESCAPE '\\' THEN 'query'
-  WHEN kind IN ('run_request', 'end_stream', 'interaction_update.turn_ended', 'interaction_update.step_started',
-                'interaction_update.step_completed', 'interaction_update.user_message_appended',
-                'prewarm_request') OR kind LIKE 'conversation_action%' THEN 'lifecycle'
+  WHEN kind IN {kinds.sql_list(LIFECYCLE_KINDS)} OR kind LIKE '{kinds.CONVERSATION_ACTION}%' THEN 'lifecycle'
   WHEN kind IN ('bidi_request_id', 'bidi_poll_request', 'empty', 'unary') THEN 'transport'
   ELSE 'other'
 END"""
@@ -86,9 +85,9 @@ SELECT session_id, seq, ts,
        {FAMILY_SQL} AS family,
        summary, size, flags, msg_type, ref_id, call_id, append_seqno, request_id, error
 FROM frames""",
-    "v_heartbeat_gaps": """
+    "v_heartbeat_gaps": f"""
 WITH s AS (
-  SELECT session_id, seq, ts, kind, kind = 'interaction_update.heartbeat' AS hb
+  SELECT session_id, seq, ts, kind, kind = '{kinds.SERVER_HEARTBEAT}' AS hb
   FROM frames WHERE direction = 'server'),
 g AS (
   SELECT *, sum(CASE WHEN hb THEN 0 ELSE 1 END) OVER (PARTITION BY session_id ORDER BY seq

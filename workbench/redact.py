@@ -30,6 +30,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from workbench.decode.classify import Decoder, Frame
+from workbench.protocol import kinds
 from workbench.wire.envelope import FLAG_COMPRESSED, encode, split_unary
 
 LEVELS = ("secrets", "content")
@@ -408,7 +409,7 @@ def redact_frame(frame: Frame, *, content: bool = False, decoder: Decoder | None
             frame.raw = marker(frame.raw).encode() if frame.raw else frame.raw
             frame.summary = "malformed (content redacted)"
         return frame
-    if frame.kind.startswith("end_stream"):
+    if kinds.is_end_stream(frame.kind):
         return frame
     new = redact_payload(frame.payload, frame.msg_type, content=content)
     if new is frame.payload:

@@ -16,8 +16,9 @@ from typing import Any
 
 from workbench.analysis.model import Config, Finding
 from workbench.analysis.records import EndStream, ExecReq, HeartbeatRun, SessionFacts
-from workbench.analysis.status import StreamError, parse_stream_error
 from workbench.decode.classify import default_decoder
+from workbench.protocol import kinds
+from workbench.protocol.status import StreamError, parse_stream_error
 
 # Session meta "order": how the frames of a session were put in sequence.
 ORDER_TIME = "time"        # as they crossed the wire (captures, client recordings)
@@ -172,7 +173,7 @@ class Context:
             return None
         beats = self.heartbeats_between(ref, end)
         timeout = next((e.seq for e in self.end_streams_between(ref, end)
-                        if e.kind == "end_stream.error" and self.stream_error(e) is not None
+                        if kinds.is_end_stream_error(e.kind) and self.stream_error(e) is not None
                         and self.stream_error(e).code == "deadline_exceeded"), None)  # type: ignore[union-attr]
         need = 1 if self.final else max(1, self.config.heartbeat_min_count)
         if beats >= need or timeout is not None:
@@ -208,7 +209,7 @@ class Context:
         """The parsed error of an end-stream (None when clean or unparseable)."""
         if end.seq not in self._errors:
             err: StreamError | None = None
-            if end.kind == "end_stream.error":
+            if kinds.is_end_stream_error(end.kind):
                 try:
                     err = parse_stream_error(end.payload, end.flags, default_decoder().error_details)
                 except ValueError:

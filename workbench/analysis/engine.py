@@ -36,6 +36,7 @@ from workbench.analysis.records import CallState, HeartbeatRun, SessionFacts
 from workbench.analysis.rules import Context, run_rules
 from workbench.analysis.stamp import mark_analysed
 from workbench.analysis.tools import public_row, tool_rows
+from workbench.protocol import kinds
 from workbench.protocol.run_request import run_request_facts
 from workbench.schema import pb
 from workbench.store.db import Store
@@ -61,15 +62,15 @@ def frames_sql(bulk: bool = True) -> str:
         f"CASE WHEN {_EXCHANGE} THEN {_STATUS} END AS http_status, "
         f"CASE WHEN {_EXCHANGE} THEN coalesce(json_extract_string(meta, '$.content_type'), "
         "json_extract_string(meta, '$.request_headers.\"content-type\"')) END AS content_type, "
-        "CASE WHEN kind = 'http_error' THEN coalesce(error, summary) END AS error, "
+        f"CASE WHEN kind = '{kinds.HTTP_ERROR}' THEN coalesce(error, summary) END AS error, "
         f"CASE WHEN {_EXCHANGE} AND NOT coalesce({_STATUS} BETWEEN 200 AND 299, true) THEN raw END AS raw, "
         f"CASE WHEN {_EXCHANGE} THEN TRY_CAST(json_extract(meta, '$.grpc_status') AS INTEGER) END AS grpc_status "
         f"FROM frames WHERE session_id = ? AND seq >= ? AND seq < ?{skip} ORDER BY seq"
     )
 
 
-_PROGRESS = ("direction = 'server' AND kind NOT IN ('interaction_update.heartbeat', 'empty') "
-             "AND NOT starts_with(kind, 'end_stream')")
+_PROGRESS = (f"direction = 'server' AND kind NOT IN {kinds.sql_list((kinds.SERVER_HEARTBEAT, kinds.EMPTY))} "
+             f"AND NOT starts_with(kind, '{kinds.END_STREAM}')")
 
 
 def _stretches(builder: FactsBuilder, hb_seqs: list[int], hb_ts: list[int], lo: int, hi: int,
@@ -116,7 +117,7 @@ def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run:
     f = builder.facts
     b = src.query(
         "SELECT count(*) AS n, min(seq) AS first_seq, max(seq) AS last_seq, arg_max(epoch_us(ts), seq) AS last_ts, "
-        "max(seq) FILTER (WHERE direction = 'server' AND NOT starts_with(kind, 'end_stream')) AS last_server_seq, "
+        f"max(seq) FILTER (WHERE direction = 'server' AND NOT starts_with(kind, '{kinds.END_STREAM}')) AS last_server_seq, "
         f"arg_max(kind, seq) FILTER (WHERE {_PROGRESS}) AS lk, "
         f"max(seq) FILTER (WHERE {_PROGRESS}) AS lp, "
         f"arg_max(epoch_us(ts), seq) FILTER (WHERE {_PROGRESS}) AS lpt "
@@ -136,13 +137,13 @@ def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run:
                       max(1, min_run))
     unknown = sorted({s for r in runs for s in (r.prev_seq, r.next_seq)
                       if s is not None and s not in builder.server_kind_at})
-    kinds = dict(builder.server_kind_at.items()) if not unknown else {**builder.server_kind_at, **{
+    kind_at = dict(builder.server_kind_at.items()) if not unknown else {**builder.server_kind_at, **{
         r["seq"]: r["kind"] for r in src.query(
             "SELECT seq, kind FROM frames WHERE session_id = ? AND seq IN (SELECT unnest(?))",
             [session_id, unknown]).to_pylist()}}
     for r in runs:
-        r.prev_kind = kinds.get(r.prev_seq) if r.prev_seq is not None else None
-        r.next_kind = kinds.get(r.next_seq) if r.next_seq is not None else None
+        r.prev_kind = kind_at.get(r.prev_seq) if r.prev_seq is not None else None
+        r.next_kind = kind_at.get(r.next_seq) if r.next_seq is not None else None
         r.seg = sum(1 for rr in f.run_requests if rr.seq < r.first_seq)
     f.runs = runs
     for r in src.query("SELECT call_id, count(*) AS n, max(seq) AS last_seq, min(seq) AS first_seq, "
@@ -165,10 +166,10 @@ def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run:
 
 def _bulk_progress(src: Queryable, session_id: str, f: SessionFacts) -> None:
     """The walk skipped the bulk deltas: fold the last of them per segment into the progress marks."""
-    kinds = [k for k in BULK_KINDS if k != HEARTBEAT]
-    if not any(f.kinds.get(k) for k in kinds):
+    bulk = [k for k in BULK_KINDS if k != HEARTBEAT]
+    if not any(f.kinds.get(k) for k in bulk):
         return
-    marks = ", ".join(repr(k) for k in kinds)
+    marks = ", ".join(repr(k) for k in bulk)
     gen = ", ".join(repr(k) for k in GEN_BULK_KINDS)
     rows = src.query(
         "SELECT coalesce(s.seg, 0) AS seg, max(f.seq) AS any_seq, max(f.seq) FILTER (WHERE f.kind IN "
@@ -285,9 +286,9 @@ def _siblings(src: Queryable, session_id: str, conversation_id: str) -> list[tup
     out = {r["session_id"]: r["started_at"] for r in t.to_pylist()}
     # Sessions whose recorder did not fill conversation_id: look at their run requests.
     t = src.query("SELECT f.session_id, f.payload, s.started_at FROM frames f JOIN sessions s USING (session_id) "
-                  "WHERE f.kind = 'run_request' AND f.session_id <> ? AND s.conversation_id IS NULL", [session_id])
+                  "WHERE f.kind = ? AND f.session_id <> ? AND s.conversation_id IS NULL", [kinds.RUN_REQUEST, session_id])
     for r in t.to_pylist():
-        rr = run_request_facts("run_request", r["payload"])
+        rr = run_request_facts(kinds.RUN_REQUEST, r["payload"])
         if rr is not None and rr.conversation_id == conversation_id:
             out[r["session_id"]] = r["started_at"]
     return sorted(out.items(), key=lambda kv: (kv[1] is None, kv[1]))
@@ -297,8 +298,8 @@ def _known_blob_ids(src: Queryable, siblings: list[tuple[str, Any]]) -> set[byte
     if not siblings:
         return set()
     ids = [s for s, _ in siblings]
-    t = src.query("SELECT payload FROM frames WHERE session_id IN (SELECT unnest(?)) "
-                  "AND kind = 'kv_server_message.set_blob_args'", [ids])
+    t = src.query("SELECT payload FROM frames WHERE session_id IN (SELECT unnest(?)) AND kind = ?",
+                  [ids, kinds.KV_SET_BLOB_ARGS])
     out: set[bytes] = set()
     for payload in t.column(0).to_pylist():
         try:
@@ -337,7 +338,8 @@ def _later_payloads(src: Queryable, session_id: str) -> Callable[[], list[tuple[
             t = src.query(
                 "SELECT f.session_id, f.seq, f.payload FROM frames f JOIN sessions s USING (session_id) "
                 "WHERE s.started_at > (SELECT started_at FROM sessions WHERE session_id = ?) "
-                "AND f.direction = 'client' AND (f.kind = 'run_request' OR starts_with(f.kind, 'conversation_action')) "
+                f"AND f.direction = 'client' AND (f.kind = '{kinds.RUN_REQUEST}' "
+                f"OR starts_with(f.kind, '{kinds.CONVERSATION_ACTION}')) "
                 f"AND f.payload IS NOT NULL ORDER BY s.started_at, f.session_id, f.seq LIMIT {_LATER_LIMIT}",
                 [session_id])
             memo.append([(r["session_id"], int(r["seq"]), bytes(r["payload"])) for r in t.to_pylist()])

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from workbench.analysis.records import HttpFailure, SessionFacts
-from workbench.analysis.status import parse_stream_error
+from workbench.protocol.status import parse_stream_error
 
 
 def meta_fields(meta: Any) -> tuple[int | None, str | None, int | None]:

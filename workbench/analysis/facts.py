@@ -39,47 +39,63 @@ from workbench.analysis.records import (
     RunRequest,
     SessionFacts,
 )
-from workbench.analysis.status import grpc_code_name, status_in_text
 from workbench.protocol.args import accumulate_args_text
-from workbench.protocol.matching import (
+from workbench.protocol.kinds import (
+    CHECKPOINT,
     CLIENT_HEARTBEAT,
+    CONVERSATION_ACTION,
+    EMPTY,
+    END_STREAM,
+    END_STREAM_ERROR,
+    EXEC_ABORT,
+    EXEC_CLIENT,
+    EXEC_CLIENT_CONTROL,
+    EXEC_SERVER,
+    EXEC_THROW,
+    HEARTBEAT,
+    HTTP_ERROR,
+    INTERACTION_QUERY,
+    INTERACTION_RESPONSE,
+    KV_CLIENT,
+    KV_SERVER,
+    MALFORMED,
     RUN_REQUEST,
-    SERVER_HEARTBEAT,
+    STEP_COMPLETED,
+    STEP_STARTED,
+    SUMMARY,
+    SUMMARY_COMPLETED,
+    SUMMARY_STARTED,
+    TEXT_DELTA,
+    THINKING_COMPLETED,
+    THINKING_DELTA,
+    TOKEN_DELTA,
     TURN_ENDED,
+    USER_MESSAGE_APPENDED,
+    is_end_stream,
 )
+from workbench.protocol.kinds import PARTIAL_TOOL_CALL as PARTIAL
+from workbench.protocol.kinds import TOOL_CALL_COMPLETED as COMPLETED
+from workbench.protocol.kinds import TOOL_CALL_DELTA as TOOL_DELTA
+from workbench.protocol.kinds import TOOL_CALL_STARTED as STARTED
 from workbench.protocol.run_request import run_request_facts
+from workbench.protocol.status import grpc_code_name, status_in_text
 
-HEARTBEAT = SERVER_HEARTBEAT
-TEXT_DELTA = "interaction_update.text_delta"
-TOKEN_DELTA = "interaction_update.token_delta"
-THINKING_DELTA = "interaction_update.thinking_delta"
-PARTIAL = "interaction_update.partial_tool_call"
-STARTED = "interaction_update.tool_call_started"
-COMPLETED = "interaction_update.tool_call_completed"
-TOOL_DELTA = "interaction_update.tool_call_delta"
-CHECKPOINT = "conversation_checkpoint_update"
-HTTP_ERROR = "http_error"
 NDJSON = "cli_ndjson"
 
 # Kinds whose payload the walk parses; the batch query fetches payload bytes for these only
 # (and for every BidiAppend, whose duplicates are compared by content).
-PAYLOAD_KINDS = (PARTIAL, STARTED, COMPLETED, CHECKPOINT, RUN_REQUEST, "end_stream.error",
-                 "exec_client_control_message.throw")
-PAYLOAD_PREFIXES = ("exec_server_message", "exec_client_message", "kv_server_message", "kv_client_message",
-                    "interaction_response", "conversation_action")
+PAYLOAD_KINDS = (PARTIAL, STARTED, COMPLETED, CHECKPOINT, RUN_REQUEST, END_STREAM_ERROR, EXEC_THROW)
+PAYLOAD_PREFIXES = (EXEC_SERVER, EXEC_CLIENT, KV_SERVER, KV_CLIENT, INTERACTION_RESPONSE, CONVERSATION_ACTION)
 # Frames the batch walk skips: SQL aggregates stand in for them (see engine.load_facts).
 # (Client heartbeats stay in the walk: as BidiAppends they carry append_seqno.)
 BULK_KINDS = (HEARTBEAT, TEXT_DELTA, TOOL_DELTA, TOKEN_DELTA, THINKING_DELTA)
 # Server frames that show the model produced something new: a run that sends one of these after
 # an obligation has moved past it.
-GEN_KINDS = frozenset({TEXT_DELTA, TOKEN_DELTA, THINKING_DELTA, "interaction_update.thinking_completed",
-                       "interaction_update.step_started", "interaction_update.step_completed", TURN_ENDED,
-                       "interaction_update.summary", "interaction_update.summary_started",
-                       "interaction_update.summary_completed", "interaction_update.user_message_appended",
-                       CHECKPOINT})
+GEN_KINDS = frozenset({TEXT_DELTA, TOKEN_DELTA, THINKING_DELTA, THINKING_COMPLETED, STEP_STARTED, STEP_COMPLETED,
+                       TURN_ENDED, SUMMARY, SUMMARY_STARTED, SUMMARY_COMPLETED, USER_MESSAGE_APPENDED, CHECKPOINT})
 GEN_BULK_KINDS = (TEXT_DELTA, TOKEN_DELTA, THINKING_DELTA)
 # Server frames that are not progress of any kind (KV traffic is housekeeping, not progress).
-_NOT_PROGRESS_PREFIXES = ("end_stream", "kv_server_message", HTTP_ERROR, "malformed")
+_NOT_PROGRESS_PREFIXES = (END_STREAM, KV_SERVER, HTTP_ERROR, MALFORMED)
 # Heartbeat stretches shorter than this are not worth remembering (rules use larger thresholds).
 _MIN_RUN_KEPT = 2
 _RUN_SAMPLE = 20
@@ -202,7 +218,7 @@ class FactsBuilder(RequestPairing):
             ts = tss[i]
             kind_counts[kind] = kind_counts.get(kind, 0) + 1
             if dirs[i] == "server":
-                if kind == "empty":
+                if kind == EMPTY:
                     if layout:
                         self.neutral_seqs.append(seq)
                     continue  # an empty RunPoll answer: neither progress nor a heartbeat
@@ -213,7 +229,7 @@ class FactsBuilder(RequestPairing):
                     continue
                 if f.open_run is not None:
                     self._close_run(seq, kind)
-                if not kind.startswith("end_stream"):
+                if not is_end_stream(kind):
                     f.last_server_seq = seq
                     f.last_server_kind = kind
                     f.last_progress_seq = seq
@@ -241,7 +257,7 @@ class FactsBuilder(RequestPairing):
             if h is not None:
                 if h == self._on_end_stream and transports[i] == "bidi_append":
                     # the answer to one BidiAppend (a gRPC-Web trailer, a Connect error), not the run's end
-                    if kind == "end_stream.error":
+                    if kind == END_STREAM_ERROR:
                         f.http_errors.append(HttpError(seq, "bidi_append", "", rids[i], seqnos[i], None,
                                                        error_code(payloads[i] or b"", flags[i] or 0)))
                     continue
@@ -346,25 +362,25 @@ class FactsBuilder(RequestPairing):
             return self._on_checkpoint
         if kind == RUN_REQUEST:
             return self._on_run_request
-        if kind.startswith("end_stream"):
+        if is_end_stream(kind):
             return self._on_end_stream
-        if kind.startswith("exec_server_message."):
+        if kind.startswith(f"{EXEC_SERVER}."):
             return self._on_exec
-        if kind.startswith("exec_client_message"):
+        if kind.startswith(EXEC_CLIENT):
             return self._on_exec_result
-        if kind.startswith("exec_client_control_message."):
+        if kind.startswith(f"{EXEC_CLIENT_CONTROL}."):
             return self._on_exec_control
-        if kind == "exec_server_control_message.abort":
+        if kind == EXEC_ABORT:
             return self._on_abort
-        if kind.startswith("kv_server_message."):
+        if kind.startswith(f"{KV_SERVER}."):
             return self._on_kv
-        if kind.startswith("kv_client_message."):
+        if kind.startswith(f"{KV_CLIENT}."):
             return self._on_kv_result
-        if kind.startswith("interaction_query"):
+        if kind.startswith(INTERACTION_QUERY):
             return self._on_query
-        if kind.startswith("interaction_response"):
+        if kind.startswith(INTERACTION_RESPONSE):
             return self._on_response
-        if kind == "malformed":
+        if kind == MALFORMED:
             return self._on_malformed
         return None
 

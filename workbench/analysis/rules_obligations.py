@@ -15,6 +15,7 @@ from workbench.analysis.blobs import summarize_blob
 from workbench.analysis.context import ORDER_NOTE, Context, exec_label, rule
 from workbench.analysis.model import Finding
 from workbench.analysis.records import ExecReq, HeartbeatRun
+from workbench.protocol import kinds
 
 REQUEST_CONTEXT = "request_context_args"
 _CLOSE_FIX = ("If this server waits for it (the service did in December 2025; a result completes an exec for "
@@ -56,7 +57,7 @@ def heartbeat_loop(ctx: Context) -> list[Finding]:
     for run in ctx.runs:
         if run.count < cfg.heartbeat_min_count or run.span_s < cfg.heartbeat_min_span_s:
             continue
-        recovered = run.next_kind is not None and not run.next_kind.startswith("end_stream")
+        recovered = run.next_kind is not None and not kinds.is_end_stream(run.next_kind)
         if recovered:
             continue  # a long wait the server came back from is not a loop
         # Heartbeats after the turn ended, with no new client input since, are just an idle stream.
@@ -113,8 +114,8 @@ def _stall_cause(ctx: Context, run: HeartbeatRun) -> tuple[str, list[int], str]:
                        if f.transport == "bidi_append" and (f.status or f.grpc) and f.seq < run.first_seq),
                       key=lambda f: f.seq)
     if rejected:
-        f = next((f for f in rejected if f.kind == "run_request"), rejected[-1])
-        never = ", so the run never started" if f.kind == "run_request" else ""
+        f = next((f for f in rejected if f.kind == kinds.RUN_REQUEST), rejected[-1])
+        never = ", so the run never started" if f.kind == kinds.RUN_REQUEST else ""
         return (f" Likely cause: the BidiAppend carrying {f.kind} at seq {f.seq} was refused ({f.label}; "
                 f"see append_rejected): the server never got it{never}.", [f.seq], "Fix the rejected append first.")
     before = [b for b in ctx.blobs if b["op"] == "set" and b.get("role") == "assistant" and b["seq"] < run.first_seq]
@@ -263,8 +264,8 @@ def _parts_label(parts: list[dict[str, Any]] | None) -> str:
             bits.append(f"text {json.dumps(p.get('text', '')[:60])}")
         else:
             bits.append(p["type"])
-    kinds = {p["type"] for p in parts}
-    note = " (not text)" if "text" not in kinds else ""
+    types = {p["type"] for p in parts}
+    note = " (not text)" if "text" not in types else ""
     return ", ".join(bits) + note
 
 

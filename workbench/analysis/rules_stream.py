@@ -7,7 +7,8 @@ from workbench.analysis.context import Context, rule
 from workbench.analysis.facts import COMPLETED, TURN_ENDED
 from workbench.analysis.model import Finding
 from workbench.analysis.records import HttpError, RunRequest
-from workbench.analysis.status import (
+from workbench.protocol import kinds
+from workbench.protocol.status import (
     CONNECT_CODES,
     DEFAULT_FIX,
     ERROR_FIX,
@@ -36,7 +37,7 @@ def missing_conversation_state(ctx: Context) -> list[Finding]:
         if not rr.has_state:
             if ctx.turn_ended_between(rr.seq, end):
                 continue  # this server answered it anyway
-            errors = [e for e in ctx.end_streams_between(rr.seq, end) if e.kind == "end_stream.error"]
+            errors = [e for e in ctx.end_streams_between(rr.seq, end) if kinds.is_end_stream_error(e.kind)]
             said = ""
             if errors:
                 err = ctx.stream_error(errors[0])
@@ -118,7 +119,7 @@ def stream_ended_without_turn_end(ctx: Context) -> list[Finding]:
         end = ctx.seg_end(seg)
         ended_by_next = end is not None
         ends = ctx.end_streams_between(start, end)
-        if any(e.kind == "end_stream.error" for e in ends) or (end is None and session_server_error(ctx)):
+        if any(kinds.is_end_stream_error(e.kind) for e in ends) or (end is None and session_server_error(ctx)):
             continue  # server_error explains it
         if any(r.seg == seg and not r.result_seqs and r.throw_seq is None and r.close_seq is None
                and ctx.handed_off(r) for r in facts.execs):
@@ -169,10 +170,10 @@ def _last_server_before(ctx: Context, end: int | None) -> tuple[int | None, str]
 
 def _server_markers(ctx: Context) -> list[tuple[int, str]]:
     f = ctx.facts
-    items = [(s, TURN_ENDED) for s, _ in f.turn_ended] + [(s, "conversation_checkpoint_update") for s, _g, _p in f.checkpoints]
+    items = [(s, TURN_ENDED) for s, _ in f.turn_ended] + [(s, kinds.CHECKPOINT) for s, _g, _p in f.checkpoints]
     items += [(c.completed_seq, COMPLETED) for c in f.calls.values() if c.completed_seq is not None]
-    items += [(r.seq, "exec_server_message." + r.member) for r in f.execs]
-    items += [(s, "interaction_update.text_delta") for s in f.text_seqs[-1:]]
+    items += [(r.seq, f"{kinds.EXEC_SERVER}.{r.member}") for r in f.execs]
+    items += [(s, kinds.TEXT_DELTA) for s in f.text_seqs[-1:]]
     return sorted(items)
 
 
@@ -200,7 +201,7 @@ def server_error(ctx: Context) -> list[Finding]:
     out = []
     unary = ctx.session.get("transport") == "unary"  # unary_error speaks for unary calls
     for end in ctx.facts.end_streams:
-        if end.kind != "end_stream.error" or unary:
+        if not kinds.is_end_stream_error(end.kind) or unary:
             continue
         err = ctx.stream_error(end)
         if err is None:

@@ -9,7 +9,8 @@ from typing import Any
 from workbench.analysis.context import ORDER_TIME, Context, rule
 from workbench.analysis.model import Finding
 from workbench.analysis.records import Append, HttpFailure
-from workbench.analysis.status import DEFAULT_FIX, ERROR_FIX, grpc_code_name, http_cause, looks_enveloped
+from workbench.protocol import kinds
+from workbench.protocol.status import DEFAULT_FIX, ERROR_FIX, grpc_code_name, http_cause, looks_enveloped
 
 
 def _failed(status: int | None) -> bool:
@@ -92,15 +93,15 @@ def append_rejected(ctx: Context) -> list[Finding]:
             groups.setdefault((f.label, f.content_type), []).append(f)
     out = []
     for (label, ctype), fails in groups.items():
-        if all(f.kind == "client_heartbeat" for f in fails):
+        if all(f.kind == kinds.CLIENT_HEARTBEAT for f in fails):
             # Heartbeats carry nothing the run needs: refused alone they harm nobody (typically one
             # in flight as the run ended, answered 404 once the server had let the stream go).
             continue
         head = fails[0]
-        kinds: dict[str, int] = {}
+        carried_kinds: dict[str, int] = {}
         for f in fails:
-            kinds[f.kind] = kinds.get(f.kind, 0) + 1
-        carried = ", ".join(f"{k} ×{n}" if n > 1 else k for k, n in kinds.items())
+            carried_kinds[f.kind] = carried_kinds.get(f.kind, 0) + 1
+        carried = ", ".join(f"{k} ×{n}" if n > 1 else k for k, n in carried_kinds.items())
         seqno = f" (append_seqno {head.seqno})" if head.seqno is not None else ""
         ct = f" as {ctype}" if ctype else ""
         msg = (f"{len(fails)} BidiAppend{'s' if len(fails) != 1 else ''}{ct} answered {label}; the first, at "
@@ -120,14 +121,14 @@ def append_rejected(ctx: Context) -> list[Finding]:
 def unary_error(ctx: Context) -> list[Finding]:
     info = ctx.session
     facts = ctx.facts
-    if info.get("transport") != "unary" and not (facts.kinds and set(facts.kinds) <= {"unary", "http_error", "empty"}
+    if info.get("transport") != "unary" and not (facts.kinds and set(facts.kinds) <= {"unary", kinds.HTTP_ERROR, kinds.EMPTY}
                                                  and facts.http_errors):
         return []
     status = info.get("http_status") if isinstance(info.get("http_status"), int) else None
     fails = [f for f in facts.http_failures.values() if f.transport == "unary"]
     if status is None and fails:
         status = fails[0].status
-    errors = [e for e in facts.end_streams if e.kind == "end_stream.error"]
+    errors = [e for e in facts.end_streams if kinds.is_end_stream_error(e.kind)]
     grpc = _grpc_status(info)
     text = next((e.text for e in facts.http_errors if e.text), None)
     failed_http = status is not None and status >= 400
@@ -209,11 +210,11 @@ def end_stream_not_delivered(ctx: Context) -> list[Finding]:
     last_seq, last_ts, _k = f.after_end[-1]
     turn = [s for s, _g in f.turn_ended if s < end.seq]
     after_turn = f" after turn_ended at seq {turn[-1]}" if turn else ""
-    kinds = sorted({k for _s, _t, k in f.after_end})
+    sent = sorted({k for _s, _t, k in f.after_end})
     return [ctx.finding(
         "end_stream_not_delivered",
         f"the server ended the stream at seq {end.seq}{after_turn}, but the client kept sending: "
-        f"{f.after_end_count} frame(s) ({', '.join(kinds[:4])}), the last at seq {last_seq} "
+        f"{f.after_end_count} frame(s) ({', '.join(sent[:4])}), the last at seq {last_seq} "
         f"{(last_ts - end.ts) / 1e6:.1f} s later, more than {what} ({interval:.1f} s)"
         + (f" plus the slowest KV round trip of the session ({trip_s:.1f} s)" if trip_s >= 0.05 else "")
         + ". The client evidently never saw the end of the response.",

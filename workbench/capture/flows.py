@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from workbench.decode.classify import Frame, StreamDecoder
+from workbench.protocol import kinds
 from workbench.protocol.status import ExchangeEnd, framing_of
 
 
@@ -133,9 +134,9 @@ class Flow:
 
     def note_end(self, f: Frame) -> None:
         """A server frame; one that ends the response (end-stream, gRPC-Web trailer frame) is noted."""
-        if f.kind.startswith("end_stream"):
+        if kinds.is_end_stream(f.kind):
             self.saw_end = True
-            if f.kind == "end_stream.error":
+            if kinds.is_end_stream_error(f.kind):
                 self.end_error = f.summary
 
     def ending(self, grpc: dict[str, str], failure: str | None, reset: dict[str, Any] | None = None) -> ExchangeEnd:

@@ -54,6 +54,7 @@ from workbench.decode.classify import (
     default_decoder,
     http_error_frame,
 )
+from workbench.protocol import kinds
 from workbench.protocol.append_meta import answer_grpc, append_answer, append_exchange_meta
 from workbench.protocol.content_coding import undo_body
 from workbench.protocol.labels import fill_label
@@ -295,7 +296,7 @@ class CaptureWriter:
 
     @staticmethod
     def _scrub(f: Frame) -> None:
-        if f.payload and not f.kind.startswith("end_stream"):
+        if f.payload and not kinds.is_end_stream(f.kind):
             f.payload = marker(f.payload).encode()
             f.raw = None
             f.summary = f"{f.kind}: credential payload redacted"

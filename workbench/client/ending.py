@@ -23,6 +23,7 @@ from typing import Any
 from workbench.client._pb import pb
 from workbench.decode.classify import Frame, default_decoder, http_error_frame
 from workbench.errors import WorkbenchError
+from workbench.protocol import kinds
 from workbench.protocol.append_meta import answer_grpc
 from workbench.protocol.status import GRPC_WEB, ExchangeEnd, session_status
 from workbench.wire.endstream import EndStream, end_from_grpc, parse_end_stream, parse_grpc_web_trailer
@@ -125,7 +126,7 @@ class EndSeen:
 
     def note_end(self, frame: Frame) -> None:
         self.end_frame = self.response_ended = True
-        if frame.kind == "end_stream.error":
+        if kinds.is_end_stream_error(frame.kind):
             self.end_error = frame.summary
 
     def exchange_end(self, transport: str, framing: str) -> ExchangeEnd:
@@ -143,13 +144,13 @@ def judge_append(http_status: int, body: bytes, headers: Iterable[tuple[str, str
         answer = [http_error_frame(http_status, body)]
     elif framing == GRPC_WEB and body:
         answer = default_decoder().decode_body(body, "bidi_append", "server")
-    ends = [f for f in answer if f.kind.startswith("end_stream")]
+    ends = [f for f in answer if kinds.is_end_stream(f.kind)]
     grpc = answer_grpc(headers, None, answer)
     status, err = session_status(ExchangeEnd(
         "bidi_append", http_status, framing, grpc.get("grpc-status"), grpc.get("grpc-message"), bool(ends),
-        next((f.summary for f in ends if f.kind == "end_stream.error"), None),
-        next((f.summary for f in answer if f.kind == "http_error"), None)))
-    return status, err, [f for f in answer if f.kind in ("http_error", "end_stream.error")]
+        next((f.summary for f in ends if kinds.is_end_stream_error(f.kind)), None),
+        next((f.summary for f in answer if f.kind == kinds.HTTP_ERROR), None)))
+    return status, err, [f for f in answer if f.kind in (kinds.HTTP_ERROR, kinds.END_STREAM_ERROR)]
 
 
 __all__ = ["EndSeen", "TransportError", "end_of", "eof_end", "error_from_http", "grpc_web_end", "judge_append"]

@@ -37,6 +37,7 @@ from workbench.decode.frame import WIRE_LENGTH as WIRE_LENGTH
 from workbench.decode.frame import Frame as Frame
 from workbench.decode.frame import http_error_frame as http_error_frame
 from workbench.decode.lenient import Found, Mismatch, WireError, known_unknowns, repair
+from workbench.protocol.kinds import END_STREAM, END_STREAM_ERROR, MALFORMED
 from workbench.schema.loader import Schema, load_schema
 from workbench.wire.endstream import b64decode_loose, parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import (
@@ -314,7 +315,7 @@ class Decoder(FastPaths):
         if env.is_trailer:
             t = parse_grpc_web_trailer(env.payload)
             status = t.get("grpc-status", "?")
-            kind = "end_stream" if status == "0" else "end_stream.error"
+            kind = END_STREAM if status == "0" else END_STREAM_ERROR
             return Frame(kind, f"grpc-web trailer status {status} {t.get('grpc-message', '')}".rstrip(),
                          env.payload, flags=env.flags, error=env.error)
         if env.deferred:
@@ -367,7 +368,7 @@ class Decoder(FastPaths):
         except ValueError as exc:
             return Frame("malformed", "bad end-stream", env.payload, flags=env.flags, error=str(exc))
         if not es.is_error:
-            return Frame("end_stream", "end-stream ok", env.payload, flags=env.flags)
+            return Frame(END_STREAM, "end-stream ok", env.payload, flags=env.flags)
         label = ""
         for d in es.details:
             v = d.get("value") or {}
@@ -376,7 +377,7 @@ class Decoder(FastPaths):
             if label:
                 break
         msg = summary.quote(es.message or "", 50)
-        return Frame("end_stream.error", f"{es.code} {msg} {label}".rstrip(), env.payload, flags=env.flags)
+        return Frame(END_STREAM_ERROR, f"{es.code} {msg} {label}".rstrip(), env.payload, flags=env.flags)
 
     def error_details(self, raw: bytes) -> dict[str, Any]:
         from workbench.decode.tree import message_to_tree
@@ -405,7 +406,7 @@ class Decoder(FastPaths):
                          error=f"BidiAppend data is not hex: {exc}", request_id=request_id,
                          append_seqno=seqno)
         f = self.classify_agent(inner, CLIENT_MSG)
-        if f.kind == "malformed":
+        if f.kind == MALFORMED:
             f.error = f"BidiAppend data is not an AgentClientMessage ({f.error})"
         f.raw = body
         f.request_id = request_id

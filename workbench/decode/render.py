@@ -16,6 +16,7 @@ from workbench.decode.classify import (
 )
 from workbench.decode.lenient import MAX_FOUND
 from workbench.decode.tree import TREE_LIMIT, cut_tree, decode_unknown, hex_tree, message_to_tree, place_all
+from workbench.protocol.kinds import is_end_stream
 from workbench.wire.endstream import parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import FLAG_COMPRESSED
 
@@ -39,7 +40,7 @@ def fields_of(decoder: Decoder, kind: str, payload: bytes, msg_type: str | None,
         tree = fields_of(decoder, inner.kind, inner.payload, inner.msg_type, 0, found)
         head = {"$inflated": {"kind": inner.kind, "summary": inner.summary, "size": len(inner.payload)}}
         return {**head, **tree} if isinstance(tree, dict) else {**head, "$value": tree}
-    if kind.startswith("end_stream"):
+    if is_end_stream(kind):
         if flags & 0x80:
             return parse_grpc_web_trailer(payload)
         try:

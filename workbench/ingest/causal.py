@@ -18,6 +18,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from workbench.protocol import kinds
 from workbench.protocol.matching import START, FrameLike, pair_messages
 
 
@@ -68,7 +69,7 @@ def causal_positions(server: Sequence[FrameLike], client: Sequence[ClientMessage
         raise OrderUnknown(pairing.problem)
     n = len(server)
     # Messages without a time of their own stay before the final end-stream frame.
-    end_cap = n - 1 if n and server[-1].kind.startswith("end_stream") else n
+    end_cap = n - 1 if n and kinds.is_end_stream(server[-1].kind) else n
     lower: list[int | None] = []
     for c, target in zip(client, pairing.answers, strict=True):
         bound = None if target is None else 0 if target == START else target + 1

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.decode.classify import CLIENT_MSG, Decoder, Frame, http_error_frame
+from workbench.protocol import kinds
 from workbench.protocol.append_meta import append_answer
 from workbench.protocol.content_coding import undo_body
 from workbench.protocol.labels import fill_label
@@ -204,12 +205,12 @@ def exchange_end(part: Part) -> ExchangeEnd:
     """What the file says about how this exchange ended (``workbench.protocol.status``)."""
     ex = part.ex
     grpc = grpc_fields(ex.resp_headers, ex.trailers)
-    end_error = next((f.summary for f in part.server if f.kind == "end_stream.error"), None)
-    http_error = next((f.error for f in part.server if f.kind == "http_error"), None)
+    end_error = next((f.summary for f in part.server if kinds.is_end_stream_error(f.kind)), None)
+    http_error = next((f.error for f in part.server if f.kind == kinds.HTTP_ERROR), None)
     missing = tuple((side, why) for side, why in (("response", ex.resp_missing), ("request", ex.req_missing)) if why)
     return ExchangeEnd(part.route.transport, ex.status, framing_of(ex.header("content-type")),
                        grpc.get("grpc-status"), grpc.get("grpc-message"),
-                       any(f.kind.startswith("end_stream") for f in part.server), end_error, http_error,
+                       any(kinds.is_end_stream(f.kind) for f in part.server), end_error, http_error,
                        failure=ex.error, reset=ex.reset, missing=missing)
 
 

@@ -1,7 +1,9 @@
 """Protocol concepts shared by every source and reader of agent traffic (capture, imports, client,
 simulator, analysis, fixtures), each written once:
 
-``status``: how a recorded exchange ends (a session's status and error, docs/protocol.md §2).
+``status``: how a recorded exchange ends (a session's status and error, docs/protocol.md §2), and what
+a status or an error code means (§7).
+``kinds``: frame kind names and the predicates every kind test uses (heartbeats, end-stream, families).
 ``append_meta``: the facts of a BidiAppend's exchange kept on its frames (``frames.meta``).
 ``run_request``: model, conversation, state and prompt of a run's opening message.
 ``args``: tool-call argument accumulation (snapshots vs increments), McpArgs merging and values.

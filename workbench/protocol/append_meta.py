@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from workbench.decode.classify import Frame
+from workbench.protocol import kinds
 from workbench.protocol.status import grpc_fields
 from workbench.wire.endstream import parse_grpc_web_trailer
 from workbench.wire.envelope import FLAG_TRAILER
@@ -53,7 +54,7 @@ def answer_grpc(response_headers: Iterable[tuple[str, str]] | None, trailers: Ma
     """``grpc-status``/``grpc-message`` of an exchange's answer: response headers, then HTTP
     trailers, then the gRPC-Web trailer frames (flag 0x80) among the decoded answer frames."""
     frames = [parse_grpc_web_trailer(f.payload) for f in answer
-              if f.kind.startswith("end_stream") and f.flags & FLAG_TRAILER]
+              if kinds.is_end_stream(f.kind) and f.flags & FLAG_TRAILER]
     return grpc_fields(response_headers, trailers, *frames)
 
 
@@ -65,10 +66,10 @@ def append_answer(frames: Iterable[Frame]) -> tuple[list[Frame], dict[str, str]]
     kept: list[Frame] = []
     grpc: dict[str, str] = {}
     for f in frames:
-        if f.kind.startswith("end_stream") and f.flags & FLAG_TRAILER:
+        if kinds.is_end_stream(f.kind) and f.flags & FLAG_TRAILER:
             grpc.update({k: v for k, v in parse_grpc_web_trailer(f.payload).items()
                          if k in ("grpc-status", "grpc-message")})
-        if f.kind == "end_stream.error" or not (f.kind.startswith("end_stream") or f.kind == "empty"):
+        if kinds.is_end_stream_error(f.kind) or not (kinds.is_end_stream(f.kind) or f.kind == kinds.EMPTY):
             kept.append(f)
     return kept, grpc
 

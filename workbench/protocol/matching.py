@@ -46,13 +46,15 @@ from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
 
-RUN_REQUEST = "run_request"
-PREWARM_REQUEST = "prewarm_request"
-TURN_ENDED = "interaction_update.turn_ended"
-FOLLOWUP_ACTION = "conversation_action.user_message_action"
-CLIENT_HEARTBEAT = "client_heartbeat"
-SERVER_HEARTBEAT = "interaction_update.heartbeat"
-EXEC_HEARTBEAT = "exec_client_control_message.heartbeat"
+from workbench.protocol.kinds import (
+    CLIENT_HEARTBEAT,
+    EXEC_HEARTBEAT,
+    FOLLOWUP_ACTION,
+    RUN_REQUEST,
+    SERVER_HEARTBEAT,
+    TURN_ENDED,
+    is_heartbeat,
+)
 
 # family of the server message that asks / the client message that answers, by top-level member
 _SERVER_ASKS = {"exec_server_message": "exec", "kv_server_message": "kv", "interaction_query": "query"}
@@ -170,11 +172,6 @@ def client_message_correlation(msg: Any) -> Correlation | None:
 def is_followup(kind: str) -> bool:
     """A client message that starts a new turn on an open run (after the first run_request)."""
     return kind in (RUN_REQUEST, FOLLOWUP_ACTION)
-
-
-def is_heartbeat(kind: str) -> bool:
-    """Timing-only messages (either side): they answer nothing and nothing answers them."""
-    return kind in (CLIENT_HEARTBEAT, SERVER_HEARTBEAT, EXEC_HEARTBEAT)
 
 
 @dataclass

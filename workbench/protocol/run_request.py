@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
 
-RUN_REQUEST = "run_request"
-PREWARM_REQUEST = "prewarm_request"
+from workbench.protocol.kinds import PREWARM_REQUEST, RUN_REQUEST
+
 OPENING_KINDS = (RUN_REQUEST, PREWARM_REQUEST)
 
 

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from workbench.protocol import kinds
 from workbench.schema import pb
 from workbench.sim.exec_completion import ExecWait, exec_numeric_id_of
 from workbench.sim.state import RunRecord
@@ -83,8 +84,9 @@ class ClientLink:
             kind = msg.WhichOneof("message") or "empty"
             sub = getattr(msg, kind) if kind != "empty" else None
             member = sub.WhichOneof(ONEOF[kind]) if sub is not None and kind in ONEOF else None
-            self.rec.client_kinds.append(f"{kind}.{member}" if member else kind)
-            if kind == "client_heartbeat" or (kind == "exec_client_control_message" and member == "heartbeat"):
+            label = f"{kind}.{member}" if member else kind
+            self.rec.client_kinds.append(label)
+            if kinds.is_client_heartbeat(label):
                 continue
             if kind == "conversation_action" and member == "cancel_action":
                 self.cancelled.set()

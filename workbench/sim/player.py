@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from workbench.protocol import kinds
 from workbench.schema import pb
 from workbench.sim import history
 from workbench.sim.client_link import ClientLink, ParkTimeout
@@ -142,9 +143,9 @@ class ScenarioRun:
                 return None
             kind = msg.WhichOneof("message") or "empty"
             self.rec.client_kinds.append(kind)
-            if kind in ("client_heartbeat", "prewarm_request"):
+            if kind in (kinds.CLIENT_HEARTBEAT, kinds.PREWARM_REQUEST):
                 continue
-            if kind != "run_request":
+            if kind != kinds.RUN_REQUEST:
                 await self.fail(connect_error("invalid_argument", f"expected run_request first, got {kind}"))
                 return None
             break

@@ -27,6 +27,7 @@ import zlib
 from typing import Any
 
 from workbench.decode.frame import BIDI_APPEND, BIDI_POLL_RESP, CLIENT_MSG, COMPRESSED, SERVER_MSG, Frame
+from workbench.protocol.kinds import is_end_stream
 from workbench.redact import (
     SECRET_MESSAGE_TYPES,
     marker,
@@ -214,7 +215,7 @@ def gate_frame(f: Frame, *, carried: str | None = None, limit: int = SCRUB_LIMIT
             f.payload = marker(f.payload).encode()
             f.raw = None
             f.error = f"{f.error}; {note}" if f.error else note
-    elif f.payload and f.msg_type is None and not f.kind.startswith("end_stream"):
+    elif f.payload and f.msg_type is None and not is_end_stream(f.kind):
         f.payload = redact_untyped(f.payload)  # an RPC the schema does not name: read as agent messages
         if f.raw and f.payload is not f.raw and redact_untyped(f.raw) is not f.raw:
             f.raw = marker(f.raw).encode()

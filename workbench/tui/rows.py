@@ -16,10 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from workbench.protocol import kinds
+
 # Both directions' keep-alives fold together: a heartbeat loop is server and client heartbeats
 # interleaved, and folding only one kind would leave a row per 5 s of silence.
-HEARTBEAT_KINDS = ("interaction_update.heartbeat", "client_heartbeat", "exec_client_control_message.heartbeat")
-HB_SQL = "kind IN (" + ", ".join(f"'{k}'" for k in HEARTBEAT_KINDS) + ")"
+HEARTBEAT_KINDS = kinds.HEARTBEATS
+HB_SQL = "kind IN " + kinds.sql_list(HEARTBEAT_KINDS)
 # Runs shorter than this stay unfolded: folding two heartbeats saves one row and hides detail.
 MIN_FOLD = 2
 

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from workbench.decode.classify import Decoder, Frame, default_decoder
+from workbench.protocol import kinds
 from workbench.protocol.labels import fill_label
 from workbench.schema import pb
 from workbench.store.db import SessionInfo, Store, us_to_datetime
@@ -165,13 +166,13 @@ def build_sample_db(path: str | Path, decoder: Decoder | None = None) -> Path:
                                       status="error", error="resource_exhausted", label="rate_limit"), err_turn(),
                 BASE_US + 900_000_000)
         rec.flush()
-        kinds = {int(r["seq"]): r["kind"] for r in store.query(
+        kind_at = {int(r["seq"]): r["kind"] for r in store.query(
             "SELECT seq, kind FROM frames WHERE session_id = ? ORDER BY seq", [HANG_SESSION]).to_pylist()}
-        exec_seq = next(s for s, k in kinds.items() if k == "exec_server_message.shell_stream_args")
-        results = [s for s, k in kinds.items() if k.startswith("exec_client_message")]
-        hbs = [s for s, k in kinds.items() if k == "interaction_update.heartbeat"]
-        partials = [s for s, k in kinds.items() if k == "interaction_update.partial_tool_call"]
-        get_seq = next(s for s, k in kinds.items() if k == "kv_server_message.get_blob_args")
+        exec_seq = next(s for s, k in kind_at.items() if k == kinds.SHELL_STREAM_ARGS)
+        results = [s for s, k in kind_at.items() if kinds.in_family(k, kinds.EXEC_CLIENT)]
+        hbs = [s for s, k in kind_at.items() if k == kinds.SERVER_HEARTBEAT]
+        partials = [s for s, k in kind_at.items() if k == kinds.PARTIAL_TOOL_CALL]
+        get_seq = next(s for s, k in kind_at.items() if k == kinds.KV_GET_BLOB_ARGS)
         created = us_to_datetime(BASE_US + 3_600_000_000)
         findings = [
             dict(session_id=HANG_SESSION, code="exec_no_stream_close", severity="error",

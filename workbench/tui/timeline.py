@@ -19,6 +19,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from workbench.protocol import kinds
 from workbench.tui.data import FrameIndex, RowRef
 
 KIND_WIDTH = 40       # the kind column on a wide screen
@@ -28,25 +29,25 @@ ROW_PREFIX = 16       # evidence mark, time offset, direction arrow
 CACHE_LIMIT = 50_000
 
 _FAMILY_STYLES: list[tuple[str, Style]] = [
-    ("end_stream.error", Style(color="bright_red", bold=True)),
-    ("malformed", Style(color="bright_red", bold=True)),
-    ("end_stream", Style(color="green", bold=True)),
-    ("run_request", Style(color="bright_white", bold=True)),
-    ("interaction_update.heartbeat", Style(color="grey50")),
-    ("client_heartbeat", Style(color="grey50")),
-    ("exec_client_control_message.heartbeat", Style(color="grey50")),
-    ("interaction_update.turn_ended", Style(color="green", bold=True)),
+    (kinds.END_STREAM_ERROR, Style(color="bright_red", bold=True)),
+    (kinds.MALFORMED, Style(color="bright_red", bold=True)),
+    (kinds.END_STREAM, Style(color="green", bold=True)),
+    (kinds.RUN_REQUEST, Style(color="bright_white", bold=True)),
+    (kinds.SERVER_HEARTBEAT, Style(color="grey50")),
+    (kinds.CLIENT_HEARTBEAT, Style(color="grey50")),
+    (kinds.EXEC_HEARTBEAT, Style(color="grey50")),
+    (kinds.TURN_ENDED, Style(color="green", bold=True)),
     ("interaction_update.tool_call", Style(color="magenta")),
-    ("interaction_update.partial_tool_call", Style(color="magenta")),
+    (kinds.PARTIAL_TOOL_CALL, Style(color="magenta")),
     ("interaction_update.thinking", Style(color="bright_blue")),
-    ("interaction_update", Style(color="cyan")),
-    ("exec_client_control_message", Style(color="bright_yellow")),
-    ("exec_server_control_message", Style(color="bright_yellow")),
+    (kinds.INTERACTION_UPDATE, Style(color="cyan")),
+    (kinds.EXEC_CLIENT_CONTROL, Style(color="bright_yellow")),
+    (kinds.EXEC_SERVER_CONTROL, Style(color="bright_yellow")),
     ("exec_", Style(color="yellow")),
     ("kv_", Style(color="blue")),
-    ("conversation_checkpoint_update", Style(color="green")),
-    ("interaction_query", Style(color="bright_magenta")),
-    ("interaction_response", Style(color="bright_magenta")),
+    (kinds.CHECKPOINT, Style(color="green")),
+    (kinds.INTERACTION_QUERY, Style(color="bright_magenta")),
+    (kinds.INTERACTION_RESPONSE, Style(color="bright_magenta")),
 ]
 _DEFAULT = Style(color="white")
 _DIM = Style(color="grey50")
