@@ -123,3 +123,16 @@ def test_an_older_analysis_is_stale_and_recomputed(sink: Sink) -> None:
     assert sorted(refresh_stale(store)) == ["hang", "ok"]
     assert stamps(store.query) == {"hang": analysis_stamp(), "ok": analysis_stamp()}
     assert "missing_stream_close" in _codes(store, "hang")
+
+
+def test_a_budget_stops_starting_sessions_and_leaves_the_rest_not_analysed(sink: Sink) -> None:
+    """An import (or a listing) analyses within a time budget; what it did not reach stays "not
+    analysed" rather than shown clean."""
+    for sid in ("hang", "ok"):
+        _end(sink, sid)
+    sink.flush()
+    assert sink.store is not None
+    assert stored.refresh_findings(sink.store, ["hang", "ok"], budget_s=-1.0) == {}  # already spent
+    assert sorted(stale_sessions(sink.store)) == ["hang", "ok"]
+    assert sorted(stored.refresh_findings(sink.store, ["hang", "ok"], budget_s=60.0)) == ["hang", "ok"]
+    assert stale_sessions(sink.store) == []

@@ -30,10 +30,11 @@ log = logging.getLogger("workbench.analysis")
 
 
 def refresh_findings(store_or_path: Store | str | Path, session_ids: Sequence[str] | None = None,
-                     config: Config | None = None) -> dict[str, AnalysisResult]:
+                     config: Config | None = None, budget_s: float | None = None) -> dict[str, AnalysisResult]:
     """Analyse finished sessions (all when None) and store their rows and stamps. Sessions still
-    open are skipped (their findings are stored when they end). Returns what was stored; {} on
-    failure (logged)."""
+    open are skipped (their findings are stored when they end). ``budget_s``: stop starting new
+    sessions once that much time is spent (the others stay "not analysed", shown as such; one
+    session is never cut short). Returns what was stored; {} on failure (logged)."""
     own = not isinstance(store_or_path, Store)
     try:
         store = Store(str(store_or_path)) if own else store_or_path
@@ -52,7 +53,12 @@ def refresh_findings(store_or_path: Store | str | Path, session_ids: Sequence[st
                                        "AND status IS DISTINCT FROM 'open'", [wanted]).column(0).to_pylist())
             ids = [s for s in wanted if s in finished]
         results: dict[str, AnalysisResult] = {}
+        deadline = None if budget_s is None else time.monotonic() + budget_s
         for sid in ids:
+            if deadline is not None and time.monotonic() > deadline:
+                log.info("findings of %d of %d sessions stored within %.0f s; the others are not analysed "
+                         "(workbench diagnose --all stores them)", len(results), len(ids), budget_s)
+                break
             try:
                 results[sid] = analyze_session(store, sid, config, final=True)
             except Exception as exc:  # one session the rules cannot read must not cost the others
@@ -99,6 +105,10 @@ _STATE: weakref.WeakKeyDictionary[Store, _HookState] = weakref.WeakKeyDictionary
 # At the capture's stop, the analysis waits at most this long; sessions left over stay "not
 # analysed" until `workbench sessions` or `diagnose` stores their findings.
 STOP_BUDGET_S = 20.0
+# An import or a listing analyses for at most this long (an import of thousands of sessions of one
+# conversation costs each session a look at all its siblings); the rest stay "not analysed".
+IMPORT_BUDGET_S = 30.0
+LISTING_BUDGET_S = 10.0
 # The analysis is Python work on the writer thread, and the GIL is shared with the proxy's event
 # loop: it runs on ticks that committed no frame (the capture is idle), for at most about
 # TICK_BUDGET_S per tick (one session is never cut short). Under constant traffic a session that
@@ -174,6 +184,6 @@ def refresh_listing(db_path: str, session_ids: Sequence[str]) -> list[str]:
     except Exception:  # another process holds the file: the listing says "not analysed" / "stale"
         return []
     try:
-        return list(refresh_findings(store, session_ids))
+        return list(refresh_findings(store, session_ids, budget_s=LISTING_BUDGET_S))
     finally:
         store.close()

@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_import(args: argparse.Namespace) -> int:
     import duckdb
 
-    from workbench.analysis.stored import refresh_findings
+    from workbench.analysis.stored import IMPORT_BUDGET_S, refresh_findings
     from workbench.ingest import IngestError, Progress, import_file, open_store
     from workbench.wire.inflate import MIB, InflateBudget
 
@@ -105,7 +105,10 @@ def cmd_import(args: argparse.Namespace) -> int:
             if result.format != "parquet":  # a Parquet export brings its own findings rows, kept as exported
                 imported.extend(result.session_ids)
         # Findings stored with the sessions, so `workbench sessions` shows them without a diagnose run.
-        refresh_findings(store, imported)
+        done = refresh_findings(store, imported, budget_s=IMPORT_BUDGET_S)
+        if len(done) < len(set(imported)) and not args.json:
+            print(f"findings stored for {len(done)} of {len(set(imported))} sessions within {IMPORT_BUDGET_S:.0f} s; "
+                  f"`workbench diagnose --all --db {args.db}` stores the others", file=sys.stderr)
     finally:
         store.close()
     if failed and len(args.files) == 1:
