@@ -144,6 +144,48 @@ def test_runsse_appends_joined_and_reordered(tmp_path: Path) -> None:
     assert binascii.hexlify(API_KEY.encode()) not in data  # nor its hex form inside the BidiAppend wrapper
 
 
+def test_append_that_overtakes_its_runsse_body_is_recorded_after_it(tmp_path: Path) -> None:
+    """mitmproxy hands a streamed RunSSE body over once the upstream connection is open, so the
+    first append's whole body can come first; the recording keeps the client's order."""
+    w = _writer(tmp_path)
+    q = w.queue.put
+    now = time.time_ns() // 1000
+    q(_open("s", "runsse", rid="header-id"))
+    q(_open("a0", "bidi_append", streaming=False, rid="sse-2"))
+    q(Body("a0", "client", now + 1, _append_body("sse-2", 0, _run_request())))
+    q(Done("a0", now + 2, None, {}))
+    time.sleep(0.2)  # several writer ticks: the append must still wait
+    q(Chunk("s", "client", now + 3, encode(pb.BidiRequestId(request_id="sse-2").SerializeToString())))
+    q(Eof("s", "client", now + 3))
+    q(Response("s", now + 4, 200, [], "HTTP/1.1", None))
+    q(Chunk("s", "server", now + 5, encode(b"{}", FLAG_END_STREAM)))
+    q(Done("s", now + 6, None, {}))
+    w.stop()
+    r = open_reader(tmp_path / "cap.duckdb")
+    rows = r.query("SELECT seq, kind FROM frames WHERE session_id='sse-2' ORDER BY seq").to_pylist()
+    r.close()
+    assert [x["kind"] for x in rows] == ["bidi_request_id", "run_request", "end_stream"]
+
+
+def test_append_waits_for_a_bodyless_runsse_only_for_a_while(tmp_path: Path) -> None:
+    from workbench.capture.appends import STREAM_WAIT_S
+
+    w = _writer(tmp_path)
+    q = w.queue.put
+    now = time.time_ns() // 1000
+    q(_open("s", "runsse", rid="header-id"))  # its body never comes
+    q(_open("a0", "bidi_append", streaming=False, rid="sse-3"))
+    q(Body("a0", "client", now + 1, _append_body("sse-3", 0, _run_request())))
+    q(Done("a0", now + 2, None, {}))
+    start = time.monotonic()
+    wait_until(lambda: w.frames_committed >= 1, timeout=STREAM_WAIT_S + 10)
+    assert time.monotonic() - start >= STREAM_WAIT_S * 0.9
+    w.stop()
+    r = open_reader(tmp_path / "cap.duckdb")
+    assert [x["kind"] for x in r.query("SELECT kind FROM frames WHERE session_id='sse-3'").to_pylist()] == ["run_request"]
+    r.close()
+
+
 def test_http_error_and_abort_recorded(tmp_path: Path) -> None:
     w = _writer(tmp_path)
     q = w.queue.put

@@ -8,6 +8,13 @@ small per-run window and releases them in seqno order; a gap that does not fill 
 ``append_seqno`` instead of stalling the capture. Frames keep their arrival time in ``ts``;
 ``seq`` follows seqno order.
 
+Behind its stream: a client sends ``RunSSE`` (its body, the ``BidiRequestId``) and then appends.
+mitmproxy hands a streamed request's body over only once the upstream connection is open, while an
+append's whole body comes at once, so the first append can reach the writer before the RunSSE body
+it followed on the wire. An append that arrives while a RunSSE/RunPoll stream opened before it has
+shown no frame yet waits (``behind``) until that stream shows its first frame or ends, for at most
+``STREAM_WAIT_S``.
+
 Evidence: each append frame is recorded where it arrived, and carries the facts of the HTTP
 exchange that carried it in ``Frame.meta`` (``frames.meta``), completed when the answer comes
 (``Sink.patch_meta``), with the keys imports use too (``workbench.protocol.append_meta``); the server's
@@ -24,6 +31,7 @@ from workbench.decode.classify import Frame
 from workbench.protocol.append_meta import REORDER_AFTER_END_S, REORDER_WINDOW_S
 
 REORDER_MAX = 64
+STREAM_WAIT_S = 2.0
 
 # (ts_us, direction, transport, stream, frame): one frame the writer emits for an append (the
 # append itself, then the server's refusal if any, travel together).
@@ -38,6 +46,9 @@ class _Window:
     held: dict[int, tuple[float, list[Held]]] = field(default_factory=dict)
     oldest: float = 0.0
     ended: float | None = None  # when the run's stream finished
+    behind: set[str] = field(default_factory=set)  # streams whose first frame these appends wait for
+    behind_since: float = 0.0
+    waiting: list[tuple[int | None, list[Held]]] = field(default_factory=list)  # in arrival order
 
 
 class AppendOrder:
@@ -47,10 +58,16 @@ class AppendOrder:
         self._emit = emit
         self._windows: dict[str, _Window] = {}
 
-    def add(self, rid: str, seqno: int | None, items: list[Held]) -> None:
+    def add(self, rid: str, seqno: int | None, items: list[Held], behind: frozenset[str] = frozenset()) -> None:
         ro = self._windows.get(rid)
         if ro is None:
             ro = self._windows[rid] = _Window()
+        if behind and not ro.behind:
+            ro.behind_since = time.monotonic()
+        ro.behind |= behind
+        if ro.behind:
+            ro.waiting.append((seqno, items))
+            return
         n = seqno if seqno is not None else 0
         if not ro.started and n == 0:
             ro.started = True
@@ -71,11 +88,31 @@ class AppendOrder:
     def attach(self, rid: str, seqno: int | None, item: Held) -> bool:
         """Add ``item`` behind the held append ``seqno`` (its answer); False if it is not held."""
         ro = self._windows.get(rid)
-        held = ro.held.get(seqno if seqno is not None else 0) if ro is not None else None
+        if ro is None:
+            return False
+        for n, items in ro.waiting:
+            if n == seqno:
+                items.append(item)
+                return True
+        held = ro.held.get(seqno if seqno is not None else 0)
         if held is None:
             return False
         held[1].append(item)
         return True
+
+    def settled(self, stream: str) -> None:
+        """A RunSSE/RunPoll stream showed its first frame (or ended): appends behind it go on."""
+        for rid, ro in list(self._windows.items()):
+            if stream in ro.behind:
+                ro.behind.discard(stream)
+                if not ro.behind:
+                    self._go_on(rid, ro)
+
+    def _go_on(self, rid: str, ro: _Window) -> None:
+        ro.behind.clear()
+        waiting, ro.waiting = ro.waiting, []
+        for seqno, items in waiting:
+            self.add(rid, seqno, items)
 
     def _put(self, rid: str, items: list[Held]) -> None:
         for item in items:
@@ -103,9 +140,11 @@ class AppendOrder:
             ro.next = n + 1
 
     def release_due(self, now: float, force: bool = False) -> None:
-        for rid in [r for r, ro in self._windows.items() if not ro.held and ro.ended and now - ro.ended > 60]:
+        for rid in [r for r, ro in self._windows.items() if not ro.held and not ro.behind and ro.ended and now - ro.ended > 60]:
             del self._windows[rid]  # a finished run: forget its counter
-        for rid, ro in self._windows.items():
+        for rid, ro in list(self._windows.items()):
+            if ro.behind and (force or now - ro.behind_since >= STREAM_WAIT_S):
+                self._go_on(rid, ro)
             if not ro.held:
                 continue
             if (force or now - ro.oldest >= REORDER_WINDOW_S

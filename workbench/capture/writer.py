@@ -102,6 +102,8 @@ class CaptureWriter:
         self.flows: dict[str, Flow] = {}
         self.appends = AppendOrder(self._emit)
         self._live_run_ids: dict[str, str] = {}
+        # RunSSE/RunPoll flows whose first client frame has not come (see ``appends``: "Behind")
+        self._unbound_streams: dict[str, None] = {}
         # session → (status, error, label) of the first append refused while its run was open
         self._refused: dict[str, tuple[str, str | None, str]] = {}
         self._thread = threading.Thread(target=self._run, name="workbench-capture-writer", daemon=True)
@@ -232,7 +234,10 @@ class CaptureWriter:
             self._bind(fl, sid)
         elif fo.transport == "unary":
             self._bind(fl, str(uuid.uuid4()))
-        # runsse / runpoll wait for the BidiRequestId in the body; bidi_append joins by body.
+        elif fo.transport in ("runsse", "runpoll"):
+            self._unbound_streams[fo.key] = None  # waits for the BidiRequestId in the body
+        elif fo.transport == "bidi_append":
+            fl.behind = frozenset(self._unbound_streams)  # joins its run by the body
 
     def _session_info(self, fl: Flow, sid: str) -> SessionInfo:
         fo = fl.open
@@ -289,10 +294,19 @@ class CaptureWriter:
                 fl.pending.append((ts_us, direction, f))
                 if direction == "server" or len(fl.pending) > 4:
                     self._bind(fl, fo.request_id or str(uuid.uuid4()))
+                    self._settle(fo.key)
                 return
         if fl.secret:
             self._scrub(f)
         self._emit(fl.session_id, ts_us, direction, fo.transport, fo.key, f)  # type: ignore[arg-type]
+        if direction == "client":
+            self._settle(fo.key)
+
+    def _settle(self, key: str) -> None:
+        """A RunSSE/RunPoll stream showed its first frame or ended: appends behind it go on."""
+        if key in self._unbound_streams:
+            del self._unbound_streams[key]
+            self.appends.settled(key)
 
     @staticmethod
     def _scrub(f: Frame) -> None:
@@ -439,7 +453,7 @@ class CaptureWriter:
                                client_version=fo.client_version, started_at=us_to_datetime(fo.ts_us),
                                host=fo.host, auth_hash=fo.auth_hash, meta=schema_stamp(self.decoder.schema))
             self.sink.open_session(info)
-        self.appends.add(rid, f.append_seqno, items)
+        self.appends.add(rid, f.append_seqno, items, fl.behind.intersection(self._unbound_streams))
 
     def _http_error_frame(self, fl: Flow, ts_us: int, body: bytes) -> None:
         status = fl.http_status
@@ -468,6 +482,7 @@ class CaptureWriter:
             self.flows.pop(key, None)
             return
         fl.done = True
+        self._settle(key)  # a stream that answered without a body: nothing more to wait for
         self._eof_flow(fl, "server", ts_us)
         if error is not None or "client" in fl.eof or not fl.open.streaming:
             self._eof_flow(fl, "client", ts_us)
@@ -533,6 +548,8 @@ class CaptureWriter:
         if dec is not None:
             for f in dec.close():
                 self._frame(fl, ts_us, direction, f)
+        if direction == "client":
+            self._settle(fl.open.key)
         if direction == "server" and fl.error_body is not None:
             self._http_error_frame(fl, ts_us, bytes(fl.error_body))
             fl.error_body = None
