@@ -157,7 +157,7 @@ class ConnectionReader:
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         rel = self.con.sql(sql, params=list(params) if params else None)
-        return rel.fetch_arrow_table() if rel is not None else pa.table({})
+        return rel.to_arrow_table() if rel is not None else pa.table({})
 
     def close(self) -> None:
         pass  # the connection is its opener's to close
