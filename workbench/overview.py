@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
+from workbench.store.queries import FINDING_COLUMNS, Reader, finding_counts, finding_rows
 
-Query = Callable[..., pa.Table]
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-FINDING_COLUMNS = "session_id, code, severity, coalesce(message, '') AS message, first_seq, last_seq"
+__all__ = ["FINDING_COLUMNS", "PROBLEMS", "FindingState", "finding_states", "finding_text", "query_top_findings",
+           "top_findings"]
 
 
 PROBLEMS = ("error", "warning")  # notes (severity "note") are never a session's top finding
@@ -39,14 +41,9 @@ def top_findings(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def query_top_findings(query: Query, session_ids: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
-    """``top_findings`` of the sessions in a capture (``query(sql, params)`` as a reader has it)."""
-    if session_ids is None:
-        t = query(f"SELECT {FINDING_COLUMNS} FROM findings")
-    else:
-        t = query(f"SELECT {FINDING_COLUMNS} FROM findings WHERE session_id IN (SELECT unnest(?))",
-                  [list(session_ids)])
-    return top_findings(t.to_pylist())
+def query_top_findings(reader: Reader, session_ids: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    """``top_findings`` of the sessions in a capture (all, or ``session_ids``)."""
+    return top_findings(finding_rows(reader, session_ids))
 
 
 def finding_text(f: dict[str, Any] | None) -> str:
@@ -78,14 +75,17 @@ class FindingState:
         return f"{self.findings}" + (" (stale)" if self.analysis == "stale" else "")
 
 
-def finding_states(query: Query, statuses: dict[str, Any]) -> dict[str, FindingState]:
+def finding_states(reader: Reader | Callable[..., pa.Table], statuses: dict[str, Any]) -> dict[str, FindingState]:
     """session_id → ``FindingState`` for the sessions in ``statuses`` (session_id → status)."""
     from workbench.analysis.stamp import analysis_state, stamps
 
-    have = stamps(query)
-    t = query("SELECT session_id, severity, count(*) AS n FROM findings GROUP BY ALL")
+    # PENDING_OTHER_BRANCH: tui/data.py still passes its bound ``query``; once it passes itself (a
+    # Reader), this takes a Reader only.
+    if callable(reader):
+        reader = _QueryReader(reader)
+    have = stamps(reader.query)
     out = {sid: FindingState(analysis=analysis_state(have.get(sid), status)) for sid, status in statuses.items()}
-    for r in t.to_pylist():
+    for r in finding_counts(reader):
         st = out.get(r["session_id"])
         if st is None:
             continue
@@ -99,3 +99,16 @@ def finding_states(query: Query, statuses: dict[str, Any]) -> dict[str, FindingS
         if st.analysis == "not analysed" and st.by_severity:
             st.analysis = "stale"  # rows written before analyses were stamped
     return out
+
+
+class _QueryReader:
+    """A ``Reader`` over a bare ``query(sql, params)`` callable (see ``finding_states``)."""
+
+    path = "(query)"
+    live = False
+
+    def __init__(self, query: Callable[..., pa.Table]) -> None:
+        self.query = query
+
+    def close(self) -> None:
+        pass

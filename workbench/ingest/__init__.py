@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.errors import WorkbenchError
 from workbench.ingest.progress import Progress
+from workbench.store.queries import sessions_of_file_hash
 from workbench.wire.inflate import InflateBudget, use_budget
 
 if TYPE_CHECKING:
@@ -179,13 +180,7 @@ def already_imported(store: Store, sha: str) -> list[str]:
     """
     if not sha:
         return []
-    rows = store.query(
-        """SELECT s.session_id FROM sessions s
-           WHERE json_extract_string(s.meta, '$.file_sha256') = ?
-             AND EXISTS (SELECT 1 FROM frames f WHERE f.session_id = s.session_id)
-             AND NOT EXISTS (SELECT 1 FROM frames f WHERE f.session_id = s.session_id AND f.source_key IS NOT NULL)
-           ORDER BY 1""", [sha])
-    return [str(r) for r in rows.column(0).to_pylist()]
+    return sessions_of_file_hash(store, sha)
 
 
 def import_file(path: str | Path, store: Store, fmt: str = "auto", *,
