@@ -22,7 +22,7 @@ from workbench.transport.channel import AgentConnection, ExchangeConnection, Han
 from workbench.transport.exchange import ConnectionClosed, Exchange, RequestError
 from workbench.transport.router import Router
 from workbench.transport.runner import BackgroundServer
-from workbench.transport.server import HttpServer, listen
+from workbench.transport.server import Endpoint, HttpServer, listen
 from workbench.transport.unary import (
     AuthCheck,
     UnaryHandler,
@@ -33,6 +33,6 @@ from workbench.transport.unary import (
     unary_error,
 )
 
-__all__ = ["AgentConnection", "AgentService", "AuthCheck", "BackgroundServer", "ConnectionClosed", "Exchange",
+__all__ = ["AgentConnection", "AgentService", "AuthCheck", "BackgroundServer", "ConnectionClosed", "Endpoint", "Exchange",
            "ExchangeConnection", "Handler", "HttpServer", "RequestError", "Router", "UnaryHandler", "UnaryRequest",
            "UnaryResponse", "connect_error", "listen", "serve", "typed_unary", "unary_error"]
