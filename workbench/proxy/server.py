@@ -299,8 +299,8 @@ class ProxyServer:
             return None
         return req
 
-    async def _turn_request(self, ex: Exchange, what: str, to_chat: Callable[[dict[str, Any]], _Chat]
-                            ) -> tuple[dict[str, Any], str, list[Any], list[Any]] | None:
+    async def _turn_request(self, ex: Exchange, what: str, to_chat: Callable[[Mapping[str, Any]], _Chat]
+                            ) -> tuple[Mapping[str, Any], str, list[Any], list[Any]] | None:
         """The POSTed request, its model, chat messages and tools; None after answering 405/400.
 
         ``to_chat`` reads the endpoint's request as chat messages and tools; both are checked here
@@ -437,7 +437,7 @@ class ProxyServer:
         await parked.client.aclose()
 
 
-def _chat_messages(req: dict[str, Any]) -> _Chat:
+def _chat_messages(req: Mapping[str, Any]) -> _Chat:
     """A chat completions request's messages and tools, as they come."""
     messages = req.get("messages")
     if not isinstance(messages, list):
