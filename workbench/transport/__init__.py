@@ -7,6 +7,7 @@ nothing about any of them. Layers, bottom up:
 - ``exchange``: one request/response pair (``Exchange``), ``ConnectionClosed``, ``RequestError``;
 - ``h2_server`` (``h2``) and ``h1_server`` (``h11``): connections producing exchanges;
 - ``server``: the listening socket (TLS + ALPN, h2c sniffing, shutdown), ``listen(app)``;
+  ``Endpoint``: ``url``, ``port``, ``cert_path`` for the objects that run a server;
 - ``router``: path → handler, Connect methods and plain HTTP handlers alike;
 - ``framing`` (Connect / gRPC-Web / gRPC bytes), ``unary`` (unary requests, Connect errors),
   ``bidi_append`` (the BidiAppend write side), ``channel`` (``AgentConnection``: one run over
