@@ -200,16 +200,24 @@ def _scrub_credentials(msg: Message) -> bool:
             continue
         if fd.containing_oneof is not None and fd.containing_oneof.name == _CREDENTIAL_ONEOF:
             continue  # done above
-        if fd.message_type.GetOptions().map_entry:
-            if fd.message_type.fields_by_name["value"].type == FieldDescriptor.TYPE_MESSAGE:
-                for v in value.values():
-                    changed |= _scrub_credentials(v)
-        elif fd.is_repeated:
-            for v in value:
-                changed |= _scrub_credentials(v)
-        else:
-            changed |= _scrub_credentials(value)
+        for v in submessages(fd, value):
+            changed |= _scrub_credentials(v)
     return changed
+
+
+def map_value_field(fd: FieldDescriptor) -> FieldDescriptor | None:
+    """The ``value`` field of a map field's entries; None when ``fd`` is not a map."""
+    mt = fd.message_type
+    return mt.fields_by_name["value"] if mt is not None and mt.GetOptions().map_entry else None
+
+
+def submessages(fd: FieldDescriptor, value: Any) -> Iterable[Message]:
+    """The messages a set message-typed field holds: the values of a map of messages (none for a
+    map of scalars), the items of a repeated field, or the one message."""
+    vfd = map_value_field(fd)
+    if vfd is not None:
+        return value.values() if vfd.type == FieldDescriptor.TYPE_MESSAGE else ()
+    return value if fd.is_repeated else (value,)
 
 
 def may_carry_credentials(payload: bytes, msg_type: str) -> bool:
@@ -294,22 +302,15 @@ def _scrub_content(msg: Message) -> bool:
     changed = False
     for fd, value in msg.ListFields():
         if fd.type == FieldDescriptor.TYPE_MESSAGE:
-            if fd.message_type.GetOptions().map_entry:
-                vfd = fd.message_type.fields_by_name["value"]
-                if vfd.type == FieldDescriptor.TYPE_MESSAGE:
-                    for v in value.values():
-                        changed |= _scrub_content(v)
-                elif is_content_field(fd.name):
-                    for k in list(value.keys()):
-                        v = value[k]
-                        if v:
-                            value[k] = marker(v).encode() if isinstance(v, bytes) else marker(v)
-                            changed = True
-            elif fd.is_repeated:
-                for v in value:
-                    changed |= _scrub_content(v)
-            else:
-                changed |= _scrub_content(value)
+            vfd = map_value_field(fd)
+            if vfd is not None and vfd.type != FieldDescriptor.TYPE_MESSAGE and is_content_field(fd.name):
+                for k in list(value.keys()):
+                    v = value[k]
+                    if v:
+                        value[k] = marker(v).encode() if isinstance(v, bytes) else marker(v)
+                        changed = True
+            for v in submessages(fd, value):
+                changed |= _scrub_content(v)
             continue
         if fd.type not in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES) or not is_content_field(fd.name):
             continue

@@ -301,7 +301,7 @@ class Decoder(FastPaths):
                 return Frame("malformed", f"not a valid {short}", payload, msg_type=msg_type,
                              error=f"protobuf: {exc}")
         f = Frame("unary", f"{short} {summary.human_size(len(payload))}", payload, msg_type=msg_type)
-        return flag_mismatches(f, bad) if bad else f
+        return _flagged(f, bad)
 
     # envelopes and wrappers ------------------------------------------------------------------
 
@@ -390,13 +390,20 @@ class Decoder(FastPaths):
             tree["error"] = names[code]
         return tree
 
+    def _wrapper(self, msg_type: str, body: bytes) -> tuple[Any, list[Mismatch]] | Frame:
+        """A wrapper message (BidiAppend, BidiPoll, BidiRequestId) and the fields of it that did not fit
+        the schema, or, when its bytes are broken, the ``malformed`` frame that says which wrapper."""
+        try:
+            return self._parse(msg_type, body)
+        except DecodeError as exc:
+            return Frame("malformed", f"not a {msg_type.rsplit('.', 1)[-1]}", body, msg_type=msg_type,
+                         error=f"protobuf: {exc}")
+
     def unwrap_append(self, body: bytes) -> Frame:
         """BidiAppendRequest → the AgentClientMessage inside (hex field 1 or raw field 4)."""
-        try:
-            req, bad = self._parse(BIDI_APPEND, body)
-        except DecodeError as exc:
-            return Frame("malformed", "not a BidiAppendRequest", body, msg_type=BIDI_APPEND,
-                         error=f"protobuf: {exc}")
+        if isinstance(parsed := self._wrapper(BIDI_APPEND, body), Frame):
+            return parsed
+        req, bad = parsed
         request_id = req.request_id.request_id if req.HasField("request_id") else None
         seqno = req.append_seqno
         try:
@@ -411,20 +418,18 @@ class Decoder(FastPaths):
         f.raw = body
         f.request_id = request_id
         f.append_seqno = seqno
-        return flag_mismatches(f, bad, "BidiAppendRequest") if bad else f
+        return _flagged(f, bad, "BidiAppendRequest")
 
     def unwrap_poll(self, body: bytes) -> Frame:
         """BidiPollResponse → the AgentServerMessage inside its base64 ``data``."""
-        try:
-            resp, bad = self._parse(BIDI_POLL_RESP, body)
-        except DecodeError as exc:
-            return Frame("malformed", "not a BidiPollResponse", body, msg_type=BIDI_POLL_RESP,
-                         error=f"protobuf: {exc}")
+        if isinstance(parsed := self._wrapper(BIDI_POLL_RESP, body), Frame):
+            return parsed
+        resp, bad = parsed
         if not resp.data:
             eof = " eof" if resp.eof else ""
             f = Frame("empty", f"poll #{resp.seqno}{eof} (no data)", b"", raw=body,
                       msg_type=SERVER_MSG, append_seqno=resp.seqno)
-            return flag_mismatches(f, bad, "BidiPollResponse") if bad else f
+            return _flagged(f, bad, "BidiPollResponse")
         try:
             inner = b64decode_loose(resp.data)
         except (binascii.Error, ValueError) as exc:
@@ -435,28 +440,24 @@ class Decoder(FastPaths):
         f.append_seqno = resp.seqno
         if resp.eof:
             f.summary += " (eof)"
-        return flag_mismatches(f, bad, "BidiPollResponse") if bad else f
+        return _flagged(f, bad, "BidiPollResponse")
 
     def _request_id(self, body: bytes) -> Frame:
-        try:
-            m, bad = self._parse(BIDI_REQUEST_ID, body)
-        except DecodeError as exc:
-            return Frame("malformed", "not a BidiRequestId", body, msg_type=BIDI_REQUEST_ID,
-                         error=f"protobuf: {exc}")
+        if isinstance(parsed := self._wrapper(BIDI_REQUEST_ID, body), Frame):
+            return parsed
+        m, bad = parsed
         f = Frame("bidi_request_id", f"request_id {m.request_id}", body, msg_type=BIDI_REQUEST_ID,
                   request_id=m.request_id)
-        return flag_mismatches(f, bad) if bad else f
+        return _flagged(f, bad)
 
     def _poll_request(self, body: bytes) -> Frame:
-        try:
-            m, bad = self._parse(BIDI_POLL_REQ, body)
-        except DecodeError as exc:
-            return Frame("malformed", "not a BidiPollRequest", body, msg_type=BIDI_POLL_REQ,
-                         error=f"protobuf: {exc}")
+        if isinstance(parsed := self._wrapper(BIDI_POLL_REQ, body), Frame):
+            return parsed
+        m, bad = parsed
         rid = m.request_id.request_id if m.HasField("request_id") else None
         f = Frame("bidi_poll_request", f"poll request_id {rid}", body, msg_type=BIDI_POLL_REQ,
                   request_id=rid)
-        return flag_mismatches(f, bad) if bad else f
+        return _flagged(f, bad)
 
     # whole bodies ------------------------------------------------------------------------------
 
@@ -535,6 +536,11 @@ def flag_mismatches(f: Frame, bad: list[Mismatch], wrapper: str | None = None) -
     more = sum(i["path"] not in shown for i in items) + omitted
     f.summary += f" [schema mismatch: {', '.join(shown)}{f' (+{more} more)' if more else ''}]"
     return f
+
+
+def _flagged(f: Frame, bad: list[Mismatch], wrapper: str | None = None) -> Frame:
+    """``f`` flagged with ``bad`` when any field did not fit the schema, else ``f`` as it is."""
+    return flag_mismatches(f, bad, wrapper) if bad else f
 
 
 def flag_trailing(f: Frame, tail: bytes) -> Frame:

@@ -28,7 +28,7 @@ from workbench.decode.classify import Decoder
 from workbench.ingest.exchange import Exchange
 from workbench.ingest.exchange_import import write_exchanges
 from workbench.protocol.status import STREAM_TRANSPORTS, http_ok
-from workbench.wire.inflate import InflateOverBudget, current_budget
+from workbench.wire.inflate import InflateOverBudget, inflate_document
 
 
 def detect(path: Path, head: bytes) -> bool:
@@ -59,11 +59,12 @@ def load(path: Path) -> dict[str, Any]:
         # The whole document is inflated before anything is parsed: it is charged to the import's
         # budgets as a session of its own (no per-frame limit), never inflated unbounded.
         try:
-            data = current_budget().session().decode(data, ["zlib"], what="the .zhar document", per_frame=False)
+            data = inflate_document(data, "zlib", what="the .zhar document",
+                                    corrupt="looks zlib-compressed (.zhar) but does not inflate")
         except InflateOverBudget as exc:
-            raise IngestError(f"{path}: {str(exc).split('; kept compressed')[0]}; nothing imported from it") from None
+            raise IngestError(f"{path}: {exc}; nothing imported from it") from None
         except ValueError as exc:
-            raise IngestError(f"{path}: looks zlib-compressed (.zhar) but does not inflate: {exc}") from None
+            raise IngestError(f"{path}: {exc}") from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -133,6 +133,27 @@ class HttpServer:
         await self.close()
 
 
+class Endpoint:
+    """``url``, ``port`` and ``cert_path`` (the certificate a client trusts) of the listening
+    ``HttpServer`` that ``http_server()`` gives: for the objects that run one (the simulator, the
+    replay server) and are what their callers point a client at."""
+
+    def http_server(self) -> HttpServer:
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:
+        return self.http_server().url
+
+    @property
+    def port(self) -> int:
+        return self.http_server().port
+
+    @property
+    def cert_path(self) -> Path | None:
+        return self.http_server().cert_path
+
+
 async def _sniff_preface(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
     """Plain TCP: HTTP/2 prior knowledge (h2c) starts with the fixed preface, anything else is 1.1."""
     buf = b""

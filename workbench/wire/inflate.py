@@ -297,6 +297,22 @@ class SessionInflate:
         return max(limit, 0), name
 
 
+def inflate_document(data: bytes, coding: str, *, what: str, corrupt: str) -> bytes:
+    """Undo ``coding`` of a whole document (a gzipped fixture, a ``.zhar``) within the budgets in
+    scope: the session and import limits hold, the per-frame one does not (it is not a frame).
+
+    Raises ValueError saying why not: InflateOverBudget naming the budget, else ``corrupt`` followed
+    by the codec's complaint.
+    """
+    try:
+        return current_budget().session().decode(data, [coding], what=what, per_frame=False)
+    except InflateOverBudget as exc:
+        # A frame's way out (kept compressed, inflated when viewed) is no way out for a document.
+        raise InflateOverBudget(str(exc).split("; kept compressed")[0]) from None
+    except ValueError as exc:
+        raise ValueError(f"{corrupt}: {exc}") from exc
+
+
 _DEFAULT = InflateBudget()
 _CURRENT: contextvars.ContextVar[InflateBudget | None] = contextvars.ContextVar("workbench_inflate", default=None)
 
