@@ -346,7 +346,7 @@ class Decoder:
         return Frame(END_STREAM_ERROR, f"{es.code} {msg} {label}".rstrip(), env.payload, flags=env.flags)
 
     def error_details(self, raw: bytes) -> dict[str, Any]:
-        from workbench.decode.tree import message_to_tree
+        from workbench.decode.tree import message_to_tree  # blackboxprotobuf: only when a tree is built
 
         msg = self.info(ERROR_DETAILS).cls.FromString(raw)
         tree = message_to_tree(msg)
