@@ -23,7 +23,7 @@ from workbench.client.run import ClientRun
 from workbench.client.transport import Incoming, RunChannel, TransportError
 
 # The client's handling of one server message (an AgentServerMessage and its oneof case): the events it yields.
-Dispatch = Callable[[ClientRun, Any, "str | None"], AsyncIterator[Event]]
+Dispatch = Callable[[ClientRun, Any, str | None], AsyncIterator[Event]]
 
 
 class TurnEnding:
