@@ -29,7 +29,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from workbench.decode.classify import Decoder, Frame
+from workbench.decode.classify import Decoder, Frame, default_decoder
 from workbench.protocol import kinds
 from workbench.wire.envelope import FLAG_COMPRESSED, encode, split_unary
 
@@ -170,8 +170,6 @@ def secret_method(path: str | None) -> bool:
 # payloads --------------------------------------------------------------------------------------
 
 def _class(msg_type: str) -> type[Message] | None:
-    from workbench.decode.classify import default_decoder
-
     schema = default_decoder().schema
     if not schema.has(msg_type):
         return None
@@ -426,8 +424,6 @@ def redact_frame(frame: Frame, *, content: bool = False, decoder: Decoder | None
     if content:
         dec = decoder
         if dec is None:
-            from workbench.decode.classify import default_decoder
-
             dec = default_decoder()
         if frame.msg_type in (_CLIENT_MSG, _SERVER_MSG):
             frame.summary = dec.classify_agent(new, frame.msg_type).summary

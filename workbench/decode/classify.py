@@ -98,7 +98,7 @@ def append_payload(req: Any) -> bytes:
     return binascii.unhexlify(req.data)
 
 
-class Decoder(FastPaths):
+class Decoder:
     """Classifies frames with a schema (the overlay plus any user protos)."""
 
     def __init__(self, schema: Schema | None = None, *, fast: bool = True) -> None:
@@ -106,51 +106,17 @@ class Decoder(FastPaths):
         self._info: dict[str, _TypeInfo] = {}
         self._server = self.info(SERVER_MSG)
         self._client = self.info(CLIENT_MSG)
-        # Hot-path tables (see ``classify_agent``). The byte-level fast path assumes the overlay's
-        # layout, so it is off when user protos could have renumbered anything.
+        # Hot-path tables (see ``classify_agent``). The byte-level fast paths assume the overlay's
+        # layout (``FastPaths.for_schema`` says whether this schema has it).
         self._fast = fast
-        self._bytes_fast = fast and self.schema.user is None
+        self.fast_paths = FastPaths.for_schema(self.schema) if fast else None
         self._small: dict[str, dict[bytes, tuple[str, str, str | None, int | None, str | None]]] = {
             SERVER_MSG: {}, CLIENT_MSG: {}}
         self._call_id_members: frozenset[str] = frozenset()
-        self._text_members: dict[int, tuple[str, str]] = {}
         if "interaction_update" in self._server.number_of:
             upd = self.schema.descriptor(SERVER_MSG).fields_by_name["interaction_update"].message_type
             self._call_id_members = frozenset(
                 f.name for f in upd.fields if f.message_type is not None and "call_id" in f.message_type.fields_by_name)
-            for name, label in summary.TEXT_LABELS.items():
-                fd = upd.fields_by_name.get(name)
-                if fd is not None and fd.message_type is not None:
-                    self._text_members[fd.number] = (f"interaction_update.{name}", label + " ")
-        self._delta_ok = self._bytes_fast and all(self._layout_is(name, layout) for name, layout in (
-            ("agent.v1.ToolCallDeltaUpdate", {1: "call_id", 2: "tool_call_delta", 3: "model_call_id"}),
-            ("agent.v1.ToolCallDelta", {1: "shell_tool_call_delta", 2: "task_tool_call_delta",
-                                        3: "edit_tool_call_delta"}),
-            ("agent.v1.ShellToolCallDelta", {1: "stdout", 2: "stderr"}),
-            ("agent.v1.ShellToolCallStdoutDelta", {1: "content"}),
-            ("agent.v1.ShellToolCallStderrDelta", {1: "content"}),
-            ("agent.v1.EditToolCallDelta", {1: "stream_content_delta"})))
-        self._partial_ok = self._bytes_fast and self._layout_is(
-            "agent.v1.PartialToolCall", {1: "call_id", 2: "tool_call", 3: "args_text_delta", 4: "model_call_id"})
-        if not self._layout_is("agent.v1.TextDelta", {1: "text"}):
-            self._text_members = {}
-        if not (self._layout_is("agent.v1.SetBlobArgs", {1: "blob_id", 2: "blob_data"})
-                and self._layout_is("agent.v1.KvServerMessage",
-                                    {1: "id", 2: "get_blob_args", 3: "set_blob_args", 4: "span_context"})):
-            self._bytes_fast = False
-
-    def _layout_is(self, full_name: str, numbers: dict[int, str]) -> bool:
-        """The byte-level fast paths hard-code these numbers; check the schema still has them.
-
-        More fields are fine (ToolCallDelta has a fourth member now): every fast path rejects a tag
-        it does not know, so such frames take the protobuf path.
-        """
-        try:
-            desc = self.schema.descriptor(full_name)
-        except KeyError:
-            return False
-        have = {f.number: f.name for f in desc.fields}
-        return all(have.get(number) == name for number, name in numbers.items())
 
     def info(self, full_name: str) -> _TypeInfo:
         ti = self._info.get(full_name)
@@ -178,14 +144,14 @@ class Decoder(FastPaths):
                             cache[bytes(payload)] = (f.kind, f.summary, f.error, f.ref_id, f.call_id)
                         return f
                     return Frame(hit[0], hit[1], payload, 0, msg_type, hit[2], None, hit[3], hit[4])
-            elif self._bytes_fast and msg_type == SERVER_MSG:
+            elif msg_type == SERVER_MSG and (fp := self.fast_paths) is not None:
                 first = payload[0]
                 if first == 0x0A:
-                    f2 = self._fast_update(payload, n)
+                    f2 = fp.update(payload, n)
                     if f2 is not None:
                         return f2
                 elif first == 0x22:
-                    f2 = self._fast_set_blob(payload, n)
+                    f2 = fp.set_blob(payload, n)
                     if f2 is not None:
                         return f2
         return self._classify(payload, msg_type)
@@ -380,7 +346,7 @@ class Decoder(FastPaths):
         return Frame(END_STREAM_ERROR, f"{es.code} {msg} {label}".rstrip(), env.payload, flags=env.flags)
 
     def error_details(self, raw: bytes) -> dict[str, Any]:
-        from workbench.decode.tree import message_to_tree
+        from workbench.decode.tree import message_to_tree  # blackboxprotobuf: only when a tree is built
 
         msg = self.info(ERROR_DETAILS).cls.FromString(raw)
         tree = message_to_tree(msg)

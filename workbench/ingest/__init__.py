@@ -133,6 +133,7 @@ def open_store(db: str | Path) -> Store:
     skeleton left the migration's version query half-fetched when reopening a database, and
     DuckDB then refused the insert.
     """
+    # this package is light (the CLI lists importers from it): DuckDB loads to import
     from workbench.store.db import Store
 
     store = Store(db)
@@ -202,6 +203,7 @@ def import_file(path: str | Path, store: Store, fmt: str = "auto", *,
     elif not p.exists():
         raise IngestError(f"{p}: no such file")
     if decoder_factory is None:
+        # this package is light (the CLI lists importers from it): the schema loads to import
         from workbench.decode.classify import default_decoder
 
         decoder_factory = default_decoder

@@ -23,8 +23,10 @@ import zlib
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from workbench.decode.classify import Decoder
+from workbench.ingest import ImportResult, IngestError
 from workbench.ingest.exchange import Exchange
 from workbench.ingest.exchange_import import write_exchanges
 from workbench.protocol.status import STREAM_TRANSPORTS, http_ok
@@ -52,8 +54,6 @@ def detect(path: Path, head: bytes) -> bool:
 
 
 def load(path: Path) -> dict[str, Any]:
-    from workbench.ingest import IngestError
-
     data = path.read_bytes()
     if data[:1] == b"\x78":
         # The whole document is inflated before anything is parsed: it is charged to the import's
@@ -151,8 +151,6 @@ def entry_hash(entry: dict[str, Any]) -> str:
 
 
 def to_exchange(dec: Decoder, entry: Any, n: int) -> Exchange:
-    from workbench.ingest import IngestError
-
     where = f"entry {n}"
     if not isinstance(entry, dict) or not isinstance(entry.get("request"), dict):
         raise IngestError(f"{where}: no request object")
@@ -161,7 +159,6 @@ def to_exchange(dec: Decoder, entry: Any, n: int) -> Exchange:
     url = req.get("url")
     if not isinstance(url, str) or not url:
         raise IngestError(f"{where}: request has no url")
-    from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     path = parts.path + (f"?{parts.query}" if parts.query else "")
@@ -221,8 +218,6 @@ def to_exchange(dec: Decoder, entry: Any, n: int) -> Exchange:
 
 
 def run_import(ctx: Any) -> Any:
-    from workbench.ingest import ImportResult, IngestError
-
     path: Path = ctx.path
     doc = load(path)
     entries = doc["log"]["entries"]

@@ -109,6 +109,7 @@ def reset_facts(side: str, after_response_end: bool, h2_error_code: int | None =
 
 def h2_error_name(code: int) -> str:
     """``CANCEL`` for 8, … (the number as text for a code HTTP/2 does not define)."""
+    # h2 loads only to name a reset code
     import h2.errors
 
     try:

@@ -26,6 +26,7 @@ from workbench.client.agent import AgentClient, Connections
 from workbench.client.events import Error, ExecRequest, TextDelta, ThinkingDelta, TurnEnded, Usage
 from workbench.client.net import Verify
 from workbench.client.transport import list_usable_models
+from workbench.client.turn_end import error_from
 from workbench.proxy import mapping, responses
 from workbench.proxy.sse import SseStream, send_json
 from workbench.security.origin import AccessPolicy
@@ -268,7 +269,7 @@ class ProxyServer:
                     self._models = (now, await list_usable_models(self.connections.http(), self.config.upstream,
                                                                   self.config.token, self.config.framing))
                 except Exception as exc:
-                    err = _as_error(exc)
+                    err = error_from(exc)
                     await send_json(ex, mapping.error_status(err.code), mapping.error_body(err.code, err.message))
                     return
             ids = self._models[1]
@@ -451,8 +452,3 @@ async def _aclose(events: AsyncIterator[Any]) -> None:
         with contextlib.suppress(Exception):
             await aclose()
 
-
-def _as_error(exc: BaseException) -> Error:
-    from workbench.client.agent import _error_from
-
-    return _error_from(exc)

@@ -18,6 +18,7 @@ import ssl
 from pathlib import Path
 from typing import Protocol
 
+from workbench.transport.certs import ensure_cert
 from workbench.transport.exchange import Exchange
 from workbench.transport.h1_server import H1Session
 from workbench.transport.h2_server import H2Session
@@ -185,8 +186,6 @@ async def listen(app: HttpApp, *, host: str = "127.0.0.1", port: int = 0, tls: b
     cert_path: Path | None = None
     if tls:
         if certfile is None:
-            from workbench.transport.certs import ensure_cert
-
             pair = ensure_cert(cert_dir)
             certfile, keyfile = pair.cert_path, pair.key_path
         cert_path = Path(certfile)

@@ -141,6 +141,7 @@ _BROTLI_STEP = 8
 
 def _brotli_limited(data: bytes, limit: int) -> bytes:
     try:
+        # brotli loads only for a brotli body
         import brotli
     except ImportError:  # pragma: no cover - a mitmproxy dependency, always installed with it
         raise ValueError("br: the brotli module is not installed") from None
@@ -162,6 +163,7 @@ def _zstd_limited(data: bytes, limit: int) -> bytes:
     # The decompressor object has no output limit either, and one zstd block (128 KiB) can come
     # from 4 bytes: input goes in 256 bytes at a time (at most ~8 MiB past the limit per call).
     try:
+        # zstandard loads only for a zstd body
         import zstandard
     except ImportError:  # pragma: no cover - a mitmproxy dependency, always installed with it
         raise ValueError("zstd: the zstandard module is not installed") from None

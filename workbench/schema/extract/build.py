@@ -20,7 +20,7 @@ from workbench.schema.extract.resolve import Resolver
 from workbench.schema.extract.v1 import FileScan, Found, syntax_of
 from workbench.schema.extract.v2 import EmbeddedFile, proto_camel_case
 from workbench.schema.extract.wkt import well_known_enums, well_known_files
-from workbench.schema.merge import referenced_types
+from workbench.schema.merge import count_types, referenced_types
 
 FDP = descriptor_pb2.FieldDescriptorProto
 _SCALARS = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 16, 17, 18}
@@ -50,8 +50,6 @@ class Extraction:
     scanned: list[tuple[str, int, int]] = field(default_factory=list)  # (path, bytes, definitions)
 
     def counts(self) -> dict[str, int]:
-        from workbench.schema.merge import count_types
-
         m, e, s = count_types(self.files)
         fields = sum(_count_fields(msg) for f in self.files for msg in f.message_type)
         return {"files": len(self.files), "messages": m, "enums": e, "services": s, "fields": fields}
