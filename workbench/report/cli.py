@@ -38,6 +38,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def report_path(db: str | Path, session_id: str) -> Path:
+    """Where the TUI writes a session's report: ``reports/<session>.html`` beside the database."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in session_id)[:120]
+    return Path(db).resolve().parent / "reports" / f"{safe}.html"
+
+
 def write_report(specs: list[str], out: Path, *, db: str | None, redact: str = "secrets",
                  max_frames: int = 5000) -> int:
     """Read each session, render the report and write it; returns its size in bytes."""

@@ -25,6 +25,7 @@ from workbench.tui.replay import ReplayClock
 from workbench.tui.replay_control import ReplayController
 from workbench.tui.sessions_screen import STATUS_STYLE, fmt_duration
 from workbench.tui.timeline import Timeline
+from workbench.tui.timeline_strip import StripData, TimelineStrip, strip_data
 
 if TYPE_CHECKING:
     from workbench.tui.app import WorkbenchApp
@@ -76,6 +77,8 @@ class SessionScreen(Loader, Screen[None]):
         Binding("l", "focus_timeline", "Timeline", show=False),
         Binding("right_square_bracket", "evidence(1)", "Next evidence", show=False),
         Binding("left_square_bracket", "evidence(-1)", "Prev evidence", show=False),
+        Binding("s", "jump_stall", "Stall", show=False),
+        Binding("r", "report", "Report", show=True),
     ]
     COMMANDS_HELP = {
         "filter": "Filter frames (kind:… dir:… text)", "back_or_clear": "Clear the filter or go back",
@@ -88,7 +91,8 @@ class SessionScreen(Loader, Screen[None]):
         "tab('tab-hex')": "Detail: hex dump", "panel('findings')": "Show findings",
         "panel('tool-calls')": "Show tool calls", "panel('blobs')": "Show KV blobs",
         "focus_timeline": "Focus the timeline", "evidence(1)": "Next evidence frame",
-        "evidence(-1)": "Previous evidence frame",
+        "evidence(-1)": "Previous evidence frame", "jump_stall": "Jump to where the session stalled",
+        "report": "Write the HTML report of this session and show its path",
     }
 
     app: WorkbenchApp
@@ -118,6 +122,7 @@ class SessionScreen(Loader, Screen[None]):
                 yield Static("", id="session-status")
                 yield Input(placeholder='filter: kind:exec dir:server "text"  (enter to apply, esc to clear)',
                             id="frame-filter", classes="hidden")
+                yield TimelineStrip(id="timeline-strip")
                 yield Timeline(id="timeline")
                 yield Static("", id="replay-bar", classes="hidden")
             with Vertical(id="right"):
@@ -146,6 +151,7 @@ class SessionScreen(Loader, Screen[None]):
         self.timeline.focus()
         self._load_index()
         self._load_panels()
+        self._load_strip()
         if self.app.follow:
             self.set_interval(self.app.poll_interval, self._poll, name="session-follow")
 
@@ -186,6 +192,32 @@ class SessionScreen(Loader, Screen[None]):
                 self._jump_to_seq(target)
 
         self.load(fetch, got, group="index", what=f"reading frames of {sid}")
+
+    def _load_strip(self) -> None:
+        data, sid = self.app.data, self.session_id
+        strip = self.query_one("#timeline-strip", TimelineStrip)
+        self.load(lambda: strip_data(data, sid), strip.set_data, group="strip", what=f"reading the timeline of {sid}")
+
+    def on_timeline_strip_jump(self, message: TimelineStrip.Jump) -> None:
+        self._jump_to_seq(message.seq)
+
+    def action_jump_stall(self) -> None:
+        got: StripData | None = self.query_one("#timeline-strip", TimelineStrip).data
+        if got is None or got.stall_seq is None:
+            self.app.notify("no stall in this session" if got is not None else "still reading the timeline")
+            return
+        self._jump_to_seq(got.stall_seq)
+
+    def action_report(self) -> None:
+        from workbench.report.cli import report_path, write_report
+
+        db, sid = self.app.data.path, self.session_id
+        out = report_path(db, sid)
+
+        def done(size: int) -> None:
+            self.app.notify(f"report written: {out} ({size:,} bytes)", title="report", timeout=15, markup=False)
+
+        self.load(lambda: write_report([sid], out, db=db), done, group="report", what=f"writing the report of {sid}")
 
     def _load_panels(self) -> None:
         data, sid = self.app.data, self.session_id
