@@ -4,6 +4,7 @@ blobs, every frame with its tree; ``--redact content``; bad input."""
 
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -92,6 +93,15 @@ def test_redact_content_hides_prompts_commands_and_blobs(report_demo: tuple[Path
     assert "<td>content</td>" in html
     # the shape is still all there
     assert "heartbeat ×" in html and 'id="s0-stall"' in html
+
+
+def test_json_says_what_was_written(report_demo: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    db, ids = report_demo
+    out = tmp_path / "sub" / "r.html"
+    p = run_workbench("report", ids["tool_flow"], "--db", str(db), "-o", str(out), "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["path"] == str(out) and doc["bytes"] == out.stat().st_size and doc["redact"] == "secrets"
 
 
 def test_bad_input_exit_2(report_demo: tuple[Path, dict[str, str]], tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from workbench.commands.common import add_db_arg
@@ -24,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "blobs and model text (default: secrets only)")
     p.add_argument("--max-frames", type=int, default=5000, metavar="N",
                    help="frames in the frame table, each with its tree (default 5000; the pictures show all)")
+    p.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     p.set_defaults(func=cmd_report)
 
 
@@ -34,7 +36,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     if out.is_dir():
         raise CliError(f"-o {out}: is a directory; name the HTML file to write")
     size = write_report(args.sessions, out, db=args.db, redact=args.redact, max_frames=args.max_frames)
-    print(f"wrote {out} ({size:,} bytes, {len(args.sessions)} session{'s' if len(args.sessions) != 1 else ''})")
+    if args.json:
+        print(json.dumps({"path": str(out), "bytes": size, "sessions": args.sessions, "redact": args.redact}))
+    else:
+        print(f"wrote {out} ({size:,} bytes, {len(args.sessions)} session{'s' if len(args.sessions) != 1 else ''})")
     return 0
 
 
