@@ -3,6 +3,7 @@ not name listed as unaligned (another build's schema), counts and timing past th
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from workbench.report.session import LoadedFrame, SessionView
@@ -67,3 +68,19 @@ def test_missing_stream_close_and_count() -> None:
     assert d.first_divergence["kind"] == "exec_client_control_message.stream_close"
     assert d.stall["b"] is None  # the turn ended after them: slow, not stalled
     assert {x["type"] for x in d.differences} >= {"only_in_a", "only_in_b", "exec", "ending"}
+
+
+def test_ids_inside_embedded_json_and_hash_values_are_ignored_control_chars_escaped() -> None:
+    def blob(call: str, turn_hash: str, text: str) -> list[LoadedFrame]:
+        doc = json.dumps({"role": "tool", "id": call, "content": [{"toolCallId": call, "text": text}]})
+        return [_frame(0, "server", "kv_server_message.set_blob_args", {"kv": {"blob_data": doc}}, 0.0),
+                _frame(1, "server", "conversation_checkpoint_update", {"turns": [turn_hash]}, 0.01)]
+
+    same = diff_sessions(_view(blob("toolu_a", "a" * 64, "ok")), _view(blob("toolu_b", "b" * 64, "ok")))
+    assert same.same, same.differences
+    d = diff_sessions(_view(blob("toolu_a", "a" * 64, "ok")), _view(blob("toolu_b", "b" * 64, "bad\u001b[2J")))
+    changed = [x for x in d.differences if x["type"] == "changed_fields"]
+    assert [c["path"] for c in changed[0]["fields"]] == ["kv.blob_data{json}.content[0].text"]
+    assert r"\x1b[2J" in changed[0]["text"] and "\x1b" not in changed[0]["text"]  # escaped, never raw
+    assert not diff_sessions(_view(blob("a", "a" * 64, "ok")), _view(blob("b", "b" * 64, "ok")),
+                             Options(compare_ids=True)).same

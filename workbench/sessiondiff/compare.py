@@ -28,6 +28,11 @@ from workbench.report.shape import Exec, execs, find_stall
 # Names of fields that differ between any two runs: ids, content hashes, wall-clock times.
 IGNORED_FIELD = re.compile(
     r"(^|_)(id|ids|uuid|hash|sha256|checksum|digest|nonce|timestamp|at|ms|time|seed)$", re.IGNORECASE)
+# the same in camelCase (JSON inside fields: ``toolCallId``, ``createdAt``)
+IGNORED_CAMEL = re.compile(r"[a-z0-9](Id|Ids|Uuid|Hash|Sha256|Checksum|Digest|Nonce|Timestamp|At|Ms|Time)$")
+# Values that are ids or content hashes whatever their field is called: a UUID, a SHA-1/SHA-256 in hex.
+IGNORED_VALUE = re.compile(r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{40}|[0-9a-f]{64})$",
+                           re.IGNORECASE)
 DEFAULT_TIMING_S = 0.5
 MAX_FIELD_CHANGES = 20     # per frame pair: a rewritten message is one difference, not a thousand
 _VALUE_CHARS = 120
@@ -92,7 +97,22 @@ def items(frames: Sequence[LoadedFrame], opts: Options) -> list[Item]:
 
 def _short(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    # text from the wire never reaches a terminal raw: control characters as escapes
+    text = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}"
+                   for ch in text)
     return text if len(text) <= _VALUE_CHARS else text[: _VALUE_CHARS - 1] + "…"
+
+
+def _embedded_json(value: str) -> Any:
+    """A string holding a JSON object or array (a prompt blob, tool arguments), parsed; else None."""
+    text = value.strip()
+    if not (text[:1] in "{[" and text[-1:] in "}]"):
+        return None
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict | list) else None
 
 
 def _unalignable(part: str) -> bool:
@@ -107,7 +127,7 @@ def flatten(tree: Any, opts: Options, prefix: str = "") -> Iterator[tuple[str, A
             yield prefix, {}, False
         for k, v in tree.items():
             key = str(k)
-            if not opts.compare_ids and IGNORED_FIELD.search(key):
+            if not opts.compare_ids and (IGNORED_FIELD.search(key) or IGNORED_CAMEL.search(key)):
                 continue
             path = f"{prefix}.{key}" if prefix else key
             for p, leaf, odd in flatten(v, opts, path):
@@ -117,6 +137,11 @@ def flatten(tree: Any, opts: Options, prefix: str = "") -> Iterator[tuple[str, A
             yield prefix, [], False
         for i, v in enumerate(tree):
             yield from flatten(v, opts, f"{prefix}[{i}]")
+    elif isinstance(tree, str) and not opts.compare_ids and IGNORED_VALUE.match(tree):
+        return
+    elif isinstance(tree, str) and (inner := _embedded_json(tree)) is not None:
+        # JSON inside a field (KV prompt blobs, arguments): compared key by key, its ids ignored too
+        yield from flatten(inner, opts, f"{prefix}{{json}}")
     else:
         yield prefix, tree, False
 
