@@ -30,6 +30,8 @@ def test_tool_flow_vs_heartbeat_loop_names_the_missing_stream_close_and_the_stal
     assert rc == 1, err
     doc = json.loads(js)
     assert doc["same"] is False and doc["b"]["session_id"] == ids["heartbeat_loop"]
+    assert doc["first_divergence"] is not None and doc["first_sequence_divergence"]["type"] in (
+        "only_in_a", "only_in_b", "count")
     missing = [d for d in doc["differences"] if d["type"] == "exec" and d.get("missing") == "exec_client_control_message.stream_close"]
     assert missing and missing[0]["a_ending"] == "stream_close" and missing[0]["b_ending"] == "open"
     stall = doc["stall"]["b"]

@@ -43,6 +43,7 @@ def test_changed_field_and_timing_past_threshold() -> None:
     changed = [x for x in d.differences if x["type"] == "changed_fields"]
     assert changed and changed[0]["fields"][0]["path"] == "exec_server_message.shell_args.command"
     assert changed[0]["fields"][0]["a"] == "ls" and changed[0]["fields"][0]["b"] == "rm -rf"
+    assert d.first_divergence is changed[0] and d.first_sequence_divergence is None
     timing = [x for x in d.differences if x["type"] == "timing"]
     assert timing and timing[0]["kind"] == "exec_server_message.shell_args"
     assert not [x for x in diff_sessions(_view(_run("ls", "a")), _view(_run("ls", "b", t=0.4))).differences
@@ -66,6 +67,7 @@ def test_missing_stream_close_and_count() -> None:
     assert execs and "stream_close only in A" in execs[0]["text"]
     assert d.first_divergence is not None and d.first_divergence["type"] == "only_in_a"
     assert d.first_divergence["kind"] == "exec_client_control_message.stream_close"
+    assert d.first_sequence_divergence is d.first_divergence
     assert d.stall["b"] is None  # the turn ended after them: slow, not stalled
     assert {x["type"] for x in d.differences} >= {"only_in_a", "only_in_b", "exec", "ending"}
 

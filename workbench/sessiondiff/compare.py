@@ -75,6 +75,7 @@ class Diff:
     differences: list[dict[str, Any]] = field(default_factory=list)
     unaligned: list[dict[str, Any]] = field(default_factory=list)
     first_divergence: dict[str, Any] | None = None
+    first_sequence_divergence: dict[str, Any] | None = None   # the first message in one session only
     stall: dict[str, Any] = field(default_factory=dict)
     aligned_items: int = 0
 
@@ -215,6 +216,8 @@ def _add(d: Diff, kind: str, text: str, *, x: Item | None = None, y: Item | None
     # the first divergence: the earliest difference on the aligned message sequence
     if kind in ("only_in_a", "only_in_b", "changed_fields", "count", "timing") and d.first_divergence is None:
         d.first_divergence = row
+    if kind in ("only_in_a", "only_in_b", "count") and d.first_sequence_divergence is None:
+        d.first_sequence_divergence = row
 
 
 def _compare_items(d: Diff, x: Item, y: Item, opts: Options, pos_a: dict[int, int], pos_b: dict[int, int]) -> None:

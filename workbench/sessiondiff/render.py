@@ -23,7 +23,8 @@ def _side(v: SessionView) -> dict[str, Any]:
 
 def as_json(d: Diff) -> dict[str, Any]:
     return {"same": d.same, "a": _side(d.a), "b": _side(d.b), "aligned_items": d.aligned_items,
-            "first_divergence": d.first_divergence, "differences": d.differences,
+            "first_divergence": d.first_divergence, "first_sequence_divergence": d.first_sequence_divergence,
+            "differences": d.differences,
             "unaligned_fields": d.unaligned, "stall": d.stall}
 
 
@@ -44,6 +45,9 @@ def human(d: Diff) -> str:
         fd = d.first_divergence
         if fd is not None:
             lines.append(f"first divergence: {fd['text']}")
+        fs = d.first_sequence_divergence
+        if fs is not None and fs is not fd:
+            lines.append(f"first divergence in the message sequence: {fs['text']}")
         lines.append(f"{len(d.differences)} difference{'s' if len(d.differences) != 1 else ''} "
                      f"({d.aligned_items} steps aligned):")
         for title, types in _SECTIONS:
