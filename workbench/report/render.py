@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -75,7 +76,9 @@ def _facts(view: SessionView) -> list[tuple[str, Any]]:
             ("source", f.get("source")), ("transport", f.get("transport")), ("model", f.get("model") or "—"),
             ("client version", f.get("client_version") or "—"), ("started", f.get("started_at")),
             ("duration", f"{view.duration_s:.3f} s"), ("frames", len(view.frames)),
-            ("error", f.get("error") or "—"), ("from", view.where), ("redaction", view.redact)]
+            ("error", f.get("error") or "—"),
+            # the file's name only: a shared report need not tell where the sender keeps captures
+            ("from", Path(view.where).name), ("redaction", view.redact)]
 
 
 def session_context(view: SessionView, index: int, max_frames: int) -> dict[str, Any]:
