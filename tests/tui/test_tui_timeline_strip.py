@@ -8,8 +8,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from workbench.decode.classify import default_decoder
+from workbench.store.db import SessionInfo, Store
+from workbench.store.reader import LiveService
+from workbench.store.recorder import Recorder
 from workbench.tui.app import WorkbenchApp
-from workbench.tui.sample_db import HANG_SESSION, OK_SESSION
+from workbench.tui.sample_db import BASE_US, HANG_SESSION, OK_SESSION, _record, hang_turn
 from workbench.tui.session_screen import SessionScreen
 from workbench.tui.timeline import Timeline
 from workbench.tui.timeline_strip import LABEL, TimelineStrip
@@ -68,6 +74,40 @@ async def test_no_stall_in_a_healthy_session(tui_sample_db: Path, wait_for: Wait
         assert "stall" not in _line(strip, 2) and "frames over" in _line(strip, 2)
         await pilot.press("s")
         await wait_for(pilot, lambda: any("no stall" in str(n.message) for n in app._notifications))
+
+
+@pytest.mark.slow
+async def test_strip_follows_a_capture_in_progress(tmp_path: Path, wait_for: Wait) -> None:
+    """A capture in progress (writer + LiveService in this process): the strip catches up and the
+    stall appears once the heartbeats have come."""
+    db = tmp_path / "live.duckdb"
+    dec = default_decoder()
+    store = Store(db)
+    service = LiveService(store.con, db)
+    service.start()
+    try:
+        rec = Recorder(store)
+        msgs = list(hang_turn())
+        _record(rec, dec, SessionInfo(HANG_SESSION, transport="run", status="open"), iter(msgs[:12]), BASE_US)
+        rec.flush()
+        app = WorkbenchApp(db, HANG_SESSION, follow=True, poll_interval=0.1)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: _ready(app))
+            strip = _strip(app)
+            assert strip.data is not None and strip.data.stall_seq is None
+            first = len(strip.data.seq)
+            streams = {d: dec.stream("run", d) for d in ("client", "server")}
+            for offset, direction, data in msgs[12:]:
+                for f in streams[direction].feed(data):
+                    rec.add(HANG_SESSION, BASE_US + int(offset * 1e6), direction, "run", "1", f)
+            rec.flush()
+            await wait_for(pilot, lambda: strip.data is not None and len(strip.data.seq) == 61,
+                           what=lambda: f"the strip caught up ({first} frames at first)")
+            assert strip.data is not None and strip.data.stall_seq == 17
+            assert "stall: " in _line(strip, 2)
+    finally:
+        service.stop()
+        store.close()
 
 
 async def test_r_writes_the_report_and_shows_its_path(tui_sample_db: Path, tmp_path: Path, wait_for: Wait) -> None:

@@ -30,6 +30,7 @@ from workbench.tui.timeline_strip import StripData, TimelineStrip, strip_data
 if TYPE_CHECKING:
     from workbench.tui.app import WorkbenchApp
 
+STRIP_REFRESH_S = 1.0   # following a capture: the timeline strip re-reads at most this often
 FIRST_PAGE = 120   # rows fetched with the index, so the first paint needs no second round trip
 DETAIL_DELAY_S = 0.05
 
@@ -112,6 +113,7 @@ class SessionScreen(Loader, Screen[None]):
         self._pending_jump: int | None = None
         self._polling = False
         self._poll_started = 0.0
+        self._strip_read = 0.0
 
     # layout ------------------------------------------------------------------------------------
 
@@ -194,6 +196,7 @@ class SessionScreen(Loader, Screen[None]):
         self.load(fetch, got, group="index", what=f"reading frames of {sid}")
 
     def _load_strip(self) -> None:
+        self._strip_read = time.monotonic()
         data, sid = self.app.data, self.session_id
         strip = self.query_one("#timeline-strip", TimelineStrip)
         self.load(lambda: strip_data(data, sid), strip.set_data, group="strip", what=f"reading the timeline of {sid}")
@@ -562,6 +565,10 @@ class SessionScreen(Loader, Screen[None]):
                 self.timeline.index_changed()
                 if at_tail and self.replay is None:
                     self.timeline.action_last()
+            strip = self.query_one("#timeline-strip", TimelineStrip).data
+            behind = strip is None or (len(strip.seq) and int(strip.seq[-1]) < self.max_seq)
+            if behind and time.monotonic() - self._strip_read >= STRIP_REFRESH_S:
+                self._load_strip()   # seqs are dense: the strip has not seen the newest frames
             self.findings_table.set_findings(res.findings)
             self._show_finding_text()
             self._update_panel_titles()
