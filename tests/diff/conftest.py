@@ -1,7 +1,7 @@
 """A capture database for the diff and report tests, recorded from real traffic.
 
 The simulated backend (TLS on loopback) and the built-in client record the demo's healthy tool flow
-and its heartbeat loop (and a plain text turn), then the analysis runs: the demo's recording path,
+its heartbeat loop, the answer that went only to KV (and a plain text turn), then the analysis runs: the demo's recording path,
 minus mitmproxy.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-SCENARIOS = ("healthy_text", "tool_flow", "heartbeat_loop")
+SCENARIOS = ("healthy_text", "tool_flow", "heartbeat_loop", "kv_only_answer")
 
 
 def record_demo(db: Path, scenarios: tuple[str, ...] = SCENARIOS) -> dict[str, str]:

@@ -95,6 +95,18 @@ def test_redact_content_hides_prompts_commands_and_blobs(report_demo: tuple[Path
     assert "heartbeat ×" in html and 'id="s0-stall"' in html
 
 
+def test_redact_content_also_scrubs_what_findings_quote(report_demo: tuple[Path, dict[str, str]],
+                                                        tmp_path: Path) -> None:
+    # the KV-only answer's finding quotes the tool call the blob holds: its command is content
+    db, ids = report_demo
+    plain, _ = _report(db, tmp_path / "s.html", ids["kv_only_answer"])
+    hidden, _ = _report(db, tmp_path / "c.html", ids["kv_only_answer"], "--redact", "content")
+    quoted = re.search(r'data-code="kv_only_response">\s*<div>.*?</div>\s*<div>(.*?)</div>', plain, re.S)
+    assert quoted and "Hello from KV blob investigation" in quoted.group(1)
+    assert "Hello from KV blob investigation" not in hidden
+    assert 'data-code="kv_only_response"' in hidden
+
+
 def test_json_says_what_was_written(report_demo: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     db, ids = report_demo
     out = tmp_path / "sub" / "r.html"

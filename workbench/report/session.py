@@ -162,6 +162,7 @@ def load_session(src: Queryable, session_id: str, *, redact: str = "secrets", de
     content = redact == "content"
     frames: list[LoadedFrame] = []
     prompt_bytes = b""
+    hidden: set[str] = set()   # strings content redaction took out: a finding must not quote them
     for r in src.query(_FRAMES_SQL, [session_id]).to_pylist():
         payload = r["payload"] or b""
         if r["kind"] == kinds.RUN_REQUEST and not prompt_bytes:
@@ -171,6 +172,8 @@ def load_session(src: Queryable, session_id: str, *, redact: str = "secrets", de
                   call_id=r["call_id"], append_seqno=r["append_seqno"], request_id=r["request_id"])
         # secrets were hidden by the write gate; this hides content too when asked (and is idempotent)
         f = redact_frame(f, content=content, decoder=dec)
+        if content and f.payload is not payload:
+            hidden |= _strings(_tree(dec, r, payload)) - _strings(_tree(dec, r, f.payload))
         frames.append(LoadedFrame(
             seq=int(r["seq"]), ts_us=int(r["ts_us"] or 0), direction=r["direction"] or "", transport=r["transport"] or "",
             kind=r["kind"] or "", summary=f.summary, msg_type=r["msg_type"], flags=int(r["flags"]),
@@ -189,7 +192,53 @@ def load_session(src: Queryable, session_id: str, *, redact: str = "secrets", de
         view.blobs = [dict(b) for b in result.blobs]
         if content:
             _hide_content(view)
+            for fd in view.findings:
+                for key in ("message", "suggested_fix"):
+                    if fd.get(key):
+                        fd[key] = scrub_text(str(fd[key]), hidden)
     return view
+
+
+_MIN_HIDDEN = 4   # shorter strings (a flag, a digit) would blank words in every message
+
+
+def _tree(dec: Any, r: dict[str, Any], payload: bytes) -> Any:
+    from workbench.decode import fields_of
+
+    try:
+        return fields_of(dec, r["kind"], payload, r["msg_type"], int(r["flags"]))
+    except Exception:  # undecodable: nothing to collect from it
+        return None
+
+
+def _strings(tree: Any) -> set[str]:
+    """Every string of a decoded tree, and of JSON documents held in its strings (KV blobs, args)."""
+    out: set[str] = set()
+    stack = [tree]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str) and len(v) >= _MIN_HIDDEN:
+            out.add(v)
+            text = v.strip()
+            if text[:1] in "{[" and text[-1:] in "}]":
+                try:
+                    stack.append(json.loads(text))
+                except ValueError:
+                    pass
+    return out
+
+
+def scrub_text(text: str, hidden: set[str]) -> str:
+    """``text`` with every string of ``hidden`` in it (longest first) replaced by its marker."""
+    from workbench.redact import marker
+
+    for value in sorted((h for h in hidden if h in text), key=len, reverse=True):
+        text = text.replace(value, marker(value))
+    return text
 
 
 def _safe_label(label: str | None, prompt: bytes) -> str | None:
