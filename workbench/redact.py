@@ -111,6 +111,9 @@ def is_content_field(name: str) -> bool:
 
 # JSON keys whose string values are content inside prompt/message JSON blobs.
 _JSON_CONTENT_KEYS = frozenset({"content", "text", "arguments", "args", "result", "output", "input", "reasoning"})
+# ... of which these hold a tool's arguments or its result: every string under them is content,
+# however deep (``"args": {"command": "…"}``); under the others the structure is walked.
+_JSON_ARGS_KEYS = frozenset({"arguments", "args", "result", "output", "input"})
 
 
 def short_hash(data: str | bytes) -> str:
@@ -274,10 +277,23 @@ def redact_untyped(payload: bytes) -> bytes:
 
 def _redact_json_text(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: (marker(v) if isinstance(v, str) and k in _JSON_CONTENT_KEYS else _redact_json_text(v))
+        return {k: (_all_strings(v) if k in _JSON_ARGS_KEYS
+                    else marker(v) if isinstance(v, str) and k in _JSON_CONTENT_KEYS else _redact_json_text(v))
                 for k, v in value.items()}
     if isinstance(value, list):
         return [_redact_json_text(v) for v in value]
+    return value
+
+
+def _all_strings(value: Any) -> Any:
+    """Every string under an arguments or result key hidden: structured tool arguments and results
+    (``"args": {"command": "…"}``) are content as much as a plain ``"text"`` is; keys stay."""
+    if isinstance(value, str):
+        return marker(value)
+    if isinstance(value, dict):
+        return {k: _all_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_all_strings(v) for v in value]
     return value
 
 
