@@ -52,6 +52,7 @@ def report_path(db: str | Path, session_id: str) -> Path:
 def write_report(specs: list[str], out: Path, *, db: str | None, redact: str = "secrets",
                  max_frames: int = 5000) -> int:
     """Read each session, render the report and write it; returns its size in bytes."""
+    # deferred: the command registry imports this module for `--help`; Jinja2, DuckDB and the decoder load on use
     from workbench.report.render import render_report
     from workbench.report.session import load_session, open_source
 

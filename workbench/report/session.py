@@ -16,25 +16,29 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import pyarrow as pa
-
+from workbench.analysis import analyze_session
+from workbench.decode import fields_of
+from workbench.decode.classify import Frame, default_decoder
 from workbench.errors import WorkbenchError
+from workbench.fixtures.export import fixture_to_store
+from workbench.fixtures.format import load
 from workbench.protocol import kinds
+from workbench.redact import marker, redact_frame
+from workbench.store import queries
+from workbench.store.db import Store
+from workbench.store.reader import open_reader
 
 REDACT_LEVELS = ("secrets", "content")
 _SCENARIO_LABEL = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
-class Queryable(Protocol):
-    path: str
-
-    def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table: ...
+Reader = queries.Reader  # the one reader type (store.queries)
 
 
 class SessionError(WorkbenchError):
@@ -64,7 +68,6 @@ class LoadedFrame:
     def tree(self) -> Any:
         """The named tree of the (redacted) payload, decoded on first use."""
         if self._tree is None:
-            from workbench.decode import fields_of
 
             try:
                 self._tree = fields_of(self._decoder, self.kind, self.payload, self.msg_type, self.flags)
@@ -99,16 +102,6 @@ class SessionView:
         return (self.frames[-1].ts_us - self.frames[0].ts_us) / 1e6 if self.frames else 0.0
 
 
-_FRAMES_SQL = (
-    "SELECT seq, epoch_us(ts) AS ts_us, direction, transport, kind, coalesce(summary, '') AS summary, msg_type, "
-    "coalesce(flags, 0) AS flags, coalesce(size, 0) AS size, payload, raw, ref_id, call_id, append_seqno, "
-    "request_id, error, CAST(meta AS VARCHAR) AS meta FROM frames WHERE session_id = ? ORDER BY seq")
-_SESSION_SQL = (
-    "SELECT session_id, source, transport, model, client_version, label, status, error, "
-    "CAST(started_at AS VARCHAR) AS started_at, CAST(ended_at AS VARCHAR) AS ended_at, frame_count, host, path, "
-    "http_status FROM sessions WHERE session_id = ?")
-
-
 def _text(value: Any) -> Any:
     """A finding field as plain data: an enum (codes and severities may be typed) as its value."""
     return getattr(value, "value", value)
@@ -134,9 +127,8 @@ def _meta(text: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def resolve(src: Queryable, wanted: str) -> str:
-    rows = src.query("SELECT session_id FROM sessions WHERE starts_with(session_id, ?) ORDER BY session_id "
-                     "LIMIT 5", [wanted]).column(0).to_pylist()
+def resolve(src: Reader, wanted: str) -> str:
+    rows = queries.sessions_with_prefix(src, wanted, 5)
     if wanted in rows:
         return wanted
     if not rows:
@@ -146,16 +138,14 @@ def resolve(src: Queryable, wanted: str) -> str:
     return str(rows[0])
 
 
-def load_session(src: Queryable, session_id: str, *, redact: str = "secrets", decoder: Any = None,
+def load_session(src: Reader, session_id: str, *, redact: str = "secrets", decoder: Any = None,
                  analyse: bool = True) -> SessionView:
     """Read one session whole (see the module doc). ``redact``: ``secrets`` or ``content``."""
-    from workbench.decode.classify import Frame, default_decoder
-    from workbench.redact import redact_frame
 
     if redact not in REDACT_LEVELS:
         raise SessionError(f"--redact {redact!r}: choose one of {', '.join(REDACT_LEVELS)}")
     dec = decoder or default_decoder()
-    rows = src.query(_SESSION_SQL, [session_id]).to_pylist()
+    rows = queries.session_shown_whole(src, session_id)
     if not rows:
         raise SessionError(f"no session {session_id!r} in {src.path}")
     facts = rows[0]
@@ -163,7 +153,7 @@ def load_session(src: Queryable, session_id: str, *, redact: str = "secrets", de
     frames: list[LoadedFrame] = []
     prompt_bytes = b""
     hidden: set[str] = set()   # strings content redaction took out: a finding must not quote them
-    for r in src.query(_FRAMES_SQL, [session_id]).to_pylist():
+    for r in queries.frames_shown_whole(src, session_id):
         payload = r["payload"] or b""
         if r["kind"] == kinds.RUN_REQUEST and not prompt_bytes:
             prompt_bytes = payload
@@ -184,7 +174,6 @@ def load_session(src: Queryable, session_id: str, *, redact: str = "secrets", de
         facts["error"] = facts.get("error")  # transport and server errors: codes, no user content
     view = SessionView(session_id, src.path, facts, frames, redact=redact)
     if analyse:
-        from workbench.analysis import analyze_session
 
         result = analyze_session(src, session_id)
         view.findings = [finding_dict(f) for f in result.findings]
@@ -203,7 +192,6 @@ _MIN_HIDDEN = 4   # shorter strings (a flag, a digit) would blank words in every
 
 
 def _tree(dec: Any, r: dict[str, Any], payload: bytes) -> Any:
-    from workbench.decode import fields_of
 
     try:
         return fields_of(dec, r["kind"], payload, r["msg_type"], int(r["flags"]))
@@ -234,7 +222,6 @@ def _strings(tree: Any) -> set[str]:
 
 def scrub_text(text: str, hidden: set[str]) -> str:
     """``text`` with every string of ``hidden`` in it (longest first) replaced by its marker."""
-    from workbench.redact import marker
 
     for value in sorted((h for h in hidden if h in text), key=len, reverse=True):
         text = text.replace(value, marker(value))
@@ -256,7 +243,6 @@ def _safe_label(label: str | None, prompt: bytes) -> str | None:
 
 def _hide_content(view: SessionView) -> None:
     """Tool arguments and results, blob previews and finding messages quote content: markers instead."""
-    from workbench.redact import marker
 
     for c in view.tool_calls:
         for key in ("args_streamed", "args_completion", "args_merged", "args_naive", "result"):
@@ -269,13 +255,10 @@ def _hide_content(view: SessionView) -> None:
 
 
 @contextmanager
-def open_source(spec: str, db: str | None) -> Iterator[tuple[Queryable, str]]:
+def open_source(spec: str, db: str | None) -> Iterator[tuple[Reader, str]]:
     """The reader and session id that ``spec`` names: a fixture file, else a session (prefix) in ``db``."""
     path = Path(spec)
     if path.is_file():
-        from workbench.fixtures.export import fixture_to_store
-        from workbench.fixtures.format import load
-        from workbench.store.db import Store
 
         fx = load(path)  # FixtureError (a WorkbenchError) names the file
         store = Store(":memory:")
@@ -288,7 +271,6 @@ def open_source(spec: str, db: str | None) -> Iterator[tuple[Queryable, str]]:
         return
     if db is None:
         raise SessionError(f"{spec!r} is not a file, and no capture database was given (--db)")
-    from workbench.store.reader import open_reader
 
     reader = open_reader(db)
     try:

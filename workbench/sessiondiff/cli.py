@@ -33,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
+    # deferred: the command registry imports this module for `--help`; DuckDB and the decoder load on use
     from workbench.report.session import load_session, open_source
     from workbench.sessiondiff.compare import Options, diff_sessions
     from workbench.sessiondiff.render import dumps, human

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from workbench.protocol import kinds
+
 if TYPE_CHECKING:  # only named in annotations: importing the reads loads no pyarrow
     import pyarrow as pa
 
@@ -71,6 +73,14 @@ def session_row(reader: Reader, session_id: str, columns: Sequence[str]) -> Row 
     """One session's row (``columns`` of ``sessions``, as stored: ``meta`` is JSON text), or None."""
     rows = reader.query(f"SELECT {', '.join(columns)} FROM sessions WHERE session_id = ?", [session_id]).to_pylist()
     return rows[0] if rows else None
+
+
+def session_shown_whole(reader: Reader, session_id: str) -> list[Row]:
+    """A session's facts for a view that shows it whole (report, diff): times as text."""
+    return reader.query(
+        "SELECT session_id, source, transport, model, client_version, label, status, error, "
+        "CAST(started_at AS VARCHAR) AS started_at, CAST(ended_at AS VARCHAR) AS ended_at, frame_count, host, path, "
+        "http_status FROM sessions WHERE session_id = ?", [session_id]).to_pylist()
 
 
 def session_status(reader: Reader, session_id: str) -> str | None:
@@ -162,6 +172,29 @@ def session_frames(reader: Reader, session_id: str) -> list[Row]:
 
 LIST_FRAME_COLUMNS = ("seq, ts, direction, transport, kind, summary, flags, msg_type, error, ref_id, call_id, "
                       "append_seqno, request_id")
+
+
+def frames_shown_whole(reader: Reader, session_id: str) -> list[Row]:
+    """Every frame of a session with its payload, times in µs, for a view that shows it whole."""
+    return reader.query(
+        "SELECT seq, epoch_us(ts) AS ts_us, direction, transport, kind, coalesce(summary, '') AS summary, msg_type, "
+        "coalesce(flags, 0) AS flags, coalesce(size, 0) AS size, payload, raw, ref_id, call_id, append_seqno, "
+        "request_id, error, CAST(meta AS VARCHAR) AS meta FROM frames WHERE session_id = ? ORDER BY seq",
+        [session_id]).to_pylist()
+
+
+def frame_timeline_flags(reader: Reader, session_id: str) -> pa.Table:
+    """Per frame of a session, for a timeline: ``seq``, ``ts`` (µs) and flags ``up`` (client),
+    ``beat`` (a heartbeat), ``progress`` (a server message other than heartbeats, empty frames and
+    the end) and ``server_beat``."""
+    # flags as TINYINT: Arrow packs booleans in bits, which numpy cannot view without a copy per column
+    return reader.query(
+        "SELECT seq, epoch_us(ts) AS ts, (direction = 'client')::TINYINT AS up, "
+        f"(kind IN {kinds.sql_list(kinds.HEARTBEATS)})::TINYINT AS beat, "
+        f"(direction = 'server' AND kind NOT IN {kinds.sql_list((kinds.SERVER_HEARTBEAT, kinds.EMPTY))} "
+        f"AND NOT starts_with(kind, '{kinds.END_STREAM}'))::TINYINT AS progress, "
+        f"(direction = 'server' AND kind = '{kinds.SERVER_HEARTBEAT}')::TINYINT AS server_beat "
+        "FROM frames WHERE session_id = ? ORDER BY seq", [session_id])
 
 
 def frames_after(reader: Reader, session_id: str, after: int, limit: int, *, direction: str | None = None,

@@ -22,8 +22,8 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from workbench.protocol import kinds
 from workbench.report.shape import STALL_MIN_HEARTBEATS
+from workbench.store import queries
 from workbench.tui.data import TuiData, column_array
 
 LABEL = 8          # "client " / "server " column
@@ -50,14 +50,7 @@ class StripData:
 
 
 def strip_data(data: TuiData, session_id: str) -> StripData:
-    # flags as TINYINT: Arrow packs booleans in bits, which numpy cannot view without a copy per column
-    t = data.query(
-        "SELECT seq, epoch_us(ts) AS ts, (direction = 'client')::TINYINT AS up, "
-        f"(kind IN {kinds.sql_list(kinds.HEARTBEATS)})::TINYINT AS beat, "
-        f"(direction = 'server' AND kind NOT IN {kinds.sql_list((kinds.SERVER_HEARTBEAT, kinds.EMPTY))} "
-        f"AND NOT starts_with(kind, '{kinds.END_STREAM}'))::TINYINT AS progress, "
-        f"(direction = 'server' AND kind = '{kinds.SERVER_HEARTBEAT}')::TINYINT AS server_beat "
-        "FROM frames WHERE session_id = ? ORDER BY seq", [session_id])
+    t = queries.frame_timeline_flags(data, session_id)
     seq = column_array(t, "seq", np.int64)
     ts = column_array(t, "ts", np.int64)
     up = column_array(t, "up", np.int8).astype(bool)
