@@ -33,7 +33,7 @@ def _timeline(app: WorkbenchApp) -> Timeline:
 
 def _ready(app: WorkbenchApp) -> bool:
     """The session screen shows real rows (index loaded and the first page painted)."""
-    return isinstance(app.screen, SessionScreen) and _timeline(app).first_paint is not None
+    return isinstance(app.screen, SessionScreen) and _timeline(app).first_paint is not None and app.screen.side_ready
 
 
 def _follow_state(app: WorkbenchApp) -> str:
@@ -357,3 +357,20 @@ async def test_kind_picker_and_direction_cycle(tui_sample_db: Path, wait_for: Wa
         await wait_for(pilot, lambda: "dir:server" in _text(app, "#session-status"))
         await pilot.press("d")                 # both again
         await wait_for(pilot, lambda: tl.index is not None and tl.index.total == 61)
+
+
+async def test_opened_on_a_session_only_that_screen_is_built(tui_sample_db: Path, wait_for: Wait) -> None:
+    """`workbench tui DB SESSION`: the sessions list is not built for the first paint; going back
+    makes it (issue 24: build only what the first screen shows)."""
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: _ready(app))
+        assert not any(isinstance(s, SessionsScreen) for s in app.screen_stack)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, SessionsScreen)
+                       and app.screen.query_one("#sessions", DataTable).row_count == 3, what="sessions list")
+        await pilot.press("enter")            # and into a session again, over the list this time
+        await wait_for(pilot, lambda: _ready(app))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, SessionsScreen))
+        assert not app.errors
