@@ -374,3 +374,33 @@ async def test_opened_on_a_session_only_that_screen_is_built(tui_sample_db: Path
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, SessionsScreen))
         assert not app.errors
+
+
+async def test_a_long_session_paints_from_a_prefix_then_reads_the_whole_index(
+        tui_sample_db: Path, wait_for: Wait, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: the first rows come from an index of the first PREFIX_SEQS frames (here 20 of
+    61), the whole index follows; a jump asked for meanwhile waits for it."""
+    from workbench.tui import session_screen
+
+    monkeypatch.setattr(session_screen, "PREFIX_SEQS", 20)
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
+    asked: list[int | None] = []
+    real = app.data.frame_index
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs.get("upto_seq"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(app.data, "frame_index", spy)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SessionScreen) and app.screen.index is not None)
+        screen = app.screen
+        assert isinstance(screen, SessionScreen)
+        screen.jump_to_evidence([60])          # past the prefix: done once the whole index is there
+        await wait_for(pilot, lambda: screen.index_complete, what="the whole index")
+        tl = _timeline(app)
+        assert asked[:2] == [19, 60]
+        assert tl.index is not None and tl.index.total == 61
+        await wait_for(pilot, lambda: tl.current is not None and tl.current.seq == 60, what="jump to 60")
+        assert "61 frames" in _text(app, "#session-status")
+        assert not app.errors

@@ -29,6 +29,9 @@ from workbench.tui.side import SessionSide
 from workbench.tui.timeline import Timeline
 
 FIRST_PAGE = 120   # rows fetched with the index, so the first paint needs no second round trip
+# Opening a session draws its first rows from an index of the frames up to this seq, then reads
+# the whole index (a 1M-frame session's index alone took longer than the first-paint budget).
+PREFIX_SEQS = 20_000
 DETAIL_DELAY_S = 0.05
 
 
@@ -39,6 +42,7 @@ class IndexLoad:
     max_seq: int
     summary: SessionSummary | None
     rows: dict[int, dict[str, Any]]
+    complete: bool = True   # False: the index stops at PREFIX_SEQS, the rest is being read
 
 
 @dataclass
@@ -107,6 +111,7 @@ class SessionScreen(Loader, Screen[None]):
         self.evidence: list[int] = []
         self.evidence_pos = 0
         self._pending_jump: int | None = None
+        self.index_complete = False   # the index covers every frame (not only the first PREFIX_SEQS)
         self._polling = False
         self._poll_started = 0.0
 
@@ -158,28 +163,35 @@ class SessionScreen(Loader, Screen[None]):
 
     # loading -----------------------------------------------------------------------------------
 
-    def _load_index(self, keep_seq: int | None = None) -> None:
+    def _load_index(self, keep_seq: int | None = None, *, rest: bool = False) -> None:
+        """Read the frame index (``rest``: the whole index after a first page from a prefix)."""
         data, sid, flt = self.ctx.data, self.session_id, self.flt
+        # a prefix only where the first rows are the ones shown: not following (the tail), no filter
+        prefix = self.index is None and keep_seq is None and not flt.active and not self.ctx.follow
 
         def fetch() -> IndexLoad:
             # max_seq first, then frames up to it: a capture appending meanwhile cannot slip
             # frames between the two reads (follow mode continues from max_seq)
             max_seq = data.max_seq(sid)
-            index = data.frame_index(sid, flt, upto_seq=max_seq)
+            upto = min(max_seq, PREFIX_SEQS - 1) if prefix else max_seq
+            index = data.frame_index(sid, flt, upto_seq=upto)
             row = index.row_of_seq(keep_seq) if keep_seq is not None else 0
             refs = index.rows(max(0, row - FIRST_PAGE // 2), max(0, row - FIRST_PAGE // 2) + FIRST_PAGE)
             if self.ctx.follow and keep_seq is None:
                 refs += index.rows(len(index) - FIRST_PAGE // 2, len(index))
-            rows = data.frame_rows(sid, index.seqs_for(refs))
-            return IndexLoad(data.start_us(sid), index, max_seq, data.session(sid), rows)
+            rows = data.frame_rows(sid, index.seqs_for(refs)) if not rest else {}
+            return IndexLoad(data.start_us(sid), index, max_seq, data.session(sid), rows, upto == max_seq)
 
         def got(res: IndexLoad) -> None:
             self.max_seq = res.max_seq
             self.summary = res.summary or self.summary
             if self.replay is not None:
                 res.index.set_limit(self.replay.seq)
-            keep = self._pending_jump if self._pending_jump is not None else keep_seq
+            cur = self.timeline.current if rest else None   # where the user went meanwhile
+            keep = self._pending_jump if self._pending_jump is not None else \
+                keep_seq if keep_seq is not None else cur.seq if cur is not None else None
             first_load = self.index is None
+            self.index_complete = res.complete
             self.index = res.index
             self.timeline.add_rows(res.rows)
             self.timeline.set_index(res.index, res.t0, keep_cursor_seq=keep)
@@ -190,6 +202,9 @@ class SessionScreen(Loader, Screen[None]):
             self._update_status()
             if first_load:
                 self.call_after_refresh(self._build_side)   # after the rows are drawn
+            if not res.complete:
+                self._load_index(rest=True)
+                return   # a pending jump waits for the whole index
             if self._pending_jump is not None:
                 target, self._pending_jump = self._pending_jump, None
                 self._jump_to_seq(target)
@@ -274,7 +289,9 @@ class SessionScreen(Loader, Screen[None]):
         t.append(self.session_id, "bold")
         if s is not None and s.label:
             t.append(f"  “{s.label}”")
-        if self.index is not None:
+        if self.index is not None and not self.index_complete:
+            t.append(f"\nframes 0…{self.max_seq}, the first {self.index.total} shown while the rest are read")
+        elif self.index is not None:
             shown = self.index.total
             t.append(f"\n{shown} frames" if not self.flt.active else
                      f"\n{shown} of {self.max_seq + 1} frames match {self.flt.describe()}")
@@ -424,8 +441,8 @@ class SessionScreen(Loader, Screen[None]):
 
     def _jump_to_seq(self, seq: int) -> None:
         index = self.index
-        if index is None:
-            self._pending_jump = seq
+        if index is None or not self.index_complete:
+            self._pending_jump = seq   # done when the (whole) index is there
             return
         if index.index_of(seq) < 0:
             if self.flt.active:
