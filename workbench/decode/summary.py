@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 _ROLE = re.compile(rb'"role"\s*:\s*"([A-Za-z_]+)"')
-_MAX_TEXT = 60
+MAX_TEXT = 60  # characters a quoted text keeps (the last one becomes "…" past it)
+_MAX_TEXT = MAX_TEXT
 
 
 def quote(text: str, limit: int = _MAX_TEXT) -> str:
