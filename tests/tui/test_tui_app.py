@@ -33,7 +33,7 @@ def _timeline(app: WorkbenchApp) -> Timeline:
 
 def _ready(app: WorkbenchApp) -> bool:
     """The session screen shows real rows (index loaded and the first page painted)."""
-    return isinstance(app.screen, SessionScreen) and _timeline(app).first_paint is not None
+    return isinstance(app.screen, SessionScreen) and _timeline(app).first_paint is not None and app.screen.side_ready
 
 
 def _follow_state(app: WorkbenchApp) -> str:
@@ -357,3 +357,50 @@ async def test_kind_picker_and_direction_cycle(tui_sample_db: Path, wait_for: Wa
         await wait_for(pilot, lambda: "dir:server" in _text(app, "#session-status"))
         await pilot.press("d")                 # both again
         await wait_for(pilot, lambda: tl.index is not None and tl.index.total == 61)
+
+
+async def test_opened_on_a_session_only_that_screen_is_built(tui_sample_db: Path, wait_for: Wait) -> None:
+    """`workbench tui DB SESSION`: the sessions list is not built for the first paint; going back
+    makes it (issue 24: build only what the first screen shows)."""
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: _ready(app))
+        assert not any(isinstance(s, SessionsScreen) for s in app.screen_stack)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, SessionsScreen)
+                       and app.screen.query_one("#sessions", DataTable).row_count == 3, what="sessions list")
+        await pilot.press("enter")            # and into a session again, over the list this time
+        await wait_for(pilot, lambda: _ready(app))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, SessionsScreen))
+        assert not app.errors
+
+
+async def test_a_long_session_paints_from_a_prefix_then_reads_the_whole_index(
+        tui_sample_db: Path, wait_for: Wait, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: the first rows come from an index of the first PREFIX_SEQS frames (here 20 of
+    61), the whole index follows; a jump asked for meanwhile waits for it."""
+    from workbench.tui import session_screen
+
+    monkeypatch.setattr(session_screen, "PREFIX_SEQS", 20)
+    app = WorkbenchApp(tui_sample_db, HANG_SESSION)
+    asked: list[int | None] = []
+    real = app.data.frame_index
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs.get("upto_seq"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(app.data, "frame_index", spy)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SessionScreen) and app.screen.index is not None)
+        screen = app.screen
+        assert isinstance(screen, SessionScreen)
+        screen.jump_to_evidence([60])          # past the prefix: done once the whole index is there
+        await wait_for(pilot, lambda: screen.index_complete, what="the whole index")
+        tl = _timeline(app)
+        assert asked[:2] == [19, 60]
+        assert tl.index is not None and tl.index.total == 61
+        await wait_for(pilot, lambda: tl.current is not None and tl.current.seq == 60, what="jump to 60")
+        assert "61 frames" in _text(app, "#session-status")
+        assert not app.errors

@@ -79,7 +79,8 @@ async def test_capture_strings_are_shown_literally(crafted_db: Path, wait_for: W
         assert actions == [] and f"prompt {CLICK}" in text, (actions, text)
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, SessionScreen)
-                       and app.screen.query_one("#timeline", Timeline).first_paint is not None, what="session")
+                       and app.screen.query_one("#timeline", Timeline).first_paint is not None
+                       and app.screen.side_ready, what="session")
         await wait_for(pilot, lambda: app.screen.query_one("#blobs-table", DataTable).row_count == 1, what="blobs")
         await pilot.pause()
         text, actions = _screen(app)

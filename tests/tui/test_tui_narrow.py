@@ -47,7 +47,7 @@ async def _sessions_ready(pilot: Pilot[Any]) -> None:
 async def _session_ready(pilot: Pilot[Any]) -> None:
     app = pilot.app
     await _until(pilot, lambda: isinstance(app.screen, SessionScreen)
-                 and app.screen.query_one(Timeline).first_paint is not None)
+                 and app.screen.query_one(Timeline).first_paint is not None and app.screen.side_ready)
     screen = app.screen
     assert isinstance(screen, SessionScreen)
     await _until(pilot, lambda: len(screen.findings_table.findings) == 3)

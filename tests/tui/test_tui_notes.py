@@ -41,7 +41,7 @@ def analysed_db(tmp_path: Path) -> Path:
 async def test_notes_follow_the_findings_and_are_counted_apart(analysed_db: Path, wait_for: Wait) -> None:
     app = WorkbenchApp(analysed_db, "hang")
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, SessionScreen)
+        await wait_for(pilot, lambda: isinstance(app.screen, SessionScreen) and app.screen.side_ready
                        and len(app.screen.findings_table.findings) == 5, what="findings")
         screen = app.screen
         assert isinstance(screen, SessionScreen)

@@ -34,7 +34,7 @@ async def test_rig_session_finding_blobs_and_replay(tui_rig_db: tuple[Path, dict
         row = [str(table.get_row_at(i)[0]) for i in range(table.row_count)].index(ids["blob_miss"])
         await pilot.press(*["down"] * row, "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, SessionScreen)
-                       and app.screen.query_one(Timeline).first_paint is not None)
+                       and app.screen.query_one(Timeline).first_paint is not None and app.screen.side_ready)
         screen = app.screen
         assert isinstance(screen, SessionScreen)
         tl = screen.timeline

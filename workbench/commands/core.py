@@ -293,14 +293,12 @@ def _reopen(args: argparse.Namespace, old: Any) -> Any:
 
 def _print_frame(row: dict[str, Any], dec: Decoder | None) -> None:
     if dec is not None:
-        from workbench.decode import fields_of
+        from workbench.decode.streamed import dump_frame  # protobuf: only --json decodes
 
         out = {k: v for k, v in row.items() if k != "payload" and v is not None}
         out["ts"] = str(row["ts"])
-        out["fields"] = fields_of(dec, row["kind"], row["payload"] or b"", row["msg_type"], row["flags"] or 0)
-        # json.dump writes in pieces: a frame inflated on view (up to 256 MiB) is not copied again
-        # into one string before it reaches stdout.
-        json.dump(out, sys.stdout, ensure_ascii=False, default=str)
+        # a big frame kept compressed is inflated as a stream, never whole (decode/streamed.py)
+        dump_frame(dec, out, row["kind"], row["payload"] or b"", row["msg_type"], row["flags"] or 0, sys.stdout)
         sys.stdout.write("\n")
         return
     arrow = "→" if row["direction"] == "client" else "←"

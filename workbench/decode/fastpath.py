@@ -109,6 +109,9 @@ class FastPaths:
                     text = p[k:].decode("utf-8")
                 except UnicodeDecodeError:
                     return None
+            # quote() inlined for the most frequent frame: short text that needs no escape
+            if len(text) <= _SHORT_TEXT and not ('"' in text or "\\" in text or "\n" in text or "\r" in text):
+                return Frame(text_member[0], f'{text_member[1]}"{text}"', p, 0, SERVER_MSG)
             return Frame(text_member[0], text_member[1] + _quote(text), p, 0, SERVER_MSG)
         if tag == 0x3A and self.partial_ok:
             # PartialToolCall: 1 call_id, 3 args_text_delta, 4 model_call_id (2 tool_call → slow path)
@@ -249,3 +252,4 @@ def _fast_tool_delta(p: bytes, j: int, n: int) -> Frame | None:
 _PARTIAL_TAGS = frozenset((0x0A, 0x1A, 0x22))
 _DELTA_TAGS = frozenset((0x0A, 0x12, 0x1A))
 _quote = summary.quote
+_SHORT_TEXT = summary.MAX_TEXT

@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from workbench.decode.classify import Decoder
+from workbench.tui.context import TuiContext
 from workbench.tui.data import TuiData
 from workbench.tui.loading import LoadFailed
 from workbench.tui.modals import HelpScreen
@@ -31,19 +32,30 @@ class WorkbenchApp(App[None]):
     def __init__(self, db_path: str | Path, session: str | None = None, *, follow: bool = False,
                  decoder: Decoder | None = None, poll_interval: float = 0.5, data: TuiData | None = None) -> None:
         super().__init__()
-        self.follow = follow
-        self.poll_interval = poll_interval
         self.data = data or TuiData(db_path, decoder, transient=follow)
+        self.ctx = TuiContext(self.data, follow, poll_interval)
         self.initial_session = session
         self.errors: list[str] = []
 
     def on_mount(self) -> None:
-        self.push_screen(SessionsScreen())
+        # Opened on a session, only that screen is built: the sessions list is made when the
+        # user goes back to it (its first paint does not wait for a screen it does not show).
         if self.initial_session:
             self.open_session(self.initial_session)
+        else:
+            self.push_screen(SessionsScreen(self.ctx))
 
     def open_session(self, session_id: str) -> None:
-        self.push_screen(SessionScreen(session_id))
+        self.push_screen(SessionScreen(session_id, self.ctx))
+
+    def on_sessions_screen_open_session(self, message: SessionsScreen.OpenSession) -> None:
+        self.open_session(message.session_id)
+
+    def on_session_screen_closed(self, message: SessionScreen.Closed) -> None:
+        if any(isinstance(s, SessionsScreen) for s in self.screen_stack):
+            self.pop_screen()
+        else:
+            self.switch_screen(SessionsScreen(self.ctx))
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):

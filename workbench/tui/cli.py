@@ -45,7 +45,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
         data.close()
         raise CliError("needs an interactive terminal (stdin and stdout must be a TTY); "
                        "for scripts use 'workbench sessions' / 'workbench frames' / 'workbench sql'")
-    from workbench.tui.app import WorkbenchApp
+    from workbench.tui.app import WorkbenchApp  # deferred: Textual loads only once a terminal is there
 
     session = None
     if args.session:

@@ -116,7 +116,7 @@ class FrameDetailView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="detail-head")
-        with TabbedContent(id="detail-tabs", initial="tab-tree"):
+        with TabbedContent(id="detail-tabs"):  # the first pane (see SessionSide.build)
             with TabPane("Tree", id="tab-tree"):
                 tree: Tree[Any] = Tree("frame", id="detail-tree")
                 tree.show_root = False

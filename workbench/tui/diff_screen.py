@@ -12,11 +12,11 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from workbench.tui.context import TuiContext
 from workbench.tui.loading import Loader
 
 if TYPE_CHECKING:
     from workbench.sessiondiff.compare import Diff
-    from workbench.tui.app import WorkbenchApp
 
 # how a line of the diff is coloured, by how it starts (after its indentation)
 _STYLES = [("only in A", "red"), ("only in B", "green"), ("first divergence", "bold yellow"),
@@ -38,11 +38,10 @@ def diff_text(text: str) -> Text:
 class DiffScreen(Loader, ModalScreen[None]):
     BINDINGS = [Binding("escape,q", "dismiss", "Close")]
 
-    app: WorkbenchApp
-
-    def __init__(self, a: str, b: str) -> None:
+    def __init__(self, a: str, b: str, ctx: TuiContext) -> None:
         super().__init__(classes="wb-modal", id="diff-screen")
         self.a, self.b = a, b
+        self.ctx = ctx
         self.diff: Diff | None = None
 
     def compose(self) -> ComposeResult:
@@ -53,9 +52,10 @@ class DiffScreen(Loader, ModalScreen[None]):
             yield Static(Text("esc to close", "dim"))
 
     def on_mount(self) -> None:
-        data, a, b = self.app.data, self.a, self.b
+        data, a, b = self.ctx.data, self.a, self.b
 
         def fetch() -> Diff:
+            # deferred: the TUI starts without the decoder and the analysis, which a diff needs
             from workbench.report.session import load_session
             from workbench.sessiondiff.compare import diff_sessions
 
@@ -64,7 +64,7 @@ class DiffScreen(Loader, ModalScreen[None]):
         self.load(fetch, self._show, group="diff", what=f"comparing {a} with {b}")
 
     def _show(self, d: Diff) -> None:
-        from workbench.sessiondiff.render import human
+        from workbench.sessiondiff.render import human  # deferred with the diff (above)
 
         self.diff = d
         self.query_one("#diff-body", Static).update(diff_text(human(d)))

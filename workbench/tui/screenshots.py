@@ -44,7 +44,7 @@ async def _idle(pilot: Pilot[Any]) -> None:
 async def _session(pilot: Pilot[Any]) -> SessionScreen:
     app = pilot.app
     await _until(pilot, lambda: isinstance(app.screen, SessionScreen)
-                 and app.screen.query_one(Timeline).first_paint is not None)
+                 and app.screen.query_one(Timeline).first_paint is not None and app.screen.side_ready)
     screen = app.screen
     assert isinstance(screen, SessionScreen)
     await _until(pilot, lambda: bool(screen.findings_table.findings))

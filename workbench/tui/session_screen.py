@@ -5,17 +5,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent
 
+from workbench.tui.context import STATUS_STYLE, TuiContext, fmt_duration
 from workbench.tui.data import FrameDetail, FrameFilter, FrameIndex, LiveFindings, SessionSummary
 from workbench.tui.detail import FrameDetailView
 from workbench.tui.loading import Loader
@@ -23,15 +25,15 @@ from workbench.tui.modals import BlobScreen, KindPicker, ToolCallScreen
 from workbench.tui.panels import BlobsTable, FindingsTable, ToolCallsTable
 from workbench.tui.replay import ReplayClock
 from workbench.tui.replay_control import ReplayController
-from workbench.tui.sessions_screen import STATUS_STYLE, fmt_duration
+from workbench.tui.side import SessionSide
 from workbench.tui.timeline import Timeline
 from workbench.tui.timeline_strip import StripData, TimelineStrip, strip_data
 
-if TYPE_CHECKING:
-    from workbench.tui.app import WorkbenchApp
-
 STRIP_REFRESH_S = 1.0   # following a capture: the timeline strip re-reads at most this often
 FIRST_PAGE = 120   # rows fetched with the index, so the first paint needs no second round trip
+# Opening a session draws its first rows from an index of the frames up to this seq, then reads
+# the whole index (a 1M-frame session's index alone took longer than the first-paint budget).
+PREFIX_SEQS = 20_000
 DETAIL_DELAY_S = 0.05
 
 
@@ -42,6 +44,7 @@ class IndexLoad:
     max_seq: int
     summary: SessionSummary | None
     rows: dict[int, dict[str, Any]]
+    complete: bool = True   # False: the index stops at PREFIX_SEQS, the rest is being read
 
 
 @dataclass
@@ -96,11 +99,13 @@ class SessionScreen(Loader, Screen[None]):
         "report": "Write the HTML report of this session and show its path",
     }
 
-    app: WorkbenchApp
+    class Closed(Message):
+        """The user left the session; the application shows the sessions list."""
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, ctx: TuiContext) -> None:
         super().__init__(id="session-screen")
         self.session_id = session_id
+        self.ctx = ctx
         self.summary: SessionSummary | None = None
         self.flt = FrameFilter()
         self.index: FrameIndex | None = None
@@ -111,6 +116,7 @@ class SessionScreen(Loader, Screen[None]):
         self.evidence: list[int] = []
         self.evidence_pos = 0
         self._pending_jump: int | None = None
+        self.index_complete = False   # the index covers every frame (not only the first PREFIX_SEQS)
         self._polling = False
         self._poll_started = 0.0
         self._strip_read = 0.0
@@ -127,16 +133,7 @@ class SessionScreen(Loader, Screen[None]):
                 yield TimelineStrip(id="timeline-strip")
                 yield Timeline(id="timeline")
                 yield Static("", id="replay-bar", classes="hidden")
-            with Vertical(id="right"):
-                yield FrameDetailView(id="detail")
-                with TabbedContent(id="panels", initial="findings"):
-                    with TabPane("Findings", id="findings"), Vertical():
-                        yield FindingsTable(id="findings-table")
-                        yield Static("", id="finding-text")
-                    with TabPane("Tool calls", id="tool-calls"):
-                        yield ToolCallsTable(id="tools-table")
-                    with TabPane("Blobs", id="blobs"):
-                        yield BlobsTable(id="blobs-table")
+            yield SessionSide(id="right")   # built once the timeline shows rows (_build_side)
         yield Footer()
 
     @property
@@ -144,51 +141,78 @@ class SessionScreen(Loader, Screen[None]):
         return self.query_one("#timeline", Timeline)
 
     @property
+    def side_ready(self) -> bool:
+        """The detail and the panels are mounted (they come after the timeline's first rows)."""
+        return self.query_one(SessionSide).ready
+
+    async def _build_side(self) -> None:
+        side = self.query_one(SessionSide)
+        if side.built or not await side.build():
+            return
+        self._load_panels()
+        cur = self.timeline.current
+        if cur is None:
+            self.query_one("#detail", FrameDetailView).show(None)
+        else:
+            self._load_detail(cur.seq)
+
+    @property
     def findings_table(self) -> FindingsTable:
         return self.query_one("#findings-table", FindingsTable)
 
     def on_mount(self) -> None:
         self.title = f"session {self.session_id}"
-        self.sub_title = Path(self.app.data.path).name
+        self.sub_title = Path(self.ctx.data.path).name
         self.timeline.focus()
         self._load_index()
-        self._load_panels()
         self._load_strip()
-        if self.app.follow:
-            self.set_interval(self.app.poll_interval, self._poll, name="session-follow")
+        if self.ctx.follow:
+            self.set_interval(self.ctx.poll_interval, self._poll, name="session-follow")
 
     # loading -----------------------------------------------------------------------------------
 
-    def _load_index(self, keep_seq: int | None = None) -> None:
-        data, sid, flt = self.app.data, self.session_id, self.flt
+    def _load_index(self, keep_seq: int | None = None, *, rest: bool = False) -> None:
+        """Read the frame index (``rest``: the whole index after a first page from a prefix)."""
+        data, sid, flt = self.ctx.data, self.session_id, self.flt
+        # a prefix only where the first rows are the ones shown: not following (the tail), no filter
+        prefix = self.index is None and keep_seq is None and not flt.active and not self.ctx.follow
 
         def fetch() -> IndexLoad:
             # max_seq first, then frames up to it: a capture appending meanwhile cannot slip
             # frames between the two reads (follow mode continues from max_seq)
             max_seq = data.max_seq(sid)
-            index = data.frame_index(sid, flt, upto_seq=max_seq)
+            upto = min(max_seq, PREFIX_SEQS - 1) if prefix else max_seq
+            index = data.frame_index(sid, flt, upto_seq=upto)
             row = index.row_of_seq(keep_seq) if keep_seq is not None else 0
             refs = index.rows(max(0, row - FIRST_PAGE // 2), max(0, row - FIRST_PAGE // 2) + FIRST_PAGE)
-            if self.app.follow and keep_seq is None:
+            if self.ctx.follow and keep_seq is None:
                 refs += index.rows(len(index) - FIRST_PAGE // 2, len(index))
-            rows = data.frame_rows(sid, index.seqs_for(refs))
-            return IndexLoad(data.start_us(sid), index, max_seq, data.session(sid), rows)
+            rows = data.frame_rows(sid, index.seqs_for(refs)) if not rest else {}
+            return IndexLoad(data.start_us(sid), index, max_seq, data.session(sid), rows, upto == max_seq)
 
         def got(res: IndexLoad) -> None:
             self.max_seq = res.max_seq
             self.summary = res.summary or self.summary
             if self.replay is not None:
                 res.index.set_limit(self.replay.seq)
-            keep = self._pending_jump if self._pending_jump is not None else keep_seq
+            cur = self.timeline.current if rest else None   # where the user went meanwhile
+            keep = self._pending_jump if self._pending_jump is not None else \
+                keep_seq if keep_seq is not None else cur.seq if cur is not None else None
             first_load = self.index is None
+            self.index_complete = res.complete
             self.index = res.index
             self.timeline.add_rows(res.rows)
             self.timeline.set_index(res.index, res.t0, keep_cursor_seq=keep)
-            if not len(res.index):
+            if not len(res.index) and self.side_ready:
                 self.query_one("#detail", FrameDetailView).show(None)
-            if first_load and self.app.follow and keep is None:
+            if first_load and self.ctx.follow and keep is None:
                 self.timeline.action_last()   # following a capture: start at the tail, like tail -f
             self._update_status()
+            if first_load:
+                self.call_after_refresh(self._build_side)   # after the rows are drawn
+            if not res.complete:
+                self._load_index(rest=True)
+                return   # a pending jump waits for the whole index
             if self._pending_jump is not None:
                 target, self._pending_jump = self._pending_jump, None
                 self._jump_to_seq(target)
@@ -197,7 +221,7 @@ class SessionScreen(Loader, Screen[None]):
 
     def _load_strip(self) -> None:
         self._strip_read = time.monotonic()
-        data, sid = self.app.data, self.session_id
+        data, sid = self.ctx.data, self.session_id
         strip = self.query_one("#timeline-strip", TimelineStrip)
         self.load(lambda: strip_data(data, sid), strip.set_data, group="strip", what=f"reading the timeline of {sid}")
 
@@ -212,9 +236,12 @@ class SessionScreen(Loader, Screen[None]):
         self._jump_to_seq(got.stall_seq)
 
     def action_report(self) -> None:
-        from workbench.report.cli import report_path, write_report
+        from workbench.report.cli import (  # deferred: Jinja2 and the decoder load on use
+            report_path,
+            write_report,
+        )
 
-        db, sid = self.app.data.path, self.session_id
+        db, sid = self.ctx.data.path, self.session_id
         out = report_path(db, sid)
 
         def done(size: int) -> None:
@@ -223,7 +250,7 @@ class SessionScreen(Loader, Screen[None]):
         self.load(lambda: write_report([sid], out, db=db), done, group="report", what=f"writing the report of {sid}")
 
     def _load_panels(self) -> None:
-        data, sid = self.app.data, self.session_id
+        data, sid = self.ctx.data, self.session_id
 
         def fetch() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
             return data.findings(sid), data.tool_calls(sid), data.blobs(sid)
@@ -251,7 +278,7 @@ class SessionScreen(Loader, Screen[None]):
             panels.get_tab(pane_id).label = f"{label} ({n}{extra})"
 
     def on_timeline_need_rows(self, message: Timeline.NeedRows) -> None:
-        data, sid, seqs = self.app.data, self.session_id, message.seqs
+        data, sid, seqs = self.ctx.data, self.session_id, message.seqs
         self.load(lambda: data.frame_rows(sid, seqs), self.timeline.add_rows, group="rows",
                   what="reading timeline rows", exclusive=False)
 
@@ -263,7 +290,9 @@ class SessionScreen(Loader, Screen[None]):
         self._detail_timer = self.set_timer(DETAIL_DELAY_S, lambda: self._load_detail(seq))
 
     def _load_detail(self, seq: int) -> None:
-        data, sid = self.app.data, self.session_id
+        if not self.side_ready:
+            return   # _build_side shows the frame under the cursor
+        data, sid = self.ctx.data, self.session_id
         detail = self.query_one("#detail", FrameDetailView)
         if detail.detail is not None and detail.detail.seq == seq:
             return
@@ -298,14 +327,16 @@ class SessionScreen(Loader, Screen[None]):
         t.append(self.session_id, "bold")
         if s is not None and s.label:
             t.append(f"  “{s.label}”")
-        if self.index is not None:
+        if self.index is not None and not self.index_complete:
+            t.append(f"\nframes 0…{self.max_seq}, the first {self.index.total} shown while the rest are read")
+        elif self.index is not None:
             shown = self.index.total
             t.append(f"\n{shown} frames" if not self.flt.active else
                      f"\n{shown} of {self.max_seq + 1} frames match {self.flt.describe()}")
             t.append(f" · {len(self.index)} rows", "dim")
         if s is not None:
             t.append(f" · {s.source} · {s.transport} · {s.model or '?'} · {fmt_duration(s.duration_s)}", "dim")
-        if self.app.data.live:
+        if self.ctx.data.live:
             t.append("  ● live", "bold green")
         self.query_one("#session-status", Static).update(t)
 
@@ -337,7 +368,7 @@ class SessionScreen(Loader, Screen[None]):
         self._load_index(keep_seq=cur.seq if cur is not None else None)
 
     def action_pick_kind(self) -> None:
-        data, sid = self.app.data, self.session_id
+        data, sid = self.ctx.data, self.session_id
 
         def picked(kind: str | None) -> None:
             if kind is not None:
@@ -367,14 +398,18 @@ class SessionScreen(Loader, Screen[None]):
             self.action_back()
 
     def action_back(self) -> None:
-        self.app.pop_screen()
+        self.post_message(self.Closed())
 
     # detail & panels ---------------------------------------------------------------------------
 
     def action_tab(self, tab: str) -> None:
+        if not self.side_ready:
+            return
         self.query_one("#detail", FrameDetailView).active = tab
 
     def action_panel(self, pane: str) -> None:
+        if not self.side_ready:
+            return
         self.query_one("#panels", TabbedContent).active = pane
         table = {"findings": "#findings-table", "tool-calls": "#tools-table", "blobs": "#blobs-table"}[pane]
         self.query_one(table, DataTable).focus()
@@ -421,7 +456,7 @@ class SessionScreen(Loader, Screen[None]):
         elif isinstance(table, BlobsTable):
             blob = table.selected()
             if blob is not None:
-                data, sid = self.app.data, self.session_id
+                data, sid = self.ctx.data, self.session_id
 
                 def show(raw: bytes | None) -> None:
                     self.app.push_screen(BlobScreen(blob, raw))
@@ -444,8 +479,8 @@ class SessionScreen(Loader, Screen[None]):
 
     def _jump_to_seq(self, seq: int) -> None:
         index = self.index
-        if index is None:
-            self._pending_jump = seq
+        if index is None or not self.index_complete:
+            self._pending_jump = seq   # done when the (whole) index is there
             return
         if index.index_of(seq) < 0:
             if self.flt.active:
@@ -482,7 +517,7 @@ class SessionScreen(Loader, Screen[None]):
         if self.replayer.active:
             self.replayer.stop()
             return
-        data, sid = self.app.data, self.session_id
+        data, sid = self.ctx.data, self.session_id
         self.replayer.start(lambda: data.timestamps(sid), what=f"reading timestamps of {sid}")
 
     def replay_started(self) -> None:
@@ -502,10 +537,13 @@ class SessionScreen(Loader, Screen[None]):
         if self.index is not None:
             self.index.set_limit(None)
             self.timeline.index_changed()
-        self.findings_table.set_lit(None)
+        if self.side_ready:
+            self.findings_table.set_lit(None)
         self._update_status()
 
     def _update_lit(self) -> None:
+        if not self.side_ready:
+            return
         self.findings_table.set_lit(None if self.replay is None else self.findings_table.lit_by(self.replay.seq))
 
     def action_play_pause(self) -> None:
@@ -524,7 +562,7 @@ class SessionScreen(Loader, Screen[None]):
 
     def _live_findings_source(self) -> LiveFindings | None:
         """The incremental analyzer, while the capture is live (else stored findings suffice)."""
-        if self._live is None and self.app.data.live:
+        if self._live is None and self.ctx.data.live:
             try:
                 self._live = LiveFindings(self.session_id)
             except ImportError:   # analysis not installed: stored findings only
@@ -538,7 +576,7 @@ class SessionScreen(Loader, Screen[None]):
             return
         self._polling = True
         self._poll_started = time.monotonic()
-        data, sid, flt, after = self.app.data, self.session_id, self.flt, self.max_seq
+        data, sid, flt, after = self.ctx.data, self.session_id, self.flt, self.max_seq
 
         live = self._live_findings_source()
 
@@ -569,10 +607,11 @@ class SessionScreen(Loader, Screen[None]):
             behind = strip is None or (len(strip.seq) and int(strip.seq[-1]) < self.max_seq)
             if behind and time.monotonic() - self._strip_read >= STRIP_REFRESH_S:
                 self._load_strip()   # seqs are dense: the strip has not seen the newest frames
-            self.findings_table.set_findings(res.findings)
-            self._show_finding_text()
-            self._update_panel_titles()
-            self._update_lit()
+            if self.side_ready:
+                self.findings_table.set_findings(res.findings)
+                self._show_finding_text()
+                self._update_panel_titles()
+                self._update_lit()
             self._update_status()
 
         self.load(fetch, got, group="follow", what=f"following {sid}")

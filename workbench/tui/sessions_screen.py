@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
+from workbench.tui.context import STATUS_STYLE, TuiContext, fmt_duration, fmt_start
 from workbench.tui.data import SEVERITIES, SessionSummary
+from workbench.tui.diff_screen import DiffScreen
 from workbench.tui.loading import Loader
 from workbench.tui.panels import SEVERITY_STYLE
 
-if TYPE_CHECKING:
-    from workbench.tui.app import WorkbenchApp
+__all__ = ["STATUS_STYLE", "SessionsScreen", "fmt_duration", "fmt_start"]
 
 # (key, header): the display order; ``s`` cycles through the sort keys in this order.
 COLUMNS: list[tuple[str, str]] = [
@@ -31,22 +32,6 @@ FLEX_MIN = {"session": 9, "label": 14, "top": 20}
 # When the screen is too narrow for every column, these go first (left to right).
 DROP_ORDER = ("source", "duration", "model", "frames", "transport", "start")
 CELL_PADDING = 2  # DataTable pads each cell by one on both sides
-STATUS_STYLE = {"complete": "green", "open": "cyan", "incomplete": "yellow", "error": "bold red", "aborted": "red"}
-
-
-def fmt_start(us: int | None) -> str:
-    if us is None:
-        return ""
-    return datetime.fromtimestamp(us / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def fmt_duration(s: float | None) -> str:
-    if s is None:
-        return ""
-    if s < 60:
-        return f"{s:.1f} s"
-    m, sec = divmod(int(s), 60)
-    return f"{m}m{sec:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
 
 
 def sort_value(s: SessionSummary, key: str) -> Any:
@@ -109,10 +94,16 @@ class SessionsScreen(Loader, Screen[None]):
                      "clear_filter": "Clear the session filter", "reload": "Reload the session list",
                      "mark_diff": "Diff: mark this session, then another (m again) to compare them"}
 
-    app: WorkbenchApp
+    class OpenSession(Message):
+        """The user chose a session; the application opens it."""
 
-    def __init__(self) -> None:
+        def __init__(self, session_id: str) -> None:
+            super().__init__()
+            self.session_id = session_id
+
+    def __init__(self, ctx: TuiContext) -> None:
         super().__init__(id="sessions-screen")
+        self.ctx = ctx
         self.sessions: list[SessionSummary] = []
         self.sort_key = "start"
         self.sort_reverse = False
@@ -131,10 +122,10 @@ class SessionsScreen(Loader, Screen[None]):
 
     def on_mount(self) -> None:
         self.title = "workbench"
-        self.sub_title = Path(self.app.data.path).name
+        self.sub_title = Path(self.ctx.data.path).name
         self.query_one("#sessions", DataTable).focus()
-        if self.app.follow:
-            self.set_interval(self.app.poll_interval, self._poll, name="sessions-follow")
+        if self.ctx.follow:
+            self.set_interval(self.ctx.poll_interval, self._poll, name="sessions-follow")
 
     def on_screen_resume(self) -> None:
         # loaded when first shown, not at mount: `workbench tui DB SESSION` opens the session
@@ -145,7 +136,7 @@ class SessionsScreen(Loader, Screen[None]):
     # data ------------------------------------------------------------------------------------
 
     def action_reload(self) -> None:
-        self.load(self.app.data.sessions, self._got_sessions, group="sessions", what="reading sessions")
+        self.load(self.ctx.data.sessions, self._got_sessions, group="sessions", what="reading sessions")
 
     def _poll(self) -> None:
         # never cancel a reload in flight: on a slow disk every poll would cancel the last one
@@ -216,7 +207,7 @@ class SessionsScreen(Loader, Screen[None]):
         self._show_info()
         arrow = "↓" if self.sort_reverse else "↑"
         flt = f'  filter "{self.text_filter}"' if self.text_filter else ""
-        live = "  ● live" if self.app.data.live else ""
+        live = "  ● live" if self.ctx.data.live else ""
         self.query_one("#sessions-status", Static).update(Content(  # the filter is typed text, not markup
             f"{len(rows)} of {len(self.sessions)} sessions  sorted by {self.sort_key} {arrow}{flt}{live}"))
 
@@ -254,7 +245,7 @@ class SessionsScreen(Loader, Screen[None]):
     def action_open(self) -> None:
         sid = self.selected_id()
         if sid is not None:
-            self.app.open_session(sid)
+            self.post_message(self.OpenSession(sid))
 
     def action_mark_diff(self) -> None:
         sid = self.selected_id()
@@ -265,14 +256,12 @@ class SessionsScreen(Loader, Screen[None]):
             self.app.notify(f"A = {sid}: select another session and press m to compare", title="diff",
                             markup=False)
             return
-        from workbench.tui.diff_screen import DiffScreen
-
         a, self.diff_mark = self.diff_mark, None
-        self.app.push_screen(DiffScreen(a, sid))
+        self.app.push_screen(DiffScreen(a, sid, self.ctx))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:
-            self.app.open_session(str(event.row_key.value))
+            self.post_message(self.OpenSession(str(event.row_key.value)))
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         key = str(event.column_key.value)
