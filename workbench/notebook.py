@@ -191,8 +191,8 @@ def session_overview(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                 AND f.severity = 'note') AS notes
         FROM sessions s ORDER BY s.started_at, s.session_id""").df()
     top = top_findings(con.sql(f"SELECT {FINDING_COLUMNS} FROM findings").fetch_arrow_table().to_pylist())
-    df["top_finding"] = [top.get(sid, {}).get("code") for sid in df.session_id]
-    df["top_finding_message"] = [top.get(sid, {}).get("message") for sid in df.session_id]
+    df["top_finding"] = [f.code if (f := top.get(sid)) is not None else None for sid in df.session_id]
+    df["top_finding_message"] = [f.message if (f := top.get(sid)) is not None else None for sid in df.session_id]
     return df
 
 

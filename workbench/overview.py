@@ -8,38 +8,31 @@ The top finding is the first of the session's findings in root-cause order
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+
+from workbench.analysis.causes import order_findings
+from workbench.analysis.model import PROBLEMS, Finding
 
 Query = Callable[..., pa.Table]
 
 FINDING_COLUMNS = "session_id, code, severity, coalesce(message, '') AS message, first_seq, last_seq"
 
 
-PROBLEMS = ("error", "warning")  # notes (severity "note") are never a session's top finding
-
-
-def top_findings(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def top_findings(rows: Iterable[Mapping[str, Any]]) -> dict[str, Finding]:
     """Finding rows (session_id, code, severity, message, first_seq, last_seq) → each session's
-    top finding, root cause first. Notes are left out: they did no harm."""
-    by_session: dict[str, list[dict[str, Any]]] = {}
+    top finding, root cause first. Notes (severity "note") are left out: they did no harm."""
+    by_session: dict[str, list[Finding]] = {}
     for r in rows:
-        if r.get("severity") not in PROBLEMS:
-            continue
-        by_session.setdefault(str(r["session_id"]), []).append(dict(r))
-    out = {sid: items[0] for sid, items in by_session.items() if len(items) == 1}
-    if len(out) < len(by_session):
-        # imported only when needed: loading the analysis package takes most of a second
-        from workbench.analysis.causes import order_findings
-
-        out.update({sid: order_findings(items)[0] for sid, items in by_session.items() if len(items) > 1})
-    return out
+        if r.get("severity") in PROBLEMS:
+            by_session.setdefault(str(r["session_id"]), []).append(Finding.from_json(r))
+    return {sid: order_findings(items)[0] for sid, items in by_session.items()}
 
 
-def query_top_findings(query: Query, session_ids: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+def query_top_findings(query: Query, session_ids: Sequence[str] | None = None) -> dict[str, Finding]:
     """``top_findings`` of the sessions in a capture (``query(sql, params)`` as a reader has it)."""
     if session_ids is None:
         t = query(f"SELECT {FINDING_COLUMNS} FROM findings")
@@ -47,14 +40,6 @@ def query_top_findings(query: Query, session_ids: Sequence[str] | None = None) -
         t = query(f"SELECT {FINDING_COLUMNS} FROM findings WHERE session_id IN (SELECT unnest(?))",
                   [list(session_ids)])
     return top_findings(t.to_pylist())
-
-
-def finding_text(f: dict[str, Any] | None) -> str:
-    """``code: message`` of a top finding, or an empty string."""
-    if not f:
-        return ""
-    msg = str(f.get("message") or "")
-    return f"{f['code']}: {msg}" if msg else str(f["code"])
 
 
 @dataclass

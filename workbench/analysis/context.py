@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.analysis.model import Config, Finding
+from workbench.analysis.model import Config, Finding, Severity
 from workbench.analysis.records import EndStream, ExecReq, HeartbeatRun, SessionFacts
 from workbench.decode.classify import default_decoder
 from workbench.protocol import kinds
@@ -89,15 +89,15 @@ class Context:
         return self.order != ORDER_BODY
 
     def finding(self, code: str, message: str, evidence: Sequence[int | None], fix: str,
-                severity: str | None = None, *, order_dependent: bool = False) -> Finding:
+                severity: Severity | None = None, *, order_dependent: bool = False) -> Finding:
         """A finding of ``code``. ``order_dependent``: the conclusion rests on which frame came
         first; in a body-order session it is then stated as a possibility, as a warning."""
         ev = [int(s) for s in evidence if s is not None]
-        sev = severity or RULES[code].severity
+        sev: Severity = severity or RULES[code].severity
         if order_dependent and not self.order_known:
             message = ORDER_NOTE + message
             sev = "warning" if sev == "error" else sev  # lowered, never raised (a note stays a note)
-        return Finding(code, sev, message, min(ev) if ev else None, max(ev) if ev else None, ev, fix,
+        return Finding(code, sev, message, min(ev) if ev else None, max(ev) if ev else None, tuple(ev), fix,
                        self.session_id)
 
     # positions -------------------------------------------------------------------------------
@@ -224,7 +224,7 @@ RuleFn = Callable[[Context], list[Finding]]
 @dataclass(frozen=True)
 class Rule:
     code: str
-    severity: str  # the usual severity; a rule may lower it for a milder variant
+    severity: Severity  # the usual severity; a rule may lower it for a milder variant
     fn: RuleFn
     summary: str
 
@@ -232,7 +232,7 @@ class Rule:
 RULES: dict[str, Rule] = {}
 
 
-def rule(code: str, severity: str, summary: str) -> Callable[[RuleFn], RuleFn]:
+def rule(code: str, severity: Severity, summary: str) -> Callable[[RuleFn], RuleFn]:
     def wrap(fn: RuleFn) -> RuleFn:
         RULES[code] = Rule(code, severity, fn, summary)
         return fn

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,11 +25,13 @@ from workbench.analysis.facts import (
     BULK_KINDS,
     GEN_BULK_KINDS,
     HEARTBEAT,
+    NDJSON,
+    PAYLOAD_KINDS,
+    PAYLOAD_PREFIXES,
     RUN_REQUEST,
     TEXT_DELTA,
     TOOL_DELTA,
     FactsBuilder,
-    payload_sql_predicate,
 )
 from workbench.analysis.model import AnalysisResult, Config, Finding
 from workbench.analysis.records import CallState, HeartbeatRun, SessionFacts
@@ -39,38 +41,16 @@ from workbench.analysis.tools import public_row, tool_rows
 from workbench.protocol import kinds
 from workbench.protocol.run_request import run_request_facts
 from workbench.schema import pb
+from workbench.store import analysis_reads as reads
+from workbench.store.analysis_reads import Queryable
 from workbench.store.db import Store
 
 _SLICE = 200_000
 
 
-class Queryable(Protocol):
-    def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table: ...
-
-
-# Facts of the exchange that carried a client frame (frames.meta): its HTTP status and content type.
-_EXCHANGE = "transport IN ('bidi_append', 'unary') AND direction = 'client' AND meta IS NOT NULL"
-_STATUS = "TRY_CAST(json_extract(meta, '$.http_status') AS INTEGER)"
-
-
-def frames_sql(bulk: bool = True) -> str:
-    skip = "" if bulk else f" AND kind NOT IN ({', '.join(repr(k) for k in BULK_KINDS)})"
-    return (
-        "SELECT seq, epoch_us(ts) AS ts_us, direction, transport, kind, ref_id, call_id, append_seqno, "
-        f"request_id, flags, CASE WHEN {payload_sql_predicate()} THEN payload END AS payload, "
-        "CASE WHEN transport = 'cli_ndjson' THEN decoded END AS decoded, "
-        f"CASE WHEN {_EXCHANGE} THEN {_STATUS} END AS http_status, "
-        f"CASE WHEN {_EXCHANGE} THEN coalesce(json_extract_string(meta, '$.content_type'), "
-        "json_extract_string(meta, '$.request_headers.\"content-type\"')) END AS content_type, "
-        f"CASE WHEN kind = '{kinds.HTTP_ERROR}' THEN coalesce(error, summary) END AS error, "
-        f"CASE WHEN {_EXCHANGE} AND NOT coalesce({_STATUS} BETWEEN 200 AND 299, true) THEN raw END AS raw, "
-        f"CASE WHEN {_EXCHANGE} THEN TRY_CAST(json_extract(meta, '$.grpc_status') AS INTEGER) END AS grpc_status "
-        f"FROM frames WHERE session_id = ? AND seq >= ? AND seq < ?{skip} ORDER BY seq"
-    )
-
-
-_PROGRESS = (f"direction = 'server' AND kind NOT IN {kinds.sql_list((kinds.SERVER_HEARTBEAT, kinds.EMPTY))} "
-             f"AND NOT starts_with(kind, '{kinds.END_STREAM}')")
+# The walk reads every frame but the bulk, with the payloads the facts builder parses.
+WALK = reads.WalkSpec(skip_kinds=BULK_KINDS, payload_kinds=PAYLOAD_KINDS, payload_prefixes=PAYLOAD_PREFIXES,
+                      payload_transports=(NDJSON, "bidi_append"))
 
 
 def _stretches(builder: FactsBuilder, hb_seqs: list[int], hb_ts: list[int], lo: int, hi: int,
@@ -115,20 +95,12 @@ def _stretches(builder: FactsBuilder, hb_seqs: list[int], hb_ts: list[int], lo: 
 def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run: int) -> None:
     """What the batch walk skipped: heartbeat stretches, text seqs, tool_call_delta counts, bounds."""
     f = builder.facts
-    b = src.query(
-        "SELECT count(*) AS n, min(seq) AS first_seq, max(seq) AS last_seq, arg_max(epoch_us(ts), seq) AS last_ts, "
-        f"max(seq) FILTER (WHERE direction = 'server' AND NOT starts_with(kind, '{kinds.END_STREAM}')) AS last_server_seq, "
-        f"arg_max(kind, seq) FILTER (WHERE {_PROGRESS}) AS lk, "
-        f"max(seq) FILTER (WHERE {_PROGRESS}) AS lp, "
-        f"arg_max(epoch_us(ts), seq) FILTER (WHERE {_PROGRESS}) AS lpt "
-        "FROM frames WHERE session_id = ?", [session_id]).to_pylist()[0]
+    b = reads.frame_tallies(src, session_id).to_pylist()[0]
     f.frame_count = int(b["n"])
     f.first_seq, f.last_seq, f.last_ts = b["first_seq"], b["last_seq"], b["last_ts"]
     f.last_server_seq, f.last_server_kind = b["last_server_seq"], b["lk"]
     f.last_progress_seq, f.last_progress_ts = b["lp"], b["lpt"]
-    marks = src.query("SELECT seq, epoch_us(ts) AS ts_us, kind = ? AS hb FROM frames WHERE session_id = ? "
-                      "AND direction = 'server' AND kind IN (?, ?) ORDER BY seq",
-                      [HEARTBEAT, session_id, HEARTBEAT, TEXT_DELTA])
+    marks = reads.server_marks(src, session_id, HEARTBEAT, TEXT_DELTA)
     hb_mask = marks.column("hb")
     hbs = marks.filter(hb_mask)
     f.heartbeat_seqs = hbs.column("seq").to_pylist()
@@ -137,19 +109,14 @@ def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run:
                       max(1, min_run))
     unknown = sorted({s for r in runs for s in (r.prev_seq, r.next_seq)
                       if s is not None and s not in builder.server_kind_at})
-    kind_at = dict(builder.server_kind_at.items()) if not unknown else {**builder.server_kind_at, **{
-        r["seq"]: r["kind"] for r in src.query(
-            "SELECT seq, kind FROM frames WHERE session_id = ? AND seq IN (SELECT unnest(?))",
-            [session_id, unknown]).to_pylist()}}
+    kind_at = dict(builder.server_kind_at.items()) if not unknown else {
+        **builder.server_kind_at, **reads.kinds_at(src, session_id, unknown)}
     for r in runs:
         r.prev_kind = kind_at.get(r.prev_seq) if r.prev_seq is not None else None
         r.next_kind = kind_at.get(r.next_seq) if r.next_seq is not None else None
         r.seg = sum(1 for rr in f.run_requests if rr.seq < r.first_seq)
     f.runs = runs
-    for r in src.query("SELECT call_id, count(*) AS n, max(seq) AS last_seq, min(seq) AS first_seq, "
-                       "max(epoch_us(ts)) AS last_ts, min(epoch_us(ts)) AS first_ts FROM frames "
-                       "WHERE session_id = ? AND kind = ? AND call_id IS NOT NULL GROUP BY call_id",
-                       [session_id, TOOL_DELTA]).to_pylist():
+    for r in reads.call_spans(src, session_id, TOOL_DELTA).to_pylist():
         st = f.calls.get(r["call_id"])
         if st is None:
             st = f.calls[r["call_id"]] = CallState(r["call_id"], r["first_seq"], r["last_seq"], r["first_ts"],
@@ -159,8 +126,7 @@ def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run:
             st.last_seq, st.last_ts = r["last_seq"], r["last_ts"]
         if r["first_seq"] < st.first_seq:
             st.first_seq, st.first_ts = r["first_seq"], r["first_ts"]
-    kt = src.query("SELECT kind, count(*) AS n FROM frames WHERE session_id = ? GROUP BY kind", [session_id])
-    f.kinds = dict(zip(kt.column(0).to_pylist(), kt.column(1).to_pylist(), strict=True))
+    f.kinds = dict(reads.kind_counts(src, session_id))
     _bulk_progress(src, session_id, f)
 
 
@@ -169,13 +135,7 @@ def _bulk_progress(src: Queryable, session_id: str, f: SessionFacts) -> None:
     bulk = [k for k in BULK_KINDS if k != HEARTBEAT]
     if not any(f.kinds.get(k) for k in bulk):
         return
-    marks = ", ".join(repr(k) for k in bulk)
-    gen = ", ".join(repr(k) for k in GEN_BULK_KINDS)
-    rows = src.query(
-        "SELECT coalesce(s.seg, 0) AS seg, max(f.seq) AS any_seq, max(f.seq) FILTER (WHERE f.kind IN "
-        f"({gen})) AS gen_seq FROM (SELECT seq, kind FROM frames WHERE session_id = ? AND direction = 'server' "
-        f"AND kind IN ({marks})) f ASOF LEFT JOIN (SELECT unnest(?) AS b, generate_subscripts(?, 1) AS seg) s "
-        "ON f.seq >= s.b GROUP BY ALL", [session_id, f.seg_starts, f.seg_starts]).to_pylist()
+    rows = reads.last_per_segment(src, session_id, bulk, GEN_BULK_KINDS, f.seg_starts).to_pylist()
     for r in rows:
         seg = int(r["seg"])
         for target, value in ((f.seg_last_any, r["any_seq"]), (f.seg_last_gen, r["gen_seq"])):
@@ -189,8 +149,7 @@ def _is_live(src: Any) -> bool:
 
 def session_row(src: Queryable, session_id: str) -> dict[str, Any]:
     """The session record the rules read (``meta`` parsed from its JSON)."""
-    t = src.query("SELECT status, error, conversation_id, source, transport, path, http_status, "
-                  "CAST(meta AS VARCHAR) AS meta FROM sessions WHERE session_id = ?", [session_id])
+    t = reads.session_record(src, session_id)
     if not t.num_rows:
         return {}
     row = t.to_pylist()[0]
@@ -213,14 +172,12 @@ def load_facts(src: Queryable, session_id: str, config: Config | None = None) ->
     SQL aggregates for the bulk (deltas, heartbeats)."""
     cfg = config or Config()
     builder = FactsBuilder(session_id, layout=True)
-    bounds = src.query("SELECT min(seq), max(seq) FROM frames WHERE session_id = ?", [session_id])
-    lo, hi = bounds.column(0)[0].as_py(), bounds.column(1)[0].as_py()
-    if lo is None:
+    lo, hi = reads.seq_bounds(src, session_id)
+    if lo is None or hi is None:
         return builder
-    sql = frames_sql(bulk=False)
     start = lo
     while start <= hi:
-        table = src.query(sql, [session_id, start, start + _SLICE])
+        table = reads.walk_frames(src, session_id, start, start + _SLICE, WALK)
         builder.feed_table(table)
         start += _SLICE
     _aggregates(src, session_id, builder, cfg.heartbeat_min_count)
@@ -275,19 +232,14 @@ def _conversation_id(src: Queryable, facts: SessionFacts) -> str | None:
     for rr in facts.run_requests:
         if rr.conversation_id:
             return rr.conversation_id
-    t = src.query("SELECT conversation_id FROM sessions WHERE session_id = ?", [facts.session_id])
-    return t.column(0)[0].as_py() if t.num_rows else None
+    return reads.conversation_of(src, facts.session_id)
 
 
 def _siblings(src: Queryable, session_id: str, conversation_id: str) -> list[tuple[str, Any]]:
     """Other sessions of the same conversation, with their start time."""
-    t = src.query("SELECT session_id, started_at FROM sessions WHERE conversation_id = ? AND session_id <> ?",
-                  [conversation_id, session_id])
-    out = {r["session_id"]: r["started_at"] for r in t.to_pylist()}
+    out = dict(reads.conversation_sessions(src, conversation_id, session_id))
     # Sessions whose recorder did not fill conversation_id: look at their run requests.
-    t = src.query("SELECT f.session_id, f.payload, s.started_at FROM frames f JOIN sessions s USING (session_id) "
-                  "WHERE f.kind = ? AND f.session_id <> ? AND s.conversation_id IS NULL", [kinds.RUN_REQUEST, session_id])
-    for r in t.to_pylist():
+    for r in reads.unlabelled_run_requests(src, session_id).to_pylist():
         rr = run_request_facts(kinds.RUN_REQUEST, r["payload"])
         if rr is not None and rr.conversation_id == conversation_id:
             out[r["session_id"]] = r["started_at"]
@@ -297,11 +249,8 @@ def _siblings(src: Queryable, session_id: str, conversation_id: str) -> list[tup
 def _known_blob_ids(src: Queryable, siblings: list[tuple[str, Any]]) -> set[bytes]:
     if not siblings:
         return set()
-    ids = [s for s, _ in siblings]
-    t = src.query("SELECT payload FROM frames WHERE session_id IN (SELECT unnest(?)) AND kind = ?",
-                  [ids, kinds.KV_SET_BLOB_ARGS])
     out: set[bytes] = set()
-    for payload in t.column(0).to_pylist():
+    for payload in reads.payloads_of(src, [s for s, _ in siblings], kinds.KV_SET_BLOB_ARGS):
         try:
             out.add(bytes(pb.AgentServerMessage.FromString(payload or b"").kv_server_message.set_blob_args.blob_id))
         except DecodeError:
@@ -312,17 +261,12 @@ def _known_blob_ids(src: Queryable, siblings: list[tuple[str, Any]]) -> set[byte
 def _prior_checkpoint(src: Queryable, session_id: str, siblings: list[tuple[str, Any]]) -> tuple[str, int] | None:
     if not siblings:
         return None
-    t = src.query("SELECT started_at FROM sessions WHERE session_id = ?", [session_id])
-    mine = t.column(0)[0].as_py() if t.num_rows else None
+    mine = reads.started_at(src, session_id)
     earlier = [s for s, started in siblings if mine is None or started is None or started < mine]
     if not earlier:
         return None
-    t = src.query("SELECT session_id, max(seq) AS seq FROM frames WHERE session_id IN (SELECT unnest(?)) "
-                  "AND kind = 'conversation_checkpoint_update' GROUP BY session_id", [earlier])
-    rows = t.to_pylist()
-    if not rows:
-        return None
-    return rows[-1]["session_id"], int(rows[-1]["seq"])
+    rows = reads.last_seq_of_kind(src, earlier, kinds.CHECKPOINT)
+    return rows[-1] if rows else None
 
 
 _LATER_LIMIT = 200
@@ -335,14 +279,7 @@ def _later_payloads(src: Queryable, session_id: str) -> Callable[[], list[tuple[
 
     def get() -> list[tuple[str, int, bytes]]:
         if not memo:
-            t = src.query(
-                "SELECT f.session_id, f.seq, f.payload FROM frames f JOIN sessions s USING (session_id) "
-                "WHERE s.started_at > (SELECT started_at FROM sessions WHERE session_id = ?) "
-                f"AND f.direction = 'client' AND (f.kind = '{kinds.RUN_REQUEST}' "
-                f"OR starts_with(f.kind, '{kinds.CONVERSATION_ACTION}')) "
-                f"AND f.payload IS NOT NULL ORDER BY s.started_at, f.session_id, f.seq LIMIT {_LATER_LIMIT}",
-                [session_id])
-            memo.append([(r["session_id"], int(r["seq"]), bytes(r["payload"])) for r in t.to_pylist()])
+            memo.append(reads.later_client_inputs(src, session_id, _LATER_LIMIT))
         return memo[0]
 
     return get
@@ -350,12 +287,11 @@ def _later_payloads(src: Queryable, session_id: str) -> Callable[[], list[tuple[
 
 def _first_prompt(src: Queryable, session_id: str) -> str | None:
     """The user text of a session's first run_request (a stateless client's history shows there)."""
-    t = src.query("SELECT payload FROM frames WHERE session_id = ? AND kind = ? ORDER BY seq LIMIT 1",
-                  [session_id, RUN_REQUEST])
-    if not t.num_rows:
+    payload = reads.first_payload(src, session_id, RUN_REQUEST)
+    if payload is None:
         return None
     try:
-        um = pb.AgentClientMessage.FromString(t.column(0)[0].as_py() or b"").run_request.action.user_message_action
+        um = pb.AgentClientMessage.FromString(payload).run_request.action.user_message_action
     except DecodeError:
         return None
     return um.user_message.text or um.user_message.rich_text or None
@@ -367,8 +303,7 @@ def analyze(store: Store, session_ids: list[str] | None = None, config: Config |
             ) -> dict[str, AnalysisResult]:
     """Analyse sessions (all when None) and replace their rows in blobs, tool_calls and findings."""
     if session_ids is None:
-        session_ids = [str(s) for s in store.query("SELECT session_id FROM sessions ORDER BY started_at, session_id")
-                       .column(0).to_pylist()]
+        session_ids = reads.session_ids(store)
     results = {sid: analyze_session(store, sid, config) for sid in session_ids}
     write_results(store, list(results.values()))
     return results
@@ -421,7 +356,7 @@ def result_tables(results: list[AnalysisResult]) -> dict[str, pa.Table]:
     return {
         "blobs": _to_arrow([b for r in results for b in r.blobs], BLOB_TYPES),
         "tool_calls": _to_arrow([t for r in results for t in r.tool_calls], TOOL_TYPES),
-        "findings": _to_arrow([f.as_dict() for r in results for f in r.findings], FINDING_TYPES),
+        "findings": _to_arrow([f.to_json() for r in results for f in r.findings], FINDING_TYPES),
     }
 
 

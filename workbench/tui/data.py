@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from workbench.analysis.findings import session_findings, stored_findings
+from workbench.analysis.model import Finding
 from workbench.decode import fields_of
 from workbench.decode.classify import COMPRESSED, ENVELOPED, WIRE_LENGTH, Decoder
 from workbench.overview import FINDING_COLUMNS, finding_states, top_findings
@@ -106,7 +108,7 @@ class SessionSummary:
     status: str
     findings: dict[str, int] = field(default_factory=dict)
     label: str = ""
-    top_finding: dict[str, Any] | None = None  # the root cause first (workbench.overview)
+    top_finding: Finding | None = None  # the root cause first (workbench.overview)
     # current | stale | not analysed | open (workbench.overview.FindingState)
     analysis: str = "current"
 
@@ -347,21 +349,14 @@ class TuiData:
 
     # derived tables --------------------------------------------------------------------------
 
-    def findings(self, session_id: str) -> list[dict[str, Any]]:
-        t = self.query(
-            "SELECT code, severity, coalesce(message, '') AS message, first_seq, last_seq, evidence, "
-            "coalesce(suggested_fix, '') AS suggested_fix FROM findings WHERE session_id = ?",
-            [session_id])
-        from workbench.analysis.causes import order_findings  # not at import: it loads the analysis
+    def findings(self, session_id: str) -> list[Finding]:
+        """The session's findings, root cause first: stored, else computed (``session_findings``)."""
+        return session_findings(self, session_id)
 
-        # root cause first, each follower after the finding that explains it ("cause" set on it)
-        out = order_findings(t.to_pylist())
-        for f in out:
-            ev = [int(s) for s in (f["evidence"] or []) if s is not None]
-            if not ev and f["first_seq"] is not None:
-                ev = sorted({int(f["first_seq"]), int(f["last_seq"] if f["last_seq"] is not None else f["first_seq"])})
-            f["evidence"] = ev
-        return out
+    def stored_findings(self, session_id: str) -> list[Finding] | None:
+        """The stored findings; None when the session was never analysed (follow mode then asks
+        ``LiveFindings``)."""
+        return stored_findings(self, session_id)
 
     def tool_calls(self, session_id: str) -> list[dict[str, Any]]:
         t = self.query(
@@ -436,29 +431,20 @@ class LiveFindings:
     """
 
     def __init__(self, session_id: str) -> None:
-        from workbench.analysis import IncrementalAnalyzer
+        # deferred: the engine and its rules load only when a live capture is followed
+        from workbench.analysis.engine import IncrementalAnalyzer
 
         self.analyzer = IncrementalAnalyzer(session_id)
         self.session_id = session_id
 
-    def update(self, data: TuiData) -> list[dict[str, Any]]:
+    def update(self, data: TuiData) -> list[Finding]:
         while True:
             last = self.analyzer.last_seq
             rows = data.frames_after(self.session_id, -1 if last is None else int(last))
             if not rows.num_rows or not self.analyzer.feed(rows) or rows.num_rows < 50_000:
                 break
-        out = []
-        for f in self.analyzer.findings():
-            d = f.as_dict()
-            ev = [int(x) for x in d.get("evidence") or []]
-            if not ev and d.get("first_seq") is not None:
-                ev = [int(d["first_seq"])]
-            out.append({"code": d["code"], "severity": d["severity"], "message": d.get("message") or "",
-                        "first_seq": d.get("first_seq"), "last_seq": d.get("last_seq"), "evidence": ev,
-                        "suggested_fix": d.get("suggested_fix") or ""})
-        from workbench.analysis.causes import order_findings
-
-        return order_findings(out)
+        # in root-cause order, evidence filled in: exactly as stored findings come (``Finding``)
+        return self.analyzer.findings()
 
 
 # helpers used by the views -----------------------------------------------------------------------
