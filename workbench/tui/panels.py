@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from workbench.analysis.model import Finding
+from workbench.store.view_reads import BlobView, ToolCallView
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "note": "cyan"}
 
@@ -146,14 +147,14 @@ def set_measured_rows(table: DataTable[Any], columns: tuple[str, ...], rows: lis
 class ToolCallsTable(DataTable[Any]):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
-        self.calls: list[dict[str, Any]] = []
+        self.calls: list[ToolCallView] = []
 
     COLUMNS = ("call_id", "tool", "status", "exec", "frames")
 
     def on_mount(self) -> None:
         set_measured_rows(self, self.COLUMNS, [])
 
-    def set_calls(self, calls: list[dict[str, Any]]) -> None:
+    def set_calls(self, calls: list[ToolCallView]) -> None:
         if calls == self.calls:
             return
         self.calls = calls
@@ -164,7 +165,7 @@ class ToolCallsTable(DataTable[Any]):
                          "" if c["exec_id"] is None else str(c["exec_id"]), _seqs(c["first_seq"], c["last_seq"])))
         set_measured_rows(self, self.COLUMNS, rows)
 
-    def selected(self) -> dict[str, Any] | None:
+    def selected(self) -> ToolCallView | None:
         if not self.calls or self.cursor_row < 0:
             return None
         return self.calls[min(self.cursor_row, len(self.calls) - 1)]
@@ -173,14 +174,14 @@ class ToolCallsTable(DataTable[Any]):
 class BlobsTable(DataTable[Any]):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
-        self.blobs: list[dict[str, Any]] = []
+        self.blobs: list[BlobView] = []
 
     COLUMNS = ("op", "role", "type", "size", "sha256", "status", "seq", "preview")
 
     def on_mount(self) -> None:
         set_measured_rows(self, self.COLUMNS, [])
 
-    def set_blobs(self, blobs: list[dict[str, Any]]) -> None:
+    def set_blobs(self, blobs: list[BlobView]) -> None:
         if blobs == self.blobs:
             return
         self.blobs = blobs
@@ -194,7 +195,7 @@ class BlobsTable(DataTable[Any]):
                          b["preview"][:50].replace("\n", " ")))
         set_measured_rows(self, self.COLUMNS, rows)
 
-    def selected(self) -> dict[str, Any] | None:
+    def selected(self) -> BlobView | None:
         if not self.blobs or self.cursor_row < 0:
             return None
         return self.blobs[min(self.cursor_row, len(self.blobs) - 1)]

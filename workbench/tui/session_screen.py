@@ -18,6 +18,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane
 
 from workbench.analysis.model import Finding
+from workbench.store.view_reads import BlobView, ToolCallView
 from workbench.tui.data import FrameDetail, FrameFilter, FrameIndex, LiveFindings, SessionSummary
 from workbench.tui.detail import FrameDetailView
 from workbench.tui.loading import Loader
@@ -192,10 +193,10 @@ class SessionScreen(Loader, Screen[None]):
     def _load_panels(self) -> None:
         data, sid = self.app.data, self.session_id
 
-        def fetch() -> tuple[list[Finding], list[dict[str, Any]], list[dict[str, Any]]]:
+        def fetch() -> tuple[list[Finding], list[ToolCallView], list[BlobView]]:
             return data.findings(sid), data.tool_calls(sid), data.blobs(sid)
 
-        def got(res: tuple[list[Finding], list[dict[str, Any]], list[dict[str, Any]]]) -> None:
+        def got(res: tuple[list[Finding], list[ToolCallView], list[BlobView]]) -> None:
             self.findings_table.set_findings(res[0])
             self._show_finding_text()
             self.query_one("#tools-table", ToolCallsTable).set_calls(res[1])
