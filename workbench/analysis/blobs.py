@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from workbench.analysis.records import SessionFacts
+from workbench.analysis.rows import BlobContent, BlobPart, BlobRow
 from workbench.decode.tree import message_to_tree
 from workbench.schema import pb
 
@@ -29,11 +30,11 @@ _PREVIEW = 120
 
 
 def blob_rows(facts: SessionFacts, *, final: bool, grace: int, known_ids: Iterable[bytes] = (),
-              cache: dict[bytes, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+              cache: dict[bytes, BlobContent] | None = None) -> list[BlobRow]:
     """The ``blobs`` rows of one session (Python values; ``parts`` is a list, ``data`` bytes).
     ``cache`` (SHA-256 of the data → description) may be kept across calls by a live analyzer."""
     refs = checkpoint_refs(facts)
-    rows: list[dict[str, Any]] = []
+    rows: list[BlobRow] = []
     seen: set[bytes] = set(known_ids)
     if cache is None:
         cache = {}
@@ -80,8 +81,8 @@ def blob_rows(facts: SessionFacts, *, final: bool, grace: int, known_ids: Iterab
 
 def _row(session_id: str, blob_id: bytes, op: str, seq: int, result_seq: int | None, kv_id: int | None,
          data: bytes | None, status: str, refs: dict[bytes, list[tuple[int, str]]],
-         cache: dict[bytes, dict[str, Any]]) -> dict[str, Any]:
-    info: dict[str, Any]
+         cache: dict[bytes, BlobContent]) -> BlobRow:
+    info: BlobContent
     digest = None
     if data is None:
         info = {"content_type": None, "role": None, "proto_type": None, "parts": None, "preview": None}
@@ -112,9 +113,9 @@ def _row(session_id: str, blob_id: bytes, op: str, seq: int, result_seq: int | N
 
 # content ---------------------------------------------------------------------------------------
 
-def describe(data: bytes) -> dict[str, Any]:
+def describe(data: bytes) -> BlobContent:
     """content_type, role, proto_type, parts and a one-line preview of one blob's bytes."""
-    out: dict[str, Any] = {"content_type": "binary", "role": None, "proto_type": None, "parts": None,
+    out: BlobContent = {"content_type": "binary", "role": None, "proto_type": None, "parts": None,
                            "preview": None}
     if not data:
         out["content_type"] = "empty"
@@ -154,7 +155,7 @@ def describe(data: bytes) -> dict[str, Any]:
     return out
 
 
-def json_parts(content: Any) -> list[dict[str, Any]] | None:
+def json_parts(content: Any) -> list[BlobPart] | None:
     """AI-SDK ModelMessage content → parts: text, tool-call {name,id,args}, tool-result {name,id,result}."""
     if content is None:
         return None
@@ -162,7 +163,7 @@ def json_parts(content: Any) -> list[dict[str, Any]] | None:
         return [{"type": "text", "text": _clip(content)}]
     if not isinstance(content, list):
         return [{"type": "unknown", "value": _clip(json.dumps(content))}]
-    parts: list[dict[str, Any]] = []
+    parts: list[BlobPart] = []
     for p in content:
         if not isinstance(p, dict):
             parts.append({"type": "unknown", "value": _clip(json.dumps(p))})
@@ -246,7 +247,7 @@ def _plausible(name: str, msg: Any) -> bool:
     return True
 
 
-def _proto_parts(name: str, msg: Any) -> tuple[str | None, list[dict[str, Any]] | None]:
+def _proto_parts(name: str, msg: Any) -> tuple[str | None, list[BlobPart] | None]:
     if name == "UserMessage":
         return "user", [{"type": "text", "text": _clip(msg.text or msg.rich_text)}]
     if name == "ConversationStep":
@@ -345,7 +346,7 @@ def _one_line(text: str, limit: int = _PREVIEW) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def _preview(role: str | None, parts: list[dict[str, Any]] | None, data: bytes) -> str:
+def _preview(role: str | None, parts: list[BlobPart] | None, data: bytes) -> str:
     bits: list[str] = []
     for p in parts or []:
         if p["type"] == "text":
@@ -366,7 +367,7 @@ def _tree_preview(msg: Message) -> str:
     return _one_line(json.dumps(message_to_tree(msg), default=str))
 
 
-def summarize_blob(row: dict[str, Any]) -> str:
+def summarize_blob(row: BlobRow) -> str:
     """Short label of a blob row for finding messages."""
     kind = row.get("role") or row.get("proto_type") or row.get("content_type") or "?"
     return f"blob {row['blob_id'][:12]}… ({kind}, {row.get('size')} B)"

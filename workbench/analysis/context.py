@@ -16,6 +16,7 @@ from typing import Any
 
 from workbench.analysis.model import Config, Finding, Severity
 from workbench.analysis.records import EndStream, ExecReq, HeartbeatRun, SessionFacts
+from workbench.analysis.rows import BlobRow, CallRecord
 from workbench.decode.classify import default_decoder
 from workbench.protocol import kinds
 from workbench.protocol.status import StreamError, parse_stream_error
@@ -62,8 +63,8 @@ class Stall:
 @dataclass
 class Context:
     facts: SessionFacts
-    blobs: list[dict[str, Any]]
-    tool_calls: list[dict[str, Any]]
+    blobs: list[BlobRow]
+    tool_calls: list[CallRecord]
     config: Config
     final: bool
     runs: list[HeartbeatRun]

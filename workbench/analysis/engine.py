@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -35,6 +35,7 @@ from workbench.analysis.facts import (
 )
 from workbench.analysis.model import AnalysisResult, Config, Finding
 from workbench.analysis.records import CallState, HeartbeatRun, SessionFacts
+from workbench.analysis.rows import BlobContent
 from workbench.analysis.rules import Context, run_rules
 from workbench.analysis.stamp import mark_analysed
 from workbench.analysis.tools import public_row, tool_rows
@@ -206,7 +207,7 @@ def analyze_session(store_or_reader: Queryable, session_id: str, config: Config 
 def evaluate(builder: FactsBuilder, cfg: Config, *, final: bool, known_ids: Iterable[bytes] = (),
              prior_checkpoint: tuple[str, int] | None = None,
              session: Mapping[str, Any] | None = None,
-             blob_cache: dict[bytes, dict[str, Any]] | None = None,
+             blob_cache: dict[bytes, BlobContent] | None = None,
              prior_prompt: str | None = None,
              later_payloads: Callable[[], list[tuple[str, int, bytes]]] | None = None) -> AnalysisResult:
     facts = builder.facts
@@ -330,7 +331,7 @@ FINDING_TYPES: list[tuple[str, pa.DataType]] = [
 _JSON_COLS = {"parts", "args_streamed", "args_completion", "args_merged", "result"}
 
 
-def _to_arrow(rows: list[Mapping[str, Any]], types: list[tuple[str, pa.DataType]]) -> pa.Table:
+def _to_arrow(rows: Sequence[Mapping[str, object]], types: list[tuple[str, pa.DataType]]) -> pa.Table:
     arrays = []
     for name, typ in types:
         values: list[Any] = [r.get(name) for r in rows]
@@ -387,7 +388,7 @@ class IncrementalAnalyzer:
         self.config = config or Config()
         self.builder = FactsBuilder(session_id)
         self.final = False
-        self._blob_cache: dict[bytes, dict[str, Any]] = {}  # blob contents described once per capture
+        self._blob_cache: dict[bytes, BlobContent] = {}  # blob contents described once per capture
 
     @property
     def last_seq(self) -> int | None:

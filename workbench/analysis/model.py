@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypedDict, cast
 
+from workbench.analysis.rows import BlobRow, ToolCallRow
+
 # ``note``: what the server did that did no harm here but breaks a naive client (a lossy completion,
 # cumulative snapshots handled right, a request context left unanswered while the run went on).
 # Notes are never counted as findings: they come after them and do not change the exit status.
@@ -135,8 +137,8 @@ class AnalysisResult:
     """Everything the analysis derived from one session's frames."""
 
     session_id: str
-    blobs: list[dict[str, Any]] = field(default_factory=list)
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    blobs: list[BlobRow] = field(default_factory=list)
+    tool_calls: list[ToolCallRow] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     frame_count: int = 0
 
