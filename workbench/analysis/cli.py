@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from workbench.analysis.argsdiff import args_diff
 from workbench.analysis.engine import analyze_session, write_results
-from workbench.analysis.model import AnalysisResult, Config
+from workbench.analysis.model import AnalysisResult, Config, FindingJson
 from workbench.analysis.report import print_report
 from workbench.commands.common import add_db_arg, resolve_session
 from workbench.errors import CliError
@@ -106,7 +106,17 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return 1 if any(r.failed for r in results) else 0
 
 
-def result_json(r: AnalysisResult) -> dict[str, Any]:
+class ResultJson(TypedDict):
+    """One line of ``diagnose --json`` (keys in this order: scripts read them)."""
+
+    session_id: str
+    frames: int
+    failed: bool
+    findings: list[FindingJson]
+    notes: list[FindingJson]
+
+
+def result_json(r: AnalysisResult) -> ResultJson:
     """The session's findings (errors, warnings), then its notes (``"severity": "note"``) in a list of
     their own: a consumer that gates on ``findings == []`` is not tripped by what did no harm."""
     return {"session_id": r.session_id, "frames": r.frame_count, "failed": r.failed,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,7 +35,7 @@ from workbench.analysis.facts import (
 )
 from workbench.analysis.model import AnalysisResult, Config, Finding
 from workbench.analysis.records import CallState, HeartbeatRun, SessionFacts
-from workbench.analysis.rows import BlobContent
+from workbench.analysis.rows import BlobContent, SessionRecord
 from workbench.analysis.rules import Context, run_rules
 from workbench.analysis.stamp import mark_analysed
 from workbench.analysis.tools import public_row, tool_rows
@@ -148,18 +148,18 @@ def _is_live(src: Any) -> bool:
     return bool(getattr(src, "live", False))
 
 
-def session_row(src: Queryable, session_id: str) -> dict[str, Any]:
+def session_row(src: Queryable, session_id: str) -> SessionRecord:
     """The session record the rules read (``meta`` parsed from its JSON)."""
     t = reads.session_record(src, session_id)
     if not t.num_rows:
-        return {}
+        return SessionRecord()
     row = t.to_pylist()[0]
     try:
         meta = json.loads(row["meta"]) if row.get("meta") else {}
     except ValueError:
         meta = {}
     row["meta"] = meta if isinstance(meta, dict) else {}
-    return row
+    return cast(SessionRecord, row)
 
 
 def session_final(src: Queryable, session_id: str) -> bool:
@@ -206,7 +206,7 @@ def analyze_session(store_or_reader: Queryable, session_id: str, config: Config 
 
 def evaluate(builder: FactsBuilder, cfg: Config, *, final: bool, known_ids: Iterable[bytes] = (),
              prior_checkpoint: tuple[str, int] | None = None,
-             session: Mapping[str, Any] | None = None,
+             session: SessionRecord | None = None,
              blob_cache: dict[bytes, BlobContent] | None = None,
              prior_prompt: str | None = None,
              later_payloads: Callable[[], list[tuple[str, int, bytes]]] | None = None) -> AnalysisResult:
@@ -215,9 +215,8 @@ def evaluate(builder: FactsBuilder, cfg: Config, *, final: bool, known_ids: Iter
     blobs = blob_rows(facts, final=final, grace=cfg.live_grace_frames, known_ids=known_ids, cache=blob_cache)
     calls = tool_rows(facts)
     runs = [r for r in builder.all_runs() if r.count >= cfg.heartbeat_min_count]
-    ctx = Context(facts, blobs, calls, cfg, final, runs, prior_checkpoint,
-                  {"session": dict(session or {}), "prior_prompt": prior_prompt,
-                   "later_payloads": later_payloads or (lambda: [])})
+    ctx = Context(facts, blobs, calls, cfg, final, runs, prior_checkpoint, session or SessionRecord(),
+                  prior_prompt, later_payloads)
     findings = sort_findings(run_rules(ctx))
     return AnalysisResult(facts.session_id, blobs, [public_row(r) for r in calls], findings, facts.frame_count)
 

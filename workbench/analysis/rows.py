@@ -12,6 +12,19 @@ from datetime import datetime
 from typing import Any, NotRequired, TypedDict
 
 
+class SessionRecord(TypedDict, total=False):
+    """The ``sessions`` row the rules read (``engine.session_row``; empty for an unknown session)."""
+
+    status: str | None
+    error: str | None
+    conversation_id: str | None
+    source: str | None
+    transport: str | None
+    path: str | None
+    http_status: int | None
+    meta: dict[str, object]     # parsed from its JSON; {} when absent or not an object
+
+
 class BlobPart(TypedDict):
     """One part of a blob's content: ``text`` / ``thinking`` (text), ``tool-call`` (name, id, args,
     result), ``tool-result`` (name, id, result), anything else (value: its JSON, clipped)."""

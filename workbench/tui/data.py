@@ -64,7 +64,7 @@ class FrameDetail:
     payload: bytes
     raw: bytes | None
     error: str | None
-    ids: dict[str, Any]
+    ids: dict[str, int | str | None]   # ref_id, call_id, append_seqno, request_id, stream
     tree: Any
     enveloped: bool
     meta: dict[str, Any] | None = None
