@@ -38,6 +38,9 @@ def blob_rows(facts: SessionFacts, *, final: bool, grace: int, known_ids: Iterab
     seen: set[bytes] = set(known_ids)
     if cache is None:
         cache = {}
+    # blob id → (bytes, their SHA-256): a blob set and served every turn is hashed once (comparing
+    # the bytes with the ones already hashed costs a fraction of hashing them again)
+    digests: dict[bytes, tuple[bytes, bytes]] = {}
     for op in facts.kv:
         answered = op.result_seq is not None
         pending = not answered and (final or op.later_server >= grace)
@@ -58,14 +61,16 @@ def blob_rows(facts: SessionFacts, *, final: bool, grace: int, known_ids: Iterab
             else:
                 data = None
                 status = "unanswered" if pending else "pending"
-        row = _row(facts.session_id, op.blob_id, op.op, op.seq, op.result_seq, op.id, data, status, refs, cache)
+        row = _row(facts.session_id, op.blob_id, op.op, op.seq, op.result_seq, op.id, data, status, refs, cache,
+                   digests)
         if op.set_error:
             row["preview"] = f"set error: {op.set_error}"
         rows.append(row)
     for blob_id, where in refs.items():
         if blob_id not in seen and not where[-1][1].startswith("run_request"):
             seq = where[-1][0]
-            rows.append(_row(facts.session_id, blob_id, "ref", seq, None, None, None, "never_set", refs, cache))
+            rows.append(_row(facts.session_id, blob_id, "ref", seq, None, None, None, "never_set", refs, cache,
+                             digests))
     rows.sort(key=lambda r: (r["seq"] if r["seq"] is not None else -1))
     # The bytes are kept once per blob id (the first row that carried them): a system prompt set
     # and served every turn would otherwise be stored dozens of times.
@@ -81,13 +86,18 @@ def blob_rows(facts: SessionFacts, *, final: bool, grace: int, known_ids: Iterab
 
 def _row(session_id: str, blob_id: bytes, op: str, seq: int, result_seq: int | None, kv_id: int | None,
          data: bytes | None, status: str, refs: dict[bytes, list[tuple[int, str]]],
-         cache: dict[bytes, BlobContent]) -> BlobRow:
+         cache: dict[bytes, BlobContent], digests: dict[bytes, tuple[bytes, bytes]]) -> BlobRow:
     info: BlobContent
     digest = None
     if data is None:
         info = {"content_type": None, "role": None, "proto_type": None, "parts": None, "preview": None}
     else:
-        digest = hashlib.sha256(data).digest()
+        known = digests.get(blob_id)
+        if known is not None and known[0] == data:
+            digest = known[1]
+        else:
+            digest = hashlib.sha256(data).digest()
+            digests[blob_id] = (data, digest)
         info = cache.get(digest) or describe(data)
         cache[digest] = info
     where = refs.get(blob_id)

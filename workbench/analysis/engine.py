@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, cast
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple, cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from google.protobuf.message import DecodeError
@@ -93,15 +95,31 @@ def _stretches(builder: FactsBuilder, hb_seqs: list[int], hb_ts: list[int], lo: 
     return runs
 
 
-def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run: int) -> None:
+class _Bulk(NamedTuple):
+    """The aggregate reads of a session, independent of the walk (read while it runs)."""
+
+    tallies: pa.Table
+    marks: pa.Table
+    spans: pa.Table
+    kinds: list[tuple[str, int]]
+    bulk_seqs: pa.Table
+
+
+def _bulk_reads(src: Queryable, session_id: str) -> _Bulk:
+    return _Bulk(reads.frame_tallies(src, session_id), reads.server_marks(src, session_id, HEARTBEAT, TEXT_DELTA),
+                 reads.call_spans(src, session_id, TOOL_DELTA), reads.kind_counts(src, session_id),
+                 reads.server_seqs_of(src, session_id, [k for k in BULK_KINDS if k != HEARTBEAT], GEN_BULK_KINDS))
+
+
+def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run: int, bulk: _Bulk) -> None:
     """What the batch walk skipped: heartbeat stretches, text seqs, tool_call_delta counts, bounds."""
     f = builder.facts
-    b = reads.frame_tallies(src, session_id).to_pylist()[0]
+    b = bulk.tallies.to_pylist()[0]
     f.frame_count = int(b["n"])
     f.first_seq, f.last_seq, f.last_ts = b["first_seq"], b["last_seq"], b["last_ts"]
     f.last_server_seq, f.last_server_kind = b["last_server_seq"], b["lk"]
     f.last_progress_seq, f.last_progress_ts = b["lp"], b["lpt"]
-    marks = reads.server_marks(src, session_id, HEARTBEAT, TEXT_DELTA)
+    marks = bulk.marks
     hb_mask = marks.column("hb")
     hbs = marks.filter(hb_mask)
     f.heartbeat_seqs = hbs.column("seq").to_pylist()
@@ -117,7 +135,7 @@ def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run:
         r.next_kind = kind_at.get(r.next_seq) if r.next_seq is not None else None
         r.seg = sum(1 for rr in f.run_requests if rr.seq < r.first_seq)
     f.runs = runs
-    for r in reads.call_spans(src, session_id, TOOL_DELTA).to_pylist():
+    for r in bulk.spans.to_pylist():
         st = f.calls.get(r["call_id"])
         if st is None:
             st = f.calls[r["call_id"]] = CallState(r["call_id"], r["first_seq"], r["last_seq"], r["first_ts"],
@@ -127,21 +145,44 @@ def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run:
             st.last_seq, st.last_ts = r["last_seq"], r["last_ts"]
         if r["first_seq"] < st.first_seq:
             st.first_seq, st.first_ts = r["first_seq"], r["first_ts"]
-    f.kinds = dict(reads.kind_counts(src, session_id))
-    _bulk_progress(src, session_id, f)
+    f.kinds = dict(bulk.kinds)
+    _bulk_progress(bulk.bulk_seqs, f)
 
 
-def _bulk_progress(src: Queryable, session_id: str, f: SessionFacts) -> None:
-    """The walk skipped the bulk deltas: fold the last of them per segment into the progress marks."""
-    bulk = [k for k in BULK_KINDS if k != HEARTBEAT]
-    if not any(f.kinds.get(k) for k in bulk):
+def _bulk_progress(t: pa.Table, f: SessionFacts) -> None:
+    """The walk skipped the bulk deltas (``t``: their seqs, ``gen`` flags): fold the last of them per
+    segment into the progress marks."""
+    if not t.num_rows:
         return
-    rows = reads.last_per_segment(src, session_id, bulk, GEN_BULK_KINDS, f.seg_starts).to_pylist()
-    for r in rows:
-        seg = int(r["seg"])
-        for target, value in ((f.seg_last_any, r["any_seq"]), (f.seg_last_gen, r["gen_seq"])):
-            if value is not None and value > target.get(seg, -1):
-                target[seg] = int(value)
+    # numpy over the seqs: an ASOF join against the segment starts cost several times the scan
+    seqs = _ints(t, "seq", np.int64)
+    gen = seqs[_ints(t, "gen", np.int8).astype(bool)]
+    for target, values in ((f.seg_last_any, seqs), (f.seg_last_gen, gen)):
+        for seg, value in _last_per_segment(np.sort(values, kind="stable"), f.seg_starts).items():
+            if value > target.get(seg, -1):
+                target[seg] = value
+
+
+def _last_per_segment(seqs: np.ndarray, starts: Sequence[int]) -> dict[int, int]:
+    """Segment → its highest seq among ``seqs`` (sorted). Segment 0 is before ``starts[0]``, segment k
+    from ``starts[k-1]`` to ``starts[k]`` (the run_request seqs, ascending)."""
+    cuts = np.searchsorted(seqs, np.asarray(starts, dtype=np.int64), side="left").tolist()
+    out: dict[int, int] = {}
+    begin = 0
+    for seg, end in enumerate([*cuts, len(seqs)]):
+        if end > begin:
+            out[seg] = int(seqs[end - 1])
+        begin = max(begin, end)
+    return out
+
+
+def _ints(table: pa.Table, name: str, dtype: type[np.generic]) -> np.ndarray:
+    """A fixed-width, non-null Arrow column as numpy, read from its buffers (``to_numpy`` makes
+    pyarrow import pandas, a quarter of a second)."""
+    size = np.dtype(dtype).itemsize
+    parts = [np.frombuffer(c.buffers()[1], dtype=dtype, count=len(c), offset=c.offset * size)
+             for c in table.column(name).chunks if len(c)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
 def _is_live(src: Any) -> bool:
@@ -176,12 +217,21 @@ def load_facts(src: Queryable, session_id: str, config: Config | None = None) ->
     lo, hi = reads.seq_bounds(src, session_id)
     if lo is None or hi is None:
         return builder
-    start = lo
-    while start <= hi:
-        table = reads.walk_frames(src, session_id, start, start + _SLICE, WALK)
+    # DuckDB runs without the GIL: one thread reads the next slice (then the aggregates) while this
+    # one walks the current slice in Python. One slice ahead at most, so memory stays one slice.
+    # The reader is used by one thread at a time: the walk itself makes no query.
+    starts = list(range(lo, hi + 1, _SLICE))
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="analysis-read") as pool:
+        ahead = pool.submit(reads.walk_frames, src, session_id, starts[0], starts[0] + _SLICE, WALK)
+        for nxt in starts[1:]:
+            table = ahead.result()
+            ahead = pool.submit(reads.walk_frames, src, session_id, nxt, nxt + _SLICE, WALK)
+            builder.feed_table(table)
+        table = ahead.result()
+        aggregates = pool.submit(_bulk_reads, src, session_id)
         builder.feed_table(table)
-        start += _SLICE
-    _aggregates(src, session_id, builder, cfg.heartbeat_min_count)
+        bulk = aggregates.result()
+    _aggregates(src, session_id, builder, cfg.heartbeat_min_count, bulk)
     return builder
 
 
