@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from workbench.analysis.argsdiff import args_diff
+from workbench.analysis.conversations import Conversations
 from workbench.analysis.engine import analyze_session, write_results
 from workbench.analysis.model import AnalysisResult, Config, FindingJson
 from workbench.analysis.report import print_report
@@ -87,7 +88,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             ids = reads.session_ids(src)
         else:
             ids = [resolve_session(src, args.session)]
-        results = [analyze_session(src, sid, cfg) for sid in ids]
+        convs = Conversations(src)  # each session's siblings read once for all of them
+        results = [analyze_session(src, sid, cfg, conversations=convs) for sid in ids]
         note = None
         if store is not None:
             write_results(store, results)

@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 
 from workbench.analysis.blobs import blob_rows
 from workbench.analysis.causes import order_findings
+from workbench.analysis.conversations import Conversations
 from workbench.analysis.exchanges import link_http_errors
 from workbench.analysis.facts import (
     BULK_KINDS,
@@ -41,8 +42,6 @@ from workbench.analysis.rows import BlobContent, SessionRecord
 from workbench.analysis.rules import Context, run_rules
 from workbench.analysis.stamp import mark_analysed
 from workbench.analysis.tools import public_row, tool_rows
-from workbench.protocol import kinds
-from workbench.protocol.run_request import run_request_facts
 from workbench.schema import pb
 from workbench.store import analysis_reads as reads
 from workbench.store.analysis_reads import Queryable
@@ -236,8 +235,9 @@ def load_facts(src: Queryable, session_id: str, config: Config | None = None) ->
 
 
 def analyze_session(store_or_reader: Queryable, session_id: str, config: Config | None = None, *,
-                    final: bool | None = None) -> AnalysisResult:
-    """Analyse one stored session (read only: nothing is written)."""
+                    final: bool | None = None, conversations: Conversations | None = None) -> AnalysisResult:
+    """Analyse one stored session (read only: nothing is written). ``conversations``: shared by the
+    sessions of one batch, so each reads its siblings once (``analysis.conversations``)."""
     src = store_or_reader
     cfg = config or Config()
     info = session_row(src, session_id)
@@ -246,9 +246,12 @@ def analyze_session(store_or_reader: Queryable, session_id: str, config: Config 
     builder = load_facts(src, session_id, cfg)
     facts = builder.facts
     conv = _conversation_id(src, facts)
-    siblings = _siblings(src, session_id, conv) if conv else []
-    known = _known_blob_ids(src, siblings)
-    prior = _prior_checkpoint(src, session_id, siblings)
+    known: set[bytes] = set()
+    prior = None
+    if conv:
+        convs = conversations or Conversations(src)
+        known = convs.known_blob_ids(conv)
+        prior = convs.prior_checkpoint(session_id, conv, reads.started_at(src, session_id))
     prompt = _first_prompt(src, prior[0]) if prior else None
     return evaluate(builder, cfg, final=final, known_ids=known, prior_checkpoint=prior, session=info,
                     prior_prompt=prompt, later_payloads=_later_payloads(src, session_id))
@@ -283,40 +286,6 @@ def _conversation_id(src: Queryable, facts: SessionFacts) -> str | None:
         if rr.conversation_id:
             return rr.conversation_id
     return reads.conversation_of(src, facts.session_id)
-
-
-def _siblings(src: Queryable, session_id: str, conversation_id: str) -> list[tuple[str, Any]]:
-    """Other sessions of the same conversation, with their start time."""
-    out = dict(reads.conversation_sessions(src, conversation_id, session_id))
-    # Sessions whose recorder did not fill conversation_id: look at their run requests.
-    for r in reads.unlabelled_run_requests(src, session_id).to_pylist():
-        rr = run_request_facts(kinds.RUN_REQUEST, r["payload"])
-        if rr is not None and rr.conversation_id == conversation_id:
-            out[r["session_id"]] = r["started_at"]
-    return sorted(out.items(), key=lambda kv: (kv[1] is None, kv[1]))
-
-
-def _known_blob_ids(src: Queryable, siblings: list[tuple[str, Any]]) -> set[bytes]:
-    if not siblings:
-        return set()
-    out: set[bytes] = set()
-    for payload in reads.payloads_of(src, [s for s, _ in siblings], kinds.KV_SET_BLOB_ARGS):
-        try:
-            out.add(bytes(pb.AgentServerMessage.FromString(payload or b"").kv_server_message.set_blob_args.blob_id))
-        except DecodeError:
-            continue
-    return out
-
-
-def _prior_checkpoint(src: Queryable, session_id: str, siblings: list[tuple[str, Any]]) -> tuple[str, int] | None:
-    if not siblings:
-        return None
-    mine = reads.started_at(src, session_id)
-    earlier = [s for s, started in siblings if mine is None or started is None or started < mine]
-    if not earlier:
-        return None
-    rows = reads.last_seq_of_kind(src, earlier, kinds.CHECKPOINT)
-    return rows[-1] if rows else None
 
 
 _LATER_LIMIT = 200
@@ -354,7 +323,8 @@ def analyze(store: Store, session_ids: list[str] | None = None, config: Config |
     """Analyse sessions (all when None) and replace their rows in blobs, tool_calls and findings."""
     if session_ids is None:
         session_ids = reads.session_ids(store)
-    results = {sid: analyze_session(store, sid, config) for sid in session_ids}
+    convs = Conversations(store)
+    results = {sid: analyze_session(store, sid, config, conversations=convs) for sid in session_ids}
     write_results(store, list(results.values()))
     return results
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.analysis.conversations import Conversations
 from workbench.analysis.engine import analyze_session, write_results
 from workbench.analysis.model import AnalysisResult, Config
 from workbench.analysis.stamp import analysis_stamp, stamps
@@ -51,6 +52,7 @@ def refresh_findings(store_or_path: Store | str | Path, session_ids: Sequence[st
             finished = set(reads.session_ids(store, finished=True, among=wanted))
             ids = [s for s in wanted if s in finished]
         results: dict[str, AnalysisResult] = {}
+        convs = Conversations(store)  # the siblings of the sessions, read once for all of them
         deadline = None if budget_s is None else time.monotonic() + budget_s
         for sid in ids:
             if deadline is not None and time.monotonic() > deadline:
@@ -58,7 +60,7 @@ def refresh_findings(store_or_path: Store | str | Path, session_ids: Sequence[st
                          "(workbench diagnose --all stores them)", len(results), len(ids), budget_s)
                 break
             try:
-                results[sid] = analyze_session(store, sid, config, final=True)
+                results[sid] = analyze_session(store, sid, config, final=True, conversations=convs)
             except Exception as exc:  # one session the rules cannot read must not cost the others
                 log.warning("session %s: findings not stored: %s", sid, exc)
         write_results(store, list(results.values()))

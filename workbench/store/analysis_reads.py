@@ -68,19 +68,17 @@ def started_at(src: Source, session_id: str) -> Any:
     return _first(run(src, "SELECT started_at FROM sessions WHERE session_id = ?", [session_id]))
 
 
-def conversation_sessions(src: Source, conversation_id: str, but: str) -> list[tuple[str, Any]]:
-    """(session_id, started_at) of the sessions recorded with this conversation id, ``but`` left out."""
-    t = run(src, "SELECT session_id, started_at FROM sessions WHERE conversation_id = ? AND session_id <> ?",
-            [conversation_id, but])
-    return list(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
+def session_conversations(src: Source) -> list[tuple[str, str | None, Any]]:
+    """(session_id, conversation_id, started_at) of every session."""
+    t = run(src, "SELECT session_id, conversation_id, started_at FROM sessions")
+    return list(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), t.column(2).to_pylist(), strict=True))
 
 
-def unlabelled_run_requests(src: Source, but: str) -> pa.Table:
+def unlabelled_run_requests(src: Source) -> pa.Table:
     """(session_id, payload, started_at) of the run requests of sessions whose recorder did not
     fill ``conversation_id`` (the caller reads the id from the payload)."""
     return run(src, "SELECT f.session_id, f.payload, s.started_at FROM frames f JOIN sessions s USING (session_id) "
-                    "WHERE f.kind = ? AND f.session_id <> ? AND s.conversation_id IS NULL",
-               [kinds.RUN_REQUEST, but])
+                    "WHERE f.kind = ? AND s.conversation_id IS NULL", [kinds.RUN_REQUEST])
 
 
 # one session's frames ----------------------------------------------------------------------------
