@@ -80,7 +80,8 @@ def test_siblings_still_count(analysis_store: Store) -> None:
     second.done()
     convs = Conversations(analysis_store)
     assert [s for s, _ in convs.members("conv-x")] == ["s1", "s2"]
-    assert bid in convs.known_blob_ids("conv-x")
+    assert bid in convs.known_blob_ids("conv-x", "s2")      # s1 set it
+    assert bid not in convs.known_blob_ids("conv-x", "s1")  # only s1 itself did
     assert convs.prior_checkpoint("s2", "conv-x", convs.members("conv-x")[1][1]) == ("s1", 3)
     assert convs.prior_checkpoint("s1", "conv-x", convs.members("conv-x")[0][1]) is None
     res = analyze_session(analysis_store, "s2", conversations=convs)

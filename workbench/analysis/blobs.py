@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any
 
 from google.protobuf.message import DecodeError, Message
@@ -29,13 +29,13 @@ _TEXT_LIMIT = 2000
 _PREVIEW = 120
 
 
-def blob_rows(facts: SessionFacts, *, final: bool, grace: int, known_ids: Iterable[bytes] = (),
+def blob_rows(facts: SessionFacts, *, final: bool, grace: int, known_ids: Container[bytes] = (),
               cache: dict[bytes, BlobContent] | None = None) -> list[BlobRow]:
     """The ``blobs`` rows of one session (Python values; ``parts`` is a list, ``data`` bytes).
     ``cache`` (SHA-256 of the data → description) may be kept across calls by a live analyzer."""
     refs = checkpoint_refs(facts)
     rows: list[BlobRow] = []
-    seen: set[bytes] = set(known_ids)
+    seen: set[bytes] = set()  # set or served in this session; ``known_ids``: set in another one
     if cache is None:
         cache = {}
     # blob id → (bytes, their SHA-256): a blob set and served every turn is hashed once (comparing
@@ -67,7 +67,7 @@ def blob_rows(facts: SessionFacts, *, final: bool, grace: int, known_ids: Iterab
             row["preview"] = f"set error: {op.set_error}"
         rows.append(row)
     for blob_id, where in refs.items():
-        if blob_id not in seen and not where[-1][1].startswith("run_request"):
+        if blob_id not in seen and blob_id not in known_ids and not where[-1][1].startswith("run_request"):
             seq = where[-1][0]
             rows.append(_row(facts.session_id, blob_id, "ref", seq, None, None, None, "never_set", refs, cache,
                              digests))

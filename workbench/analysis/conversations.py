@@ -11,6 +11,8 @@ checkpoints once; ``analyze`` and ``stored.refresh_findings`` share one for all 
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Container
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -28,7 +30,8 @@ class Conversations:
     def __init__(self, src: Queryable) -> None:
         self.src = src
         self._members: dict[str, list[tuple[str, Any]]] | None = None
-        self._blob_ids: dict[str, set[bytes]] = {}
+        self._blob_ids: dict[str, dict[str, set[bytes]]] = {}   # conversation -> session -> ids it set
+        self._counts: dict[str, Counter[bytes]] = {}              # conversation -> id -> sessions setting it
         self._checkpoints: dict[str, dict[str, int]] = {}
 
     def members(self, conversation_id: str) -> list[tuple[str, Any]]:
@@ -51,19 +54,24 @@ class Conversations:
         """The other sessions of the conversation, with their start time, in start order."""
         return [m for m in self.members(conversation_id) if m[0] != session_id]
 
-    def known_blob_ids(self, conversation_id: str) -> set[bytes]:
-        """Blob ids the conversation's sessions set (a session's own sets count for it anyway)."""
-        ids = self._blob_ids.get(conversation_id)
-        if ids is None:
-            ids = self._blob_ids[conversation_id] = set()
-            sids = [s for s, _ in self.members(conversation_id)]
-            for payload in reads.payloads_of(self.src, sids, kinds.KV_SET_BLOB_ARGS) if sids else []:
+    def known_blob_ids(self, conversation_id: str, session_id: str) -> Container[bytes]:
+        """Blob ids the other sessions of the conversation set. Each session's ids are read once
+        (the asking session's own only when a later session asks: the walk has them already)."""
+        sets = self._blob_ids.setdefault(conversation_id, {})
+        want = [s for s, _ in self.siblings(session_id, conversation_id) if s not in sets]
+        if want:
+            for sid in want:
+                sets[sid] = set()
+            for sid, payload in reads.session_payloads(self.src, want, kinds.KV_SET_BLOB_ARGS):
                 try:
-                    ids.add(bytes(pb.AgentServerMessage.FromString(payload or b"")
-                                  .kv_server_message.set_blob_args.blob_id))
+                    sets[sid].add(bytes(pb.AgentServerMessage.FromString(payload or b"")
+                                        .kv_server_message.set_blob_args.blob_id))
                 except DecodeError:
                     continue
-        return ids
+            counts = self._counts[conversation_id] = Counter(b for ids in sets.values() for b in ids)
+        else:
+            counts = self._counts.setdefault(conversation_id, Counter(b for ids in sets.values() for b in ids))
+        return _Others(counts, sets.get(session_id, set()))
 
     def prior_checkpoint(self, session_id: str, conversation_id: str, started: Any) -> tuple[str, int] | None:
         """(session_id, seq) of the last checkpoint an earlier session of the conversation received:
@@ -76,3 +84,15 @@ class Conversations:
         earlier = [s for s, at in self.siblings(session_id, conversation_id)
                    if s in last and (started is None or at is None or at < started)]
         return (earlier[-1], last[earlier[-1]]) if earlier else None
+
+
+class _Others(Container[bytes]):
+    """Membership in "set by another session": set by more sessions than the asking one alone."""
+
+    def __init__(self, counts: Counter[bytes], own: set[bytes]) -> None:
+        self.counts = counts
+        self.own = own
+
+    def __contains__(self, blob_id: object) -> bool:
+        n = self.counts.get(blob_id, 0) if isinstance(blob_id, bytes) else 0
+        return n > (1 if blob_id in self.own else 0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple, cast
 
@@ -246,18 +246,18 @@ def analyze_session(store_or_reader: Queryable, session_id: str, config: Config 
     builder = load_facts(src, session_id, cfg)
     facts = builder.facts
     conv = _conversation_id(src, facts)
-    known: set[bytes] = set()
+    known: Container[bytes] = ()
     prior = None
     if conv:
         convs = conversations or Conversations(src)
-        known = convs.known_blob_ids(conv)
+        known = convs.known_blob_ids(conv, session_id)
         prior = convs.prior_checkpoint(session_id, conv, reads.started_at(src, session_id))
     prompt = _first_prompt(src, prior[0]) if prior else None
     return evaluate(builder, cfg, final=final, known_ids=known, prior_checkpoint=prior, session=info,
                     prior_prompt=prompt, later_payloads=_later_payloads(src, session_id))
 
 
-def evaluate(builder: FactsBuilder, cfg: Config, *, final: bool, known_ids: Iterable[bytes] = (),
+def evaluate(builder: FactsBuilder, cfg: Config, *, final: bool, known_ids: Container[bytes] = (),
              prior_checkpoint: tuple[str, int] | None = None,
              session: SessionRecord | None = None,
              blob_cache: dict[bytes, BlobContent] | None = None,

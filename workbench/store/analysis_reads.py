@@ -194,11 +194,11 @@ def first_payload(src: Source, session_id: str, kind: str) -> bytes | None:
 
 # other sessions of the conversation --------------------------------------------------------------
 
-def payloads_of(src: Source, session_ids: Sequence[str], kind: str) -> list[bytes | None]:
-    """The payloads of every ``kind`` frame of these sessions."""
-    t = run(src, "SELECT payload FROM frames WHERE session_id IN (SELECT unnest(?)) AND kind = ?",
+def session_payloads(src: Source, session_ids: Sequence[str], kind: str) -> list[tuple[str, bytes | None]]:
+    """(session_id, payload) of every ``kind`` frame of these sessions."""
+    t = run(src, "SELECT session_id, payload FROM frames WHERE session_id IN (SELECT unnest(?)) AND kind = ?",
             [list(session_ids), kind])
-    return t.column(0).to_pylist()
+    return list(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
 
 
 def last_seq_of_kind(src: Source, session_ids: Sequence[str], kind: str) -> list[tuple[str, int]]:
