@@ -351,54 +351,45 @@ def analyze(store: Store, session_ids: list[str] | None = None, config: Config |
     return results
 
 
-BLOB_TYPES: list[tuple[str, pa.DataType]] = [
-    ("session_id", pa.string()), ("blob_id", pa.string()), ("op", pa.string()), ("seq", pa.int64()),
-    ("result_seq", pa.int64()), ("kv_id", pa.int64()), ("size", pa.int32()), ("content_type", pa.string()),
-    ("role", pa.string()), ("proto_type", pa.string()), ("parts", pa.string()), ("sha256_ok", pa.bool_()),
-    ("checkpoint_ref", pa.string()), ("status", pa.string()), ("preview", pa.string()), ("data", pa.binary()),
-]
-TOOL_TYPES: list[tuple[str, pa.DataType]] = [
-    ("session_id", pa.string()), ("call_id", pa.string()), ("tool_name", pa.string()), ("exec_id", pa.int64()),
-    ("model_call_id", pa.string()), ("first_seq", pa.int64()), ("last_seq", pa.int64()), ("exec_seq", pa.int64()),
-    ("result_seq", pa.int64()), ("args_streamed", pa.string()), ("args_completion", pa.string()),
-    ("args_merged", pa.string()), ("args_naive", pa.string()), ("result", pa.string()), ("status", pa.string()),
-    ("started_at", pa.timestamp("us")), ("ended_at", pa.timestamp("us")),
-]
-FINDING_TYPES: list[tuple[str, pa.DataType]] = [
-    ("session_id", pa.string()), ("code", pa.string()), ("severity", pa.string()), ("message", pa.string()),
-    ("first_seq", pa.int64()), ("last_seq", pa.int64()), ("evidence", pa.list_(pa.int64())),
-    ("suggested_fix", pa.string()),
-]
+# The columns of the derived tables the analysis writes (DuckDB casts each list to its column).
+BLOB_COLUMNS = ("session_id", "blob_id", "op", "seq", "result_seq", "kv_id", "size", "content_type", "role",
+                "proto_type", "parts", "sha256_ok", "checkpoint_ref", "status", "preview", "data")
+TOOL_COLUMNS = ("session_id", "call_id", "tool_name", "exec_id", "model_call_id", "first_seq", "last_seq",
+                "exec_seq", "result_seq", "args_streamed", "args_completion", "args_merged", "args_naive", "result",
+                "status", "started_at", "ended_at")
+FINDING_COLUMNS = ("session_id", "code", "severity", "message", "first_seq", "last_seq", "evidence", "suggested_fix")
 _JSON_COLS = {"parts", "args_streamed", "args_completion", "args_merged", "result"}
+_JSON = json.JSONEncoder(default=str, ensure_ascii=False)
 
 
-def _to_arrow(rows: Sequence[Mapping[str, object]], types: list[tuple[str, pa.DataType]]) -> pa.Table:
-    arrays = []
-    for name, typ in types:
+def _columns(rows: Sequence[Mapping[str, object]], names: Sequence[str]) -> dict[str, list[Any]]:
+    """One list of Python values per column; JSON columns as text."""
+    out: dict[str, list[Any]] = {}
+    for name in names:
         values: list[Any] = [r.get(name) for r in rows]
         if name in _JSON_COLS:
             # Rows of one blob share their parts object: serialise each object once.
             memo: dict[int, str] = {}
-            out: list[str | None] = []
+            texts: list[str | None] = []
             for v in values:
                 if v is None:
-                    out.append(None)
+                    texts.append(None)
                     continue
-                key = id(v)
-                text = memo.get(key)
+                text = memo.get(id(v))
                 if text is None:
-                    text = memo[key] = json.dumps(v, default=str, ensure_ascii=False)
-                out.append(text)
-            values = out
-        arrays.append(pa.array(values, type=typ))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(types))
+                    text = memo[id(v)] = _JSON.encode(v)
+                texts.append(text)
+            values = texts
+        out[name] = values
+    return out
 
 
-def result_tables(results: list[AnalysisResult]) -> dict[str, pa.Table]:
+def result_columns(results: list[AnalysisResult]) -> dict[str, dict[str, list[Any]]]:
+    """The rows of ``blobs``, ``tool_calls`` and ``findings`` for these results, column by column."""
     return {
-        "blobs": _to_arrow([b for r in results for b in r.blobs], BLOB_TYPES),
-        "tool_calls": _to_arrow([t for r in results for t in r.tool_calls], TOOL_TYPES),
-        "findings": _to_arrow([f.to_json() for r in results for f in r.findings], FINDING_TYPES),
+        "blobs": _columns([b for r in results for b in r.blobs], BLOB_COLUMNS),
+        "tool_calls": _columns([t for r in results for t in r.tool_calls], TOOL_COLUMNS),
+        "findings": _columns([f.to_json() for r in results for f in r.findings], FINDING_COLUMNS),
     }
 
 
@@ -408,10 +399,10 @@ def write_results(store: Store, results: list[AnalysisResult]) -> None:
     if not ids:
         return
     with collector_paused():
-        tables = result_tables(results)
+        tables = result_columns(results)
     with store.transaction():  # one commit: the rows and their stamp land together or not at all
-        for table, rows in tables.items():
-            store.insert_rows(table, rows, replace_sessions=ids)
+        for table, columns in tables.items():
+            reads.replace_rows(store, table, ids, columns)
         mark_analysed(store, ids)
 
 

@@ -11,7 +11,7 @@ come from ``protocol.kinds``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
@@ -240,6 +240,24 @@ def stamp_values(src: Source, prefix: str, session_ids: Sequence[str] | None = N
     t = run(src, sql) if session_ids is None else run(
         src, sql + f" AND substr(key, {len(prefix) + 1}) IN (SELECT unnest(?))", [list(session_ids)])
     return dict(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
+
+
+def replace_rows(store: Store, table: str, session_ids: Sequence[str], columns: Mapping[str, list[Any]]) -> None:
+    """Replace the sessions' rows of a derived table (``blobs``, ``tool_calls``, ``findings``) with
+    ``columns`` (name → one Python value per row), in the caller's transaction if there is one. The
+    lists go to DuckDB as list parameters: converting Python values to Arrow made pyarrow import
+    pandas (a fifth of a second of a ``workbench diagnose``)."""
+    if table not in _DERIVED:
+        raise ValueError(f"not a derived table: {table}")
+    with store.transaction():
+        store.con.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?))", [list(session_ids)])
+        names = list(columns)
+        if names and columns[names[0]]:
+            store.con.execute(f"INSERT INTO {table} ({', '.join(names)}) SELECT "
+                              + ", ".join(f"unnest(?) AS {n}" for n in names), [columns[n] for n in names])
+
+
+_DERIVED = frozenset({"blobs", "tool_calls", "findings"})
 
 
 def write_stamp_values(store: Store, prefix: str, values: Sequence[tuple[str, str]]) -> None:
