@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Container
+from datetime import datetime
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -37,7 +38,7 @@ class Conversations:
     def members(self, conversation_id: str) -> list[tuple[str, Any]]:
         """(session_id, started_at) of the conversation's sessions, in start order (unknown last)."""
         if self._members is None:
-            found: dict[str, dict[str, Any]] = {}
+            found: dict[str, dict[str, datetime | None]] = {}
             for sid, conv, started in reads.session_conversations(self.src):
                 if conv:
                     found.setdefault(conv, {})[sid] = started

@@ -162,7 +162,7 @@ class FactsBuilder(RequestPairing):
         self.feed_columns(cols, len(rows))
 
     @staticmethod
-    def _meta_columns(cols: dict[str, Any], n: int) -> None:
+    def _meta_columns(cols: dict[str, list[Any]], n: int) -> None:
         """Full frame rows carry ``meta``; the walk wants http_status / content_type columns."""
         if "http_status" in cols or "meta" not in cols:
             return

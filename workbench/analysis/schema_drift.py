@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
@@ -32,6 +32,35 @@ from workbench.schema.diff import field_type
 from workbench.schema.loader import Schema
 from workbench.store import analysis_reads as reads
 from workbench.store.reader import LocalReader, RemoteReader
+
+
+class NamedBy(TypedDict):
+    """How a schema names a drift path: the field (or message) name, its type, its owner message."""
+
+    name: str
+    type: str
+    owner: NotRequired[str]
+
+
+class RecordedSchema(TypedDict):
+    """A schema sessions were recorded with (``sessions.meta.schema``) and how many used it."""
+
+    hash: str | None
+    source: str | None
+    messages: int | None
+    sessions: int
+
+
+class PayloadRow(TypedDict):
+    """A frame the drift walk parses, with its session's client version."""
+
+    session_id: str
+    seq: int
+    ts: datetime | None
+    msg_type: str
+    payload: bytes
+    client_version: str | None
+
 
 PAGE_ROWS = 500
 EXAMPLE_CHARS = 160
@@ -59,7 +88,7 @@ class DriftPath:
     client_versions: set[str] = field(default_factory=set)
     example: str | None = None
     example_at: tuple[str, int] | None = None
-    named: dict[str, Any] | None = None  # how the other schema names it (None: it does not)
+    named: NamedBy | None = None  # how the other schema names it (None: it does not)
 
     def seen(self, sid: str, seq: int, ts: datetime | None, version: str | None) -> None:
         self.frames += 1
@@ -91,7 +120,7 @@ class DriftReport:
     frames_total: int
     frames_walked: int
     sample: int | None
-    recorded_with: list[dict[str, Any]]
+    recorded_with: list[RecordedSchema]
 
 
 def _example(value: Any) -> str:
@@ -198,7 +227,7 @@ def _numbers_of_kind(schema: Schema, msg_type: str, kind: str) -> tuple[tuple[in
     return None
 
 
-def named_in(schema: Schema, root: str, numbers: tuple[int, ...], what: str) -> dict[str, Any] | None:
+def named_in(schema: Schema, root: str, numbers: tuple[int, ...], what: str) -> NamedBy | None:
     """How ``schema`` names a drift path: its field name and type, or None when it does not."""
     if not schema.has(root):
         return None
@@ -246,7 +275,7 @@ _TYPE_ENUM_NAMES = {v: k for k, v in vars(FieldDescriptor).items() if k.startswi
 Reader = LocalReader | RemoteReader
 
 
-def payload_pages(reader: Reader, sample: int | None) -> Iterator[list[dict[str, Any]]]:
+def payload_pages(reader: Reader, sample: int | None) -> Iterator[list[PayloadRow]]:
     """The walkable frames (with their session's client version), a bounded page at a time."""
     versions = reads.client_versions(reader)
     if sample is None:
@@ -302,6 +331,6 @@ def drift(reader: Reader, schema: Schema, *, against: Schema | None = None, samp
     if against is not None:
         for p in paths.values():
             p.named = named_in(against, p.root, p.numbers, p.what)
-    recorded = reads.recording_schemas(reader).to_pylist()
+    recorded = cast(list[RecordedSchema], reads.recording_schemas(reader).to_pylist())
     ordered = sorted(paths.values(), key=lambda p: (-p.frames, p.path))
     return DriftReport(ordered, total, walked, sample, recorded)
