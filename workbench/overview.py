@@ -63,7 +63,7 @@ class FindingState:
         return f"{self.findings}" + (" (stale)" if self.analysis == "stale" else "")
 
 
-def finding_states(query: Query, statuses: dict[str, Any]) -> dict[str, FindingState]:
+def finding_states(query: Query, statuses: Mapping[str, object]) -> dict[str, FindingState]:
     """session_id → ``FindingState`` for the sessions in ``statuses`` (session_id → status)."""
     from workbench.analysis.stamp import analysis_state, stamps
 
