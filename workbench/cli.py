@@ -51,6 +51,10 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("blobs", "the KV blobs of a session (set/get, content, checkpoint refs)", "workbench.analysis.cli"),
     ("tools", "the tool calls of a session, args rebuilt (streamed/completion/merged/naive)",
      "workbench.analysis.cli"),
+    ("diff", "compare two sessions (kinds, fields, execs, tool args, timing, ending); exit 1 when they differ",
+     "workbench.sessiondiff.cli"),
+    ("report", "write a self-contained HTML report of sessions (sequence diagram, timeline, findings, frames)",
+     "workbench.report.cli"),
     ("schema", "extract, choose, compare protobuf schemas; find drift in captures", "workbench.commands.schema"),
 ]
 

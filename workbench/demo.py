@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import CliError
+from workbench.store.queries import meta_keys_and_rows
 
 DEMO_DB = "captures/demo.duckdb"
 DEMO_MARK = "workbench_demo"  # key in the database's meta table: this database is the demo's to replace
@@ -140,6 +141,8 @@ def check_replaceable(db: Path) -> None:
         return
     import duckdb
 
+    from workbench.store.reader import ConnectionReader
+
     try:
         con = duckdb.connect(str(db), read_only=True)
     except duckdb.IOException as exc:
@@ -149,14 +152,7 @@ def check_replaceable(db: Path) -> None:
     except duckdb.Error as exc:
         raise CliError(f"--db {db}: not a workbench capture database ({exc}){force}") from exc
     try:
-        tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
-                                            "WHERE table_schema = 'main'").fetchall()}
-        keys = {r[0] for r in con.execute("SELECT key FROM meta").fetchall()} if "meta" in tables else set()
-        held = 0
-        for table in ("sessions", "frames"):
-            if table in tables:
-                row = con.execute(f"SELECT count(*) FROM {table}").fetchone()
-                held += int(row[0]) if row else 0
+        keys, held = meta_keys_and_rows(ConnectionReader(con, str(db)))
     except duckdb.Error as exc:
         raise CliError(f"--db {db}: not a workbench capture database ({exc}){force}") from exc
     finally:
@@ -175,8 +171,7 @@ def mark_demo(db: Path) -> None:
     from workbench.store.db import Store
 
     with Store(db) as store:
-        store.query("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                    [DEMO_MARK, json.dumps({"created_by": "workbench demo"})])
+        store.set_meta(DEMO_MARK, json.dumps({"created_by": "workbench demo"}))
 
 
 class CaptureProcess:

@@ -8,18 +8,15 @@ The top finding is the first of the session's findings in root-cause order
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-
 from workbench.analysis.causes import order_findings
 from workbench.analysis.model import PROBLEMS, Finding
+from workbench.store.queries import FINDING_COLUMNS, Reader, finding_counts, finding_rows
 
-Query = Callable[..., pa.Table]
-
-FINDING_COLUMNS = "session_id, code, severity, coalesce(message, '') AS message, first_seq, last_seq"
+__all__ = ["FINDING_COLUMNS", "PROBLEMS", "FindingState", "finding_states", "query_top_findings", "top_findings"]
 
 
 def top_findings(rows: Iterable[Mapping[str, Any]]) -> dict[str, Finding]:
@@ -32,14 +29,9 @@ def top_findings(rows: Iterable[Mapping[str, Any]]) -> dict[str, Finding]:
     return {sid: order_findings(items)[0] for sid, items in by_session.items()}
 
 
-def query_top_findings(query: Query, session_ids: Sequence[str] | None = None) -> dict[str, Finding]:
-    """``top_findings`` of the sessions in a capture (``query(sql, params)`` as a reader has it)."""
-    if session_ids is None:
-        t = query(f"SELECT {FINDING_COLUMNS} FROM findings")
-    else:
-        t = query(f"SELECT {FINDING_COLUMNS} FROM findings WHERE session_id IN (SELECT unnest(?))",
-                  [list(session_ids)])
-    return top_findings(t.to_pylist())
+def query_top_findings(reader: Reader, session_ids: Sequence[str] | None = None) -> dict[str, Finding]:
+    """``top_findings`` of the sessions in a capture (all, or ``session_ids``)."""
+    return top_findings(finding_rows(reader, session_ids))
 
 
 @dataclass
@@ -63,14 +55,13 @@ class FindingState:
         return f"{self.findings}" + (" (stale)" if self.analysis == "stale" else "")
 
 
-def finding_states(query: Query, statuses: Mapping[str, object]) -> dict[str, FindingState]:
+def finding_states(reader: Reader, statuses: Mapping[str, object]) -> dict[str, FindingState]:
     """session_id → ``FindingState`` for the sessions in ``statuses`` (session_id → status)."""
     from workbench.analysis.stamp import analysis_state, stamps
 
-    have = stamps(query)
-    t = query("SELECT session_id, severity, count(*) AS n FROM findings GROUP BY ALL")
+    have = stamps(reader)
     out = {sid: FindingState(analysis=analysis_state(have.get(sid), status)) for sid, status in statuses.items()}
-    for r in t.to_pylist():
+    for r in finding_counts(reader):
         st = out.get(r["session_id"])
         if st is None:
             continue

@@ -29,7 +29,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from workbench.decode.classify import Decoder, Frame
+from workbench.decode.classify import Decoder, Frame, default_decoder
 from workbench.protocol import kinds
 from workbench.wire.envelope import FLAG_COMPRESSED, encode, split_unary
 
@@ -111,6 +111,9 @@ def is_content_field(name: str) -> bool:
 
 # JSON keys whose string values are content inside prompt/message JSON blobs.
 _JSON_CONTENT_KEYS = frozenset({"content", "text", "arguments", "args", "result", "output", "input", "reasoning"})
+# ... of which these hold a tool's arguments or its result: every string under them is content,
+# however deep (``"args": {"command": "…"}``); under the others the structure is walked.
+_JSON_ARGS_KEYS = frozenset({"arguments", "args", "result", "output", "input"})
 
 
 def short_hash(data: str | bytes) -> str:
@@ -170,8 +173,6 @@ def secret_method(path: str | None) -> bool:
 # payloads --------------------------------------------------------------------------------------
 
 def _class(msg_type: str) -> type[Message] | None:
-    from workbench.decode.classify import default_decoder
-
     schema = default_decoder().schema
     if not schema.has(msg_type):
         return None
@@ -200,16 +201,24 @@ def _scrub_credentials(msg: Message) -> bool:
             continue
         if fd.containing_oneof is not None and fd.containing_oneof.name == _CREDENTIAL_ONEOF:
             continue  # done above
-        if fd.message_type.GetOptions().map_entry:
-            if fd.message_type.fields_by_name["value"].type == FieldDescriptor.TYPE_MESSAGE:
-                for v in value.values():
-                    changed |= _scrub_credentials(v)
-        elif fd.is_repeated:
-            for v in value:
-                changed |= _scrub_credentials(v)
-        else:
-            changed |= _scrub_credentials(value)
+        for v in submessages(fd, value):
+            changed |= _scrub_credentials(v)
     return changed
+
+
+def map_value_field(fd: FieldDescriptor) -> FieldDescriptor | None:
+    """The ``value`` field of a map field's entries; None when ``fd`` is not a map."""
+    mt = fd.message_type
+    return mt.fields_by_name["value"] if mt is not None and mt.GetOptions().map_entry else None
+
+
+def submessages(fd: FieldDescriptor, value: Any) -> Iterable[Message]:
+    """The messages a set message-typed field holds: the values of a map of messages (none for a
+    map of scalars), the items of a repeated field, or the one message."""
+    vfd = map_value_field(fd)
+    if vfd is not None:
+        return value.values() if vfd.type == FieldDescriptor.TYPE_MESSAGE else ()
+    return value if fd.is_repeated else (value,)
 
 
 def may_carry_credentials(payload: bytes, msg_type: str) -> bool:
@@ -268,10 +277,23 @@ def redact_untyped(payload: bytes) -> bytes:
 
 def _redact_json_text(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: (marker(v) if isinstance(v, str) and k in _JSON_CONTENT_KEYS else _redact_json_text(v))
+        return {k: (_all_strings(v) if k in _JSON_ARGS_KEYS
+                    else marker(v) if isinstance(v, str) and k in _JSON_CONTENT_KEYS else _redact_json_text(v))
                 for k, v in value.items()}
     if isinstance(value, list):
         return [_redact_json_text(v) for v in value]
+    return value
+
+
+def _all_strings(value: Any) -> Any:
+    """Every string under an arguments or result key hidden: structured tool arguments and results
+    (``"args": {"command": "…"}``) are content as much as a plain ``"text"`` is; keys stay."""
+    if isinstance(value, str):
+        return marker(value)
+    if isinstance(value, dict):
+        return {k: _all_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_all_strings(v) for v in value]
     return value
 
 
@@ -294,22 +316,15 @@ def _scrub_content(msg: Message) -> bool:
     changed = False
     for fd, value in msg.ListFields():
         if fd.type == FieldDescriptor.TYPE_MESSAGE:
-            if fd.message_type.GetOptions().map_entry:
-                vfd = fd.message_type.fields_by_name["value"]
-                if vfd.type == FieldDescriptor.TYPE_MESSAGE:
-                    for v in value.values():
-                        changed |= _scrub_content(v)
-                elif is_content_field(fd.name):
-                    for k in list(value.keys()):
-                        v = value[k]
-                        if v:
-                            value[k] = marker(v).encode() if isinstance(v, bytes) else marker(v)
-                            changed = True
-            elif fd.is_repeated:
-                for v in value:
-                    changed |= _scrub_content(v)
-            else:
-                changed |= _scrub_content(value)
+            vfd = map_value_field(fd)
+            if vfd is not None and vfd.type != FieldDescriptor.TYPE_MESSAGE and is_content_field(fd.name):
+                for k in list(value.keys()):
+                    v = value[k]
+                    if v:
+                        value[k] = marker(v).encode() if isinstance(v, bytes) else marker(v)
+                        changed = True
+            for v in submessages(fd, value):
+                changed |= _scrub_content(v)
             continue
         if fd.type not in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES) or not is_content_field(fd.name):
             continue
@@ -425,8 +440,6 @@ def redact_frame(frame: Frame, *, content: bool = False, decoder: Decoder | None
     if content:
         dec = decoder
         if dec is None:
-            from workbench.decode.classify import default_decoder
-
             dec = default_decoder()
         if frame.msg_type in (_CLIENT_MSG, _SERVER_MSG):
             frame.summary = dec.classify_agent(new, frame.msg_type).summary

@@ -45,13 +45,13 @@ def controls(ch: RecordingChannel) -> list[tuple[str, int]]:
 async def test_unknown_exec_kinds_are_thrown() -> None:
     client, run, ch = setup()
     # a member the schema types but the client has no feature for
-    ev = await client._exec(run, pb.ExecServerMessage(id=5, exec_id="x5", computer_use_args=pb.ComputerUseArgs(
+    ev = await client.execs.answer(run, pb.ExecServerMessage(id=5, exec_id="x5", computer_use_args=pb.ComputerUseArgs(
         tool_call_id="t5")))
     assert isinstance(ev, ExecHandled)
     assert not ev.ok
     # a member this schema does not know at all (field 99)
     raw = pb.ExecServerMessage(id=6, exec_id="x6").SerializeToString() + b"\x9a\x06\x00"
-    ev = await client._exec(run, pb.ExecServerMessage.FromString(raw))
+    ev = await client.execs.answer(run, pb.ExecServerMessage.FromString(raw))
     assert isinstance(ev, ExecHandled)
     assert not ev.ok
     # Cursor's own executor: throw, then stream_close, for an exec it has no handler for
@@ -63,7 +63,7 @@ async def test_unknown_exec_kinds_are_thrown() -> None:
 
 async def test_caller_answer_is_result_then_stream_close() -> None:
     client, run, ch = setup()
-    ev = await client._exec(run, pb.ExecServerMessage(id=2, exec_id="x2", read_args=pb.ReadArgs(path="a.txt")))
+    ev = await client.execs.answer(run, pb.ExecServerMessage(id=2, exec_id="x2", read_args=pb.ReadArgs(path="a.txt")))
     assert isinstance(ev, ExecRequest)
     assert ev.kind == "read"
     assert ev.args["path"] == "a.txt"
@@ -78,7 +78,7 @@ async def test_caller_answer_is_result_then_stream_close() -> None:
 
 async def test_no_stream_close_fault_drops_only_the_close() -> None:
     client, run, ch = setup(faults={"no_stream_close"})
-    ev = await client._exec(run, pb.ExecServerMessage(id=3, exec_id="x3", shell_args=pb.ShellArgs(command="ls")))
+    ev = await client.execs.answer(run, pb.ExecServerMessage(id=3, exec_id="x3", shell_args=pb.ShellArgs(command="ls")))
     assert isinstance(ev, ExecRequest)
     await ev.respond("out")
     assert [m.WhichOneof("message") for m in ch.sent] == ["exec_client_message"]
@@ -87,7 +87,7 @@ async def test_no_stream_close_fault_drops_only_the_close() -> None:
 
 async def test_failed_caller_answer_is_a_throw() -> None:
     client, run, ch = setup()
-    ev = await client._exec(run, pb.ExecServerMessage(id=4, exec_id="x4", mcp_args=pb.McpArgs(name="t")))
+    ev = await client.execs.answer(run, pb.ExecServerMessage(id=4, exec_id="x4", mcp_args=pb.McpArgs(name="t")))
     assert isinstance(ev, ExecRequest)
     await ev.fail("tool crashed")
     assert controls(ch) == [("throw", 4), ("stream_close", 4)]
@@ -144,7 +144,7 @@ async def test_result_then_close_or_result_alone(policy: str, kind: str, args: A
     client, run, ch = setup(close_policy=policy)
     ex = pb.ExecServerMessage(id=7, exec_id="x7")
     getattr(ex, f"{kind}_args").CopyFrom(args)
-    ev = await client._exec(run, ex)
+    ev = await client.execs.answer(run, ex)
     assert isinstance(ev, ExecRequest)
     await ev.respond(answer)
     if policy == "always":
@@ -158,7 +158,7 @@ async def test_result_then_close_or_result_alone(policy: str, kind: str, args: A
 @pytest.mark.parametrize("policy", ["always", "streams-only"])
 async def test_request_context_is_closed_only_under_always(policy: str) -> None:
     client, run, ch = setup(close_policy=policy)
-    ev = await client._exec(run, pb.ExecServerMessage(id=1, exec_id="x1", request_context_args=pb.RequestContextArgs()))
+    ev = await client.execs.answer(run, pb.ExecServerMessage(id=1, exec_id="x1", request_context_args=pb.RequestContextArgs()))
     assert isinstance(ev, ExecHandled)
     assert ev.ok
     expected = ["request_context_result", "stream_close"] if policy == "always" else ["request_context_result"]
@@ -168,7 +168,7 @@ async def test_request_context_is_closed_only_under_always(policy: str) -> None:
 @pytest.mark.parametrize("policy", ["always", "streams-only"])
 async def test_streamed_shell_ends_exit_shell_result_stream_close(policy: str) -> None:
     client, run, ch = setup(close_policy=policy)
-    ev = await client._exec(run, pb.ExecServerMessage(id=3, exec_id="x3",
+    ev = await client.execs.answer(run, pb.ExecServerMessage(id=3, exec_id="x3",
                                                       shell_stream_args=pb.ShellArgs(command="echo hi")))
     assert isinstance(ev, ExecRequest)
     await ev.respond("hi\n")
@@ -184,7 +184,7 @@ async def test_streamed_shell_ends_exit_shell_result_stream_close(policy: str) -
 
 async def test_streamed_shell_exit_code_goes_into_a_failure_result() -> None:
     client, run, ch = setup(close_policy="streams-only")
-    ev = await client._exec(run, pb.ExecServerMessage(id=4, exec_id="x4", shell_stream_args=pb.ShellArgs(command="x")))
+    ev = await client.execs.answer(run, pb.ExecServerMessage(id=4, exec_id="x4", shell_stream_args=pb.ShellArgs(command="x")))
     assert isinstance(ev, ExecRequest)
     await ev.respond([{"stderr": {"data": "boom"}}, {"exit": {"code": 2, "cwd": "/w"}}])
     assert wire(ch) == ["shell_stream_result", "shell_stream_result", "shell_result", "stream_close"]
@@ -194,10 +194,10 @@ async def test_streamed_shell_exit_code_goes_into_a_failure_result() -> None:
 
 async def test_no_stream_close_fault_drops_every_close() -> None:
     client, run, ch = setup(close_policy="streams-only", faults={"no_stream_close"})
-    ev = await client._exec(run, pb.ExecServerMessage(id=5, exec_id="x5", shell_stream_args=pb.ShellArgs(command="x")))
+    ev = await client.execs.answer(run, pb.ExecServerMessage(id=5, exec_id="x5", shell_stream_args=pb.ShellArgs(command="x")))
     assert isinstance(ev, ExecRequest)
     await ev.respond("out")
-    ev = await client._exec(run, pb.ExecServerMessage(id=6, exec_id="x6", mcp_args=pb.McpArgs(name="t")))
+    ev = await client.execs.answer(run, pb.ExecServerMessage(id=6, exec_id="x6", mcp_args=pb.McpArgs(name="t")))
     assert isinstance(ev, ExecRequest)
     await ev.fail("no")
     assert "stream_close" not in wire(ch)

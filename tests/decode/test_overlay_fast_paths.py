@@ -8,11 +8,11 @@ from workbench.schema import pb
 
 
 def test_every_fast_path_is_on_with_the_builtin_overlay() -> None:
-    d = default_decoder()
-    assert d._bytes_fast
-    assert d._delta_ok
-    assert d._partial_ok
-    assert set(d._text_members) == {1, 4}  # text_delta, thinking_delta
+    fp = default_decoder().fast_paths
+    assert fp is not None
+    assert fp.delta_ok
+    assert fp.partial_ok
+    assert set(fp.text_members) == {1, 4}  # text_delta, thinking_delta
 
 
 def test_a_member_added_beside_a_fast_layout_takes_the_protobuf_path() -> None:

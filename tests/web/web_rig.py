@@ -98,6 +98,7 @@ class Page:
         self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.received = bytearray()          # terminal bytes the page's websocket brought
         self.ws_statuses: list[int] = []     # handshake statuses of the page's websockets
+        self.requests: list[str] = []        # every URL the page asked for (Network.requestWillBeSent)
         self.changed = asyncio.Event()
 
     async def open(self) -> None:
@@ -118,7 +119,9 @@ class Page:
                     fut.set_result(data)
                 continue
             method, params = data.get("method"), data.get("params", {})
-            if method == "Network.webSocketFrameReceived":
+            if method == "Network.requestWillBeSent":
+                self.requests.append(str(params.get("request", {}).get("url")))
+            elif method == "Network.webSocketFrameReceived":
                 resp = params["response"]
                 if resp.get("opcode") == 2:  # binary: the terminal output (text frames are control)
                     self.received += base64.b64decode(resp["payloadData"])

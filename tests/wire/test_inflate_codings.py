@@ -23,6 +23,8 @@ from workbench.wire.inflate import (
     InflateOverBudget,
     codings_of,
     decode_limited,
+    inflate_document,
+    use_budget,
 )
 
 TEXT = b"agent says hello " * 500
@@ -109,6 +111,22 @@ def test_decode_names_the_budget_that_stopped_it() -> None:
     assert len(b.decode(two, ["gzip"], per_frame=False)) == 2 * MIB
     with pytest.raises(InflateOverBudget, match="5 MiB per-import inflate budget.*--inflate-import-mb"):
         budget.session("c").decode(two, ["gzip"], per_frame=False)
+
+
+def test_a_whole_document_inflates_past_the_frame_limit_and_says_why_not_as_a_document() -> None:
+    """``inflate_document`` (a gzipped fixture, a .zhar): the session limit holds, the per-frame one
+    does not; refused, it names the budget without the frame's remedy, and broken input says
+    what the caller calls it."""
+    two = gzip.compress(bytes(2 * MIB))
+    with use_budget(InflateBudget.for_import(frame=MIB, session=3 * MIB)):
+        assert inflate_document(two, "gzip", what="the fixture", corrupt="corrupt gzip") == bytes(2 * MIB)
+    with use_budget(InflateBudget.for_import(frame=MIB, session=MIB)), pytest.raises(InflateOverBudget) as over:
+        inflate_document(two, "gzip", what="the fixture", corrupt="corrupt gzip")
+    assert "the fixture" in str(over.value) and "1 MiB per-session inflate budget" in str(over.value)
+    assert "kept compressed" not in str(over.value)
+    with pytest.raises(ValueError, match="^does not inflate: ") as bad:
+        inflate_document(b"\x1f\x8b not gzip", "gzip", what="the fixture", corrupt="does not inflate")
+    assert not isinstance(bad.value, InflateOverBudget)
 
 
 @settings(max_examples=200, deadline=None)

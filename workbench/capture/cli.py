@@ -148,6 +148,7 @@ def _counter(stats: dict[str, Any]) -> str:
 
 def cmd_capture(args: argparse.Namespace) -> int:
     if args.keylog:
+        # keylog capture (tshark, the importers) loads only for --keylog
         from workbench.capture.keylog import cmd_capture_keylog
 
         return cmd_capture_keylog(args)
@@ -163,9 +164,11 @@ def cmd_capture(args: argparse.Namespace) -> int:
         if extra.startswith("confdir="):
             confdir = Path(os.path.expanduser(extra.split("=", 1)[1]))
     db = str(Path(args.db).expanduser())
+    # DuckDB loads only once the arguments are valid
     from workbench.store.db import check_readable
 
     check_readable(db)  # a damaged file: exit 2 naming it, not a capture that can only spool
+    # the schema (protobuf) loads only once the arguments are valid
     from workbench.schema.active import active_schema, schema_option
 
     schema = active_schema(args.proto)  # a schema that cannot be used: exit 2 before mitmdump starts

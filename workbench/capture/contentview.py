@@ -89,21 +89,18 @@ def tree_lines(value: Any, indent: int = 4, key: str | None = None) -> Iterator[
     """The named tree as indented ``name: value`` lines (lists as ``- item``)."""
     pad = " " * indent
     label: ViewLine = [("key", f"{pad}{key}:")] if key is not None else []
-    if isinstance(value, dict):
+    if isinstance(value, dict | list):
         if not value:
-            yield [*label, ("text", " {}")] if label else [("text", pad + "{}")]
-            return
-        if label:
-            yield label
-        for k, v in value.items():
-            yield from tree_lines(v, indent + (2 if key is not None else 0), str(k))
-    elif isinstance(value, list):
-        if not value:
-            yield [*label, ("text", " []")] if label else [("text", pad + "[]")]
+            empty = "{}" if isinstance(value, dict) else "[]"
+            yield [*label, ("text", " " + empty)] if label else [("text", pad + empty)]
             return
         if label:
             yield label
         inner = indent + (2 if key is not None else 0)
+        if isinstance(value, dict):
+            for k, v in value.items():
+                yield from tree_lines(v, inner, str(k))
+            return
         for item in value:
             if isinstance(item, dict | list) and item:
                 yield [("text", " " * inner + "-")]

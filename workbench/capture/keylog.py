@@ -320,6 +320,7 @@ def _watch(capture: PacketCapture, stopping: threading.Event) -> None:
 
 def cmd_capture_keylog(args: argparse.Namespace) -> int:
     """Capture until Ctrl-C or SIGTERM, then import; exit 1 when a connection could not be decrypted."""
+    # the importers load only when a keylog capture starts
     from workbench.ingest.tshark import TsharkMissing, find_tshark
 
     try:
@@ -334,6 +335,7 @@ def cmd_capture_keylog(args: argparse.Namespace) -> int:
     tool = find_tool(args.capture_tool)
     bpf = args.filter or f"tcp port {port}"
     db = str(Path(args.db).expanduser())
+    # DuckDB loads only when a keylog capture starts
     from workbench.store.db import check_readable
 
     check_readable(db)
@@ -390,6 +392,7 @@ def cmd_capture_keylog(args: argparse.Namespace) -> int:
 
 
 def _import(db: str, pcap: Path, keys: Path, port: int, capture: PacketCapture) -> int:
+    # the importers load only when a keylog capture starts
     from workbench.ingest import IngestError, Progress, import_file, open_store
 
     failed = capture.proc is not None and capture.proc.returncode not in (0, -signal.SIGINT, 130)

@@ -16,6 +16,7 @@ a spool file. The addon reports it at stop and makes the process exit non-zero.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -124,19 +125,7 @@ class Sink:
         if self._pending:
             self.lost += len(self._pending)
             self._pending.clear()
-        if self.live is not None:
-            self.live.stop()
-            self.live = None
-        if self.store is not None:
-            try:
-                self.store.checkpoint()
-            except Exception:
-                pass
-            try:
-                self.store.close()
-            except Exception:
-                pass
-            self.store = None
+        self._drop_database(checkpoint=True)
         if self.spool is not None:
             self.spool.close()
         self.write_stats()
@@ -154,14 +143,20 @@ class Sink:
             self._spool_seq.update({s: i.frame_count for s, i in self.recorder.sessions.items()})
             self._dirty.update(self.recorder.sessions)
             self.recorder = None
+        self._drop_database(checkpoint=False)
+
+    def _drop_database(self, checkpoint: bool) -> None:
+        """Stop the live read service and close the database (after a checkpoint when asked); a
+        database that fails to close is let go all the same: nothing more is written to it."""
         if self.live is not None:
             self.live.stop()
             self.live = None
         if self.store is not None:
-            try:
+            if checkpoint:
+                with contextlib.suppress(Exception):
+                    self.store.checkpoint()
+            with contextlib.suppress(Exception):
                 self.store.close()
-            except Exception:
-                pass
             self.store = None
 
     # sessions and frames -----------------------------------------------------------------------

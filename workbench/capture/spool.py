@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 from workbench.decode.classify import Frame
 from workbench.store.db import SessionInfo, Store
 from workbench.store.gate import wire_text
+from workbench.store.queries import frame_identities
 from workbench.store.recorder import Recorder
 
 _FRAME_FIELDS = [f.name for f in fields(Frame)]
@@ -268,10 +269,11 @@ def _stored_frames(store: Store, session_ids: list[str]) -> dict[tuple[str, int]
     if not session_ids:
         return {}
     escaped = {wire_text(s): s for s in session_ids}
-    t = store.query("SELECT session_id, seq, epoch_us(ts) AS ts_us, direction, kind FROM frames "
-                    "WHERE session_id IN (SELECT unnest(?))", [list(escaped)])
-    return {(escaped.get(r["session_id"], r["session_id"]), r["seq"]): (r["ts_us"], r["direction"], r["kind"])
-            for r in t.to_pylist()}
+    out: dict[tuple[str, int], tuple[int, str, str]] = {}
+    for r in frame_identities(store, list(escaped)):
+        sid = str(r["session_id"])
+        out[(escaped.get(sid, sid), r["seq"])] = (r["ts_us"], r["direction"], r["kind"])
+    return out
 
 
 def _same(r: FrameRecord) -> tuple[int, str, str]:

@@ -11,7 +11,7 @@ client bugs can be reproduced against a backend.
 
 Answering execs lives in ``execs.py`` (``ExecAnswers``) and how a turn ends — reading on after
 ``turn_ended``, the end that never comes, a heartbeat stall — in ``turn_end.py`` (``TurnEnding``);
-``AgentClient`` mixes both in.
+``AgentClient`` holds one of each, built from its settings. A run's state is ``run.ClientRun``.
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ from workbench.client.events import (
     ToolCall,
     TurnEnded,
     TurnResult,
-    Usage,
 )
 from workbench.client.execs import CLOSE_POLICIES, ExecAnswers, check_close_policy
 from workbench.client.localexec import LocalExecutor
 from workbench.client.net import NetError, Verify, cancel_and_wait
 from workbench.client.recording import FrameLogEntry, Journal, RunWire
+from workbench.client.run import ClientRun
 from workbench.client.toolcalls import ToolDef, describe_tool_call, final_args, tool_definition
 from workbench.client.transport import (
     END_WAIT_S,
@@ -64,7 +64,7 @@ from workbench.client.transport import (
     TransportError,
     list_usable_models,
 )
-from workbench.client.turn_end import TurnEnding, _error_from
+from workbench.client.turn_end import TurnEnding, error_from
 from workbench.protocol import args as tool_args
 from workbench.protocol.labels import prompt_label
 
@@ -73,38 +73,11 @@ FAULTS = frozenset({"no_stream_close", "naive_args_concat", "reuse_session", "om
 # After turn_ended, how long a turn waits for the server to end the response before saying so.
 END_TIMEOUT_S = 30.0
 
-__all__ = ["CLOSE_POLICIES", "END_TIMEOUT_S", "FAULTS", "AgentClient", "AgentError", "Connections", "FrameLogEntry",
-           "ToolDef", "describe_tool_call", "final_args", "tool_definition"]
+__all__ = ["CLOSE_POLICIES", "END_TIMEOUT_S", "FAULTS", "AgentClient", "AgentError", "ClientRun", "Connections",
+           "FrameLogEntry", "ToolDef", "describe_tool_call", "final_args", "tool_definition"]
 
 
-class ClientRun:
-    """One run of the client: its channel and per-turn state (kept open under ``reuse_session``)."""
-
-    def __init__(self, channel: Channel, tools: list[Any], model: str) -> None:
-        self.channel = channel
-        self.tools = tools
-        self.model = model
-        self.calls: dict[str, CallState] = {}
-        self.call_order: list[str] = []
-        self.usage = Usage()
-        self.heartbeats = 0
-        self.first_heartbeat_at = 0.0
-        self.last_kind = ""
-        self.unclosed: list[int] = []  # exec ids whose stream_close the no_stream_close fault dropped
-        self.unclosed_by_policy: list[int] = []  # answered with the result alone (close policy streams-only)
-        self.unanswered: dict[int, ExecRequest] = {}
-        self.context_unanswered: list[int] = []  # request_context execs left unanswered on purpose
-        self.ended = False
-        self.end_settled = False  # the wait for the server's end after turn_ended is over
-        self.hb_task: asyncio.Task[None] | None = None
-        # exec id → (task, exec_id, kind) of a local execution in progress
-        self.local: dict[int, tuple[asyncio.Task[None], str, str]] = {}
-        self.aborted: list[asyncio.Task[None]] = []
-        self.done: list[Event] = []  # ExecHandled of finished local execs, yielded at the next frame
-        self.iterator: AsyncIterator[Any] | None = None
-
-
-class AgentClient(ExecAnswers, TurnEnding):
+class AgentClient:
     """A client for ``agent.v1.AgentService`` (see docs/client.md for the full API)."""
 
     def __init__(self, base_url: str, token: str, transport: str = "run", workspace: str | os.PathLike[str] | None = None,
@@ -155,6 +128,10 @@ class AgentClient(ExecAnswers, TurnEnding):
         self.connections = connections or Connections(self.base_url, verify)
         self._parked: ClientRun | None = None
         self._journal = Journal(record_to) if record_to is not None else None
+        self.execs = ExecAnswers(executor=self.executor, faults=self.faults, close_policy=self.close_policy,
+                                 heartbeat_interval=heartbeat_interval, answer_request_context=answer_request_context,
+                                 request_context=self._request_context)
+        self.ending = TurnEnding(end_timeout=end_timeout, heartbeat_budget=heartbeat_budget, dispatch=self._dispatch)
 
     def __repr__(self) -> str:  # never show the token
         return (f"AgentClient({self.base_url!r}, transport={self.transport!r}, close_policy={self.close_policy!r}, "
@@ -238,10 +215,6 @@ class AgentClient(ExecAnswers, TurnEnding):
         return cls(self.base_url, self._token, wire, self.connections.http(), request_id=rid,
                    reset_seqno="reset_append_seqno" in self.faults, framing=self.framing)
 
-    async def _send(self, run: ClientRun, msg: Any) -> None:
-        await run.channel.send(bytes(pb.AgentClientMessage(**msg).SerializeToString())
-                               if isinstance(msg, dict) else msg)
-
     async def _heartbeats(self, run: ClientRun) -> None:
         beat = bytes(pb.AgentClientMessage(client_heartbeat=pb.ClientHeartbeat()).SerializeToString())
         while not run.channel.closed:
@@ -290,7 +263,7 @@ class AgentClient(ExecAnswers, TurnEnding):
                 action = pb.ConversationAction(user_message_action=pb.UserMessageAction(
                     user_message=pb.UserMessage(text=prompt, message_id=str(uuid.uuid4()), mode=1),
                     request_context=self._request_context(defs)))
-                await self._send(run, {"conversation_action": action})
+                await run.send({"conversation_action": action})
             else:
                 if self._parked is not None:
                     await self._close_run(self._parked)
@@ -309,7 +282,7 @@ class AgentClient(ExecAnswers, TurnEnding):
                 yield ev
             keep = "reuse_session" in self.faults and error is None
         except (TransportError, NetError, OSError) as exc:
-            error = _error_from(exc)
+            error = error_from(exc)
             yield error
         except GeneratorExit:
             keep = "reuse_session" in self.faults and run is not None and run.unanswered != {}
@@ -366,7 +339,7 @@ class AgentClient(ExecAnswers, TurnEnding):
             while run.done:
                 yield run.done.pop(0)
             if item.kind != "message":
-                last = self._ended_by(run, item)
+                last = self.ending.ended_by(run, item)
                 if last is not None:
                     yield last
                 return
@@ -383,7 +356,7 @@ class AgentClient(ExecAnswers, TurnEnding):
                     run.first_heartbeat_at = time.monotonic()
                 run.heartbeats += 1
                 if self.heartbeat_budget is not None and run.heartbeats >= self.heartbeat_budget:
-                    yield Error("heartbeat_budget", self._stall_message(run))
+                    yield Error("heartbeat_budget", self.ending.stall_message(run))
                     return
                 continue
             run.heartbeats = 0
@@ -397,7 +370,7 @@ class AgentClient(ExecAnswers, TurnEnding):
             return
         # turn_ended: the turn is complete, the response is not over yet (reuse_session keeps it open).
         if self.wait_for_end and "reuse_session" not in self.faults:
-            async for ev in self._until_end(run):
+            async for ev in self.ending.until_end(run):
                 yield ev
 
     async def _dispatch(self, run: ClientRun, msg: Any, case: str | None) -> AsyncIterator[Event]:
@@ -414,7 +387,7 @@ class AgentClient(ExecAnswers, TurnEnding):
                 yield kv_ev
         elif case == "exec_server_message":
             run.last_kind = "exec_server_message"
-            exec_ev = await self._exec(run, msg.exec_server_message)
+            exec_ev = await self.execs.answer(run, msg.exec_server_message)
             if exec_ev is not None:
                 yield exec_ev
         elif case == "conversation_checkpoint_update":
@@ -490,16 +463,16 @@ class AgentClient(ExecAnswers, TurnEnding):
             res = pb.GetBlobResult()
             if data is not None:
                 res.blob_data = data
-            await self._send(run, {"kv_client_message": pb.KvClientMessage(id=kv.id, get_blob_result=res)})
+            await run.send({"kv_client_message": pb.KvClientMessage(id=kv.id, get_blob_result=res)})
             return None
         if which == "set_blob_args":
             blob_id, data = bytes(kv.set_blob_args.blob_id), bytes(kv.set_blob_args.blob_data)
             self.blobs.put(data, blob_id)
-            await self._send(run, {"kv_client_message": pb.KvClientMessage(
+            await run.send({"kv_client_message": pb.KvClientMessage(
                 id=kv.id, set_blob_result=pb.SetBlobResult())})
             return KvSet(blob_id, data)
         # Unknown KV operation: answer with an empty result so the id is not left hanging.
-        await self._send(run, {"kv_client_message": pb.KvClientMessage(id=kv.id)})
+        await run.send({"kv_client_message": pb.KvClientMessage(id=kv.id)})
         return None
 
     async def _answer_query(self, run: ClientRun, q: Any) -> None:
@@ -516,5 +489,5 @@ class AgentClient(ExecAnswers, TurnEnding):
                     sub.SetInParent()
             elif field is not None:
                 setattr(resp, name, b"")
-        await self._send(run, {"interaction_response": resp})
+        await run.send({"interaction_response": resp})
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
@@ -38,10 +38,8 @@ from workbench.client.localexec import (
     final_shell_result,
     result_field,
 )
+from workbench.client.run import ClientRun
 from workbench.protocol import args as tool_args
-
-if TYPE_CHECKING:
-    from workbench.client.agent import ClientRun
 
 CLOSE_POLICIES = ("always", "streams-only")
 # Exec kinds whose answer is a stream of events: under streams-only they still end with stream_close.
@@ -55,19 +53,19 @@ def check_close_policy(policy: str) -> str:
 
 
 class ExecAnswers:
-    """The exec half of ``AgentClient`` (a mixin: it uses the client's ``_send`` and settings)."""
+    """Answers the exec requests of a run as the client's settings say: local execution (``executor``),
+    close policy, faults, the client heartbeat of a long local exec, and the request context
+    (``request_context``: the client's tools → ``RequestContext``). ``AgentClient`` holds one."""
 
-    executor: LocalExecutor | None
-    faults: frozenset[str]
-    close_policy: str
-    heartbeat_interval: float
-    answer_request_context: bool
-
-    async def _send(self, run: ClientRun, msg: Any) -> None:
-        raise NotImplementedError
-
-    def _request_context(self, tools: Iterable[Any]) -> Any:
-        raise NotImplementedError
+    def __init__(self, *, executor: LocalExecutor | None, faults: frozenset[str], close_policy: str,
+                 heartbeat_interval: float, answer_request_context: bool,
+                 request_context: Callable[[Iterable[Any]], Any]) -> None:
+        self.executor = executor
+        self.faults = faults
+        self.close_policy = check_close_policy(close_policy)
+        self.heartbeat_interval = heartbeat_interval
+        self.answer_request_context = answer_request_context
+        self.request_context = request_context
 
     def closes_after_result(self, kind: str) -> bool:
         """Whether an exec of ``kind`` answered with a result gets ``stream_close`` (the policy)."""
@@ -118,7 +116,9 @@ class ExecAnswers:
         run.done.append(ExecHandled(eid, exec_id, kind, refused is None,
                                     "executed locally" if refused is None else f"refused: {refused}"))
 
-    async def _exec(self, run: ClientRun, ex: Any) -> Event | None:
+    async def answer(self, run: ClientRun, ex: Any) -> Event | None:
+        """Answer one ExecServerMessage; the event for the caller (an ``ExecRequest`` to answer,
+        an ``ExecHandled``), or None while a local execution runs in the background."""
         member = ex.WhichOneof("args")
         eid, exec_id = ex.id, ex.exec_id
         if member is None or not member.endswith("_args"):
@@ -133,7 +133,7 @@ class ExecAnswers:
             return ExecHandled(eid, exec_id, kind, True, "request_context left unanswered (context in the run request)")
         if kind == "request_context":
             parts: ResultParts = [("request_context_result", pb.RequestContextResult(
-                success=pb.RequestContextSuccess(request_context=self._request_context(run.tools))))]
+                success=pb.RequestContextSuccess(request_context=self.request_context(run.tools))))]
             # Closed under "always" even with no_stream_close: the documented hang is a tool handler's.
             await self._send_result(run, eid, exec_id, kind, args_msg, parts,
                                     force_close=self.close_policy == "always")
@@ -175,7 +175,7 @@ class ExecAnswers:
         for field_name, message in parts:
             ecm = pb.ExecClientMessage(id=eid, exec_id=exec_id)
             getattr(ecm, field_name).CopyFrom(message)
-            await self._send(run, {"exec_client_message": ecm})
+            await run.send({"exec_client_message": ecm})
         if force_close:
             await self._close(run, eid)
         elif not self.closes_after_result(kind):
@@ -186,13 +186,13 @@ class ExecAnswers:
             await self._close(run, eid)
 
     async def _throw(self, run: ClientRun, eid: int, error: str, code: str = "") -> None:
-        await self._send(run, {"exec_client_control_message": pb.ExecClientControlMessage(
+        await run.send({"exec_client_control_message": pb.ExecClientControlMessage(
             throw=pb.ExecClientThrow(id=eid, error=error, error_code=code))})
         if "no_stream_close" not in self.faults:
             await self._close(run, eid)
 
     async def _close(self, run: ClientRun, eid: int) -> None:
-        await self._send(run, {"exec_client_control_message": pb.ExecClientControlMessage(
+        await run.send({"exec_client_control_message": pb.ExecClientControlMessage(
             stream_close=pb.ExecClientStreamClose(id=eid))})
 
 

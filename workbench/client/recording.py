@@ -4,12 +4,11 @@ with ``record_to``, a recording in the store (every wire frame, one session per 
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
+from workbench.decode.classify import Frame, default_decoder
 from workbench.protocol.status import ExchangeEnd, session_status, with_append
-
-if TYPE_CHECKING:
-    from workbench.decode.classify import Frame
+from workbench.schema.active import schema_stamp
 
 
 class FrameLogEntry(NamedTuple):
@@ -27,8 +26,8 @@ class Journal:
     sorted by timestamp (appends are only known to be sent once answered, after later frames)."""
 
     def __init__(self, record_to: Any) -> None:
-        from workbench.store.db import Store
-        from workbench.store.recorder import Recorder
+        from workbench.store.db import Store  # DuckDB loads only for a client that records
+        from workbench.store.recorder import Recorder  # (the store, as above)
 
         self._own_store = not isinstance(record_to, Store)
         self.store = Store(record_to) if self._own_store else record_to
@@ -45,9 +44,7 @@ class Journal:
         self.pending.clear()
 
     def open_session(self, session_id: str, **info: Any) -> None:
-        from workbench.decode.classify import default_decoder
-        from workbench.schema.active import schema_stamp
-        from workbench.store.db import SessionInfo
+        from workbench.store.db import SessionInfo  # DuckDB loads only for a client that records
 
         self.session_id = session_id
         info["meta"] = {**info.get("meta", {}), **schema_stamp(default_decoder().schema)}

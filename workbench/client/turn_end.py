@@ -2,42 +2,42 @@
 turn ends with (stream cut short, no ``turn_ended``, a heartbeat stall, the server's end that never
 comes).
 
-``TurnEnding`` is the ending half of ``AgentClient`` (a mixin, like ``execs.ExecAnswers``: it uses
-the client's ``_dispatch`` and settings). Split out of ``agent.py`` to keep that module about
-building messages and dispatching what the server sends; ``_error_from`` is re-exported there.
+``TurnEnding`` holds the client's end settings and the one thing it needs of the client: how a
+server message is dispatched (``Dispatch``, to answer what still comes after ``turn_ended``).
+``AgentClient`` holds one; its own module stays about building messages and dispatching them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
 from workbench.client._pb import pb
 from workbench.client.events import Error, Event, StreamEndMissing
 from workbench.client.net import H2Stream, NetError
+from workbench.client.run import ClientRun
 from workbench.client.transport import Incoming, RunChannel, TransportError
 
-if TYPE_CHECKING:
-    from workbench.client.agent import ClientRun
+# The client's handling of one server message (an AgentServerMessage and its oneof case): the events it yields.
+Dispatch = Callable[[ClientRun, Any, str | None], AsyncIterator[Event]]
 
 
 class TurnEnding:
-    """The turn-ending half of ``AgentClient`` (a mixin: it uses the client's ``_dispatch`` and settings)."""
+    """How a turn ends, under the client's ``end_timeout`` and ``heartbeat_budget``."""
 
-    end_timeout: float
-    heartbeat_budget: int | None
+    def __init__(self, *, end_timeout: float, heartbeat_budget: int | None, dispatch: Dispatch) -> None:
+        self.end_timeout = end_timeout
+        self.heartbeat_budget = heartbeat_budget
+        self.dispatch = dispatch
 
-    def _dispatch(self, run: ClientRun, msg: Any, case: str | None) -> AsyncIterator[Event]:
-        raise NotImplementedError
-
-    def _ended_by(self, run: ClientRun, item: Incoming) -> Error | None:
+    def ended_by(self, run: ClientRun, item: Incoming) -> Error | None:
         """What the end of the stream (or its failure) means for the turn."""
         if item.kind == "error":
-            return _error_from(item.error)
+            return error_from(item.error)
         end = item.end
         if end is not None and end.is_error:
             return Error(end.code or "unknown", end.message or "", end.details)
@@ -46,7 +46,7 @@ class TurnEnding:
                          f"(last frame: {run.last_kind or 'none'}); the turn is incomplete and retryable")
         return None
 
-    async def _until_end(self, run: ClientRun) -> AsyncIterator[Event]:
+    async def until_end(self, run: ClientRun) -> AsyncIterator[Event]:
         """After turn_ended, as real clients do: keep the request open (heartbeats go on), answer
         whatever still comes, and read until the server ends the response — its end-stream frame
         and, on HTTP/2, the END_STREAM flag — for at most ``end_timeout`` seconds."""
@@ -76,7 +76,7 @@ class TurnEnding:
                 case = msg.WhichOneof("message")
                 if case == "interaction_update" and msg.interaction_update.WhichOneof("message") == "heartbeat":
                     continue
-                async for ev in self._dispatch(run, msg, case):
+                async for ev in self.dispatch(run, msg, case):
                     yield ev
             # On HTTP/2 the end-stream frame is data: a proxy can pass it on and still hold the
             # stream's END_STREAM flag back (mitmproxy does, until the request side has ended).
@@ -101,7 +101,7 @@ class TurnEnding:
             "that holds back the response's end until the request side ends (mitmproxy does this to HTTP/2 "
             "bidi streams); otherwise a server keeping the run open for a follow-up message. See docs/client.md."))
 
-    def _stall_message(self, run: ClientRun) -> str:
+    def stall_message(self, run: ClientRun) -> str:
         secs = time.monotonic() - run.first_heartbeat_at
         msg = (f"gave up after {run.heartbeats} consecutive server heartbeats ({secs:.1f} s) with no progress "
                f"(heartbeat budget {self.heartbeat_budget}; last other frame: {run.last_kind or 'none'})")
@@ -128,7 +128,8 @@ class TurnEnding:
         return msg
 
 
-def _error_from(exc: BaseException | None) -> Error:
+def error_from(exc: BaseException | None) -> Error:
+    """The turn's error for a transport failure."""
     if isinstance(exc, TransportError):
         return Error(exc.code, exc.message, exc.details, exc.http_status)
     return Error("transport", str(exc) if exc else "unknown transport failure")

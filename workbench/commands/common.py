@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.errors import CliError
 from workbench.store.paths import default_db, describe_rule
+from workbench.store.queries import Reader, sessions_with_prefix
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -45,11 +46,8 @@ def reader_from(args: argparse.Namespace) -> LocalReader | RemoteReader:
     return open_reader(args.db)
 
 
-def resolve_session(reader: LocalReader | RemoteReader, wanted: str) -> str:
-    rows = reader.query(
-        "SELECT session_id FROM sessions WHERE starts_with(session_id, ?) ORDER BY session_id LIMIT 5",
-        [wanted],
-    ).column(0).to_pylist()
+def resolve_session(reader: Reader, wanted: str) -> str:
+    rows = sessions_with_prefix(reader, wanted, 5)
     if wanted in rows:
         return wanted
     if not rows:

@@ -22,6 +22,7 @@ from workbench.commands.common import (
 from workbench.decode.frame import DIRECTIONS, TRANSPORTS
 from workbench.errors import CliError
 from workbench.store.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_S
+from workbench.store.queries import Reader, Row, frames_after, session_list, session_status
 
 if TYPE_CHECKING:
     from workbench.decode.classify import Decoder, Frame
@@ -183,22 +184,14 @@ def _decode_batch(args: argparse.Namespace, dec: Decoder) -> int:
 
 # sessions / frames / sql ----------------------------------------------------------------------
 
-SESSION_LIST_SQL = """
-SELECT s.session_id, s.label, s.source, s.transport, s.model, s.started_at,
-       round(epoch(s.ended_at) - epoch(s.started_at), 2) AS duration_s,
-       s.frame_count, s.status
-FROM sessions s ORDER BY s.started_at NULLS LAST, s.session_id
-"""
-
-
 def cmd_sessions(args: argparse.Namespace) -> int:
     from workbench.overview import finding_states, query_top_findings
 
     reader = reader_from(args)
     try:
-        table = reader.query(SESSION_LIST_SQL)
+        table = session_list(reader)
         statuses = dict(zip(table.column("session_id").to_pylist(), table.column("status").to_pylist(), strict=True))
-        states = finding_states(reader.query, statuses)
+        states = finding_states(reader, statuses)
         # Findings are stored when a session ends; sessions an upgrade made stale (or that nobody
         # analysed, e.g. written by an older workbench) get theirs now, when the file is free.
         due = [sid for sid, st in states.items() if st.analysis in ("stale", "not analysed")]
@@ -211,10 +204,10 @@ def cmd_sessions(args: argparse.Namespace) -> int:
             if stored:
                 print(f"workbench sessions: stored the findings of {len(stored)} session"
                       f"{'s' if len(stored) != 1 else ''} not analysed by this version", file=sys.stderr)
-                states = finding_states(reader.query, statuses)
+                states = finding_states(reader, statuses)
         # The top finding is the root cause (workbench.analysis.causes.order_findings), not the worst
         # symptom: it is what to look at first. Notes never count as findings.
-        top = query_top_findings(reader.query)
+        top = query_top_findings(reader)
     finally:
         reader.close()
     ids = table.column("session_id").to_pylist()
@@ -236,43 +229,16 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
-_FRAME_COLS = "seq, ts, direction, transport, kind, summary, flags, msg_type, error, ref_id, call_id, append_seqno, request_id"
 # Reading a session never holds all its payloads: rows come in pages of at most this many rows and
 # (with --json, which needs the payloads) this many payload bytes, a single larger frame alone.
 PAGE_ROWS = 20_000
 PAGE_BYTES = 64 * 1024 * 1024
 
 
-def _frame_filter(args: argparse.Namespace, session_id: str, after: int) -> tuple[str, list[Any]]:
-    where = ["session_id = ?", "seq > ?"]
-    params: list[Any] = [session_id, after]
-    if args.direction:
-        where.append("direction = ?")
-        params.append(args.direction)
-    if args.kind:
-        where.append("(" + " OR ".join("starts_with(kind, ?)" for _ in args.kind) + ")")
-        params += args.kind
-    return " AND ".join(where), params
-
-
-def _frame_page(reader: Any, args: argparse.Namespace, session_id: str, after: int, want: int) -> list[dict[str, Any]]:
+def _frame_page(reader: Reader, args: argparse.Namespace, session_id: str, after: int, want: int) -> list[Row]:
     """The next page of matching frames after seq ``after`` (at most ``want`` rows)."""
-    where, params = _frame_filter(args, session_id, after)
-    if not args.json:
-        sql = f"SELECT {_FRAME_COLS} FROM frames WHERE {where} ORDER BY seq LIMIT {int(want)}"
-        return list(reader.query(sql, params).to_pylist())
-    sizes = reader.query(f"SELECT seq, coalesce(octet_length(payload), 0) AS n FROM frames WHERE {where} "
-                         f"ORDER BY seq LIMIT {int(want)}", params).to_pylist()
-    if not sizes:
-        return []
-    total, last = 0, sizes[0]["seq"]
-    for r in sizes:
-        if total and total + r["n"] > PAGE_BYTES:
-            break
-        total += r["n"]
-        last = r["seq"]
-    return list(reader.query(f"SELECT {_FRAME_COLS}, payload FROM frames WHERE {where} AND seq <= ? ORDER BY seq",
-                             [*params, last]).to_pylist())
+    return frames_after(reader, session_id, after, want, direction=args.direction, kind_prefixes=args.kind or (),
+                        payload_bytes=PAGE_BYTES if args.json else None)
 
 
 def cmd_frames(args: argparse.Namespace) -> int:
@@ -287,7 +253,7 @@ def cmd_frames(args: argparse.Namespace) -> int:
         want = PAGE_ROWS if not args.limit else min(PAGE_ROWS, args.limit - printed)
         try:
             rows = _frame_page(reader, args, session_id, last, want)
-            status = reader.query("SELECT status FROM sessions WHERE session_id = ?", [session_id]).to_pylist()
+            status = session_status(reader, session_id)
         except StoreError:
             if not args.follow:
                 raise
@@ -306,7 +272,7 @@ def cmd_frames(args: argparse.Namespace) -> int:
             continue  # the next page, without waiting
         if not args.follow:
             return 0
-        if status and status[0]["status"] != "open":
+        if status is not None and status != "open":
             return 0
         time.sleep(0.3)
 

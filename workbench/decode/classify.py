@@ -98,7 +98,7 @@ def append_payload(req: Any) -> bytes:
     return binascii.unhexlify(req.data)
 
 
-class Decoder(FastPaths):
+class Decoder:
     """Classifies frames with a schema (the overlay plus any user protos)."""
 
     def __init__(self, schema: Schema | None = None, *, fast: bool = True) -> None:
@@ -106,51 +106,17 @@ class Decoder(FastPaths):
         self._info: dict[str, _TypeInfo] = {}
         self._server = self.info(SERVER_MSG)
         self._client = self.info(CLIENT_MSG)
-        # Hot-path tables (see ``classify_agent``). The byte-level fast path assumes the overlay's
-        # layout, so it is off when user protos could have renumbered anything.
+        # Hot-path tables (see ``classify_agent``). The byte-level fast paths assume the overlay's
+        # layout (``FastPaths.for_schema`` says whether this schema has it).
         self._fast = fast
-        self._bytes_fast = fast and self.schema.user is None
+        self.fast_paths = FastPaths.for_schema(self.schema) if fast else None
         self._small: dict[str, dict[bytes, tuple[str, str, str | None, int | None, str | None]]] = {
             SERVER_MSG: {}, CLIENT_MSG: {}}
         self._call_id_members: frozenset[str] = frozenset()
-        self._text_members: dict[int, tuple[str, str]] = {}
         if "interaction_update" in self._server.number_of:
             upd = self.schema.descriptor(SERVER_MSG).fields_by_name["interaction_update"].message_type
             self._call_id_members = frozenset(
                 f.name for f in upd.fields if f.message_type is not None and "call_id" in f.message_type.fields_by_name)
-            for name, label in summary.TEXT_LABELS.items():
-                fd = upd.fields_by_name.get(name)
-                if fd is not None and fd.message_type is not None:
-                    self._text_members[fd.number] = (f"interaction_update.{name}", label + " ")
-        self._delta_ok = self._bytes_fast and all(self._layout_is(name, layout) for name, layout in (
-            ("agent.v1.ToolCallDeltaUpdate", {1: "call_id", 2: "tool_call_delta", 3: "model_call_id"}),
-            ("agent.v1.ToolCallDelta", {1: "shell_tool_call_delta", 2: "task_tool_call_delta",
-                                        3: "edit_tool_call_delta"}),
-            ("agent.v1.ShellToolCallDelta", {1: "stdout", 2: "stderr"}),
-            ("agent.v1.ShellToolCallStdoutDelta", {1: "content"}),
-            ("agent.v1.ShellToolCallStderrDelta", {1: "content"}),
-            ("agent.v1.EditToolCallDelta", {1: "stream_content_delta"})))
-        self._partial_ok = self._bytes_fast and self._layout_is(
-            "agent.v1.PartialToolCall", {1: "call_id", 2: "tool_call", 3: "args_text_delta", 4: "model_call_id"})
-        if not self._layout_is("agent.v1.TextDelta", {1: "text"}):
-            self._text_members = {}
-        if not (self._layout_is("agent.v1.SetBlobArgs", {1: "blob_id", 2: "blob_data"})
-                and self._layout_is("agent.v1.KvServerMessage",
-                                    {1: "id", 2: "get_blob_args", 3: "set_blob_args", 4: "span_context"})):
-            self._bytes_fast = False
-
-    def _layout_is(self, full_name: str, numbers: dict[int, str]) -> bool:
-        """The byte-level fast paths hard-code these numbers; check the schema still has them.
-
-        More fields are fine (ToolCallDelta has a fourth member now): every fast path rejects a tag
-        it does not know, so such frames take the protobuf path.
-        """
-        try:
-            desc = self.schema.descriptor(full_name)
-        except KeyError:
-            return False
-        have = {f.number: f.name for f in desc.fields}
-        return all(have.get(number) == name for number, name in numbers.items())
 
     def info(self, full_name: str) -> _TypeInfo:
         ti = self._info.get(full_name)
@@ -178,14 +144,14 @@ class Decoder(FastPaths):
                             cache[bytes(payload)] = (f.kind, f.summary, f.error, f.ref_id, f.call_id)
                         return f
                     return Frame(hit[0], hit[1], payload, 0, msg_type, hit[2], None, hit[3], hit[4])
-            elif self._bytes_fast and msg_type == SERVER_MSG:
+            elif msg_type == SERVER_MSG and (fp := self.fast_paths) is not None:
                 first = payload[0]
                 if first == 0x0A:
-                    f2 = self._fast_update(payload, n)
+                    f2 = fp.update(payload, n)
                     if f2 is not None:
                         return f2
                 elif first == 0x22:
-                    f2 = self._fast_set_blob(payload, n)
+                    f2 = fp.set_blob(payload, n)
                     if f2 is not None:
                         return f2
         return self._classify(payload, msg_type)
@@ -301,7 +267,7 @@ class Decoder(FastPaths):
                 return Frame("malformed", f"not a valid {short}", payload, msg_type=msg_type,
                              error=f"protobuf: {exc}")
         f = Frame("unary", f"{short} {summary.human_size(len(payload))}", payload, msg_type=msg_type)
-        return flag_mismatches(f, bad) if bad else f
+        return _flagged(f, bad)
 
     # envelopes and wrappers ------------------------------------------------------------------
 
@@ -380,7 +346,7 @@ class Decoder(FastPaths):
         return Frame(END_STREAM_ERROR, f"{es.code} {msg} {label}".rstrip(), env.payload, flags=env.flags)
 
     def error_details(self, raw: bytes) -> dict[str, Any]:
-        from workbench.decode.tree import message_to_tree
+        from workbench.decode.tree import message_to_tree  # blackboxprotobuf: only when a tree is built
 
         msg = self.info(ERROR_DETAILS).cls.FromString(raw)
         tree = message_to_tree(msg)
@@ -390,13 +356,20 @@ class Decoder(FastPaths):
             tree["error"] = names[code]
         return tree
 
+    def _wrapper(self, msg_type: str, body: bytes) -> tuple[Any, list[Mismatch]] | Frame:
+        """A wrapper message (BidiAppend, BidiPoll, BidiRequestId) and the fields of it that did not fit
+        the schema, or, when its bytes are broken, the ``malformed`` frame that says which wrapper."""
+        try:
+            return self._parse(msg_type, body)
+        except DecodeError as exc:
+            return Frame("malformed", f"not a {msg_type.rsplit('.', 1)[-1]}", body, msg_type=msg_type,
+                         error=f"protobuf: {exc}")
+
     def unwrap_append(self, body: bytes) -> Frame:
         """BidiAppendRequest → the AgentClientMessage inside (hex field 1 or raw field 4)."""
-        try:
-            req, bad = self._parse(BIDI_APPEND, body)
-        except DecodeError as exc:
-            return Frame("malformed", "not a BidiAppendRequest", body, msg_type=BIDI_APPEND,
-                         error=f"protobuf: {exc}")
+        if isinstance(parsed := self._wrapper(BIDI_APPEND, body), Frame):
+            return parsed
+        req, bad = parsed
         request_id = req.request_id.request_id if req.HasField("request_id") else None
         seqno = req.append_seqno
         try:
@@ -411,20 +384,18 @@ class Decoder(FastPaths):
         f.raw = body
         f.request_id = request_id
         f.append_seqno = seqno
-        return flag_mismatches(f, bad, "BidiAppendRequest") if bad else f
+        return _flagged(f, bad, "BidiAppendRequest")
 
     def unwrap_poll(self, body: bytes) -> Frame:
         """BidiPollResponse → the AgentServerMessage inside its base64 ``data``."""
-        try:
-            resp, bad = self._parse(BIDI_POLL_RESP, body)
-        except DecodeError as exc:
-            return Frame("malformed", "not a BidiPollResponse", body, msg_type=BIDI_POLL_RESP,
-                         error=f"protobuf: {exc}")
+        if isinstance(parsed := self._wrapper(BIDI_POLL_RESP, body), Frame):
+            return parsed
+        resp, bad = parsed
         if not resp.data:
             eof = " eof" if resp.eof else ""
             f = Frame("empty", f"poll #{resp.seqno}{eof} (no data)", b"", raw=body,
                       msg_type=SERVER_MSG, append_seqno=resp.seqno)
-            return flag_mismatches(f, bad, "BidiPollResponse") if bad else f
+            return _flagged(f, bad, "BidiPollResponse")
         try:
             inner = b64decode_loose(resp.data)
         except (binascii.Error, ValueError) as exc:
@@ -435,28 +406,24 @@ class Decoder(FastPaths):
         f.append_seqno = resp.seqno
         if resp.eof:
             f.summary += " (eof)"
-        return flag_mismatches(f, bad, "BidiPollResponse") if bad else f
+        return _flagged(f, bad, "BidiPollResponse")
 
     def _request_id(self, body: bytes) -> Frame:
-        try:
-            m, bad = self._parse(BIDI_REQUEST_ID, body)
-        except DecodeError as exc:
-            return Frame("malformed", "not a BidiRequestId", body, msg_type=BIDI_REQUEST_ID,
-                         error=f"protobuf: {exc}")
+        if isinstance(parsed := self._wrapper(BIDI_REQUEST_ID, body), Frame):
+            return parsed
+        m, bad = parsed
         f = Frame("bidi_request_id", f"request_id {m.request_id}", body, msg_type=BIDI_REQUEST_ID,
                   request_id=m.request_id)
-        return flag_mismatches(f, bad) if bad else f
+        return _flagged(f, bad)
 
     def _poll_request(self, body: bytes) -> Frame:
-        try:
-            m, bad = self._parse(BIDI_POLL_REQ, body)
-        except DecodeError as exc:
-            return Frame("malformed", "not a BidiPollRequest", body, msg_type=BIDI_POLL_REQ,
-                         error=f"protobuf: {exc}")
+        if isinstance(parsed := self._wrapper(BIDI_POLL_REQ, body), Frame):
+            return parsed
+        m, bad = parsed
         rid = m.request_id.request_id if m.HasField("request_id") else None
         f = Frame("bidi_poll_request", f"poll request_id {rid}", body, msg_type=BIDI_POLL_REQ,
                   request_id=rid)
-        return flag_mismatches(f, bad) if bad else f
+        return _flagged(f, bad)
 
     # whole bodies ------------------------------------------------------------------------------
 
@@ -535,6 +502,11 @@ def flag_mismatches(f: Frame, bad: list[Mismatch], wrapper: str | None = None) -
     more = sum(i["path"] not in shown for i in items) + omitted
     f.summary += f" [schema mismatch: {', '.join(shown)}{f' (+{more} more)' if more else ''}]"
     return f
+
+
+def _flagged(f: Frame, bad: list[Mismatch], wrapper: str | None = None) -> Frame:
+    """``f`` flagged with ``bad`` when any field did not fit the schema, else ``f`` as it is."""
+    return flag_mismatches(f, bad, wrapper) if bad else f
 
 
 def flag_trailing(f: Frame, tail: bytes) -> Frame:

@@ -1,17 +1,31 @@
 """Byte-level fast paths of the classifier for the most frequent server frames.
 
 Text/thinking deltas, partial tool calls, tool-call deltas and ``set_blob_args`` make up most of a
-stream; reading their few varints by hand is several times faster than a protobuf parse. They are a
-mixin of ``Decoder`` (not functions it calls) so the hot path keeps exactly one method call per frame.
-``Decoder.__init__`` sets the tables they read after checking the schema still has the layout they
-hard-code (``_layout_is``).
+stream; reading their few varints by hand is several times faster than a protobuf parse.
+``FastPaths.for_schema`` builds them for a schema after checking it still has the layouts they
+hard-code (``layout_is``); the ``Decoder`` holds the result and calls it first on the hot path.
 """
 
 from __future__ import annotations
 
 from workbench.decode import summary
 from workbench.decode.frame import SERVER_MSG, Frame
+from workbench.schema.loader import Schema
 from workbench.wire.varint import read_length_varint as _uvarint
+
+
+def layout_is(schema: Schema, full_name: str, numbers: dict[int, str]) -> bool:
+    """The byte-level fast paths hard-code these numbers; check the schema still has them.
+
+    More fields are fine (ToolCallDelta has a fourth member now): every fast path rejects a tag
+    it does not know, so such frames take the protobuf path.
+    """
+    try:
+        desc = schema.descriptor(full_name)
+    except KeyError:
+        return False
+    have = {f.number: f.name for f in desc.fields}
+    return all(have.get(number) == name for number, name in numbers.items())
 
 
 class FastPaths:
@@ -20,16 +34,47 @@ class FastPaths:
     Each accepts only the canonical shape of one frequent server frame,
     with every length accounted for and every string valid UTF-8, i.e. exactly the inputs on which
     the protobuf runtime would succeed with the same values; anything else returns None and takes
-    the protobuf path (``_classify``). Tests compare both paths on valid, mutated and random input.
+    the protobuf path (``Decoder._classify``). Tests compare both paths on valid, mutated and random
+    input.
     """
 
-    # Set by ``Decoder.__init__``: member number → (kind, summary prefix) of the InteractionUpdate
-    # text members, and whether the PartialToolCall / ToolCallDelta layouts match the fast paths.
-    _text_members: dict[int, tuple[str, str]]
-    _partial_ok: bool
-    _delta_ok: bool
+    def __init__(self, text_members: dict[int, tuple[str, str]], partial_ok: bool, delta_ok: bool) -> None:
+        # member number → (kind, summary prefix) of the InteractionUpdate text members, and whether
+        # the PartialToolCall / ToolCallDelta layouts match the fast paths.
+        self.text_members = text_members
+        self.partial_ok = partial_ok
+        self.delta_ok = delta_ok
 
-    def _fast_update(self, p: bytes, n: int) -> Frame | None:
+    @classmethod
+    def for_schema(cls, schema: Schema) -> FastPaths | None:
+        """The fast paths this schema allows; None when it is not the overlay's layout (user protos
+        could have renumbered anything, or the KV layout every path shares has moved)."""
+        if schema.user is not None or not (
+                layout_is(schema, "agent.v1.SetBlobArgs", {1: "blob_id", 2: "blob_data"})
+                and layout_is(schema, "agent.v1.KvServerMessage",
+                              {1: "id", 2: "get_blob_args", 3: "set_blob_args", 4: "span_context"})):
+            return None
+        text_members: dict[int, tuple[str, str]] = {}
+        server = schema.descriptor(SERVER_MSG)
+        if "interaction_update" in server.fields_by_name and layout_is(schema, "agent.v1.TextDelta", {1: "text"}):
+            upd = server.fields_by_name["interaction_update"].message_type
+            for name, label in summary.TEXT_LABELS.items():
+                fd = upd.fields_by_name.get(name)
+                if fd is not None and fd.message_type is not None:
+                    text_members[fd.number] = (f"interaction_update.{name}", label + " ")
+        delta_ok = all(layout_is(schema, name, layout) for name, layout in (
+            ("agent.v1.ToolCallDeltaUpdate", {1: "call_id", 2: "tool_call_delta", 3: "model_call_id"}),
+            ("agent.v1.ToolCallDelta", {1: "shell_tool_call_delta", 2: "task_tool_call_delta",
+                                        3: "edit_tool_call_delta"}),
+            ("agent.v1.ShellToolCallDelta", {1: "stdout", 2: "stderr"}),
+            ("agent.v1.ShellToolCallStdoutDelta", {1: "content"}),
+            ("agent.v1.ShellToolCallStderrDelta", {1: "content"}),
+            ("agent.v1.EditToolCallDelta", {1: "stream_content_delta"})))
+        partial_ok = layout_is(schema, "agent.v1.PartialToolCall",
+                               {1: "call_id", 2: "tool_call", 3: "args_text_delta", 4: "model_call_id"})
+        return cls(text_members, partial_ok, delta_ok)
+
+    def update(self, p: bytes, n: int) -> Frame | None:
         """``0a L1 <member tag> L2 <member>`` → text_delta / thinking_delta / partial_tool_call."""
         ln = p[1]  # single-byte lengths inline: most frames are short
         if ln < 0x80:
@@ -46,7 +91,7 @@ class FastPaths:
             ln, j = _uvarint(p, i + 1)
         if j + ln != n:
             return None
-        text_member = self._text_members.get(tag >> 3) if tag & 0x87 == 0x02 else None
+        text_member = self.text_members.get(tag >> 3) if tag & 0x87 == 0x02 else None
         if text_member is not None:
             if ln == 0:
                 text = ""
@@ -65,7 +110,7 @@ class FastPaths:
                 except UnicodeDecodeError:
                     return None
             return Frame(text_member[0], text_member[1] + _quote(text), p, 0, SERVER_MSG)
-        if tag == 0x3A and self._partial_ok:
+        if tag == 0x3A and self.partial_ok:
             # PartialToolCall: 1 call_id, 3 args_text_delta, 4 model_call_id (2 tool_call → slow path)
             call_id = delta = ""
             last = 0
@@ -95,11 +140,11 @@ class FastPaths:
             return Frame("interaction_update.partial_tool_call",
                          f"partial {_quote(call_id, 24)} args {len(delta)} chars {_quote(delta[-40:], 40)}",
                          p, 0, SERVER_MSG, None, None, None, call_id or None)
-        if tag == 0x7A and self._delta_ok:
+        if tag == 0x7A and self.delta_ok:
             return _fast_tool_delta(p, j, n)
         return None
 
-    def _fast_set_blob(self, p: bytes, n: int) -> Frame | None:
+    def set_blob(self, p: bytes, n: int) -> Frame | None:
         """``22 L1 [08 id] 1a L2 [0a L blob_id] [12 L blob_data]`` → kv_server_message.set_blob_args."""
         ln, i = _uvarint(p, 1)
         if i + ln != n or i >= n:

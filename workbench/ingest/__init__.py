@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.errors import WorkbenchError
 from workbench.ingest.progress import Progress
+from workbench.store.queries import sessions_of_file_hash
 from workbench.wire.inflate import InflateBudget, use_budget
 
 if TYPE_CHECKING:
@@ -132,6 +133,7 @@ def open_store(db: str | Path) -> Store:
     skeleton left the migration's version query half-fetched when reopening a database, and
     DuckDB then refused the insert.
     """
+    # this package is light (the CLI lists importers from it): DuckDB loads to import
     from workbench.store.db import Store
 
     store = Store(db)
@@ -179,13 +181,7 @@ def already_imported(store: Store, sha: str) -> list[str]:
     """
     if not sha:
         return []
-    rows = store.query(
-        """SELECT s.session_id FROM sessions s
-           WHERE json_extract_string(s.meta, '$.file_sha256') = ?
-             AND EXISTS (SELECT 1 FROM frames f WHERE f.session_id = s.session_id)
-             AND NOT EXISTS (SELECT 1 FROM frames f WHERE f.session_id = s.session_id AND f.source_key IS NOT NULL)
-           ORDER BY 1""", [sha])
-    return [str(r) for r in rows.column(0).to_pylist()]
+    return sessions_of_file_hash(store, sha)
 
 
 def import_file(path: str | Path, store: Store, fmt: str = "auto", *,
@@ -207,6 +203,7 @@ def import_file(path: str | Path, store: Store, fmt: str = "auto", *,
     elif not p.exists():
         raise IngestError(f"{p}: no such file")
     if decoder_factory is None:
+        # this package is light (the CLI lists importers from it): the schema loads to import
         from workbench.decode.classify import default_decoder
 
         decoder_factory = default_decoder

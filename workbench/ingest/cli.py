@@ -9,11 +9,11 @@ import sys
 
 from workbench.commands.common import add_db_arg, add_proto_arg, decoder_from
 from workbench.errors import CliError
+from workbench.ingest import IMPORTERS, IngestError, Progress, import_file, open_store
+from workbench.wire.inflate import MIB, InflateBudget
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from workbench.ingest import IMPORTERS
-
     p = sub.add_parser(
         "import", help="import mitmproxy flow files, HAR files, cursor-agent stream-json NDJSON or packet captures",
         description="Import recorded traffic into the capture database. The format is detected from "
@@ -54,11 +54,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    # DuckDB loads only when importing
     import duckdb
 
+    # the analysis engine loads only when importing
     from workbench.analysis.stored import IMPORT_BUDGET_S, refresh_findings
-    from workbench.ingest import IngestError, Progress, import_file, open_store
-    from workbench.wire.inflate import MIB, InflateBudget
 
     sizes = {}
     for what in ("frame", "session", "import"):
@@ -124,6 +124,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    # the recorder (DuckDB) loads only for `workbench run`
     from workbench.ingest.run import run_and_record
 
     cmd = list(args.cmd)

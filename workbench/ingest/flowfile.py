@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from workbench.ingest import ImportResult, IngestError
 from workbench.ingest.exchange import Exchange
 from workbench.ingest.exchange_import import write_exchanges
 from workbench.protocol.status import RESET_METADATA_KEY
@@ -86,9 +87,9 @@ def _reset(flow: Any) -> dict[str, Any] | None:
 def read_exchanges(path: Path, progress: Any = None) -> tuple[list[Exchange], int, int]:
     """Every HTTP flow of the file as an Exchange (once per flow id), the number of non-HTTP flows
     and the number of repeated copies dropped."""
+    # mitmproxy loads only to read a flow file
     from mitmproxy import exceptions, http, io
 
-    from workbench.ingest import IngestError
 
     out: dict[str, Exchange] = {}
     position: dict[str, int] = {}
@@ -129,8 +130,6 @@ def read_exchanges(path: Path, progress: Any = None) -> tuple[list[Exchange], in
 
 
 def run_import(ctx: Any) -> Any:
-    from workbench.ingest import ImportResult
-
     path: Path = ctx.path
     ctx.progress.total = path.stat().st_size
     ctx.progress.unit = "flows"

@@ -23,12 +23,14 @@ import zlib
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from workbench.decode.classify import Decoder
+from workbench.ingest import ImportResult, IngestError
 from workbench.ingest.exchange import Exchange
 from workbench.ingest.exchange_import import write_exchanges
 from workbench.protocol.status import STREAM_TRANSPORTS, http_ok
-from workbench.wire.inflate import InflateOverBudget, current_budget
+from workbench.wire.inflate import InflateOverBudget, inflate_document
 
 
 def detect(path: Path, head: bytes) -> bool:
@@ -52,18 +54,17 @@ def detect(path: Path, head: bytes) -> bool:
 
 
 def load(path: Path) -> dict[str, Any]:
-    from workbench.ingest import IngestError
-
     data = path.read_bytes()
     if data[:1] == b"\x78":
         # The whole document is inflated before anything is parsed: it is charged to the import's
         # budgets as a session of its own (no per-frame limit), never inflated unbounded.
         try:
-            data = current_budget().session().decode(data, ["zlib"], what="the .zhar document", per_frame=False)
+            data = inflate_document(data, "zlib", what="the .zhar document",
+                                    corrupt="looks zlib-compressed (.zhar) but does not inflate")
         except InflateOverBudget as exc:
-            raise IngestError(f"{path}: {str(exc).split('; kept compressed')[0]}; nothing imported from it") from None
+            raise IngestError(f"{path}: {exc}; nothing imported from it") from None
         except ValueError as exc:
-            raise IngestError(f"{path}: looks zlib-compressed (.zhar) but does not inflate: {exc}") from None
+            raise IngestError(f"{path}: {exc}") from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -150,8 +151,6 @@ def entry_hash(entry: dict[str, Any]) -> str:
 
 
 def to_exchange(dec: Decoder, entry: Any, n: int) -> Exchange:
-    from workbench.ingest import IngestError
-
     where = f"entry {n}"
     if not isinstance(entry, dict) or not isinstance(entry.get("request"), dict):
         raise IngestError(f"{where}: no request object")
@@ -160,7 +159,6 @@ def to_exchange(dec: Decoder, entry: Any, n: int) -> Exchange:
     url = req.get("url")
     if not isinstance(url, str) or not url:
         raise IngestError(f"{where}: request has no url")
-    from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     path = parts.path + (f"?{parts.query}" if parts.query else "")
@@ -220,8 +218,6 @@ def to_exchange(dec: Decoder, entry: Any, n: int) -> Exchange:
 
 
 def run_import(ctx: Any) -> Any:
-    from workbench.ingest import ImportResult, IngestError
-
     path: Path = ctx.path
     doc = load(path)
     entries = doc["log"]["entries"]

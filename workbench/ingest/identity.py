@@ -29,11 +29,15 @@ from dataclasses import dataclass, field
 
 from workbench.decode.classify import Frame
 from workbench.store.db import SessionInfo, Store
+from workbench.store.queries import (
+    sessions_of_source_keys,
+    source_keys_of,
+    stored_units_of_sessions,
+)
 from workbench.store.recorder import Recorder
 
 BATCH_FRAMES = 20_000
 BATCH_SESSIONS = 500
-_UNIT_SQL = "regexp_replace(source_key, '#[0-9]+$', '')"
 
 
 def frame_key(unit: str, n: int) -> str:
@@ -105,13 +109,7 @@ class _Stored:
 def _stored_sessions(store: Store, session_ids: Sequence[str]) -> dict[str, _Stored]:
     if not session_ids:
         return {}
-    rows = store.query(
-        f"""SELECT s.session_id, s.label,
-                   coalesce(CAST(json_extract(s.meta, '$.appends_without_stream') AS BOOLEAN), false) AS absorbable,
-                   (SELECT list(DISTINCT {_UNIT_SQL}) FROM frames f
-                    WHERE f.session_id = s.session_id AND f.source_key IS NOT NULL) AS units,
-                   (SELECT count(*) FROM frames f WHERE f.session_id = s.session_id AND f.source_key IS NULL) AS unkeyed
-            FROM sessions s WHERE s.session_id IN (SELECT unnest(?))""", [list(session_ids)]).to_pylist()
+    rows = stored_units_of_sessions(store, session_ids)
     return {r["session_id"]: _Stored(set(r["units"] or []), int(r["unkeyed"] or 0), r["label"], bool(r["absorbable"]))
             for r in rows}
 
@@ -121,15 +119,12 @@ def stored_units(store: Store, units: Sequence[str]) -> dict[str, str]:
     if not units:
         return {}
     keys = [frame_key(u, 0) for u in units]
-    rows = store.query("SELECT source_key, session_id FROM frames WHERE source_key IN (SELECT unnest(?))",
-                       [keys]).to_pylist()
-    return {str(r["source_key"])[:-2]: str(r["session_id"]) for r in rows}
+    return {key[:-2]: sid for key, sid in sessions_of_source_keys(store, keys).items()}
 
 
 def stored_keys(store: Store, session_id: str) -> set[str]:
     """Every source_key of one stored session (what an incremental import skips)."""
-    rows = store.query("SELECT source_key FROM frames WHERE session_id = ? AND source_key IS NOT NULL", [session_id])
-    return {str(k) for k in rows.column(0).to_pylist()}
+    return source_keys_of(store, session_id)
 
 
 def _decide(plan: SessionPlan, present: dict[str, str], stored: dict[str, _Stored]) -> tuple[str, list[str], str]:

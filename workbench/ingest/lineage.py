@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.store.db import Store
+from workbench.store.queries import source_keys_with_prefix
 
 HASH_HEX = 16
 
@@ -65,11 +66,9 @@ class Lineage:
 
 
 def _stored_lines(store: Store, lineage_id: str) -> dict[int, str]:
-    rows = store.query("SELECT source_key FROM frames WHERE starts_with(source_key, ?)",
-                       [f"ndjson:{lineage_id}:"]).column(0).to_pylist()
     out: dict[int, str] = {}
-    for key in rows:
-        parts = str(key).rsplit("#", 1)[0].split(":")
+    for key in source_keys_with_prefix(store, f"ndjson:{lineage_id}:"):
+        parts = key.rsplit("#", 1)[0].split(":")
         if len(parts) == 4 and parts[2].isdigit():
             out[int(parts[2])] = parts[3]
     return out

@@ -22,6 +22,7 @@ from typing import Any
 
 from workbench.decode.classify import Frame
 from workbench.decode.summary import quote
+from workbench.ingest import ImportResult
 from workbench.ingest.lineage import FileLines, Lineage, choose_lineage
 from workbench.protocol.labels import fill_label
 from workbench.protocol.stream_json import (
@@ -307,8 +308,6 @@ def detect(path: Path, head: bytes) -> bool:
 
 
 def run_import(ctx: Any) -> Any:
-    from workbench.ingest import ImportResult
-
     path: Path = ctx.path
     size = path.stat().st_size
     ctx.progress.total = size

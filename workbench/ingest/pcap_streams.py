@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -305,12 +305,9 @@ class Http1:
 
     def _requests(self, pkt: Packet) -> None:
         w = (pkt.number, pkt.ts_us)
-        while True:
-            ev = self.reader.next_event()
-            if ev is h11.NEED_DATA or ev is h11.PAUSED or isinstance(ev, h11.ConnectionClosed):
-                return
+        for ev in _events(self.reader):
             if isinstance(ev, h11.Request):
-                headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in ev.headers.raw_items()]
+                headers = _headers(ev)
                 ex = self.conn.new_exchange(f"tcp.stream {self.conn.index} request {self.count + 1}",
                                             f"h1-{self.count}", w)
                 self.count += 1
@@ -349,23 +346,20 @@ class Http1:
 
     def _responses(self, pkt: Packet) -> None:
         w = (pkt.number, pkt.ts_us)
-        while True:
-            ev = self.answers.next_event()
-            if ev is h11.NEED_DATA or ev is h11.PAUSED or isinstance(ev, h11.ConnectionClosed):
-                return
+        for ev in _events(self.answers):
             ex = self.open[0] if self.open else None
             if ex is None:
                 raise h11.RemoteProtocolError("a response without a request")
             ex.meta["packets"][1] = pkt.number
             if isinstance(ev, h11.Response):
                 ex.status = ev.status_code
-                ex.resp_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in ev.headers.raw_items()]
+                ex.resp_headers = _headers(ev)
                 ex.resp_begin = w
             elif isinstance(ev, h11.Data):
                 if not ex.ignored:
                     ex.resp_chunks.append((pkt.number, pkt.ts_us, bytes(ev.data)))
             elif isinstance(ev, h11.EndOfMessage):
-                ex.trailers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in ev.headers.raw_items()]
+                ex.trailers = _headers(ev)
                 ex.resp_end = w
                 self.open.popleft()
                 self._send_requests()
@@ -373,6 +367,19 @@ class Http1:
     def close(self, side: str, pkt: Packet) -> None:
         """The side's FIN: a body that runs to the connection's end ends here."""
         self.feed(side, pkt, b"")
+
+
+def _events(conn: h11.Connection) -> Iterator[Any]:
+    """The events ``conn`` has whole so far: up to the point where it needs more bytes."""
+    while True:
+        ev = conn.next_event()
+        if ev is h11.NEED_DATA or ev is h11.PAUSED or isinstance(ev, h11.ConnectionClosed):
+            return
+        yield ev
+
+
+def _headers(ev: h11.Request | h11.Response | h11.EndOfMessage) -> list[tuple[str, str]]:
+    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in ev.headers.raw_items()]
 
 
 class Reassembler:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import BinaryIO
 
+from workbench.errors import CliError
 from workbench.ingest import open_store
 from workbench.ingest.ndjson import NdjsonRecorder
 from workbench.redact import is_secret_header, marker
@@ -80,8 +81,6 @@ class _Lost:
 def run_and_record(cmd: Sequence[str], db: str, *, out: BinaryIO | None = None,
                    flush_ms: int = 250) -> int:
     """Run ``cmd``; returns its exit code (128 + signal number when a signal ended it)."""
-    from workbench.errors import CliError
-
     if not cmd:
         raise CliError("no command given (usage: workbench run [--db PATH] -- CMD ARGS…)")
     out = out if out is not None else sys.stdout.buffer

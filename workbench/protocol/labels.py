@@ -60,6 +60,7 @@ def prompt_of(kind: str, payload: bytes | None) -> str | None:
     """The user text carried by a client frame of one of ``PROMPT_KINDS`` (an AgentClientMessage)."""
     if not payload or not kind.startswith(PROMPT_KINDS):
         return None
+    # protocol/ stays light for the capture addon: the schema (protobuf) loads when a prompt is read
     from workbench.schema import pb
 
     try:

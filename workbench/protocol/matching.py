@@ -107,6 +107,7 @@ def exec_string_id_of(kind: str, payload: bytes | None) -> str | None:
     top = _top(kind)
     if top not in ("exec_server_message", "exec_client_message") or not payload:
         return None
+    # protocol/ stays light for the capture addon: the schema (protobuf) loads when a message is parsed
     from workbench.schema import pb
 
     try:

@@ -85,6 +85,7 @@ def run_request_facts(kind: str, payload: bytes | None, message_class: Any = Non
     if kind not in OPENING_KINDS:
         return None
     if message_class is None:
+        # protocol/ stays light for the capture addon: the schema (protobuf) loads when a request is parsed
         from workbench.schema import pb
 
         message_class = pb.AgentClientMessage

@@ -109,6 +109,7 @@ def reset_facts(side: str, after_response_end: bool, h2_error_code: int | None =
 
 def h2_error_name(code: int) -> str:
     """``CANCEL`` for 8, … (the number as text for a code HTTP/2 does not define)."""
+    # h2 loads only to name a reset code
     import h2.errors
 
     try:
@@ -240,6 +241,22 @@ def grpc_code_name(status: str | int | None) -> str | None:
     return GRPC_CODES[n] if 0 < n < len(GRPC_CODES) else f"grpc-status {n}"
 
 
+_AUTH = "authentication: the bearer token is missing, expired or not allowed (log in again)"
+_TIMEOUT = "timeout between client and server (a proxy gave up, or the server did not answer in time)"
+_UNAVAILABLE = "the server or a proxy in between is unavailable: retry with backoff"
+# What a status means on an agent path whatever the request (a 415's cause depends on it: ``http_cause``).
+_HTTP_CAUSES: dict[int, str] = {
+    464: "HTTP/1.1 on a path that needs HTTP/2 (Run is full-duplex h2; use RunSSE + BidiAppend over HTTP/1.1)",
+    401: _AUTH, 403: _AUTH,
+    404: "path or service not found (wrong host, path or method name)",
+    400: "the server could not parse the request (body encoding, e.g. BidiAppend data not hex)",
+    408: _TIMEOUT, 504: _TIMEOUT,
+    429: "rate limited: back off and retry",
+    501: "the server does not implement this method (wrong service, or a server/simulator that lacks it)",
+    502: _UNAVAILABLE, 503: _UNAVAILABLE,
+}
+
+
 def http_cause(status: int | None, *, content_type: str | None = None, enveloped: bool | None = None,
                transport: str = "") -> str:
     """The likely cause of a non-2xx HTTP answer on a Cursor agent path."""
@@ -255,22 +272,8 @@ def http_cause(status: int | None, *, content_type: str | None = None, enveloped
                     "application/grpc-web+proto for an enveloped one")
         return (f"framing/content type: the server does not accept {content_type or 'this content type'} "
                 "with this body on this path (enveloped vs bare body, Connect vs gRPC-Web)")
-    if status == 464:
-        return "HTTP/1.1 on a path that needs HTTP/2 (Run is full-duplex h2; use RunSSE + BidiAppend over HTTP/1.1)"
-    if status in (401, 403):
-        return "authentication: the bearer token is missing, expired or not allowed (log in again)"
-    if status == 404:
-        return "path or service not found (wrong host, path or method name)"
-    if status == 400:
-        return "the server could not parse the request (body encoding, e.g. BidiAppend data not hex)"
-    if status in (408, 504):
-        return "timeout between client and server (a proxy gave up, or the server did not answer in time)"
-    if status == 429:
-        return "rate limited: back off and retry"
-    if status == 501:
-        return "the server does not implement this method (wrong service, or a server/simulator that lacks it)"
-    if status in (502, 503):
-        return "the server or a proxy in between is unavailable: retry with backoff"
+    if status in _HTTP_CAUSES:
+        return _HTTP_CAUSES[status]
     if status is not None and status >= 500:
         return "server error: retry; if it persists, the request may trigger a server bug"
     return "an unexpected HTTP status for this call"

@@ -12,10 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workbench.client.agent import CLOSE_POLICIES, END_TIMEOUT_S, FAULTS
+from workbench.client.agent import CLOSE_POLICIES, END_TIMEOUT_S, FAULTS, AgentClient
+from workbench.client.events import Error, ExecRequest, StreamEndMissing, TextDelta, ToolCall, TurnEnded
 from workbench.client.transport import FRAMINGS, TRANSPORTS
 from workbench.errors import CliError
 from workbench.proxy.server import DEFAULT_PORT, DEFAULT_UPSTREAM, ProxyConfig, ProxyServer
+from workbench.security.origin import AccessPolicy
 
 TOKEN_ENV = "CURSOR_ACCESS_TOKEN"
 
@@ -120,8 +122,6 @@ def _access_args(p: argparse.ArgumentParser) -> None:
 
 def access_policy(args: argparse.Namespace) -> Any:
     """The proxy's AccessPolicy from --host, --allow-host, --allow-origin, --api-key / $WORKBENCH_PROXY_API_KEY."""
-    from workbench.security.origin import AccessPolicy
-
     key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)
     if key is not None and not key.strip():
         raise CliError("--api-key is empty")
@@ -186,9 +186,6 @@ def run_client(args: argparse.Namespace) -> int:
 
 
 async def _client(args: argparse.Namespace) -> int:
-    from workbench.client.agent import AgentClient
-    from workbench.client.events import Error, ExecRequest, StreamEndMissing, TextDelta, ToolCall, TurnEnded
-
     client = AgentClient(args.upstream, read_token(args.token_file), transport=args.transport,
                          workspace=args.workspace, execute_locally=args.execute_locally, faults=args.fault,
                          heartbeat_budget=args.heartbeat_budget, heartbeat_interval=args.heartbeat_interval,

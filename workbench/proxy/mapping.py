@@ -18,6 +18,7 @@ from typing import Any
 
 from workbench.client.events import ExecRequest
 from workbench.protocol import args as tool_args
+from workbench.protocol.status import error_facts
 
 PROVIDER = "openai-proxy"
 
@@ -267,8 +268,6 @@ def error_body(code: str, message: str, details: Sequence[Mapping[str, Any]] = (
     (``model_not_found``), else the Connect code. Cursor's title, ``ERROR_…`` label and
     retryability, the Connect code and the raw details ride along as extra fields.
     """
-    from workbench.protocol.status import error_facts
-
     facts = error_facts(code, message, details)
     oa_code, etype = CURSOR_ERRORS.get(facts.label, (code, ERROR_TYPES.get(code, "upstream_error")))
     text = facts.detail or facts.title or message or code

@@ -18,7 +18,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ from workbench.client.agent import AgentClient, Connections
 from workbench.client.events import Error, ExecRequest, TextDelta, ThinkingDelta, TurnEnded, Usage
 from workbench.client.net import Verify
 from workbench.client.transport import list_usable_models
+from workbench.client.turn_end import error_from
 from workbench.proxy import mapping, responses
 from workbench.proxy.sse import SseStream, send_json
 from workbench.security.origin import AccessPolicy
@@ -36,6 +37,7 @@ log = logging.getLogger("workbench.proxy")
 DEFAULT_PORT = 18741
 DEFAULT_UPSTREAM = "https://api2.cursor.sh"
 _MAX_REMEMBERED = 4096
+_Chat = tuple[list[Any], list[Any]]  # an OpenAI request's chat messages and tools
 
 
 @dataclass
@@ -267,7 +269,7 @@ class ProxyServer:
                     self._models = (now, await list_usable_models(self.connections.http(), self.config.upstream,
                                                                   self.config.token, self.config.framing))
                 except Exception as exc:
-                    err = _as_error(exc)
+                    err = error_from(exc)
                     await send_json(ex, mapping.error_status(err.code), mapping.error_body(err.code, err.message))
                     return
             ids = self._models[1]
@@ -298,37 +300,39 @@ class ProxyServer:
             return None
         return req
 
-    async def _chat(self, ex: Exchange) -> None:
-        req = await self._json_request(ex, "chat")
+    async def _turn_request(self, ex: Exchange, what: str, to_chat: Callable[[Mapping[str, Any]], _Chat]
+                            ) -> tuple[Mapping[str, Any], str, list[Any], list[Any]] | None:
+        """The POSTed request, its model, chat messages and tools; None after answering 405/400.
+
+        ``to_chat`` reads the endpoint's request as chat messages and tools; both are checked here
+        (each tool maps to an MCP definition, the messages flatten to a prompt) before a turn starts.
+        """
+        req = await self._json_request(ex, what)
         if req is None:
-            return
+            return None
         try:
-            messages = req.get("messages")
-            if not isinstance(messages, list):
-                raise mapping.MappingError("messages must be a non-empty list")
-            tools = req.get("tools") or []
+            messages, tools = to_chat(req)
             mapping.tools_to_mcp(tools)
             mapping.flatten_messages(messages)
         except (ValueError, mapping.MappingError) as exc:
-            await send_json(ex, 400, mapping.error_body("invalid_argument", f"bad chat request: {exc}"))
+            await send_json(ex, 400, mapping.error_body("invalid_argument", f"bad {what} request: {exc}"))
+            return None
+        return req, str(req.get("model") or "default"), messages, tools
+
+    async def _chat(self, ex: Exchange) -> None:
+        got = await self._turn_request(ex, "chat", _chat_messages)
+        if got is None:
             return
-        model = str(req.get("model") or "default")
+        req, model, messages, tools = got
         stream = bool(req.get("stream"))
         include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
         await self._answer(_Responder(ex, model, stream, include_usage), "chat", model, messages, tools)
 
     async def _responses(self, ex: Exchange) -> None:
-        req = await self._json_request(ex, "responses")
-        if req is None:
+        got = await self._turn_request(ex, "responses", lambda req: responses.to_chat(req, self._responses_kept))
+        if got is None:
             return
-        try:
-            messages, tools = responses.to_chat(req, self._responses_kept)
-            mapping.tools_to_mcp(tools)
-            mapping.flatten_messages(messages)
-        except (ValueError, mapping.MappingError) as exc:
-            await send_json(ex, 400, mapping.error_body("invalid_argument", f"bad responses request: {exc}"))
-            return
-        model = str(req.get("model") or "default")
+        req, model, messages, tools = got
         out = responses.ResponsesWriter(ex, model, bool(req.get("stream")), req)
         if await self._answer(out, "responses", model, messages, tools):
             self._responses_kept.put(out.id, responses.history_after(messages, out))
@@ -434,14 +438,17 @@ class ProxyServer:
         await parked.client.aclose()
 
 
+def _chat_messages(req: Mapping[str, Any]) -> _Chat:
+    """A chat completions request's messages and tools, as they come."""
+    messages = req.get("messages")
+    if not isinstance(messages, list):
+        raise mapping.MappingError("messages must be a non-empty list")
+    return messages, req.get("tools") or []
+
+
 async def _aclose(events: AsyncIterator[Any]) -> None:
     aclose = getattr(events, "aclose", None)
     if aclose is not None:
         with contextlib.suppress(Exception):
             await aclose()
 
-
-def _as_error(exc: BaseException) -> Error:
-    from workbench.client.agent import _error_from
-
-    return _error_from(exc)

@@ -21,6 +21,7 @@ from google.protobuf import descriptor_pb2
 from workbench.schema.compare import facts
 from workbench.schema.loader import builtin_descriptor_set, descriptor_hash, load_schema, schema_files
 from workbench.schema.merge import count_types
+from workbench.schema.render import proto_camel_case
 
 BUILTIN = "builtin"
 
@@ -157,24 +158,12 @@ def _field_changes(msg: str, field: str, number: int, x: dict[str, Any], y: dict
     if x.get("oneof") != y.get("oneof"):
         out.append(Change("field_oneof_changed", msg, field, number, a=x.get("oneof"), b=y.get("oneof")))
     for key, what in _FIELD_PROPS:
-        if key == "json_name" and x.get(key) == json_name(x["name"]) and y.get(key) == json_name(y["name"]):
+        if (key == "json_name" and x.get(key) == proto_camel_case(x["name"])
+                and y.get(key) == proto_camel_case(y["name"])):
             continue  # the default json name of each name: a rename says it already
         if x.get(key) != y.get(key):
             out.append(Change(f"field_{what}", msg, field, number, a=x.get(key), b=y.get(key)))
     return out
-
-
-def json_name(field_name: str) -> str:
-    """protoc's default JSON name: underscores dropped, the letter after each one upper-cased."""
-    out: list[str] = []
-    upper = False
-    for ch in field_name:
-        if ch == "_":
-            upper = True
-        else:
-            out.append(ch.upper() if upper else ch)
-            upper = False
-    return "".join(out)
 
 
 def _type_only(info: dict[str, Any]) -> str:

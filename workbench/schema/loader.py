@@ -29,7 +29,7 @@ from google.protobuf.message import DecodeError, Message
 
 from workbench.errors import WorkbenchError
 from workbench.schema import contract
-from workbench.schema.merge import MergeError, check_user_files, count_types, merged_pool
+from workbench.schema.merge import OVERLAY_PREFIX, MergeError, check_user_files, count_types, merged_pool
 
 PROTO_ROOT = Path(__file__).resolve().parent / "proto"
 BUILTIN_FILES = ("agent/v1/agent.proto", "aiserver/v1/aiserver.proto")
@@ -42,6 +42,7 @@ class SchemaError(WorkbenchError):
 
 
 def _grpc_include() -> str:
+    # grpc_tools (protoc) loads only to compile protos
     import grpc_tools
 
     return str(Path(grpc_tools.__file__).resolve().parent / "_proto")
@@ -387,8 +388,6 @@ def _needed_well_known(names: set[str], shared: list[descriptor_pb2.FileDescript
 
 def _file_names(builtin: descriptor_pb2.FileDescriptorSet,
                 user: list[descriptor_pb2.FileDescriptorProto]) -> list[str]:
-    from workbench.schema.merge import OVERLAY_PREFIX
-
     names = [f.name for f in user]
     taken = set(names)
     names += [OVERLAY_PREFIX + f.name if f.name in taken else f.name for f in builtin.file]

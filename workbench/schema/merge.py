@@ -164,25 +164,35 @@ def merged_pool(builtin: descriptor_pb2.FileDescriptorSet, user: list[descriptor
 
 
 def _referenced(fd: descriptor_pb2.FileDescriptorProto) -> set[str]:
-    """Full names (no leading dot) of the types a file's fields and methods use."""
-    out: set[str] = set()
-
-    def walk(m: descriptor_pb2.DescriptorProto) -> None:
-        for f in m.field:
-            if f.type_name:
-                out.add(f.type_name.lstrip("."))
-        for n in m.nested_type:
-            walk(n)
-
-    for m in fd.message_type:
-        walk(m)
-    for s in fd.service:
-        for meth in s.method:
-            out.add(meth.input_type.lstrip("."))
-            out.add(meth.output_type.lstrip("."))
+    """Full names (no leading dot) of the types a file uses, and of the messages enclosing them."""
+    out = referenced_types(fd)
     # a nested type name a.b.C.D is used through its top-level message a.b.C
     for name in list(out):
         parts = name.split(".")
         for i in range(1, len(parts)):
             out.add(".".join(parts[:i]))
+    return out
+
+
+def referenced_types(fd: descriptor_pb2.FileDescriptorProto) -> set[str]:
+    """Full names (no leading dot) of the types a file's fields, extensions and methods name."""
+    out: set[str] = set()
+
+    def walk(m: descriptor_pb2.DescriptorProto) -> None:
+        for f in list(m.field) + list(m.extension):
+            out.add(f.type_name.lstrip("."))
+            out.add(f.extendee.lstrip("."))
+        for n in m.nested_type:
+            walk(n)
+
+    for m in fd.message_type:
+        walk(m)
+    for f in fd.extension:
+        out.add(f.type_name.lstrip("."))
+        out.add(f.extendee.lstrip("."))
+    for s in fd.service:
+        for meth in s.method:
+            out.add(meth.input_type.lstrip("."))
+            out.add(meth.output_type.lstrip("."))
+    out.discard("")
     return out

@@ -35,11 +35,12 @@ def _quote(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def proto_camel_case(name: str) -> str:
+def proto_camel_case(name: str, cap_first: bool = False) -> str:
     """protoc's default ``json_name`` (protobuf-es ``protoCamelCase`` is the same): a letter after
-    an underscore is upper-cased, the underscores go."""
+    an underscore is upper-cased, the underscores go. ``cap_first`` upper-cases the first letter
+    too (protoc's map entry names)."""
     out: list[str] = []
-    cap = False
+    cap = cap_first
     for c in name:
         if c == "_":
             cap = True

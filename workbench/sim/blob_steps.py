@@ -13,12 +13,10 @@ import hashlib
 import json
 import os
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workbench.schema import pb
-
-if TYPE_CHECKING:
-    from workbench.sim.player import ScenarioRun, Step
+from workbench.sim.run_context import RunContext, Step
 
 MAX_TOKENS = 200_000
 
@@ -35,7 +33,7 @@ def _kv_answer(m: Any, kid: int) -> bool:
     return m.WhichOneof("message") == "kv_client_message" and m.kv_client_message.id == kid
 
 
-async def set_blob(run: ScenarioRun, data: bytes) -> bytes:
+async def set_blob(run: RunContext, data: bytes) -> bytes:
     """Send set_blob_args and wait for its result; the blob id."""
     blob_id = blob_id_of(data)
     run.kv_seq += 1
@@ -52,7 +50,7 @@ async def set_blob(run: ScenarioRun, data: bytes) -> bytes:
     return blob_id
 
 
-async def get_blob(run: ScenarioRun, blob_id: bytes, label: str) -> bytes | None:
+async def get_blob(run: RunContext, blob_id: bytes, label: str) -> bytes | None:
     """Ask the client for a blob; its data, or None (a miss, recorded under ``label``)."""
     run.kv_seq += 1
     kid = run.kv_seq
@@ -70,7 +68,7 @@ async def get_blob(run: ScenarioRun, blob_id: bytes, label: str) -> bytes | None
     return data
 
 
-def blob_json(run: ScenarioRun, kind: str, text: str | None) -> Any:
+def blob_json(run: RunContext, kind: str, text: str | None) -> Any:
     """The prompt message a ``kv_set`` stores, in the real server's JSON shape."""
     if kind == "system":
         return {"role": "system", "content": system_prompt(run.model)}
@@ -99,7 +97,7 @@ def system_prompt(model: str) -> str:
             f"<rules>\n{rules}\n</rules>\n")
 
 
-async def kv_set(run: ScenarioRun, kind: str, step: dict[str, Any]) -> None:
+async def kv_set(run: RunContext, kind: str, step: dict[str, Any]) -> None:
     blob_id = await set_blob(run, _json_bytes(blob_json(run, kind, step.get("text"))))
     if kind == "system":
         run.system_id = blob_id
@@ -107,7 +105,7 @@ async def kv_set(run: ScenarioRun, kind: str, step: dict[str, Any]) -> None:
         run.user_id = blob_id
 
 
-async def kv_get(run: ScenarioRun, which: str, step: dict[str, Any]) -> None:
+async def kv_get(run: RunContext, which: str, step: dict[str, Any]) -> None:
     if which == "missing":
         if await get_blob(run, os.urandom(32), "unknown id") is not None:
             run.rec.faults.append("client returned data for a blob id nobody set")
@@ -123,7 +121,7 @@ async def kv_get(run: ScenarioRun, which: str, step: dict[str, Any]) -> None:
         await get_blob(run, blob_id, label)
 
 
-async def checkpoint(run: ScenarioRun, _value: Any, step: dict[str, Any], pending: list[str] | None = None) -> None:
+async def checkpoint(run: RunContext, _value: Any, step: dict[str, Any], pending: list[str] | None = None) -> None:
     """Store the turn so far as blobs and send the checkpoint (``pending``: pending_tool_calls)."""
     um_id = await set_blob(run, pb.UserMessage(text=run.user_text).SerializeToString())
     step_ids = [await set_blob(run, s) for s in run.turn_steps]

@@ -111,7 +111,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace, config: SimConfig) -> int:
-    from workbench.sim.runner import start_sim
+    from workbench.sim.runner import start_sim  # the server stack (h2, TLS): only when serving
 
     sim = await start_sim(config, host=args.host, port=args.port, tls=not args.no_tls, cert_dir=args.cert_dir,
                           gzip_min=args.gzip_over)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workbench.protocol.args import snapshots
 from workbench.schema import pb
@@ -19,6 +19,7 @@ from workbench.sim import history
 from workbench.sim.blob_steps import checkpoint
 from workbench.sim.client_link import TIMEOUT
 from workbench.sim.exec_completion import REQUIRED, ExecRecord, ExecWait, resolve
+from workbench.sim.run_context import RunContext, Step
 from workbench.sim.tools import (
     TOOL_NAMES,
     attach_result,
@@ -29,23 +30,20 @@ from workbench.sim.tools import (
     tool_call,
 )
 
-if TYPE_CHECKING:
-    from workbench.sim.player import ScenarioRun, Step
 
-
-def next_exec(run: ScenarioRun, kind: str) -> ExecRecord:
+def next_exec(run: RunContext, kind: str) -> ExecRecord:
     run.exec_seq += 1
     er = ExecRecord(run.exec_seq, str(uuid.uuid4()), kind)
     run.rec.execs.append(er)
     return er
 
 
-def policy_for(run: ScenarioRun, kind: str, step_value: Any) -> str:
+def policy_for(run: RunContext, kind: str, step_value: Any) -> str:
     assert run.scenario is not None
     return resolve(kind, step_value, run.scenario.stream_close, run.backend.policy)
 
 
-async def await_exec(run: ScenarioRun, er: ExecRecord, policy: str,
+async def await_exec(run: RunContext, er: ExecRecord, policy: str,
                      abort_after: float | None = None) -> tuple[list[Any], str | None]:
     """Wait for the client's answer to an exec until its policy says it is complete."""
     link = run.link
@@ -64,7 +62,7 @@ async def await_exec(run: ScenarioRun, er: ExecRecord, policy: str,
     return w.results, er.thrown
 
 
-async def request_context(run: ScenarioRun, _value: Any, step: dict[str, Any]) -> None:
+async def request_context(run: RunContext, _value: Any, step: dict[str, Any]) -> None:
     """Ask the client for its context. The service does not hold the turn for the answer (clients
     that put their context in the run request never send one, and their turns complete), so by
     default neither does this step: the answer is taken whenever it comes (``context_tools``).
@@ -83,7 +81,7 @@ async def request_context(run: ScenarioRun, _value: Any, step: dict[str, Any]) -
     run.context_waits.append(w)
 
 
-def waits_for_context(run: ScenarioRun, step: dict[str, Any], policy: str) -> bool:
+def waits_for_context(run: RunContext, step: dict[str, Any], policy: str) -> bool:
     """Whether this request_context step holds the run until the answer: the step's ``wait``, the
     scenario's ``wait_for_request_context``, the server's ``strict_request_context``; else only under
     the ``required`` stream_close policy — the December 2025 service, which stalled on a
@@ -96,13 +94,13 @@ def waits_for_context(run: ScenarioRun, step: dict[str, Any], policy: str) -> bo
     return run.cfg.strict_request_context or policy == REQUIRED
 
 
-def _take_context(run: ScenarioRun, results: list[Any]) -> None:
+def _take_context(run: RunContext, results: list[Any]) -> None:
     for r in results:
         if r.WhichOneof("result") == "request_context_result" and r.request_context_result.HasField("success"):
             run.client_tools += list(r.request_context_result.success.request_context.tools)
 
 
-async def context_tools(run: ScenarioRun) -> None:
+async def context_tools(run: RunContext) -> None:
     """Before the model picks a tool: the tools of the request_context answers that have come.
 
     An answer still on its way gets a short grace (``request_context_grace``, once per run, and only
@@ -131,7 +129,7 @@ async def context_tools(run: ScenarioRun) -> None:
         _take_context(run, fresh)
 
 
-async def web_search(run: ScenarioRun, term: str, step: dict[str, Any]) -> None:
+async def web_search(run: RunContext, term: str, step: dict[str, Any]) -> None:
     """An interaction query the client must answer (same id) before the run goes on."""
     run.exec_seq += 1  # queries and execs draw ids from separate spaces upstream; one is enough here
     qid = run.exec_seq
@@ -156,7 +154,7 @@ async def web_search(run: ScenarioRun, term: str, step: dict[str, Any]) -> None:
     run.last_tool = {"name": "WebSearch", "call_id": call_id, "args": {"search_term": term}, "result": result}
 
 
-async def tool(run: ScenarioRun, spec: dict[str, Any], step: dict[str, Any]) -> None:
+async def tool(run: RunContext, spec: dict[str, Any], step: dict[str, Any]) -> None:
     if run.resume:
         # Handed out by an earlier run of this turn: the "model" reads the result from the prompt.
         done = run.resume.pop(0)

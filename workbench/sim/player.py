@@ -14,29 +14,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workbench.protocol import kinds
 from workbench.schema import pb
-from workbench.sim import history
+from workbench.sim import blob_steps, exec_steps, history, stream_steps
+from workbench.sim.blob_steps import get_blob
 from workbench.sim.client_link import ClientLink, ParkTimeout
 from workbench.sim.error_docs import error_doc
 from workbench.sim.exec_completion import ExecWait
+from workbench.sim.run_context import SimHost, Step, StopSteps
 from workbench.sim.scenario import VERBS, Scenario, marker_in, unknown_scenario_message, verb_of
 from workbench.transport import AgentConnection, ConnectionClosed, connect_error
 
-if TYPE_CHECKING:
-    from workbench.sim.backend import SimBackend
-
 log = logging.getLogger("workbench.sim")
-
-Step = Callable[["ScenarioRun", Any, dict[str, Any]], Awaitable[None]]
-
-
-class StopSteps(Exception):
-    """A step ended the stream; the remaining steps are skipped."""
-
 
 class _SafeFormat(dict[str, str]):
     def __missing__(self, key: str) -> str:
@@ -44,9 +35,10 @@ class _SafeFormat(dict[str, str]):
 
 
 class ScenarioRun:
-    """One run of the simulated backend, from its run_request to its end."""
+    """One run of the simulated backend, from its run_request to its end (the steps see it as a
+    ``run_context.RunContext``)."""
 
-    def __init__(self, backend: SimBackend, conn: AgentConnection) -> None:
+    def __init__(self, backend: SimHost, conn: AgentConnection) -> None:
         self.backend = backend
         self.cfg = backend.config
         self.conn = conn
@@ -198,8 +190,6 @@ class ScenarioRun:
         state's root_prompt_messages_json — from this server's blob store, else asked of the
         client with get_blob — when the state has no turns (a structured stateless history).
         """
-        from workbench.sim.blob_steps import get_blob
-
         assert self.scenario is not None
         hist = history.from_prompt(self.user_text)
         state = self.request.conversation_state
@@ -261,17 +251,12 @@ class ScenarioRun:
         return text.format_map(values)
 
 
-_STEPS: dict[str, Step] = {}
+_STEPS: dict[str, Step] = {**stream_steps.STEPS, **blob_steps.STEPS, **exec_steps.STEPS}
 
 
 def step_table() -> dict[str, Step]:
-    """Verb → step function, from the step modules (imported on first use: they import this one)."""
-    if not _STEPS:
-        from workbench.sim import blob_steps, exec_steps, stream_steps
-
-        table: dict[str, Step] = {**stream_steps.STEPS, **blob_steps.STEPS, **exec_steps.STEPS}
-        mismatch = set(VERBS) ^ set(table)
-        if mismatch:
-            raise RuntimeError(f"scenario verbs without a step (or steps without a verb): {sorted(mismatch)}")
-        _STEPS.update(table)
+    """Verb → step function, from the step modules (checked against the verbs the loader accepts)."""
+    mismatch = set(VERBS) ^ set(_STEPS)
+    if mismatch:
+        raise RuntimeError(f"scenario verbs without a step (or steps without a verb): {sorted(mismatch)}")
     return _STEPS

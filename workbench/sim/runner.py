@@ -15,28 +15,19 @@ from typing import Any
 
 from workbench.sim.backend import SimBackend
 from workbench.sim.state import SimConfig, SimState
-from workbench.transport import BackgroundServer, HttpServer, serve
+from workbench.transport import BackgroundServer, Endpoint, HttpServer, serve
 from workbench.transport.bidi_append import APPEND_GRACE
 
 
-class SimServer:
+class SimServer(Endpoint):
     """A listening simulated backend: ``url``, ``port``, ``cert_path``, ``state`` (runs, blobs)."""
 
     def __init__(self, backend: SimBackend, server: HttpServer) -> None:
         self.backend = backend
         self.server = server
 
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    @property
-    def port(self) -> int:
-        return self.server.port
-
-    @property
-    def cert_path(self) -> Path | None:
-        return self.server.cert_path
+    def http_server(self) -> HttpServer:
+        return self.server
 
     @property
     def state(self) -> SimState:
@@ -79,7 +70,7 @@ async def running_sim(config: SimConfig | None = None, **kwargs: Any) -> AsyncIt
         await sim.close()
 
 
-class SimThread:
+class SimThread(Endpoint):
     """The simulator on a background thread: ``with SimThread(scenario="text") as sim: sim.url``."""
 
     def __init__(self, config: SimConfig | None = None, **kwargs: Any) -> None:
@@ -102,17 +93,8 @@ class SimThread:
             raise RuntimeError("SimThread is not running (call start() or use it as a context manager)")
         return self.sim
 
-    @property
-    def url(self) -> str:
-        return self._need().url
-
-    @property
-    def port(self) -> int:
-        return self._need().port
-
-    @property
-    def cert_path(self) -> Path | None:
-        return self._need().cert_path
+    def http_server(self) -> HttpServer:
+        return self._need().server
 
     @property
     def state(self) -> SimState:

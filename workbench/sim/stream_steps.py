@@ -10,14 +10,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workbench.schema import pb
 from workbench.sim.error_docs import error_doc
-from workbench.sim.player import StopSteps
-
-if TYPE_CHECKING:
-    from workbench.sim.player import ScenarioRun, Step
+from workbench.sim.run_context import RunContext, Step, StopSteps
 
 
 def chunks(text: str, n: int) -> list[str]:
@@ -27,7 +24,7 @@ def chunks(text: str, n: int) -> list[str]:
     return [text[i:i + size] for i in range(0, len(text), size)] if text else [""]
 
 
-async def thinking(run: ScenarioRun, text: str, step: dict[str, Any]) -> None:
+async def thinking(run: RunContext, text: str, step: dict[str, Any]) -> None:
     text = run.fmt(text)
     for part in chunks(text, int(step.get("chunks", 3))):
         await run.link.update("thinking_delta", text=part)
@@ -38,7 +35,7 @@ async def thinking(run: ScenarioRun, text: str, step: dict[str, Any]) -> None:
         text=text, duration_ms=duration)).SerializeToString())
 
 
-async def text(run: ScenarioRun, value: str, step: dict[str, Any]) -> None:
+async def text(run: RunContext, value: str, step: dict[str, Any]) -> None:
     value = run.fmt(value)
     link = run.link
     for part in chunks(value, int(step.get("chunks", 3))):
@@ -52,30 +49,30 @@ async def text(run: ScenarioRun, value: str, step: dict[str, Any]) -> None:
         text=value)).SerializeToString())
 
 
-async def heartbeats(run: ScenarioRun, n: int, step: dict[str, Any]) -> None:
+async def heartbeats(run: RunContext, n: int, step: dict[str, Any]) -> None:
     for _ in range(n):
         await asyncio.sleep(run.cfg.heartbeat_interval)
         await run.link.heartbeat()
 
 
-async def pause(run: ScenarioRun, seconds: float, step: dict[str, Any]) -> None:
+async def pause(run: RunContext, seconds: float, step: dict[str, Any]) -> None:
     await asyncio.sleep(seconds)
 
 
-async def step_completed(run: ScenarioRun, _value: Any, step: dict[str, Any]) -> None:
+async def step_completed(run: RunContext, _value: Any, step: dict[str, Any]) -> None:
     run.step_seq += 1
     await run.link.update("step_completed", step_id=run.step_seq,
                           step_duration_ms=int((time.monotonic() - run.started) * 1000))
 
 
-async def turn_ended(run: ScenarioRun, _value: Any, step: dict[str, Any]) -> None:
+async def turn_ended(run: RunContext, _value: Any, step: dict[str, Any]) -> None:
     await run.link.update("turn_ended")
     run.rec.outcome = "turn_ended"
     if run.request.conversation_id:
         run.backend.state.open_tools.pop(run.request.conversation_id, None)
 
 
-async def await_followup(run: ScenarioRun, _value: Any, step: dict[str, Any]) -> None:
+async def await_followup(run: RunContext, _value: Any, step: dict[str, Any]) -> None:
     def followup(m: Any) -> bool:
         k = m.WhichOneof("message")
         return k == "run_request" or (k == "conversation_action"
@@ -92,12 +89,12 @@ async def await_followup(run: ScenarioRun, _value: Any, step: dict[str, Any]) ->
     await run.reuse()
 
 
-async def park(run: ScenarioRun, _value: Any, step: dict[str, Any]) -> None:
+async def park(run: RunContext, _value: Any, step: dict[str, Any]) -> None:
     run.rec.outcome = "parked"
     await run.link.wait(lambda m: False, "nothing (parked by the scenario)")
 
 
-async def end_stream_error(run: ScenarioRun, spec: dict[str, Any], step: dict[str, Any]) -> None:
+async def end_stream_error(run: RunContext, spec: dict[str, Any], step: dict[str, Any]) -> None:
     doc = error_doc(spec["code"], spec.get("message", "Error"), spec.get("error"), spec.get("title", ""),
                     spec.get("detail", ""), bool(spec.get("is_retryable", False)),
                     bool(spec.get("is_expected", True)))
@@ -105,7 +102,7 @@ async def end_stream_error(run: ScenarioRun, spec: dict[str, Any], step: dict[st
     raise StopSteps
 
 
-async def end(run: ScenarioRun, how: str, step: dict[str, Any]) -> None:
+async def end(run: RunContext, how: str, step: dict[str, Any]) -> None:
     conn = run.conn
     if run.rec.outcome != "turn_ended":
         run.rec.outcome = {"eof": "eof without end-stream", "reset": "stream reset"}.get(

@@ -1,4 +1,5 @@
-"""DuckDB storage: schema and migrations, the single writer, and readers (live or not)."""
+"""DuckDB storage: schema and migrations, the single writer, readers (live or not) and the named
+reads every view does over them (``queries``; ``Reader`` is the one type that reads)."""
 
 from __future__ import annotations
 
@@ -15,16 +16,17 @@ if TYPE_CHECKING:
         now_us,
         us_to_datetime,
     )
+    from workbench.store.queries import Reader
     from workbench.store.reader import LiveService, open_reader
     from workbench.store.schema import SCHEMA_VERSION
 
-__all__ = ["DEFAULT_DB", "SCHEMA_VERSION", "FrameBatch", "LiveService", "SessionInfo", "Store", "StoreError",
+__all__ = ["DEFAULT_DB", "SCHEMA_VERSION", "FrameBatch", "LiveService", "Reader", "SessionInfo", "Store", "StoreError",
            "now_us", "open_reader", "us_to_datetime"]
 
 # Resolved on first use, so that importing a light submodule (store.paths) does not load duckdb
 # and pyarrow for commands that never open a database.
 _HOME = {"DEFAULT_DB": "db", "FrameBatch": "db", "SessionInfo": "db", "Store": "db", "StoreError": "db",
-         "now_us": "db", "us_to_datetime": "db", "LiveService": "reader", "open_reader": "reader",
+         "now_us": "db", "us_to_datetime": "db", "LiveService": "reader", "open_reader": "reader", "Reader": "queries",
          "SCHEMA_VERSION": "schema"}
 
 

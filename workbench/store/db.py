@@ -19,6 +19,7 @@ from workbench.decode.frame import CARRIED, Frame
 from workbench.errors import WorkbenchError
 from workbench.store.files import private_files
 from workbench.store.gate import gate_frame, gate_meta, text_value, wire_text
+from workbench.store.queries import last_seq, session_row
 from workbench.store.schema import SCHEMA_VERSION, SchemaVersionError, current_version, migrate
 
 DEFAULT_DB = "captures/workbench.duckdb"
@@ -220,7 +221,12 @@ SESSION_TYPES = [pa.string(), pa.string(), pa.string(), pa.string(), pa.string()
 
 
 class Store:
-    """Read-write access to one capture database (the single writer)."""
+    """Read-write access to one capture database (the single writer).
+
+    It is also a ``Reader`` (``workbench.store.queries``) of its own file, never a live one.
+    """
+
+    live = False
 
     def __init__(self, path: str | Path = DEFAULT_DB, *, read_only: bool = False) -> None:
         self.path = str(path)
@@ -380,6 +386,11 @@ class Store:
             finally:
                 self.con.execute("ROLLBACK")
 
+    def set_meta(self, key: str, value: str) -> None:
+        """Set one entry of the ``meta`` table (a mark such as the demo's, read back by ``meta_keys_and_rows``)."""
+        with self.lock:
+            self.con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
+
     def checkpoint(self) -> None:
         with self.lock:
             self.con.execute("CHECKPOINT")
@@ -395,16 +406,14 @@ class Store:
                 cur.close()
 
     def session(self, session_id: str) -> SessionInfo | None:
-        t = self.query(f"SELECT {', '.join(SESSION_FIELDS)} FROM sessions WHERE session_id = ?", [wire_text(session_id)])
-        if not t.num_rows:
+        row = session_row(self, wire_text(session_id), SESSION_FIELDS)
+        if row is None:
             return None
-        row = t.to_pylist()[0]
         row["meta"] = json.loads(row["meta"]) if row["meta"] else {}
         return SessionInfo(**row)
 
     def next_seq(self, session_id: str) -> int:
-        t = self.query("SELECT coalesce(max(seq) + 1, 0) FROM frames WHERE session_id = ?", [wire_text(session_id)])
-        return int(t.column(0)[0].as_py())
+        return last_seq(self, wire_text(session_id)) + 1
 
     def close(self) -> None:
         with self.lock:

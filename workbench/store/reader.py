@@ -4,7 +4,7 @@ A database nobody writes is opened read-only (``LocalReader``). One a capture is
 through the capture's live read service (``RemoteReader``; the service and the proof that a
 sidecar is genuine are in ``workbench.store.live``). ``open_reader`` picks: the live service when
 its sidecar ``<db>.live.json`` passes the handshake, the file otherwise (a stale or unprovable
-sidecar is ignored), so the CLI, TUI and notebooks run the same SQL either way. Readers see
+sidecar is ignored), so the CLI, TUI and notebooks run the same named reads (``workbench.store.queries``) either way. Readers see
 committed data only (DuckDB MVCC), so polling ``WHERE seq > last_seen`` never duplicates or skips
 a frame.
 """
@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -45,20 +45,12 @@ from workbench.store.live import (
     sidecar_path,
     trusted_endpoint,
 )
+from workbench.store.queries import Reader
 from workbench.store.readonly import ReadLimits, check_read_only, confine, run_read
 from workbench.store.schema import SchemaVersionError
 
-__all__ = ["LiveService", "LocalReader", "live_pid", "ReadLimits", "Reader", "RemoteReader", "check_read_only",
+__all__ = ["ConnectionReader", "LiveService", "LocalReader", "live_pid", "ReadLimits", "Reader", "RemoteReader", "check_read_only",
            "open_reader", "sidecar_path"]
-
-class Reader(Protocol):
-    path: str
-    live: bool
-
-    def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table: ...
-
-    def close(self) -> None: ...
-
 
 class LocalReader:
     """A database file nobody is writing: opened read-only, confined (``readonly.confine``).
@@ -151,6 +143,24 @@ class RemoteReader:
 
     def close(self) -> None:
         pass
+
+
+class ConnectionReader:
+    """A ``Reader`` over a DuckDB connection someone else opened (a notebook's, or a file being
+    checked before it is replaced), so the named reads work on it as on any capture."""
+
+    live = False
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: str = "(connection)") -> None:
+        self.con = con
+        self.path = path
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        rel = self.con.sql(sql, params=list(params) if params else None)
+        return rel.to_arrow_table() if rel is not None else pa.table({})
+
+    def close(self) -> None:
+        pass  # the connection is its opener's to close
 
 
 def _printable(text: str) -> str:

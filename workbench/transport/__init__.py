@@ -7,6 +7,7 @@ nothing about any of them. Layers, bottom up:
 - ``exchange``: one request/response pair (``Exchange``), ``ConnectionClosed``, ``RequestError``;
 - ``h2_server`` (``h2``) and ``h1_server`` (``h11``): connections producing exchanges;
 - ``server``: the listening socket (TLS + ALPN, h2c sniffing, shutdown), ``listen(app)``;
+  ``Endpoint``: ``url``, ``port``, ``cert_path`` for the objects that run a server;
 - ``router``: path → handler, Connect methods and plain HTTP handlers alike;
 - ``framing`` (Connect / gRPC-Web / gRPC bytes), ``unary`` (unary requests, Connect errors),
   ``bidi_append`` (the BidiAppend write side), ``channel`` (``AgentConnection``: one run over
@@ -22,7 +23,7 @@ from workbench.transport.channel import AgentConnection, ExchangeConnection, Han
 from workbench.transport.exchange import ConnectionClosed, Exchange, RequestError
 from workbench.transport.router import Router
 from workbench.transport.runner import BackgroundServer
-from workbench.transport.server import HttpServer, listen
+from workbench.transport.server import Endpoint, HttpServer, listen
 from workbench.transport.unary import (
     AuthCheck,
     UnaryHandler,
@@ -33,6 +34,6 @@ from workbench.transport.unary import (
     unary_error,
 )
 
-__all__ = ["AgentConnection", "AgentService", "AuthCheck", "BackgroundServer", "ConnectionClosed", "Exchange",
+__all__ = ["AgentConnection", "AgentService", "AuthCheck", "BackgroundServer", "ConnectionClosed", "Endpoint", "Exchange",
            "ExchangeConnection", "Handler", "HttpServer", "RequestError", "Router", "UnaryHandler", "UnaryRequest",
            "UnaryResponse", "connect_error", "listen", "serve", "typed_unary", "unary_error"]

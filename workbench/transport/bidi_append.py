@@ -12,6 +12,7 @@ import asyncio
 import base64
 
 from workbench.decode.classify import append_payload
+from workbench.schema import pb
 from workbench.transport.unary import UnaryRequest, UnaryResponse, connect_error, typed_unary, unary_error
 from workbench.wire.envelope import Envelope
 
@@ -53,7 +54,6 @@ class AppendChannels:
     def __init__(self, grace: float = APPEND_GRACE) -> None:
         self.grace = grace
         self.channels: dict[str, AppendChannel] = {}
-        from workbench.schema import pb
 
         self.handle = typed_unary(pb.BidiAppendRequest, self._append)
 
@@ -102,8 +102,6 @@ class AppendChannels:
 
 def bidi_request_id(envelopes: list[Envelope], transport: str) -> tuple[str | None, str | None]:
     """(request_id, None) from a RunSSE/RunPoll request body's envelopes, or (None, problem)."""
-    from workbench.schema import pb
-
     what = "BidiRequestId" if transport == "runsse" else "BidiPollRequest"
     frames = [f for f in envelopes if not f.is_end_stream and not f.is_trailer]
     if not frames or frames[0].error is not None:
@@ -122,8 +120,6 @@ def bidi_request_id(envelopes: list[Envelope], transport: str) -> tuple[str | No
 
 def poll_record(seqno: int, message: bytes | None, eof: bool) -> bytes:
     """One RunPoll BidiPollResponse record (base64 AgentServerMessage in ``data``)."""
-    from workbench.schema import pb
-
     rec = pb.BidiPollResponse(seqno=seqno)
     if message is not None:
         rec.data = base64.b64encode(message).decode()

@@ -63,6 +63,7 @@ def ensure_cert(cert_dir: str | os.PathLike[str] | None = None) -> CertPair:
 def _usable(pair: CertPair) -> bool:
     if not (pair.cert_path.exists() and pair.key_path.exists()):
         return False
+    # cryptography loads only when a certificate is checked or made
     from cryptography import x509
 
     try:
@@ -74,6 +75,7 @@ def _usable(pair: CertPair) -> bool:
 
 
 def _generate(pair: CertPair) -> None:
+    # cryptography loads only when a certificate is made
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.schema import pb
 from workbench.wire.endstream import (
     GRPC_STATUS,
     b64decode_loose,
@@ -260,8 +261,6 @@ def status_details(code: str, message: str, details: list[Any]) -> bytes | None:
     Each entry's ``value`` (unpadded base64) becomes an Any with ``type.googleapis.com/<type>``;
     entries without a value (debug only) have nothing to carry and are left out.
     """
-    from workbench.schema import pb
-
     anys = []
     for d in details:
         if not isinstance(d, Mapping) or not isinstance(d.get("value"), str):

@@ -18,6 +18,7 @@ import ssl
 from pathlib import Path
 from typing import Protocol
 
+from workbench.transport.certs import ensure_cert
 from workbench.transport.exchange import Exchange
 from workbench.transport.h1_server import H1Session
 from workbench.transport.h2_server import H2Session
@@ -133,6 +134,27 @@ class HttpServer:
         await self.close()
 
 
+class Endpoint:
+    """``url``, ``port`` and ``cert_path`` (the certificate a client trusts) of the listening
+    ``HttpServer`` that ``http_server()`` gives: for the objects that run one (the simulator, the
+    replay server) and are what their callers point a client at."""
+
+    def http_server(self) -> HttpServer:
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:
+        return self.http_server().url
+
+    @property
+    def port(self) -> int:
+        return self.http_server().port
+
+    @property
+    def cert_path(self) -> Path | None:
+        return self.http_server().cert_path
+
+
 async def _sniff_preface(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
     """Plain TCP: HTTP/2 prior knowledge (h2c) starts with the fixed preface, anything else is 1.1."""
     buf = b""
@@ -164,8 +186,6 @@ async def listen(app: HttpApp, *, host: str = "127.0.0.1", port: int = 0, tls: b
     cert_path: Path | None = None
     if tls:
         if certfile is None:
-            from workbench.transport.certs import ensure_cert
-
             pair = ensure_cert(cert_dir)
             certfile, keyfile = pair.cert_path, pair.key_path
         cert_path = Path(certfile)

@@ -215,7 +215,7 @@ class TuiData:
             by_sev[r["severity"]] = by_sev.get(r["severity"], 0) + 1
         top = top_findings(rows)
         sessions = t.to_pylist()
-        states = finding_states(self.query, {r["session_id"]: r["status"] for r in sessions})
+        states = finding_states(self, {r["session_id"]: r["status"] for r in sessions})
         out = []
         for r in sessions:
             dur = r["dur_us"]

@@ -22,6 +22,7 @@ from workbench.protocol import kinds
 from workbench.protocol.labels import fill_label
 from workbench.schema import pb
 from workbench.store.db import SessionInfo, Store, us_to_datetime
+from workbench.store.queries import frame_kinds
 from workbench.store.recorder import Recorder
 from workbench.wire.envelope import FLAG_END_STREAM, encode
 
@@ -166,8 +167,7 @@ def build_sample_db(path: str | Path, decoder: Decoder | None = None) -> Path:
                                       status="error", error="resource_exhausted", label="rate_limit"), err_turn(),
                 BASE_US + 900_000_000)
         rec.flush()
-        kind_at = {int(r["seq"]): r["kind"] for r in store.query(
-            "SELECT seq, kind FROM frames WHERE session_id = ? ORDER BY seq", [HANG_SESSION]).to_pylist()}
+        kind_at = frame_kinds(store, HANG_SESSION)
         exec_seq = next(s for s, k in kind_at.items() if k == kinds.SHELL_STREAM_ARGS)
         results = [s for s, k in kind_at.items() if kinds.in_family(k, kinds.EXEC_CLIENT)]
         hbs = [s for s, k in kind_at.items() if k == kinds.SERVER_HEARTBEAT]

@@ -28,10 +28,12 @@ from workbench.tui.replay import ReplayClock
 from workbench.tui.replay_control import ReplayController
 from workbench.tui.sessions_screen import STATUS_STYLE, fmt_duration
 from workbench.tui.timeline import Timeline
+from workbench.tui.timeline_strip import StripData, TimelineStrip, strip_data
 
 if TYPE_CHECKING:
     from workbench.tui.app import WorkbenchApp
 
+STRIP_REFRESH_S = 1.0   # following a capture: the timeline strip re-reads at most this often
 FIRST_PAGE = 120   # rows fetched with the index, so the first paint needs no second round trip
 DETAIL_DELAY_S = 0.05
 
@@ -79,6 +81,8 @@ class SessionScreen(Loader, Screen[None]):
         Binding("l", "focus_timeline", "Timeline", show=False),
         Binding("right_square_bracket", "evidence(1)", "Next evidence", show=False),
         Binding("left_square_bracket", "evidence(-1)", "Prev evidence", show=False),
+        Binding("s", "jump_stall", "Stall", show=False),
+        Binding("r", "report", "Report", show=True),
     ]
     COMMANDS_HELP = {
         "filter": "Filter frames (kind:… dir:… text)", "back_or_clear": "Clear the filter or go back",
@@ -91,7 +95,8 @@ class SessionScreen(Loader, Screen[None]):
         "tab('tab-hex')": "Detail: hex dump", "panel('findings')": "Show findings",
         "panel('tool-calls')": "Show tool calls", "panel('blobs')": "Show KV blobs",
         "focus_timeline": "Focus the timeline", "evidence(1)": "Next evidence frame",
-        "evidence(-1)": "Previous evidence frame",
+        "evidence(-1)": "Previous evidence frame", "jump_stall": "Jump to where the session stalled",
+        "report": "Write the HTML report of this session and show its path",
     }
 
     app: WorkbenchApp
@@ -111,6 +116,7 @@ class SessionScreen(Loader, Screen[None]):
         self._pending_jump: int | None = None
         self._polling = False
         self._poll_started = 0.0
+        self._strip_read = 0.0
 
     # layout ------------------------------------------------------------------------------------
 
@@ -121,6 +127,7 @@ class SessionScreen(Loader, Screen[None]):
                 yield Static("", id="session-status")
                 yield Input(placeholder='filter: kind:exec dir:server "text"  (enter to apply, esc to clear)',
                             id="frame-filter", classes="hidden")
+                yield TimelineStrip(id="timeline-strip")
                 yield Timeline(id="timeline")
                 yield Static("", id="replay-bar", classes="hidden")
             with Vertical(id="right"):
@@ -149,6 +156,7 @@ class SessionScreen(Loader, Screen[None]):
         self.timeline.focus()
         self._load_index()
         self._load_panels()
+        self._load_strip()
         if self.app.follow:
             self.set_interval(self.app.poll_interval, self._poll, name="session-follow")
 
@@ -189,6 +197,33 @@ class SessionScreen(Loader, Screen[None]):
                 self._jump_to_seq(target)
 
         self.load(fetch, got, group="index", what=f"reading frames of {sid}")
+
+    def _load_strip(self) -> None:
+        self._strip_read = time.monotonic()
+        data, sid = self.app.data, self.session_id
+        strip = self.query_one("#timeline-strip", TimelineStrip)
+        self.load(lambda: strip_data(data, sid), strip.set_data, group="strip", what=f"reading the timeline of {sid}")
+
+    def on_timeline_strip_jump(self, message: TimelineStrip.Jump) -> None:
+        self._jump_to_seq(message.seq)
+
+    def action_jump_stall(self) -> None:
+        got: StripData | None = self.query_one("#timeline-strip", TimelineStrip).data
+        if got is None or got.stall_seq is None:
+            self.app.notify("no stall in this session" if got is not None else "still reading the timeline")
+            return
+        self._jump_to_seq(got.stall_seq)
+
+    def action_report(self) -> None:
+        from workbench.report.cli import report_path, write_report
+
+        db, sid = self.app.data.path, self.session_id
+        out = report_path(db, sid)
+
+        def done(size: int) -> None:
+            self.app.notify(f"report written: {out} ({size:,} bytes)", title="report", timeout=15, markup=False)
+
+        self.load(lambda: write_report([sid], out, db=db), done, group="report", what=f"writing the report of {sid}")
 
     def _load_panels(self) -> None:
         data, sid = self.app.data, self.session_id
@@ -530,6 +565,10 @@ class SessionScreen(Loader, Screen[None]):
                 self.timeline.index_changed()
                 if at_tail and self.replay is None:
                     self.timeline.action_last()
+            strip = self.query_one("#timeline-strip", TimelineStrip).data
+            behind = strip is None or (len(strip.seq) and int(strip.seq[-1]) < self.max_seq)
+            if behind and time.monotonic() - self._strip_read >= STRIP_REFRESH_S:
+                self._load_strip()   # seqs are dense: the strip has not seen the newest frames
             self.findings_table.set_findings(res.findings)
             self._show_finding_text()
             self._update_panel_titles()

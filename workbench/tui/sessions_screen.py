@@ -101,11 +101,13 @@ class SessionsScreen(Loader, Screen[None]):
         Binding("r", "reverse", "Reverse", show=True),
         Binding("escape", "clear_filter", "Clear filter", show=False),
         Binding("f5", "reload", "Reload", show=True),
+        Binding("m", "mark_diff", "Diff", show=False),
         Binding("q", "app.quit", "Quit", show=True),
     ]
     COMMANDS_HELP = {"open": "Open the selected session", "filter": "Filter sessions by text",
                      "sort": "Sort by the next column", "reverse": "Reverse the sort order",
-                     "clear_filter": "Clear the session filter", "reload": "Reload the session list"}
+                     "clear_filter": "Clear the session filter", "reload": "Reload the session list",
+                     "mark_diff": "Diff: mark this session, then another (m again) to compare them"}
 
     app: WorkbenchApp
 
@@ -116,6 +118,7 @@ class SessionsScreen(Loader, Screen[None]):
         self.sort_reverse = False
         self.text_filter = ""
         self._widths: dict[str, int] = {}
+        self.diff_mark: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -252,6 +255,20 @@ class SessionsScreen(Loader, Screen[None]):
         sid = self.selected_id()
         if sid is not None:
             self.app.open_session(sid)
+
+    def action_mark_diff(self) -> None:
+        sid = self.selected_id()
+        if sid is None:
+            return
+        if self.diff_mark is None or self.diff_mark == sid:
+            self.diff_mark = sid
+            self.app.notify(f"A = {sid}: select another session and press m to compare", title="diff",
+                            markup=False)
+            return
+        from workbench.tui.diff_screen import DiffScreen
+
+        a, self.diff_mark = self.diff_mark, None
+        self.app.push_screen(DiffScreen(a, sid))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:

@@ -21,6 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--proto", action="append", default=[])
     args = p.parse_args(argv)
 
+    # the TUI (Textual) loads only after the arguments are parsed
     from workbench.commands.common import decoder_from
     from workbench.tui.app import WorkbenchApp
     from workbench.tui.data import TuiData

@@ -73,6 +73,7 @@ def cmd_web(args: argparse.Namespace) -> int:
         finally:
             data.close()
 
+    # the web server (textual-serve) loads only when serving
     from workbench.web.server import WebConfig, serve
 
     config = WebConfig(child_command(db, args.follow, args.poll, args.proto), host=args.host, port=args.port,

@@ -141,6 +141,7 @@ _BROTLI_STEP = 8
 
 def _brotli_limited(data: bytes, limit: int) -> bytes:
     try:
+        # brotli loads only for a brotli body
         import brotli
     except ImportError:  # pragma: no cover - a mitmproxy dependency, always installed with it
         raise ValueError("br: the brotli module is not installed") from None
@@ -162,6 +163,7 @@ def _zstd_limited(data: bytes, limit: int) -> bytes:
     # The decompressor object has no output limit either, and one zstd block (128 KiB) can come
     # from 4 bytes: input goes in 256 bytes at a time (at most ~8 MiB past the limit per call).
     try:
+        # zstandard loads only for a zstd body
         import zstandard
     except ImportError:  # pragma: no cover - a mitmproxy dependency, always installed with it
         raise ValueError("zstd: the zstandard module is not installed") from None
@@ -295,6 +297,22 @@ class SessionInflate:
                                              f"({ENV_IMPORT} or workbench import --inflate-import-mb raise it)"))
         limit, name = min(limits, key=lambda x: x[0])
         return max(limit, 0), name
+
+
+def inflate_document(data: bytes, coding: str, *, what: str, corrupt: str) -> bytes:
+    """Undo ``coding`` of a whole document (a gzipped fixture, a ``.zhar``) within the budgets in
+    scope: the session and import limits hold, the per-frame one does not (it is not a frame).
+
+    Raises ValueError saying why not: InflateOverBudget naming the budget, else ``corrupt`` followed
+    by the codec's complaint.
+    """
+    try:
+        return current_budget().session().decode(data, [coding], what=what, per_frame=False)
+    except InflateOverBudget as exc:
+        # A frame's way out (kept compressed, inflated when viewed) is no way out for a document.
+        raise InflateOverBudget(str(exc).split("; kept compressed")[0]) from None
+    except ValueError as exc:
+        raise ValueError(f"{corrupt}: {exc}") from exc
 
 
 _DEFAULT = InflateBudget()

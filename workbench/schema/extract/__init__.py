@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from workbench.errors import WorkbenchError
 from workbench.schema.extract import v1, v2
 from workbench.schema.extract.build import Extraction, Problem, build
 from workbench.schema.extract.wkt import well_known_files
+from workbench.schema.merge import count_types
 from workbench.schema.render import render_file
 
 JS_SUFFIXES = (".js", ".mjs", ".cjs")
@@ -80,7 +82,6 @@ def _check_pool(ex: Extraction) -> None:
     """Add the files to a descriptor pool, as protoc would see them; report what does not load."""
     pool = descriptor_pool.DescriptorPool()
     wkt = set(well_known_files().values())
-    from importlib import import_module
 
     by_name = {f.name: f for f in ex.files}
     added: set[str] = set()
@@ -115,8 +116,6 @@ def _check_pool(ex: Extraction) -> None:
 
 def descriptor_set(ex: Extraction) -> descriptor_pb2.FileDescriptorSet:
     """The extracted files plus the well-known files they import (self-contained, like --include_imports)."""
-    from importlib import import_module
-
     fds = descriptor_pb2.FileDescriptorSet()
     for name in sorted(ex.wkt & _imported(ex)):
         mod = "google.protobuf." + name.removeprefix("google/protobuf/").removesuffix(".proto").replace("/", ".")
@@ -131,7 +130,6 @@ def _imported(ex: Extraction) -> set[str]:
 
 def report(ex: Extraction) -> dict[str, Any]:
     packages: dict[str, dict[str, int]] = {}
-    from workbench.schema.merge import count_types
 
     for f in ex.files:
         m, e, s = count_types([f])

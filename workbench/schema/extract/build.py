@@ -20,6 +20,7 @@ from workbench.schema.extract.resolve import Resolver
 from workbench.schema.extract.v1 import FileScan, Found, syntax_of
 from workbench.schema.extract.v2 import EmbeddedFile, proto_camel_case
 from workbench.schema.extract.wkt import well_known_enums, well_known_files
+from workbench.schema.merge import count_types, referenced_types
 
 FDP = descriptor_pb2.FieldDescriptorProto
 _SCALARS = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 16, 17, 18}
@@ -49,8 +50,6 @@ class Extraction:
     scanned: list[tuple[str, int, int]] = field(default_factory=list)  # (path, bytes, definitions)
 
     def counts(self) -> dict[str, int]:
-        from workbench.schema.merge import count_types
-
         m, e, s = count_types(self.files)
         fields = sum(_count_fields(msg) for f in self.files for msg in f.message_type)
         return {"files": len(self.files), "messages": m, "enums": e, "services": s, "fields": fields}
@@ -138,7 +137,7 @@ def build(scans: list[FileScan], embedded: list[EmbeddedFile], problems: list[Pr
             home[name] = fd.name
     for fd in out:
         deps: list[str] = []
-        for ref in sorted(_references(fd)):
+        for ref in sorted(referenced_types(fd)):
             target = home.get(ref)
             if target and target != fd.name and target not in deps:
                 deps.append(target)
@@ -179,31 +178,6 @@ def _all_types(fd: descriptor_pb2.FileDescriptorProto) -> list[tuple[str, str]]:
         walk(m, prefix)
     out += [(prefix + e.name, "enum") for e in fd.enum_type]
     out += [(prefix + s.name, "service") for s in fd.service]
-    return out
-
-
-def _references(fd: descriptor_pb2.FileDescriptorProto) -> set[str]:
-    out: set[str] = set()
-
-    def walk(m: descriptor_pb2.DescriptorProto) -> None:
-        for f in list(m.field) + list(m.extension):
-            if f.type_name:
-                out.add(f.type_name.lstrip("."))
-            if f.extendee:
-                out.add(f.extendee.lstrip("."))
-        for n in m.nested_type:
-            walk(n)
-
-    for m in fd.message_type:
-        walk(m)
-    for f in fd.extension:
-        out.add(f.type_name.lstrip("."))
-        out.add(f.extendee.lstrip("."))
-    for s in fd.service:
-        for meth in s.method:
-            out.add(meth.input_type.lstrip("."))
-            out.add(meth.output_type.lstrip("."))
-    out.discard("")
     return out
 
 
@@ -449,17 +423,7 @@ def _show(v: Any) -> str:
 
 def _map_entry_name(field_name: str) -> str:
     """protoc's MapEntryName: CamelCase of the field name plus ``Entry``."""
-    out: list[str] = []
-    cap = True
-    for c in field_name:
-        if c == "_":
-            cap = True
-        elif cap:
-            out.append(c.upper() if "a" <= c <= "z" else c)
-            cap = False
-        else:
-            out.append(c)
-    return "".join(out) + "Entry"
+    return proto_camel_case(field_name, cap_first=True) + "Entry"
 
 
 def _file_name(pkg: str, syntax: str, split: bool) -> str:

@@ -128,19 +128,9 @@ def skip_balanced(s: str, i: int) -> int:
     prev = "("
     while j < n:
         c = s[j]
-        if c in "\"'`":
-            j = read_string(s, j)[1]
-            prev = "a"
+        if c in _LITERAL_STARTS and (past := _skip_literal(s, j, prev)) is not None:
+            j, prev = past
             continue
-        if c == "/":
-            nxt = s[j + 1:j + 2]
-            if nxt in ("/", "*"):
-                j = skip_ws(s, j)
-                continue
-            if prev in _REGEX_BEFORE:
-                j = _skip_regex(s, j)
-                prev = "a"
-                continue
         if c in _CLOSERS:
             stack.append(_CLOSERS[c])
         elif c in ")]}":
@@ -153,6 +143,22 @@ def skip_balanced(s: str, i: int) -> int:
             prev = c
         j += 1
     raise JsSyntax(f"unterminated {s[i]!r} (input ends first)", i)
+
+
+_LITERAL_STARTS = frozenset("\"'`/")
+
+
+def _skip_literal(s: str, j: int, prev: str) -> tuple[int, str] | None:
+    """Past the string, comment or regex literal at ``s[j]``: (the position after it, the ``prev``
+    that follows it), or None when ``s[j]`` starts none (a ``/`` that divides). ``prev`` is the last
+    significant character, which tells a regex from a division."""
+    if s[j] != "/":
+        return read_string(s, j)[1], "a"
+    if s[j + 1:j + 2] in ("/", "*"):
+        return skip_ws(s, j), prev
+    if prev in _REGEX_BEFORE:
+        return _skip_regex(s, j), "a"
+    return None
 
 
 def _skip_regex(s: str, i: int) -> int:
@@ -192,19 +198,9 @@ def skip_expression(s: str, i: int) -> int:
             j = skip_balanced(s, j)
             prev = ")"
             continue
-        if c in "\"'`":
-            j = read_string(s, j)[1]
-            prev = "a"
+        if c in _LITERAL_STARTS and (past := _skip_literal(s, j, prev)) is not None:
+            j, prev = past
             continue
-        if c == "/":
-            nxt = s[j + 1:j + 2]
-            if nxt in ("/", "*"):
-                j = skip_ws(s, j)
-                continue
-            if prev in _REGEX_BEFORE:
-                j = _skip_regex(s, j)
-                prev = "a"
-                continue
         if not c.isspace():
             prev = c
         j += 1

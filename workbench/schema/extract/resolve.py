@@ -20,7 +20,7 @@ import posixpath
 from collections.abc import Iterable
 
 from workbench.schema.extract.jsread import Call, Ref
-from workbench.schema.extract.v1 import Binding, FileScan
+from workbench.schema.extract.v1 import Binding, FileScan, syntax_of
 
 _MODULE_SUFFIXES = ("", ".js", ".mjs", ".cjs", "/index.js", "/index.mjs")
 
@@ -169,8 +169,6 @@ class Resolver:
 
     def runtime_syntax(self, scan: FileScan, runtime: str | None, pos: int) -> str | None:
         """"proto2"/"proto3" of the runtime object a definition called, also when imported from a chunk."""
-        from workbench.schema.extract.v1 import syntax_of
-
         found = syntax_of(scan, runtime, pos)
         if found or not runtime or "." in runtime:
             return found

@@ -1,0 +1,32 @@
+"""The report tests read the same recording as the diff tests (tests/diff/conftest.py): the demo's
+healthy tool flow, its heartbeat loop and a text turn, recorded from the simulated backend."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "web"))  # web_rig: the headless Chromium rig
+
+from diff.conftest import record_demo  # noqa: E402  (tests/ is on sys.path: support, diff.conftest)
+
+
+@pytest.fixture(scope="session")
+def report_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    db = tmp_path_factory.mktemp("report") / "demo.duckdb"
+    return db, record_demo(db)
+
+
+@pytest.fixture
+def need_chromium() -> str:
+    from web_rig import chromium_path
+
+    path = chromium_path()
+    if path is None:
+        if os.environ.get("CI"):  # .ci/run installs it: a missing browser there is a failure, not a skip
+            pytest.fail("Debian's chromium is not installed; .ci/run should have installed it")
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it: apt-get install -y chromium)")
+    return path

@@ -1,0 +1,279 @@
+"""One stored session read whole for a view that shows it at once (the HTML report, ``workbench diff``).
+
+``load_session`` reads the session row and every frame (payload included), applies the redaction
+level asked for (``content`` hides prompts, file contents, commands, tool arguments and results,
+KV blobs and the model's text, like ``workbench capture --redact content``: the same
+``redact.redact_frame``), and runs the public analysis (``analysis.analyze_session``) for
+findings, tool calls and blobs. Trees are decoded lazily (``LoadedFrame.tree``) from the redacted
+payload, so content hidden in the payload is hidden in the tree too.
+
+``open_source`` turns what a user names on the command line into a reader and a session id: a
+session (or a unique prefix) in a capture database, or a replay fixture file, which is read into
+a throwaway in-memory database through the same write gate as an import.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.analysis import analyze_session
+from workbench.decode import fields_of
+from workbench.decode.classify import Frame, default_decoder
+from workbench.errors import WorkbenchError
+from workbench.fixtures.export import fixture_to_store
+from workbench.fixtures.format import load
+from workbench.protocol import kinds
+from workbench.redact import marker, redact_frame
+from workbench.store import queries
+from workbench.store.db import Store
+from workbench.store.reader import open_reader
+
+REDACT_LEVELS = ("secrets", "content")
+_SCENARIO_LABEL = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+Reader = queries.Reader  # the one reader type (store.queries)
+
+
+class SessionError(WorkbenchError):
+    """A session that cannot be found or read; the message names it and the database or file."""
+
+
+@dataclass
+class LoadedFrame:
+    seq: int
+    ts_us: int
+    direction: str
+    transport: str
+    kind: str
+    summary: str
+    msg_type: str | None
+    flags: int
+    size: int
+    payload: bytes
+    ref_id: int | None
+    call_id: str | None
+    error: str | None
+    meta: dict[str, Any] | None
+    _tree: Any = None
+    _decoder: Any = None
+
+    @property
+    def tree(self) -> Any:
+        """The named tree of the (redacted) payload, decoded on first use."""
+        if self._tree is None:
+
+            try:
+                self._tree = fields_of(self._decoder, self.kind, self.payload, self.msg_type, self.flags)
+            except Exception as exc:  # an undecodable frame is shown with its error, never fatal
+                self._tree = {"$error": f"cannot decode frame {self.seq}: {exc}", "$hex": self.payload[:256].hex()}
+        return self._tree
+
+    @property
+    def family(self) -> str:
+        return kinds.family(self.kind)
+
+
+@dataclass
+class SessionView:
+    """A session as a view shows it: facts, frames (redacted), analysis results."""
+
+    session_id: str
+    where: str                     # the database or fixture file it came from
+    facts: dict[str, Any]
+    frames: list[LoadedFrame]
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    blobs: list[dict[str, Any]] = field(default_factory=list)
+    redact: str = "secrets"
+
+    @property
+    def t0_us(self) -> int:
+        return self.frames[0].ts_us if self.frames else 0
+
+    @property
+    def duration_s(self) -> float:
+        return (self.frames[-1].ts_us - self.frames[0].ts_us) / 1e6 if self.frames else 0.0
+
+
+def _text(value: Any) -> Any:
+    """A finding field as plain data: an enum (codes and severities may be typed) as its value."""
+    return getattr(value, "value", value)
+
+
+def finding_dict(f: Any) -> dict[str, Any]:
+    """A finding of the public analysis API as a plain dict (whatever class carries it)."""
+    names = ("code", "severity", "message", "first_seq", "last_seq", "evidence", "suggested_fix", "cause",
+             "cause_seq")
+    out = {n: _text(getattr(f, n, None)) for n in names}
+    out["evidence"] = [int(s) for s in (out["evidence"] or [])]
+    out["is_note"] = out["severity"] not in ("error", "warning")
+    return out
+
+
+def _meta(text: Any) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def resolve(src: Reader, wanted: str) -> str:
+    rows = queries.sessions_with_prefix(src, wanted, 5)
+    if wanted in rows:
+        return wanted
+    if not rows:
+        raise SessionError(f"no session {wanted!r} in {src.path} (see 'workbench sessions --db {src.path}')")
+    if len(rows) > 1:
+        raise SessionError(f"session prefix {wanted!r} in {src.path} is ambiguous: {', '.join(rows)}")
+    return str(rows[0])
+
+
+def load_session(src: Reader, session_id: str, *, redact: str = "secrets", decoder: Any = None,
+                 analyse: bool = True) -> SessionView:
+    """Read one session whole (see the module doc). ``redact``: ``secrets`` or ``content``."""
+
+    if redact not in REDACT_LEVELS:
+        raise SessionError(f"--redact {redact!r}: choose one of {', '.join(REDACT_LEVELS)}")
+    dec = decoder or default_decoder()
+    rows = queries.session_shown_whole(src, session_id)
+    if not rows:
+        raise SessionError(f"no session {session_id!r} in {src.path}")
+    facts = rows[0]
+    content = redact == "content"
+    frames: list[LoadedFrame] = []
+    prompt_bytes = b""
+    hidden: set[str] = set()   # strings content redaction took out: a finding must not quote them
+    for r in queries.frames_shown_whole(src, session_id):
+        payload = r["payload"] or b""
+        if r["kind"] == kinds.RUN_REQUEST and not prompt_bytes:
+            prompt_bytes = payload
+        f = Frame(kind=r["kind"], summary=r["summary"], payload=payload, flags=int(r["flags"]),
+                  msg_type=r["msg_type"], error=r["error"], raw=r["raw"], ref_id=r["ref_id"],
+                  call_id=r["call_id"], append_seqno=r["append_seqno"], request_id=r["request_id"])
+        # secrets were hidden by the write gate; this hides content too when asked (and is idempotent)
+        f = redact_frame(f, content=content, decoder=dec)
+        if content and f.payload is not payload:
+            hidden |= _strings(_tree(dec, r, payload)) - _strings(_tree(dec, r, f.payload))
+        frames.append(LoadedFrame(
+            seq=int(r["seq"]), ts_us=int(r["ts_us"] or 0), direction=r["direction"] or "", transport=r["transport"] or "",
+            kind=r["kind"] or "", summary=f.summary, msg_type=r["msg_type"], flags=int(r["flags"]),
+            size=int(r["size"]), payload=f.payload, ref_id=r["ref_id"], call_id=r["call_id"], error=r["error"],
+            meta=_meta(r["meta"]), _decoder=dec))
+    if content:
+        facts["label"] = _safe_label(facts.get("label"), prompt_bytes)
+        facts["error"] = facts.get("error")  # transport and server errors: codes, no user content
+    view = SessionView(session_id, src.path, facts, frames, redact=redact)
+    if analyse:
+
+        result = analyze_session(src, session_id)
+        view.findings = [finding_dict(f) for f in result.findings]
+        view.tool_calls = [dict(c) for c in result.tool_calls]
+        view.blobs = [dict(b) for b in result.blobs]
+        if content:
+            _hide_content(view)
+            for fd in view.findings:
+                for key in ("message", "suggested_fix"):
+                    if fd.get(key):
+                        fd[key] = scrub_text(str(fd[key]), hidden)
+    return view
+
+
+_MIN_HIDDEN = 4   # shorter strings (a flag, a digit) would blank words in every message
+
+
+def _tree(dec: Any, r: dict[str, Any], payload: bytes) -> Any:
+
+    try:
+        return fields_of(dec, r["kind"], payload, r["msg_type"], int(r["flags"]))
+    except Exception:  # undecodable: nothing to collect from it
+        return None
+
+
+def _strings(tree: Any) -> set[str]:
+    """Every string of a decoded tree, and of JSON documents held in its strings (KV blobs, args)."""
+    out: set[str] = set()
+    stack = [tree]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str) and len(v) >= _MIN_HIDDEN:
+            out.add(v)
+            text = v.strip()
+            if text[:1] in "{[" and text[-1:] in "}]":
+                try:
+                    stack.append(json.loads(text))
+                except ValueError:
+                    pass
+    return out
+
+
+def scrub_text(text: str, hidden: set[str]) -> str:
+    """``text`` with every string of ``hidden`` in it (longest first) replaced by its marker."""
+
+    for value in sorted((h for h in hidden if h in text), key=len, reverse=True):
+        text = text.replace(value, marker(value))
+    return text
+
+
+def _safe_label(label: str | None, prompt: bytes) -> str | None:
+    """The label, unless it is an excerpt of the prompt (``--redact content`` hides prompts): a
+    scenario name the maker set, or one the prompt names with ``[scenario:NAME]``, stays."""
+    if not label:
+        return label
+    raw = label.encode()
+    if raw not in prompt:
+        return label  # not taken from the prompt: a scenario name set by the demo or a fixture
+    if _SCENARIO_LABEL.match(label) and f"[scenario:{label}]".encode() in prompt:
+        return label
+    return None
+
+
+def _hide_content(view: SessionView) -> None:
+    """Tool arguments and results, blob previews and finding messages quote content: markers instead."""
+
+    for c in view.tool_calls:
+        for key in ("args_streamed", "args_completion", "args_merged", "args_naive", "result"):
+            if c.get(key):
+                c[key] = marker(str(c[key]))
+    for b in view.blobs:
+        b.pop("data", None)
+        if b.get("preview"):
+            b["preview"] = marker(str(b["preview"]))
+
+
+@contextmanager
+def open_source(spec: str, db: str | None) -> Iterator[tuple[Reader, str]]:
+    """The reader and session id that ``spec`` names: a fixture file, else a session (prefix) in ``db``."""
+    path = Path(spec)
+    if path.is_file():
+
+        fx = load(path)  # FixtureError (a WorkbenchError) names the file
+        store = Store(":memory:")
+        try:
+            sid = fixture_to_store(fx, store)
+            store.path = str(path)  # errors and reports name the fixture file
+            yield store, sid
+        finally:
+            store.close()
+        return
+    if db is None:
+        raise SessionError(f"{spec!r} is not a file, and no capture database was given (--db)")
+
+    reader = open_reader(db)
+    try:
+        yield reader, resolve(reader, spec)
+    finally:
+        reader.close()

@@ -1,0 +1,1 @@
+"""``workbench diff A B``: what changed between two recorded sessions (see ``compare``)."""
