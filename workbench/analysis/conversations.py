@@ -22,13 +22,13 @@ from workbench.protocol import kinds
 from workbench.protocol.run_request import run_request_facts
 from workbench.schema import pb
 from workbench.store import analysis_reads as reads
-from workbench.store.analysis_reads import Queryable
+from workbench.store.queries import Reader
 
 
 class Conversations:
     """Sessions by conversation over one reader; valid while nothing writes frames or sessions."""
 
-    def __init__(self, src: Queryable) -> None:
+    def __init__(self, src: Reader) -> None:
         self.src = src
         self._members: dict[str, list[tuple[str, Any]]] | None = None
         self._blob_ids: dict[str, dict[str, set[bytes]]] = {}   # conversation -> session -> ids it set

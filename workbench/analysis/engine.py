@@ -46,8 +46,9 @@ from workbench.analysis.stamp import mark_analysed
 from workbench.analysis.tools import public_row, tool_rows
 from workbench.schema import pb
 from workbench.store import analysis_reads as reads
-from workbench.store.analysis_reads import Queryable
+from workbench.store import queries
 from workbench.store.db import Store
+from workbench.store.queries import Reader
 
 _SLICE = 200_000
 
@@ -102,17 +103,17 @@ class _Bulk(NamedTuple):
     tallies: pa.Table
     marks: pa.Table
     spans: pa.Table
-    kinds: list[tuple[str, int]]
+    kinds: dict[str, int]
     bulk_seqs: pa.Table
 
 
-def _bulk_reads(src: Queryable, session_id: str) -> _Bulk:
+def _bulk_reads(src: Reader, session_id: str) -> _Bulk:
     return _Bulk(reads.frame_tallies(src, session_id), reads.server_marks(src, session_id, HEARTBEAT, TEXT_DELTA),
-                 reads.call_spans(src, session_id, TOOL_DELTA), reads.kind_counts(src, session_id),
+                 reads.call_spans(src, session_id, TOOL_DELTA), queries.kind_counts(src, session_id),
                  reads.server_seqs_of(src, session_id, [k for k in BULK_KINDS if k != HEARTBEAT], GEN_BULK_KINDS))
 
 
-def _aggregates(src: Queryable, session_id: str, builder: FactsBuilder, min_run: int, bulk: _Bulk) -> None:
+def _aggregates(src: Reader, session_id: str, builder: FactsBuilder, min_run: int, bulk: _Bulk) -> None:
     """What the batch walk skipped: heartbeat stretches, text seqs, tool_call_delta counts, bounds."""
     f = builder.facts
     b = bulk.tallies.to_pylist()[0]
@@ -190,7 +191,7 @@ def _is_live(src: Any) -> bool:
     return bool(getattr(src, "live", False))
 
 
-def session_row(src: Queryable, session_id: str) -> SessionRecord:
+def session_row(src: Reader, session_id: str) -> SessionRecord:
     """The session record the rules read (``meta`` parsed from its JSON)."""
     t = reads.session_record(src, session_id)
     if not t.num_rows:
@@ -204,13 +205,13 @@ def session_row(src: Queryable, session_id: str) -> SessionRecord:
     return cast(SessionRecord, row)
 
 
-def session_final(src: Queryable, session_id: str) -> bool:
+def session_final(src: Reader, session_id: str) -> bool:
     """Is the session over? A capture in progress (read live) with status 'open' is not."""
     status = session_row(src, session_id).get("status")
     return not (status == "open" and _is_live(src))
 
 
-def load_facts(src: Queryable, session_id: str, config: Config | None = None) -> FactsBuilder:
+def load_facts(src: Reader, session_id: str, config: Config | None = None) -> FactsBuilder:
     """Facts of a stored session: a Python walk over the frames that carry something to correlate,
     SQL aggregates for the bulk (deltas, heartbeats)."""
     cfg = config or Config()
@@ -236,7 +237,7 @@ def load_facts(src: Queryable, session_id: str, config: Config | None = None) ->
     return builder
 
 
-def analyze_session(store_or_reader: Queryable, session_id: str, config: Config | None = None, *,
+def analyze_session(store_or_reader: Reader, session_id: str, config: Config | None = None, *,
                     final: bool | None = None, conversations: Conversations | None = None) -> AnalysisResult:
     """Analyse one stored session (read only: nothing is written). ``conversations``: shared by the
     sessions of one batch, so each reads its siblings once (``analysis.conversations``)."""
@@ -244,7 +245,7 @@ def analyze_session(store_or_reader: Queryable, session_id: str, config: Config 
         return _analyze_session(store_or_reader, session_id, config, final, conversations)
 
 
-def _analyze_session(src: Queryable, session_id: str, config: Config | None, final: bool | None,
+def _analyze_session(src: Reader, session_id: str, config: Config | None, final: bool | None,
                      conversations: Conversations | None) -> AnalysisResult:
     cfg = config or Config()
     info = session_row(src, session_id)
@@ -303,7 +304,7 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
 
 # cross-session context ----------------------------------------------------------------------------
 
-def _conversation_id(src: Queryable, facts: SessionFacts) -> str | None:
+def _conversation_id(src: Reader, facts: SessionFacts) -> str | None:
     for rr in facts.run_requests:
         if rr.conversation_id:
             return rr.conversation_id
@@ -313,7 +314,7 @@ def _conversation_id(src: Queryable, facts: SessionFacts) -> str | None:
 _LATER_LIMIT = 200
 
 
-def _later_payloads(src: Queryable, session_id: str) -> Callable[[], list[tuple[str, int, bytes]]]:
+def _later_payloads(src: Reader, session_id: str) -> Callable[[], list[tuple[str, int, bytes]]]:
     """Run requests and conversation actions of sessions that started later (the next turns, where
     a client replays a call's args in its history), fetched once and only when a rule asks."""
     memo: list[list[tuple[str, int, bytes]]] = []
@@ -326,7 +327,7 @@ def _later_payloads(src: Queryable, session_id: str) -> Callable[[], list[tuple[
     return get
 
 
-def _first_prompt(src: Queryable, session_id: str) -> str | None:
+def _first_prompt(src: Reader, session_id: str) -> str | None:
     """The user text of a session's first run_request (a stateless client's history shows there)."""
     payload = reads.first_payload(src, session_id, RUN_REQUEST)
     if payload is None:

@@ -12,10 +12,10 @@ from workbench.analysis.causes import order_findings
 from workbench.analysis.model import Config, Finding
 from workbench.analysis.stamp import stamps
 from workbench.store import analysis_reads as reads
-from workbench.store.analysis_reads import Queryable
+from workbench.store.queries import Reader
 
 
-def stored_findings(src: Queryable, session_id: str) -> list[Finding] | None:
+def stored_findings(src: Reader, session_id: str) -> list[Finding] | None:
     """The session's stored findings and notes, root cause first; None when it was never analysed
     (no stamp and no rows: clean and never analysed are told apart, see ``stamp``)."""
     rows = reads.finding_rows(src, session_id).to_pylist()
@@ -24,7 +24,7 @@ def stored_findings(src: Queryable, session_id: str) -> list[Finding] | None:
     return order_findings([Finding.from_json(r) for r in rows])
 
 
-def session_findings(src: Queryable, session_id: str, config: Config | None = None) -> list[Finding]:
+def session_findings(src: Reader, session_id: str, config: Config | None = None) -> list[Finding]:
     """The stored findings of a session, else those a fresh analysis finds (nothing is written)."""
     stored = stored_findings(src, session_id)
     if stored is not None:

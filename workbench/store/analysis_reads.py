@@ -3,8 +3,9 @@
 The analysis walks a session's frames, summarises the bulk in SQL, looks at the other sessions of
 its conversation and reads and stamps stored findings. Every SQL text it needs is here, so a
 schema change is made in ``store/`` and the rules never see SQL. Each read takes anything with
-``query(sql, params) -> pa.Table`` (``Store``, ``LocalReader``, ``RemoteReader``, the TUI's data
-source) or that ``query`` callable itself. Kind lists that are the analysis's own choice (which
+``query(sql, params) -> pa.Table`` (a ``store.queries.Reader``: ``Store``, ``LocalReader``,
+``RemoteReader``, the TUI's data source) or that ``query`` callable itself. Reads other parts share
+(kind counts, the highest seq) are in ``store.queries``. Kind lists that are the analysis's own choice (which
 frames the walk skips, which payloads it parses) come in as arguments; kinds the protocol defines
 come from ``protocol.kinds``.
 """
@@ -14,19 +15,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow as pa
 
 from workbench.protocol import kinds
 from workbench.store.db import Store
+from workbench.store.queries import Reader
 
-
-class Queryable(Protocol):
-    def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table: ...
-
-
-Source = Queryable | Callable[..., pa.Table]
+# A reader (``store.queries.Reader``), or its bound ``query`` for a caller that has only that.
+Source = Reader | Callable[..., pa.Table]
 
 
 def run(src: Source, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
@@ -167,14 +165,6 @@ def call_spans(src: Source, session_id: str, kind: str) -> pa.Table:
                     "max(epoch_us(ts)) AS last_ts, min(epoch_us(ts)) AS first_ts FROM frames "
                     "WHERE session_id = ? AND kind = ? AND call_id IS NOT NULL GROUP BY call_id",
                [session_id, kind])
-
-
-def kind_counts(src: Source, session_id: str) -> list[tuple[str, int]]:
-    """The kinds present in a session with their frame counts, most frequent first (the analysis
-    and the TUI's filter both read this)."""
-    t = run(src, "SELECT kind, count(*) AS n FROM frames WHERE session_id = ? GROUP BY kind "
-                 "ORDER BY n DESC, kind", [session_id])
-    return [(str(k), int(n)) for k, n in zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True)]
 
 
 def server_seqs_of(src: Source, session_id: str, marks: Sequence[str], gen: Sequence[str]) -> pa.Table:

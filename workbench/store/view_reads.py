@@ -94,12 +94,6 @@ def first_ts_us(src: Source, session_id: str) -> int | None:
     return t.column(0)[0].as_py()
 
 
-def max_seq(src: Source, session_id: str) -> int:
-    """The highest seq of a session; -1 when it has no frame."""
-    t = run(src, "SELECT coalesce(max(seq), -1) FROM frames WHERE session_id = ?", [session_id])
-    return int(t.column(0)[0].as_py())
-
-
 def index_columns(src: Source, session_id: str, match: FrameMatch = ALL, after_seq: int = -1,
                   upto_seq: int | None = None) -> pa.Table:
     """(seq, hb, up) of the matching frames after ``after_seq`` (and at most ``upto_seq``): ``hb`` 1 for

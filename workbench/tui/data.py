@@ -26,8 +26,8 @@ from workbench.analysis.model import Finding
 from workbench.decode import fields_of
 from workbench.decode.classify import COMPRESSED, ENVELOPED, WIRE_LENGTH, Decoder
 from workbench.overview import finding_states, top_findings
+from workbench.store import queries
 from workbench.store import view_reads as reads
-from workbench.store.analysis_reads import kind_counts
 from workbench.store.db import StoreError
 from workbench.store.reader import LocalReader, RemoteReader, open_reader
 from workbench.store.view_reads import BlobView, ToolCallView
@@ -272,11 +272,11 @@ class TuiData:
         return self._index_arrays(session_id, flt, seq, upto_seq)
 
     def max_seq(self, session_id: str) -> int:
-        return reads.max_seq(self, session_id)
+        return queries.last_seq(self, session_id)
 
     def kind_counts(self, session_id: str) -> list[tuple[str, int]]:
         """Kinds present in a session with their frame counts, most frequent first."""
-        return kind_counts(self, session_id)
+        return list(queries.kind_counts(self, session_id).items())
 
     def frame_rows(self, session_id: str, seqs: Sequence[int]) -> dict[int, dict[str, Any]]:
         """Timeline columns for the given seqs (the rows on screen)."""
