@@ -367,7 +367,7 @@ def _columns(rows: Sequence[Mapping[str, object]], names: Sequence[str]) -> dict
     """One list of Python values per column; JSON columns as text."""
     out: dict[str, list[Any]] = {}
     for name in names:
-        values: list[Any] = [r.get(name) for r in rows]
+        values: list[Any] = [r[name] for r in rows]  # every row has every column (typed rows)
         if name in _JSON_COLS:
             # Rows of one blob share their parts object: serialise each object once.
             memo: dict[int, str] = {}
