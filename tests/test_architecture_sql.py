@@ -27,14 +27,6 @@ ALLOWED: dict[str, str] = {}
 
 # Modules another branch (issue 22, the analysis and TUI reads) moves to store/ at the same time.
 # The coordinator deletes this set once that branch is merged.
-PENDING_OTHER_BRANCH = {
-    "workbench.analysis.cli",
-    "workbench.analysis.engine",
-    "workbench.analysis.schema_drift",
-    "workbench.analysis.stamp",
-    "workbench.analysis.stored",
-    "workbench.tui.data",
-}
 
 
 def is_sql(text: str) -> bool:
@@ -79,7 +71,7 @@ def sql_modules() -> dict[str, list[str]]:
 
 def test_no_sql_text_outside_store() -> None:
     found = sql_modules()
-    stray = {m: s for m, s in found.items() if m not in ALLOWED and m not in PENDING_OTHER_BRANCH}
+    stray = {m: s for m, s in found.items() if m not in ALLOWED}
     assert not stray, ("SQL written outside workbench/store/ (add a named read to workbench/store/queries.py "
                        f"and call it): {stray}")
 
@@ -90,8 +82,6 @@ def test_the_allowed_list_is_short_and_current() -> None:
     found = sql_modules()
     # an entry whose module no longer holds SQL is removed, so the list never allows more than it must
     assert not [m for m in ALLOWED if m not in found]
-    modules = _modules()
-    assert all(m in modules for m in PENDING_OTHER_BRANCH)
 
 
 def test_the_store_holds_the_reads() -> None:

@@ -115,8 +115,8 @@ def session_overview(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 
     df = notebook_db.session_counts(con)
     top = top_findings(finding_rows(ConnectionReader(con)))
-    df["top_finding"] = [top.get(sid, {}).get("code") for sid in df.session_id]
-    df["top_finding_message"] = [top.get(sid, {}).get("message") for sid in df.session_id]
+    df["top_finding"] = [f.code if (f := top.get(sid)) is not None else None for sid in df.session_id]
+    df["top_finding_message"] = [f.message if (f := top.get(sid)) is not None else None for sid in df.session_id]
     return df
 
 

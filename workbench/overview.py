@@ -8,50 +8,30 @@ The top finding is the first of the session's findings in root-cause order
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from workbench.analysis.causes import order_findings
+from workbench.analysis.model import PROBLEMS, Finding
 from workbench.store.queries import FINDING_COLUMNS, Reader, finding_counts, finding_rows
 
-if TYPE_CHECKING:
-    import pyarrow as pa
-
-__all__ = ["FINDING_COLUMNS", "PROBLEMS", "FindingState", "finding_states", "finding_text", "query_top_findings",
-           "top_findings"]
+__all__ = ["FINDING_COLUMNS", "PROBLEMS", "FindingState", "finding_states", "query_top_findings", "top_findings"]
 
 
-PROBLEMS = ("error", "warning")  # notes (severity "note") are never a session's top finding
-
-
-def top_findings(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def top_findings(rows: Iterable[Mapping[str, Any]]) -> dict[str, Finding]:
     """Finding rows (session_id, code, severity, message, first_seq, last_seq) → each session's
-    top finding, root cause first. Notes are left out: they did no harm."""
-    by_session: dict[str, list[dict[str, Any]]] = {}
+    top finding, root cause first. Notes (severity "note") are left out: they did no harm."""
+    by_session: dict[str, list[Finding]] = {}
     for r in rows:
-        if r.get("severity") not in PROBLEMS:
-            continue
-        by_session.setdefault(str(r["session_id"]), []).append(dict(r))
-    out = {sid: items[0] for sid, items in by_session.items() if len(items) == 1}
-    if len(out) < len(by_session):
-        # imported only when needed: loading the analysis package takes most of a second
-        from workbench.analysis.causes import order_findings
-
-        out.update({sid: order_findings(items)[0] for sid, items in by_session.items() if len(items) > 1})
-    return out
+        if r.get("severity") in PROBLEMS:
+            by_session.setdefault(str(r["session_id"]), []).append(Finding.from_json(r))
+    return {sid: order_findings(items)[0] for sid, items in by_session.items()}
 
 
-def query_top_findings(reader: Reader, session_ids: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+def query_top_findings(reader: Reader, session_ids: Sequence[str] | None = None) -> dict[str, Finding]:
     """``top_findings`` of the sessions in a capture (all, or ``session_ids``)."""
     return top_findings(finding_rows(reader, session_ids))
-
-
-def finding_text(f: dict[str, Any] | None) -> str:
-    """``code: message`` of a top finding, or an empty string."""
-    if not f:
-        return ""
-    msg = str(f.get("message") or "")
-    return f"{f['code']}: {msg}" if msg else str(f["code"])
 
 
 @dataclass
@@ -75,15 +55,11 @@ class FindingState:
         return f"{self.findings}" + (" (stale)" if self.analysis == "stale" else "")
 
 
-def finding_states(reader: Reader | Callable[..., pa.Table], statuses: dict[str, Any]) -> dict[str, FindingState]:
+def finding_states(reader: Reader, statuses: Mapping[str, object]) -> dict[str, FindingState]:
     """session_id → ``FindingState`` for the sessions in ``statuses`` (session_id → status)."""
     from workbench.analysis.stamp import analysis_state, stamps
 
-    # PENDING_OTHER_BRANCH: tui/data.py still passes its bound ``query``; once it passes itself (a
-    # Reader), this takes a Reader only.
-    if callable(reader):
-        reader = _QueryReader(reader)
-    have = stamps(reader.query)
+    have = stamps(reader)
     out = {sid: FindingState(analysis=analysis_state(have.get(sid), status)) for sid, status in statuses.items()}
     for r in finding_counts(reader):
         st = out.get(r["session_id"])
@@ -99,16 +75,3 @@ def finding_states(reader: Reader | Callable[..., pa.Table], statuses: dict[str,
         if st.analysis == "not analysed" and st.by_severity:
             st.analysis = "stale"  # rows written before analyses were stamped
     return out
-
-
-class _QueryReader:
-    """A ``Reader`` over a bare ``query(sql, params)`` callable (see ``finding_states``)."""
-
-    path = "(query)"
-    live = False
-
-    def __init__(self, query: Callable[..., pa.Table]) -> None:
-        self.query = query
-
-    def close(self) -> None:
-        pass

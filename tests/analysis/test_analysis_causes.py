@@ -1,4 +1,4 @@
-"""Ordering findings root cause first, for Finding objects (diagnose) and finding rows (the TUI)."""
+"""Ordering findings root cause first: fresh findings (diagnose) and stored rows (the TUI) alike."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from workbench.analysis.rules import RULES
 
 
 def _f(code: str, severity: str, first: int, last: int | None = None) -> Finding:
-    return Finding(code, severity, code, first, first if last is None else last, [first])
+    return Finding(code, severity, code, first, first if last is None else last, (first,))
 
 
 def test_chain_comes_out_root_first_with_pointers() -> None:
@@ -34,15 +34,30 @@ def test_a_warning_that_explains_an_error_comes_before_it() -> None:
     assert out[1].cause == "append_seqno_anomaly"
 
 
-def test_rows_as_the_tui_reads_them() -> None:
+def test_stored_rows_order_like_fresh_findings() -> None:
+    # a findings row has no cause column: ordering rebuilds it from the rows
     rows = [{"code": "heartbeat_loop", "severity": "error", "first_seq": 7, "last_seq": 9},
             {"code": "append_rejected", "severity": "error", "first_seq": 1, "last_seq": 1},
             {"code": "unary_error", "severity": "error", "first_seq": 0, "last_seq": 0}]
-    out = order_findings(rows)
-    assert [r["code"] for r in out] == ["unary_error", "append_rejected", "heartbeat_loop"]
-    assert out[2]["cause"] == "append_rejected"
-    assert out[2]["cause_seq"] == 1
-    assert out[0]["cause"] is None
+    out = order_findings([Finding.from_json(r) for r in rows])
+    assert [f.code for f in out] == ["unary_error", "append_rejected", "heartbeat_loop"]
+    assert (out[2].cause, out[2].cause_seq) == ("append_rejected", 1)
+    assert out[0].cause is None
+
+
+def test_ordering_copies_and_leaves_the_input_alone() -> None:
+    loop, close = _f("heartbeat_loop", "error", 12, 29), _f("missing_stream_close", "error", 10, 20)
+    out = order_findings([loop, close])
+    assert loop.cause is None  # Finding is immutable: the follower comes back as a copy
+    assert out == [close, Finding("heartbeat_loop", "error", "heartbeat_loop", 12, 29, (12,),
+                                  cause="missing_stream_close", cause_seq=10)]
+
+
+def test_a_note_neither_explains_nor_follows() -> None:
+    note = Finding("completion_args_lossy", "note", "m", 3, 3, (3,), cause="stale", cause_seq=1)
+    out = order_findings([_f("tool_loop", "warning", 4, 9), note])
+    assert [f.code for f in out] == ["tool_loop", "completion_args_lossy"]
+    assert (out[0].cause, out[1].cause, out[1].cause_seq) == (None, None, None)
 
 
 def test_cause_graph_names_real_codes_and_has_no_cycle() -> None:

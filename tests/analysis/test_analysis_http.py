@@ -46,7 +46,7 @@ def test_run_request_append_refused_415_is_the_root_cause(analysis_store: Store)
     assert codes[0] == "append_rejected", codes
     f = res.findings[0]
     assert f.severity == "error"
-    assert f.evidence == [rr, hb]
+    assert f.evidence == (rr, hb)
     assert "HTTP 415" in f.message
     assert "carried run_request" in f.message
     assert "client_heartbeat" in f.message
@@ -63,7 +63,7 @@ def test_refusal_known_only_from_the_http_error_frame(analysis_store: Store) -> 
     err = b.http_error(464, b"", seqno=0)
     res = analyze_session(analysis_store, b.done())
     f = next(f for f in res.findings if f.code == "append_rejected")
-    assert f.evidence == [rr, err]
+    assert f.evidence == (rr, err)
     assert "HTTP 464" in f.message
     assert "HTTP/1.1" in f.message
 
@@ -88,7 +88,7 @@ def test_refused_exec_result_leaves_the_exec_unanswered(analysis_store: Store) -
     assert [f.code for f in res.findings][:2] == ["append_rejected", "unanswered_exec"]
     rej, unanswered = res.findings[:2]
     assert "authentication" in rej.message
-    assert rej.evidence == [res_seq]
+    assert rej.evidence == (res_seq,)
     assert unanswered.first_seq == e
     assert f"seq {res_seq} was refused" in unanswered.message
     assert unanswered.cause == "append_rejected"
@@ -128,7 +128,7 @@ def test_grpc_web_trailer_error_is_a_server_error(analysis_store: Store) -> None
     res = analyze_session(analysis_store, b.done())
     assert [f.code for f in res.findings] == ["server_error"]
     f = res.findings[0]
-    assert f.evidence == [end]
+    assert f.evidence == (end,)
     assert "gRPC-Web trailer" in f.message
     assert "resource_exhausted" in f.message
     assert "ERROR_RATE_LIMITED_CHANGEABLE" in f.message
@@ -142,7 +142,7 @@ def test_http_error_on_the_run_itself(analysis_store: Store) -> None:
     err = b.http_error(464, b"", transport="run")
     res = analyze_session(analysis_store, b.done())
     assert [f.code for f in res.findings] == ["server_error"]
-    assert res.findings[0].evidence == [err]
+    assert res.findings[0].evidence == (err,)
     assert "HTTP/1.1" in res.findings[0].message
 
 
@@ -233,4 +233,4 @@ def test_heartbeats_refused_after_the_end_harm_nobody(analysis_store: Store) -> 
     late = b.append(2, meta={"http_status": 404}, conversation_action=pb.ConversationAction(
         user_message_action=pb.UserMessageAction(user_message=pb.UserMessage(text="and now?"))))
     f = next(f for f in analyze_session(analysis_store, b.done()).findings if f.code == "append_rejected")
-    assert f.evidence[:2] == [hb, late] and "conversation_action" in f.message
+    assert f.evidence[:2] == (hb, late) and "conversation_action" in f.message

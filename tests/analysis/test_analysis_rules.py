@@ -224,7 +224,7 @@ def test_blob_miss_is_a_requested_blob_answered_absent(analysis_store: Store) ->
     assert f.code == "blob_miss"
     assert f.severity == "warning"
     assert missing.hex()[:12] in f.message
-    assert f.evidence == [g, r]
+    assert f.evidence == (g, r)
 
 
 def test_blobs_named_but_never_requested_are_not_misses(analysis_store: Store) -> None:
@@ -360,7 +360,7 @@ def test_missing_conversation_state(analysis_store: Store) -> None:
     b.text("?")
     b.turn_ended()
     f = _only(analyze_session(analysis_store, b.done()), "missing_conversation_state")
-    assert f.evidence == [cp, rr2]
+    assert f.evidence == (cp, rr2)
     assert "context" in f.message
 
 
@@ -453,7 +453,7 @@ def test_server_error_names_the_error_and_advice(analysis_store: Store) -> None:
                         "details": [{"type": "aiserver.v1.ErrorDetails", "value": value}]})
     res = analyze_session(analysis_store, b.done())
     f = _only(res, "server_error")
-    assert f.evidence == [end]
+    assert f.evidence == (end,)
     assert "resource_exhausted" in f.message
     assert "ERROR_RATE_LIMITED_CHANGEABLE" in f.message
     assert "Usage limit reached" in f.message
@@ -495,7 +495,7 @@ def test_ndjson_duplicate_text(analysis_store: Store) -> None:
     assert analysis_codes(res.findings) == ["ndjson_duplicate_text"]
     f = res.findings[0]
     assert "Hello world" in f.message
-    assert f.evidence == [1, 3, 4, 5]
+    assert f.evidence == (1, 3, 4, 5)
 
 
 def test_conversation_context_across_sessions(analysis_store: Store) -> None:
@@ -519,7 +519,7 @@ def test_conversation_context_across_sessions(analysis_store: Store) -> None:
     # the blob was set in the first session of the conversation: not a miss
     assert analysis_codes(res.findings) == ["missing_conversation_state"]
     f = res.findings[0]
-    assert f.evidence == [rr]
+    assert f.evidence == (rr,)
     assert "turn-1" in f.message
     assert analyze_session(analysis_store, "turn-1").problems == []
 
@@ -533,7 +533,7 @@ def test_unanswered_kv_request_is_an_error(analysis_store: Store) -> None:
     res = analyze_session(analysis_store, b.done())
     [f] = [f for f in res.findings if f.code == "blob_miss"]
     assert f.severity == "error"
-    assert f.evidence == [s]
+    assert f.evidence == (s,)
     assert "never answered" in f.message
     assert res.blobs[0]["status"] == "unanswered"
 

@@ -162,7 +162,7 @@ def test_sessions_table_says_not_analysed_rather_than_zero(recorded: dict[str, A
 
     reader = open_reader(str(db))
     try:
-        states = finding_states(reader.query, {sid: "error"})
+        states = finding_states(reader, {sid: "error"})
     finally:
         reader.close()
     assert states[sid].analysis == "not analysed"

@@ -62,7 +62,7 @@ def test_findings_stored_when_a_session_ends_and_again_when_it_changes(sink: Sin
     assert store is not None
     assert refresh_ended(sink) == []  # both still open: nothing analysed, nothing stamped
     assert stamps(store.query) == {}
-    states = finding_states(store.query, {"hang": "open", "ok": "open"})
+    states = finding_states(store, {"hang": "open", "ok": "open"})
     assert {s.analysis for s in states.values()} == {"open"}
 
     _end(sink, "hang", "incomplete")
@@ -75,7 +75,7 @@ def test_findings_stored_when_a_session_ends_and_again_when_it_changes(sink: Sin
     _end(sink, "ok")
     sink.flush()
     assert refresh_ended(sink, final=True) == ["ok"]
-    states = finding_states(store.query, {"hang": "incomplete", "ok": "complete"})
+    states = finding_states(store, {"hang": "incomplete", "ok": "complete"})
     assert (states["ok"].analysis, states["ok"].findings, states["ok"].text()) == ("current", 0, "0")
     assert states["hang"].findings >= 3 and states["hang"].notes == 1
 
@@ -117,7 +117,7 @@ def test_an_older_analysis_is_stale_and_recomputed(sink: Sink) -> None:
         store.con.execute("UPDATE meta SET value = 'a1 wb0.0.9' WHERE key = ?", [KEY_PREFIX + "hang"])
         store.con.execute("DELETE FROM meta WHERE key = ?", [KEY_PREFIX + "ok"])
         store.con.execute("DELETE FROM findings")
-    states = finding_states(store.query, {"hang": "complete", "ok": "complete"})
+    states = finding_states(store, {"hang": "complete", "ok": "complete"})
     assert (states["hang"].analysis, states["ok"].analysis) == ("stale", "not analysed")
     assert states["ok"].text() == "not analysed"  # never 0 for a session nobody analysed
     assert sorted(refresh_stale(store)) == ["hang", "ok"]

@@ -294,13 +294,13 @@ async def test_follow_live_capture(tmp_path: Path, wait_for: Wait) -> None:
             assert isinstance(screen, SessionScreen)
             # no findings rows yet: the incremental analyzer diagnoses the live capture
             await wait_for(pilot, lambda: "missing_stream_close" in {
-                f["code"] for f in screen.findings_table.findings}, what="live findings")
+                f.code for f in screen.findings_table.findings}, what="live findings")
             # once an analysis writes findings rows, those are shown
             store.insert_rows("findings", pa.Table.from_pylist([dict(
                 session_id=HANG_SESSION, code="exec_no_stream_close", severity="error", message="stored",
                 first_seq=14, last_seq=60, evidence=[14], suggested_fix="", created_at=None)],
                 schema=pa.schema(list(FINDING_TYPES.items()))))
-            await wait_for(pilot, lambda: [f["message"] for f in screen.findings_table.findings] == ["stored"],
+            await wait_for(pilot, lambda: [f.message for f in screen.findings_table.findings] == ["stored"],
                            what="stored finding")
             # a new session shows up on the sessions screen
             _record(rec, dec, SessionInfo("second", transport="run"), ok_turn(), BASE_US + 10**9)

@@ -94,7 +94,7 @@ def test_frame_filters_and_folded_page(tui_sample_db: Path) -> None:
 
 def test_frame_detail_rebuilds_envelope_header(tui_sample_db: Path) -> None:
     data = TuiData(tui_sample_db)
-    seq = data.findings(HANG_SESSION)[0]["evidence"][0]
+    seq = data.findings(HANG_SESSION)[0].evidence[0]
     d = data.frame_detail(HANG_SESSION, seq)
     assert d is not None
     assert d.kind == "exec_server_message.shell_stream_args"
@@ -112,8 +112,8 @@ def test_frame_detail_rebuilds_envelope_header(tui_sample_db: Path) -> None:
 def test_findings_tool_calls_blobs(tui_sample_db: Path) -> None:
     data = TuiData(tui_sample_db)
     findings = data.findings(HANG_SESSION)
-    assert [f["severity"] for f in findings] == ["error", "warning", "info"]
-    assert findings[0]["code"] == "exec_no_stream_close"
+    assert [f.severity for f in findings] == ["error", "warning", "info"]
+    assert findings[0].code == "exec_no_stream_close"
     calls = data.tool_calls(HANG_SESSION)
     assert calls[0]["call_id"] == "toolu_01"
     assert calls[0]["args_naive"].startswith('{"command{"command')

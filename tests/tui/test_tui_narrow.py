@@ -120,11 +120,11 @@ def test_findings_are_listed_root_cause_first(tmp_path: Path) -> None:
     data = TuiData(db)
     try:
         found = data.findings("s1")
-        assert [f["code"] for f in found] == ["missing_stream_close", "heartbeat_loop",
+        assert [f.code for f in found] == ["missing_stream_close", "heartbeat_loop",
                                               "stream_ended_without_turn_end"]
-        assert [f["cause"] for f in found] == [None, "missing_stream_close", "heartbeat_loop"]
+        assert [f.cause for f in found] == [None, "missing_stream_close", "heartbeat_loop"]
         (summary,) = data.sessions()
-        assert summary.top_finding is not None and summary.top_finding["code"] == "missing_stream_close"
+        assert summary.top_finding is not None and summary.top_finding.code == "missing_stream_close"
     finally:
         data.close()
 

@@ -45,7 +45,7 @@ async def test_notes_follow_the_findings_and_are_counted_apart(analysed_db: Path
                        and len(app.screen.findings_table.findings) == 5, what="findings")
         screen = app.screen
         assert isinstance(screen, SessionScreen)
-        shown = [(f["severity"], f["code"]) for f in screen.findings_table.findings]
+        shown = [(f.severity, f.code) for f in screen.findings_table.findings]
         assert shown[-1] == ("note", "args_cumulative_snapshots")
         assert all(sev in ("error", "warning") for sev, _ in shown[:-1])
         table = screen.findings_table

@@ -39,10 +39,10 @@ async def test_rig_session_finding_blobs_and_replay(tui_rig_db: tuple[Path, dict
         assert isinstance(screen, SessionScreen)
         tl = screen.timeline
         await wait_for(pilot, lambda: bool(screen.findings_table.findings))
-        codes = [f["code"] for f in screen.findings_table.findings]
+        codes = [f.code for f in screen.findings_table.findings]
         assert "blob_miss" in codes
         await pilot.press("f", *["down"] * codes.index("blob_miss"), "enter")
-        evidence = screen.findings_table.findings[codes.index("blob_miss")]["evidence"]
+        evidence = screen.findings_table.findings[codes.index("blob_miss")].evidence
         await wait_for(pilot, lambda: tl.current is not None and tl.current.seq == evidence[0])
         await wait_for(pilot, lambda: tl.rows_cache.get(evidence[0]) is not None)
         assert tl.rows_cache[evidence[0]]["kind"] == "kv_server_message.get_blob_args"

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any
 
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from workbench.analysis.records import SessionFacts
+from workbench.analysis.rows import BlobContent, BlobPart, BlobRow
 from workbench.decode.tree import message_to_tree
 from workbench.schema import pb
 
@@ -28,15 +29,18 @@ _TEXT_LIMIT = 2000
 _PREVIEW = 120
 
 
-def blob_rows(facts: SessionFacts, *, final: bool, grace: int, known_ids: Iterable[bytes] = (),
-              cache: dict[bytes, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def blob_rows(facts: SessionFacts, *, final: bool, grace: int, known_ids: Container[bytes] = (),
+              cache: dict[bytes, BlobContent] | None = None) -> list[BlobRow]:
     """The ``blobs`` rows of one session (Python values; ``parts`` is a list, ``data`` bytes).
     ``cache`` (SHA-256 of the data → description) may be kept across calls by a live analyzer."""
     refs = checkpoint_refs(facts)
-    rows: list[dict[str, Any]] = []
-    seen: set[bytes] = set(known_ids)
+    rows: list[BlobRow] = []
+    seen: set[bytes] = set()  # set or served in this session; ``known_ids``: set in another one
     if cache is None:
         cache = {}
+    # blob id → (bytes, their SHA-256): a blob set and served every turn is hashed once (comparing
+    # the bytes with the ones already hashed costs a fraction of hashing them again)
+    digests: dict[bytes, tuple[bytes, bytes]] = {}
     for op in facts.kv:
         answered = op.result_seq is not None
         pending = not answered and (final or op.later_server >= grace)
@@ -57,14 +61,16 @@ def blob_rows(facts: SessionFacts, *, final: bool, grace: int, known_ids: Iterab
             else:
                 data = None
                 status = "unanswered" if pending else "pending"
-        row = _row(facts.session_id, op.blob_id, op.op, op.seq, op.result_seq, op.id, data, status, refs, cache)
+        row = _row(facts.session_id, op.blob_id, op.op, op.seq, op.result_seq, op.id, data, status, refs, cache,
+                   digests)
         if op.set_error:
             row["preview"] = f"set error: {op.set_error}"
         rows.append(row)
     for blob_id, where in refs.items():
-        if blob_id not in seen and not where[-1][1].startswith("run_request"):
+        if blob_id not in seen and blob_id not in known_ids and not where[-1][1].startswith("run_request"):
             seq = where[-1][0]
-            rows.append(_row(facts.session_id, blob_id, "ref", seq, None, None, None, "never_set", refs, cache))
+            rows.append(_row(facts.session_id, blob_id, "ref", seq, None, None, None, "never_set", refs, cache,
+                             digests))
     rows.sort(key=lambda r: (r["seq"] if r["seq"] is not None else -1))
     # The bytes are kept once per blob id (the first row that carried them): a system prompt set
     # and served every turn would otherwise be stored dozens of times.
@@ -80,13 +86,18 @@ def blob_rows(facts: SessionFacts, *, final: bool, grace: int, known_ids: Iterab
 
 def _row(session_id: str, blob_id: bytes, op: str, seq: int, result_seq: int | None, kv_id: int | None,
          data: bytes | None, status: str, refs: dict[bytes, list[tuple[int, str]]],
-         cache: dict[bytes, dict[str, Any]]) -> dict[str, Any]:
-    info: dict[str, Any]
+         cache: dict[bytes, BlobContent], digests: dict[bytes, tuple[bytes, bytes]]) -> BlobRow:
+    info: BlobContent
     digest = None
     if data is None:
         info = {"content_type": None, "role": None, "proto_type": None, "parts": None, "preview": None}
     else:
-        digest = hashlib.sha256(data).digest()
+        known = digests.get(blob_id)
+        if known is not None and known[0] == data:
+            digest = known[1]
+        else:
+            digest = hashlib.sha256(data).digest()
+            digests[blob_id] = (data, digest)
         info = cache.get(digest) or describe(data)
         cache[digest] = info
     where = refs.get(blob_id)
@@ -112,9 +123,9 @@ def _row(session_id: str, blob_id: bytes, op: str, seq: int, result_seq: int | N
 
 # content ---------------------------------------------------------------------------------------
 
-def describe(data: bytes) -> dict[str, Any]:
+def describe(data: bytes) -> BlobContent:
     """content_type, role, proto_type, parts and a one-line preview of one blob's bytes."""
-    out: dict[str, Any] = {"content_type": "binary", "role": None, "proto_type": None, "parts": None,
+    out: BlobContent = {"content_type": "binary", "role": None, "proto_type": None, "parts": None,
                            "preview": None}
     if not data:
         out["content_type"] = "empty"
@@ -154,7 +165,7 @@ def describe(data: bytes) -> dict[str, Any]:
     return out
 
 
-def json_parts(content: Any) -> list[dict[str, Any]] | None:
+def json_parts(content: Any) -> list[BlobPart] | None:
     """AI-SDK ModelMessage content → parts: text, tool-call {name,id,args}, tool-result {name,id,result}."""
     if content is None:
         return None
@@ -162,7 +173,7 @@ def json_parts(content: Any) -> list[dict[str, Any]] | None:
         return [{"type": "text", "text": _clip(content)}]
     if not isinstance(content, list):
         return [{"type": "unknown", "value": _clip(json.dumps(content))}]
-    parts: list[dict[str, Any]] = []
+    parts: list[BlobPart] = []
     for p in content:
         if not isinstance(p, dict):
             parts.append({"type": "unknown", "value": _clip(json.dumps(p))})
@@ -246,7 +257,7 @@ def _plausible(name: str, msg: Any) -> bool:
     return True
 
 
-def _proto_parts(name: str, msg: Any) -> tuple[str | None, list[dict[str, Any]] | None]:
+def _proto_parts(name: str, msg: Any) -> tuple[str | None, list[BlobPart] | None]:
     if name == "UserMessage":
         return "user", [{"type": "text", "text": _clip(msg.text or msg.rich_text)}]
     if name == "ConversationStep":
@@ -345,7 +356,7 @@ def _one_line(text: str, limit: int = _PREVIEW) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def _preview(role: str | None, parts: list[dict[str, Any]] | None, data: bytes) -> str:
+def _preview(role: str | None, parts: list[BlobPart] | None, data: bytes) -> str:
     bits: list[str] = []
     for p in parts or []:
         if p["type"] == "text":
@@ -366,7 +377,7 @@ def _tree_preview(msg: Message) -> str:
     return _one_line(json.dumps(message_to_tree(msg), default=str))
 
 
-def summarize_blob(row: dict[str, Any]) -> str:
+def summarize_blob(row: BlobRow) -> str:
     """Short label of a blob row for finding messages."""
     kind = row.get("role") or row.get("proto_type") or row.get("content_type") or "?"
     return f"blob {row['blob_id'][:12]}… ({kind}, {row.get('size')} B)"

@@ -3,17 +3,16 @@
 ``CAUSES`` maps a symptom code to the codes that can explain it, most direct first (e.g.
 ``stream_ended_without_turn_end`` ← ``heartbeat_loop`` ← ``missing_stream_close``). The relation
 is acyclic. ``order_findings`` puts each root cause before the findings that follow from it and
-sets ``cause`` / ``cause_seq`` on each follower. It takes ``Finding`` objects or finding rows
-(dicts with code, severity, first_seq, last_seq), so ``workbench diagnose``, the TUI and the live
-analysis order findings the same way.
+returns each follower with ``cause`` / ``cause_seq`` set (``Finding`` is immutable: a copy), so
+``workbench diagnose``, the TUI, the listing's top finding and the live analysis order findings
+the same way. Importing this module does not load the rules or the engine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
 
-from workbench.analysis.model import SEVERITY_RANK
+from workbench.analysis.model import SEVERITY_RANK, Finding
 
 # An unanswered message the server never took: the append carrying it was refused or lost.
 _LOST_APPEND = ("append_rejected", "append_seqno_anomaly")
@@ -33,78 +32,47 @@ CAUSES: dict[str, tuple[str, ...]] = {
                   "kv_only_response", "missing_stream_close"),
 }
 
-T = TypeVar("T")
+
+def _key(f: Finding) -> tuple[int, int, str]:
+    return (SEVERITY_RANK.get(f.severity, 3), -1 if f.first_seq is None else f.first_seq, f.code)
 
 
-def _get(item: Any, name: str) -> Any:
-    return item.get(name) if isinstance(item, dict) else getattr(item, name)
-
-
-def _set(item: Any, name: str, value: Any) -> None:
-    if isinstance(item, dict):
-        item[name] = value
-    else:
-        setattr(item, name, value)
-
-
-def _seq(item: Any, name: str) -> int:
-    v = _get(item, name)
-    return int(v) if v is not None else -1
-
-
-def _key(item: Any) -> tuple[int, int, str]:
-    return (SEVERITY_RANK.get(_get(item, "severity"), 3), _seq(item, "first_seq"), str(_get(item, "code")))
-
-
-def cause_of(item: Any, items: Sequence[Any]) -> Any | None:
+def cause_of(item: Finding, items: Sequence[Finding]) -> Finding | None:
     """The finding among ``items`` that explains ``item``: of the codes that can, the most direct
     one present that starts no later than ``item`` ends (the nearest before it, if several)."""
-    code = _get(item, "code")
-    end = _get(item, "last_seq")
-    for cause_code in CAUSES.get(code, ()):
-        found = [c for c in items if c is not item and _get(c, "code") == cause_code
-                 and (end is None or _get(c, "first_seq") is None or _get(c, "first_seq") <= end)]
+    end = item.last_seq
+    for cause_code in CAUSES.get(item.code, ()):
+        found = [c for c in items if c is not item and c.code == cause_code
+                 and (end is None or c.first_seq is None or c.first_seq <= end)]
         if found:
-            return max(found, key=lambda c: _seq(c, "first_seq"))
+            return max(found, key=lambda c: -1 if c.first_seq is None else c.first_seq)
     return None
 
 
-def _is_note(item: Any) -> bool:
-    return _get(item, "severity") not in ("error", "warning")
-
-
-def order_findings(items: Sequence[T]) -> list[T]:
+def order_findings(items: Sequence[Finding]) -> list[Finding]:
     """Root causes first (by severity, then seq), each followed by what follows from it; notes last,
     in seq order. A note did no harm, so it neither explains a finding nor follows from one."""
-    notes = sorted((it for it in items if _is_note(it)), key=_key)
-    for it in notes:
-        _set(it, "cause", None)
-        _set(it, "cause_seq", None)
-    items = [it for it in items if not _is_note(it)]
-    cause: dict[int, Any] = {}
-    for it in items:
-        c = cause_of(it, items)
-        cause[id(it)] = c
-        _set(it, "cause", _get(c, "code") if c is not None else None)
-        _set(it, "cause_seq", _get(c, "first_seq") if c is not None else None)
-    children: dict[int, list[Any]] = {}
-    for it in items:
-        c = cause[id(it)]
+    notes = [f.caused_by(None) for f in sorted((f for f in items if f.is_note), key=_key)]
+    problems = [f for f in items if not f.is_note]
+    cause = {id(f): cause_of(f, problems) for f in problems}
+    children: dict[int, list[Finding]] = {}
+    for f in problems:
+        c = cause[id(f)]
         if c is not None:
-            children.setdefault(id(c), []).append(it)
-    out: list[T] = []
+            children.setdefault(id(c), []).append(f)
+    out: list[Finding] = []
     seen: set[int] = set()
 
-    def emit(it: Any) -> None:
-        if id(it) in seen:
+    def emit(f: Finding) -> None:
+        if id(f) in seen:
             return
-        seen.add(id(it))
-        out.append(it)
-        for child in sorted(children.get(id(it), []), key=_key):
+        seen.add(id(f))
+        out.append(f.caused_by(cause[id(f)]))
+        for child in sorted(children.get(id(f), []), key=_key):
             emit(child)
 
-    for root in sorted((it for it in items if cause[id(it)] is None), key=_key):
+    for root in sorted((f for f in problems if cause[id(f)] is None), key=_key):
         emit(root)
-    for it in sorted(items, key=_key):  # nothing is left over in an acyclic relation; be safe anyway
-        emit(it)
+    for f in sorted(problems, key=_key):  # nothing is left over in an acyclic relation; be safe anyway
+        emit(f)
     return out + notes

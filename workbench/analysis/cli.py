@@ -11,15 +11,17 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from workbench.analysis.argsdiff import args_diff
+from workbench.analysis.conversations import Conversations
 from workbench.analysis.engine import analyze_session, write_results
-from workbench.analysis.model import AnalysisResult, Config
+from workbench.analysis.model import AnalysisResult, Config, FindingJson
 from workbench.analysis.report import print_report
 from workbench.commands.common import add_db_arg, resolve_session
 from workbench.errors import CliError
 from workbench.protocol.args import parse_json
+from workbench.store import analysis_reads as reads
 from workbench.store.db import Store, StoreError
 from workbench.store.reader import live_pid, open_reader
 
@@ -83,11 +85,11 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     src: Any = store if store is not None else open_reader(args.db)
     try:
         if args.all:
-            ids = [str(s) for s in src.query("SELECT session_id FROM sessions ORDER BY started_at, session_id")
-                   .column(0).to_pylist()]
+            ids = reads.session_ids(src)
         else:
             ids = [resolve_session(src, args.session)]
-        results = [analyze_session(src, sid, cfg) for sid in ids]
+        convs = Conversations(src)  # each session's siblings read once for all of them
+        results = [analyze_session(src, sid, cfg, conversations=convs) for sid in ids]
         note = None
         if store is not None:
             write_results(store, results)
@@ -106,11 +108,21 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return 1 if any(r.failed for r in results) else 0
 
 
-def result_json(r: AnalysisResult) -> dict[str, Any]:
+class ResultJson(TypedDict):
+    """One line of ``diagnose --json`` (keys in this order: scripts read them)."""
+
+    session_id: str
+    frames: int
+    failed: bool
+    findings: list[FindingJson]
+    notes: list[FindingJson]
+
+
+def result_json(r: AnalysisResult) -> ResultJson:
     """The session's findings (errors, warnings), then its notes (``"severity": "note"``) in a list of
     their own: a consumer that gates on ``findings == []`` is not tripped by what did no harm."""
     return {"session_id": r.session_id, "frames": r.frame_count, "failed": r.failed,
-            "findings": [f.as_dict() for f in r.problems], "notes": [f.as_dict() for f in r.notes]}
+            "findings": [f.to_json() for f in r.problems], "notes": [f.to_json() for f in r.notes]}
 
 
 def _load(args: argparse.Namespace) -> AnalysisResult:

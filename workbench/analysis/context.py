@@ -10,12 +10,12 @@ the server parked, is not a fault of that obligation. docs/analysis.md states th
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from workbench.analysis.model import Config, Finding
+from workbench.analysis.model import Config, Finding, Severity
 from workbench.analysis.records import EndStream, ExecReq, HeartbeatRun, SessionFacts
+from workbench.analysis.rows import BlobRow, CallRecord, SessionRecord
 from workbench.decode.classify import default_decoder
 from workbench.protocol import kinds
 from workbench.protocol.status import StreamError, parse_stream_error
@@ -28,7 +28,7 @@ ORDER_NOTE = ("Frame order unknown (imported without per-frame timing; client an
               "order), so what came first is a guess: ")
 
 
-def session_order(meta: dict[str, Any] | None) -> str:
+def session_order(meta: Mapping[str, object] | None) -> str:
     """The order of a session's frames from its ``sessions.meta``."""
     meta = meta or {}
     order = meta.get("order")
@@ -62,23 +62,23 @@ class Stall:
 @dataclass
 class Context:
     facts: SessionFacts
-    blobs: list[dict[str, Any]]
-    tool_calls: list[dict[str, Any]]
+    blobs: list[BlobRow]
+    tool_calls: list[CallRecord]
     config: Config
     final: bool
     runs: list[HeartbeatRun]
     # a checkpoint this conversation received in an earlier session: (session_id, seq)
     prior_checkpoint: tuple[str, int] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    session: SessionRecord = field(default_factory=lambda: SessionRecord())
+    # the user text of that earlier session's first run_request (a stateless client's history)
+    prior_prompt: str | None = None
+    # (session_id, seq, payload) of run requests and actions of later sessions, read on first use
+    later: Callable[[], list[tuple[str, int, bytes]]] | None = None
     _errors: dict[int, StreamError | None] = field(default_factory=dict)
 
     @property
     def session_id(self) -> str:
         return self.facts.session_id
-
-    @property
-    def session(self) -> dict[str, Any]:
-        return self.extra.get("session") or {}
 
     @property
     def order(self) -> str:
@@ -89,15 +89,15 @@ class Context:
         return self.order != ORDER_BODY
 
     def finding(self, code: str, message: str, evidence: Sequence[int | None], fix: str,
-                severity: str | None = None, *, order_dependent: bool = False) -> Finding:
+                severity: Severity | None = None, *, order_dependent: bool = False) -> Finding:
         """A finding of ``code``. ``order_dependent``: the conclusion rests on which frame came
         first; in a body-order session it is then stated as a possibility, as a warning."""
         ev = [int(s) for s in evidence if s is not None]
-        sev = severity or RULES[code].severity
+        sev: Severity = severity or RULES[code].severity
         if order_dependent and not self.order_known:
             message = ORDER_NOTE + message
             sev = "warning" if sev == "error" else sev  # lowered, never raised (a note stays a note)
-        return Finding(code, sev, message, min(ev) if ev else None, max(ev) if ev else None, ev, fix,
+        return Finding(code, sev, message, min(ev) if ev else None, max(ev) if ev else None, tuple(ev), fix,
                        self.session_id)
 
     # positions -------------------------------------------------------------------------------
@@ -193,8 +193,7 @@ class Context:
 
     def later_payloads(self) -> list[tuple[str, int, bytes]]:
         """(session_id, seq, payload) of run requests and actions in sessions that started later."""
-        get = self.extra.get("later_payloads")
-        return get() if callable(get) else []
+        return self.later() if self.later is not None else []
 
     def delivered(self, seq: int | None) -> bool:
         """False for a client frame whose exchange was answered non-2xx (the server never took it)."""
@@ -224,7 +223,7 @@ RuleFn = Callable[[Context], list[Finding]]
 @dataclass(frozen=True)
 class Rule:
     code: str
-    severity: str  # the usual severity; a rule may lower it for a milder variant
+    severity: Severity  # the usual severity; a rule may lower it for a milder variant
     fn: RuleFn
     summary: str
 
@@ -232,7 +231,7 @@ class Rule:
 RULES: dict[str, Rule] = {}
 
 
-def rule(code: str, severity: str, summary: str) -> Callable[[RuleFn], RuleFn]:
+def rule(code: str, severity: Severity, summary: str) -> Callable[[RuleFn], RuleFn]:
     def wrap(fn: RuleFn) -> RuleFn:
         RULES[code] = Rule(code, severity, fn, summary)
         return fn

@@ -107,13 +107,6 @@ FRAME_FIELDS = ("seq", "ts_us", "direction", "transport", "kind", "ref_id", "cal
                 "grpc_status")
 
 
-def payload_sql_predicate() -> str:
-    """SQL boolean over ``frames`` telling whether the walk needs a frame's payload."""
-    kinds = ", ".join(f"'{k}'" for k in PAYLOAD_KINDS)
-    prefixes = " OR ".join(f"starts_with(kind, '{p}')" for p in PAYLOAD_PREFIXES)
-    return f"(kind IN ({kinds}) OR {prefixes} OR transport IN ('{NDJSON}', 'bidi_append'))"
-
-
 def is_new_input(kind: str) -> bool:
     """Client messages that ask the server for new work (exec results are judged per exec)."""
     return kind == RUN_REQUEST or kind.startswith("conversation_action")
@@ -169,7 +162,7 @@ class FactsBuilder(RequestPairing):
         self.feed_columns(cols, len(rows))
 
     @staticmethod
-    def _meta_columns(cols: dict[str, Any], n: int) -> None:
+    def _meta_columns(cols: dict[str, list[Any]], n: int) -> None:
         """Full frame rows carry ``meta``; the walk wants http_status / content_type columns."""
         if "http_status" in cols or "meta" not in cols:
             return

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.analysis.rows import ToolCallRow
 from workbench.protocol.stream_json import (
     DELTA,
     FULL,
@@ -104,9 +105,9 @@ def error_results(events: list[tuple[int, str, bytes | None, str | None]]) -> li
     return out
 
 
-def tool_rows(session_id: str, events: list[tuple[int, str, bytes | None, str | None]]) -> list[dict[str, Any]]:
+def tool_rows(session_id: str, events: list[tuple[int, str, bytes | None, str | None]]) -> list[ToolCallRow]:
     """``tool_calls`` rows from stream-json tool_call/started|completed events (joined by call_id)."""
-    calls: dict[str, dict[str, Any]] = {}
+    calls: dict[str, ToolCallRow] = {}
     for seq, kind, payload, decoded in events:
         if not kind.startswith("tool_call"):
             continue

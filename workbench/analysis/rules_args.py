@@ -15,6 +15,7 @@ from typing import Any
 from workbench.analysis.argsdiff import args_diff
 from workbench.analysis.context import Context, rule
 from workbench.analysis.model import Finding
+from workbench.analysis.rows import CallRecord
 from workbench.analysis.tools import canonical_args
 from workbench.protocol.args import accumulate_all, naive_junctions
 
@@ -48,7 +49,7 @@ def _where(hits: list[int], later: tuple[str, int] | None) -> str:
     return f"its next run (session {later[0]}, seq {later[1]})"
 
 
-def _hay(ctx: Context, row: dict[str, Any], after: int) -> list[tuple[int, bytes]]:
+def _hay(ctx: Context, row: CallRecord, after: int) -> list[tuple[int, bytes]]:
     """Client messages that may echo a call's args: its exec's result(s), later requests/actions.
     In a body-order session every client message is a candidate (positions say nothing)."""
     hay = [(row.get("result_seq") or after, p) for p in row.get("_echo") or []]
@@ -62,7 +63,7 @@ def args_cumulative_snapshots(ctx: Context) -> list[Finding]:
     finding needs the client's own later messages (history, results, next request) to carry text
     that only a naive concatenation produces; without one the snapshots make one note per session."""
     out = []
-    handled: list[tuple[dict[str, Any], int, int, int]] = []
+    handled: list[tuple[CallRecord, int, int, int]] = []
     for row in ctx.tool_calls:
         deltas = row.get("_deltas") or []
         good = accumulate_all(deltas) if len(deltas) >= 2 else ""
@@ -145,7 +146,7 @@ def completion_args_lossy(ctx: Context) -> list[Finding]:
                       if (seq > completed or not ctx.order_known) and any(n in p for n in needles))
         later = None if hits else _later_hit(ctx, needles)
         src = "streamed args" if isinstance(streamed, dict) else "exec mcp_args"
-        ev = (row["_delta_seqs"][-1:] if row["_delta_seqs"] else []) + [completed, row.get("exec_seq")]
+        ev: list[int | None] = [*row["_delta_seqs"][-1:], completed, row.get("exec_seq")]
         fix = ("Merge the completion map into the streamed (or exec) args instead of overwriting: keep keys it omits "
                "and structured values it downgraded (workbench.protocol.args.merge_mcp_args).")
         if not hits and later is None:
@@ -163,7 +164,7 @@ def completion_args_lossy(ctx: Context) -> list[Finding]:
             f"call {row['call_id']} ({row.get('tool_name')}): the tool_call_completed McpArgs differ from the {src} "
             f"({diff.describe()}), and {where} carries those lossy args "
             f"(merged args keep {sorted(row['args_merged']) if isinstance(row.get('args_merged'), dict) else '?'}).",
-            ev + hits[:5], fix, order_dependent=True))
+            [*ev, *hits[:5]], fix, order_dependent=True))
     return out
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left
-from typing import Any
 
 from workbench.analysis.blobs import summarize_blob
 from workbench.analysis.context import ORDER_NOTE, Context, exec_label, rule
 from workbench.analysis.model import Finding
 from workbench.analysis.records import ExecReq, HeartbeatRun
+from workbench.analysis.rows import BlobPart, BlobRow
 from workbench.protocol import kinds
 
 REQUEST_CONTEXT = "request_context_args"
@@ -252,7 +252,7 @@ def kv_only_response(ctx: Context) -> list[Finding]:
     return out
 
 
-def _parts_label(parts: list[dict[str, Any]] | None) -> str:
+def _parts_label(parts: list[BlobPart] | None) -> str:
     if not parts:
         return "no content parts"
     bits = []
@@ -274,7 +274,7 @@ def _parts_label(parts: list[dict[str, Any]] | None) -> str:
 def blob_miss(ctx: Context) -> list[Finding]:
     """Only requests the server made count. A blob id the client names (its run_request state, a
     checkpoint it echoes) that the server never asks for is nobody's loss."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[BlobRow]] = {}
     for row in ctx.blobs:
         status = row["status"]
         if status in ("miss", "empty", "served", "stored", "set_error") and row.get("result_seq") is not None \

@@ -70,7 +70,7 @@ def missing_conversation_state(ctx: Context) -> list[Finding]:
                 "Echo the latest checkpoint as conversation_state with the same conversation_id (or, for a "
                 "stateless client, carry the history in the prompt).", order_dependent=True))
         elif ctx.prior_checkpoint is not None and rr is facts.run_requests[0]:
-            if _carries_history(rr, ctx.extra.get("prior_prompt")):
+            if _carries_history(rr, ctx.prior_prompt):
                 continue
             sid, seq = ctx.prior_checkpoint
             out.append(ctx.finding(

@@ -4,11 +4,11 @@ unary_error, end_stream_not_delivered."""
 from __future__ import annotations
 
 import statistics
-from typing import Any
 
 from workbench.analysis.context import ORDER_TIME, Context, rule
 from workbench.analysis.model import Finding
 from workbench.analysis.records import Append, HttpFailure
+from workbench.analysis.rows import SessionRecord
 from workbench.protocol import kinds
 from workbench.protocol.status import DEFAULT_FIX, ERROR_FIX, grpc_code_name, http_cause, looks_enveloped
 
@@ -160,7 +160,7 @@ def unary_error(ctx: Context) -> list[Finding]:
                       "config) cannot go on without it."))]
 
 
-def _grpc_status(info: dict[str, Any]) -> tuple[str, str] | None:
+def _grpc_status(info: SessionRecord) -> tuple[str, str] | None:
     """(code, message) from a gRPC status the session record kept (trailers or error text)."""
     meta = info.get("meta") or {}
     trailers = meta.get("trailers") if isinstance(meta, dict) else None

@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
@@ -30,7 +30,37 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from workbench.decode.tree import VALUE_BYTES, _scalar, guess_bytes
 from workbench.schema.diff import field_type
 from workbench.schema.loader import Schema
+from workbench.store import analysis_reads as reads
 from workbench.store.reader import LocalReader, RemoteReader
+
+
+class NamedBy(TypedDict):
+    """How a schema names a drift path: the field (or message) name, its type, its owner message."""
+
+    name: str
+    type: str
+    owner: NotRequired[str]
+
+
+class RecordedSchema(TypedDict):
+    """A schema sessions were recorded with (``sessions.meta.schema``) and how many used it."""
+
+    hash: str | None
+    source: str | None
+    messages: int | None
+    sessions: int
+
+
+class PayloadRow(TypedDict):
+    """A frame the drift walk parses, with its session's client version."""
+
+    session_id: str
+    seq: int
+    ts: datetime | None
+    msg_type: str
+    payload: bytes
+    client_version: str | None
+
 
 PAGE_ROWS = 500
 EXAMPLE_CHARS = 160
@@ -38,10 +68,6 @@ MAX_VERSIONS = 8
 UNKNOWN_FIELD = "unknown field"
 OPAQUE = "opaque bytes"
 UNKNOWN_TYPE = "unknown type"
-_NUMBERED = r"(^|\.)[0-9]+(\.|$)"
-# Frames whose payload is not a message of their msg_type (kept compressed, unparsable, wrappers).
-_WALKABLE = ("msg_type IS NOT NULL AND payload IS NOT NULL AND octet_length(payload) > 0 "
-             "AND kind NOT IN ('malformed', 'compressed', 'empty') AND kind NOT LIKE 'end_stream%'")
 _TYPE_BYTES = FieldDescriptor.TYPE_BYTES
 _TYPE_MESSAGE = FieldDescriptor.TYPE_MESSAGE
 
@@ -62,7 +88,7 @@ class DriftPath:
     client_versions: set[str] = field(default_factory=set)
     example: str | None = None
     example_at: tuple[str, int] | None = None
-    named: dict[str, Any] | None = None  # how the other schema names it (None: it does not)
+    named: NamedBy | None = None  # how the other schema names it (None: it does not)
 
     def seen(self, sid: str, seq: int, ts: datetime | None, version: str | None) -> None:
         self.frames += 1
@@ -94,7 +120,7 @@ class DriftReport:
     frames_total: int
     frames_walked: int
     sample: int | None
-    recorded_with: list[dict[str, Any]]
+    recorded_with: list[RecordedSchema]
 
 
 def _example(value: Any) -> str:
@@ -201,7 +227,7 @@ def _numbers_of_kind(schema: Schema, msg_type: str, kind: str) -> tuple[tuple[in
     return None
 
 
-def named_in(schema: Schema, root: str, numbers: tuple[int, ...], what: str) -> dict[str, Any] | None:
+def named_in(schema: Schema, root: str, numbers: tuple[int, ...], what: str) -> NamedBy | None:
     """How ``schema`` names a drift path: its field name and type, or None when it does not."""
     if not schema.has(root):
         return None
@@ -249,17 +275,14 @@ _TYPE_ENUM_NAMES = {v: k for k, v in vars(FieldDescriptor).items() if k.startswi
 Reader = LocalReader | RemoteReader
 
 
-def payload_pages(reader: Reader, sample: int | None) -> Iterator[list[dict[str, Any]]]:
+def payload_pages(reader: Reader, sample: int | None) -> Iterator[list[PayloadRow]]:
     """The walkable frames (with their session's client version), a bounded page at a time."""
-    cols = "f.session_id, f.seq, f.ts, f.msg_type, f.payload"
-    sessions = reader.query("SELECT session_id, client_version FROM sessions ORDER BY session_id").to_pylist()
-    versions = {r["session_id"]: r["client_version"] for r in sessions}
+    versions = reads.client_versions(reader)
     if sample is None:
         for sid in versions:
             last = -1
             while True:
-                rows = reader.query(f"SELECT {cols} FROM frames f WHERE f.session_id = ? AND f.seq > ? AND "
-                                    f"{_WALKABLE} ORDER BY f.seq LIMIT {PAGE_ROWS}", [sid, last]).to_pylist()
+                rows = reads.walkable_page(reader, sid, last, PAGE_ROWS).to_pylist()
                 if not rows:
                     break
                 for r in rows:
@@ -269,18 +292,12 @@ def payload_pages(reader: Reader, sample: int | None) -> Iterator[list[dict[str,
                 if len(rows) < PAGE_ROWS:
                     break
         return
-    keys = reader.query(
-        f"SELECT session_id, seq FROM frames WHERE {_WALKABLE} "
-        "QUALIFY row_number() OVER (PARTITION BY kind ORDER BY hash(session_id, seq)) <= ? "
-        "ORDER BY session_id, seq", [sample]).to_pylist()
     by_session: dict[str, list[int]] = {}
-    for k in keys:
+    for k in reads.walkable_sample(reader, sample).to_pylist():
         by_session.setdefault(k["session_id"], []).append(k["seq"])
     for sid, seqs in by_session.items():
         for i in range(0, len(seqs), PAGE_ROWS):
-            rows = reader.query(f"SELECT {cols} FROM frames f WHERE f.session_id = ? AND "
-                                "list_contains(?::BIGINT[], f.seq) ORDER BY f.seq",
-                                [sid, seqs[i:i + PAGE_ROWS]]).to_pylist()
+            rows = reads.frames_at(reader, sid, seqs[i:i + PAGE_ROWS]).to_pylist()
             for r in rows:
                 r["client_version"] = versions.get(sid)
             yield rows
@@ -289,7 +306,7 @@ def payload_pages(reader: Reader, sample: int | None) -> Iterator[list[dict[str,
 def drift(reader: Reader, schema: Schema, *, against: Schema | None = None, sample: int | None = None
           ) -> DriftReport:
     """Drift paths of every capture in the database, read with ``schema``; ``against`` is checked too."""
-    total = int(reader.query(f"SELECT count(*) FROM frames WHERE {_WALKABLE}").column(0)[0].as_py())
+    total = reads.walkable_count(reader)
     walker = _Walker(schema)
     walked = 0
     for rows in payload_pages(reader, sample):
@@ -298,11 +315,7 @@ def drift(reader: Reader, schema: Schema, *, against: Schema | None = None, samp
         walked += len(rows)
     paths = walker.paths
     # Numbered frame kinds, counted exactly whatever was sampled (one aggregate).
-    numbered = reader.query(
-        "SELECT f.kind, f.msg_type, count(*) AS n, list(DISTINCT f.session_id) AS sessions, min(f.ts) AS first, "
-        "max(f.ts) AS last, list(DISTINCT s.client_version) FILTER (WHERE s.client_version IS NOT NULL) AS versions "
-        f"FROM frames f LEFT JOIN sessions s USING (session_id) WHERE regexp_matches(f.kind, '{_NUMBERED}') "
-        "AND f.msg_type IS NOT NULL GROUP BY f.kind, f.msg_type").to_pylist()
+    numbered = reads.numbered_kinds(reader).to_pylist()
     for row in numbered:
         found = _numbers_of_kind(schema, row["msg_type"], row["kind"])
         if found is None:
@@ -318,10 +331,6 @@ def drift(reader: Reader, schema: Schema, *, against: Schema | None = None, samp
     if against is not None:
         for p in paths.values():
             p.named = named_in(against, p.root, p.numbers, p.what)
-    recorded = reader.query(
-        "SELECT json_extract_string(meta, '$.schema.hash') AS hash, "
-        "json_extract_string(meta, '$.schema.source') AS source, "
-        "CAST(json_extract(meta, '$.schema.messages') AS BIGINT) AS messages, count(*) AS sessions "
-        "FROM sessions GROUP BY ALL ORDER BY sessions DESC").to_pylist()
+    recorded = cast(list[RecordedSchema], reads.recording_schemas(reader).to_pylist())
     ordered = sorted(paths.values(), key=lambda p: (-p.frames, p.path))
     return DriftReport(ordered, total, walked, sample, recorded)

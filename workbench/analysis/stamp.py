@@ -7,19 +7,19 @@ overlay the payloads were parsed with. A stamp that differs from today's (an upg
 overlay, a rule change) marks the stored findings stale: ``stored.refresh_findings`` recomputes them.
 
 The stamp lives in ``meta`` rather than a table of its own so that no schema migration is needed:
-``SELECT session_id, m.value FROM sessions LEFT JOIN meta m ON m.key = 'analysis:' || session_id``.
+the ``meta`` key ``analysis:<session_id>`` (read and written by ``store.analysis_reads``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-import pyarrow as pa
-
 import workbench
+from workbench.store import analysis_reads as reads
+from workbench.store.analysis_reads import Source
 from workbench.store.db import Store
 from workbench.store.schema import SCHEMA_VERSION
 
@@ -27,8 +27,6 @@ from workbench.store.schema import SCHEMA_VERSION
 # 2: notes (severity "note"); request_context_args judged as the service treats it.
 ANALYSIS_VERSION = 2
 KEY_PREFIX = "analysis:"
-
-Query = Callable[..., pa.Table]
 
 
 @lru_cache(maxsize=1)
@@ -51,18 +49,13 @@ def mark_analysed(store: Store, session_ids: Sequence[str]) -> None:
     if not session_ids:
         return
     stamp = analysis_stamp()
-    with store.transaction():
-        store.con.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                              [[KEY_PREFIX + sid, stamp] for sid in session_ids])
+    reads.write_stamp_values(store, KEY_PREFIX, [(sid, stamp) for sid in session_ids])
 
 
-def stamps(query: Query, session_ids: Sequence[str] | None = None) -> dict[str, str]:
-    """session_id → the stamp its stored findings carry (sessions never analysed are absent)."""
-    sql = (f"SELECT substr(key, {len(KEY_PREFIX) + 1}) AS sid, value FROM meta "
-           f"WHERE starts_with(key, '{KEY_PREFIX}')")
-    t = query(sql) if session_ids is None else query(
-        sql + f" AND substr(key, {len(KEY_PREFIX) + 1}) IN (SELECT unnest(?))", [list(session_ids)])
-    return dict(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
+def stamps(src: Source, session_ids: Sequence[str] | None = None) -> dict[str, str]:
+    """session_id → the stamp its stored findings carry (sessions never analysed are absent).
+    ``src``: a reader or its ``query`` callable."""
+    return reads.stamp_values(src, KEY_PREFIX, session_ids)
 
 
 def analysis_state(stamp: str | None, status: Any = None) -> str:

@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.analysis.conversations import Conversations
 from workbench.analysis.engine import analyze_session, write_results
 from workbench.analysis.model import AnalysisResult, Config
 from workbench.analysis.stamp import analysis_stamp, stamps
+from workbench.store import analysis_reads as reads
 from workbench.store.db import Store
 
 log = logging.getLogger("workbench.analysis")
@@ -44,15 +46,13 @@ def refresh_findings(store_or_path: Store | str | Path, session_ids: Sequence[st
     assert isinstance(store, Store)
     try:
         if session_ids is None:
-            ids = [str(s) for s in store.query(
-                "SELECT session_id FROM sessions WHERE status IS DISTINCT FROM 'open' ORDER BY started_at, session_id"
-            ).column(0).to_pylist()]
+            ids = reads.session_ids(store, finished=True)
         else:
             wanted = list(dict.fromkeys(session_ids))
-            finished = set(store.query("SELECT session_id FROM sessions WHERE session_id IN (SELECT unnest(?)) "
-                                       "AND status IS DISTINCT FROM 'open'", [wanted]).column(0).to_pylist())
+            finished = set(reads.session_ids(store, finished=True, among=wanted))
             ids = [s for s in wanted if s in finished]
         results: dict[str, AnalysisResult] = {}
+        convs = Conversations(store)  # the siblings of the sessions, read once for all of them
         deadline = None if budget_s is None else time.monotonic() + budget_s
         for sid in ids:
             if deadline is not None and time.monotonic() > deadline:
@@ -60,7 +60,7 @@ def refresh_findings(store_or_path: Store | str | Path, session_ids: Sequence[st
                          "(workbench diagnose --all stores them)", len(results), len(ids), budget_s)
                 break
             try:
-                results[sid] = analyze_session(store, sid, config, final=True)
+                results[sid] = analyze_session(store, sid, config, final=True, conversations=convs)
             except Exception as exc:  # one session the rules cannot read must not cost the others
                 log.warning("session %s: findings not stored: %s", sid, exc)
         write_results(store, list(results.values()))
@@ -76,10 +76,8 @@ def refresh_findings(store_or_path: Store | str | Path, session_ids: Sequence[st
 def stale_sessions(store: Store) -> list[str]:
     """Finished sessions whose findings were never stored or come from another analysis."""
     current = analysis_stamp()
-    have = stamps(store.query)
-    ids = store.query("SELECT session_id FROM sessions WHERE status IS DISTINCT FROM 'open' "
-                      "ORDER BY started_at, session_id").column(0).to_pylist()
-    return [str(s) for s in ids if have.get(s) != current]
+    have = stamps(store)
+    return [s for s in reads.session_ids(store, finished=True) if have.get(s) != current]
 
 
 def refresh_stale(store: Store, config: Config | None = None) -> list[str]:

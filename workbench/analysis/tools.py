@@ -11,12 +11,13 @@ client that concatenates snapshots would have built.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf.message import DecodeError
 
 from workbench.analysis.facts import CLIENT_CLS, SERVER_CLS
 from workbench.analysis.records import CallState, ExecReq, SessionFacts
+from workbench.analysis.rows import CallRecord, ToolCallRow
 from workbench.decode.tree import message_to_tree
 from workbench.protocol.args import merge_mcp_args, naive_concat, parse_json
 from workbench.store.db import us_to_datetime
@@ -26,7 +27,7 @@ _STR_LIMIT = 2000
 _VOLATILE = {"tool_call_id", "toolCallId", "timeout", "span_context"}
 
 
-def tool_rows(facts: SessionFacts) -> list[dict[str, Any]]:
+def tool_rows(facts: SessionFacts) -> list[CallRecord]:
     calls = list(facts.calls.values())
     by_id = {c.call_id: c for c in calls}
     exec_of: dict[str, ExecReq] = {}
@@ -57,8 +58,8 @@ def tool_rows(facts: SessionFacts) -> list[dict[str, Any]]:
     if facts.ndjson:
         from workbench.analysis.ndjson import tool_rows as ndjson_tool_rows
 
-        rows += [{**r, "_delta_seqs": [], "_deltas": [], "_started_seq": None, "_completed_seq": r["result_seq"],
-                  "_close_seq": None, "_exec_args": None, "_case": None, "_echo": []}
+        rows += [CallRecord(**r, _delta_seqs=[], _deltas=[], _started_seq=None, _completed_seq=r["result_seq"],
+                            _close_seq=None, _exec_args=None, _case=None, _echo=[])
                  for r in ndjson_tool_rows(facts.session_id, facts.ndjson)]
     rows.sort(key=lambda r: r["first_seq"])
     return rows
@@ -144,7 +145,7 @@ def _status(c: CallState | None, req: ExecReq | None) -> str:
     return "streaming"
 
 
-def _call_row(session_id: str, c: CallState, req: ExecReq | None) -> dict[str, Any]:
+def _call_row(session_id: str, c: CallState, req: ExecReq | None) -> CallRecord:
     completed_case, completed_tree = _case_tree(_tool_call_of(c.completed_payload))
     # The started frame matters only when the call never completed (or to name an MCP tool).
     started_case, started_tree = (_case_tree(_tool_call_of(c.started_payload))
@@ -205,7 +206,7 @@ def _call_row(session_id: str, c: CallState, req: ExecReq | None) -> dict[str, A
     }
 
 
-def _exec_only_row(session_id: str, req: ExecReq) -> dict[str, Any]:
+def _exec_only_row(session_id: str, req: ExecReq) -> CallRecord:
     args, result = exec_tree(req)
     name = req.member.removesuffix("_args")
     if req.member == "mcp_args":
@@ -247,7 +248,7 @@ def _tool_name(case: str | None) -> str | None:
     return case[: -len("_tool_call")] if case and case.endswith("_tool_call") else case
 
 
-def canonical_args(row: dict[str, Any]) -> str:
+def canonical_args(row: ToolCallRow) -> str:
     """Args as compared by tool-loop detection: sorted keys, volatile ids dropped."""
     args = row.get("args_merged")
     if isinstance(args, dict):
@@ -265,5 +266,6 @@ def _clip_tree(value: Any) -> Any:
     return value
 
 
-def public_row(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if not k.startswith("_")}
+def public_row(row: CallRecord) -> ToolCallRow:
+    """The stored columns of a call (what the rules read besides them left out)."""
+    return cast(ToolCallRow, {k: v for k, v in row.items() if not k.startswith("_")})

@@ -211,7 +211,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     finally:
         reader.close()
     ids = table.column("session_id").to_pylist()
-    codes = [top.get(sid, {}).get("code") for sid in ids]
+    codes = [f.code if (f := top.get(sid)) is not None else None for sid in ids]
     if args.json:
         for row, code in zip(table.to_pylist(), codes, strict=True):
             st = states[row["session_id"]]
@@ -220,7 +220,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
             row["notes"] = st.notes if st.analysed else None
             row["analysis"] = st.analysis
             row["top_finding"] = code
-            row["top_finding_message"] = f.get("message") or None if f else None
+            row["top_finding_message"] = (f.message or None) if f is not None else None
             print(json.dumps(row, default=str))
     else:
         print_table(table, extra={"findings": [states[s].text() for s in ids],

@@ -21,12 +21,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from workbench.analysis.findings import session_findings, stored_findings
+from workbench.analysis.model import Finding
 from workbench.decode import fields_of
 from workbench.decode.classify import COMPRESSED, ENVELOPED, WIRE_LENGTH, Decoder
-from workbench.overview import FINDING_COLUMNS, finding_states, top_findings
+from workbench.overview import finding_states, top_findings
+from workbench.store import queries
+from workbench.store import view_reads as reads
 from workbench.store.db import StoreError
 from workbench.store.reader import LocalReader, RemoteReader, open_reader
-from workbench.tui.rows import HB_SQL, HEARTBEAT_KINDS, MIN_FOLD, FrameFilter, FrameIndex, RowRef, blob_needle
+from workbench.store.view_reads import BlobView, ToolCallView
+from workbench.tui.rows import HEARTBEAT_KINDS, MIN_FOLD, FrameFilter, FrameIndex, RowRef, blob_needle
 from workbench.wire.envelope import FLAG_COMPRESSED
 from workbench.wire.envelope import header as envelope_header
 
@@ -59,7 +64,7 @@ class FrameDetail:
     payload: bytes
     raw: bytes | None
     error: str | None
-    ids: dict[str, Any]
+    ids: dict[str, int | str | None]   # ref_id, call_id, append_seqno, request_id, stream
     tree: Any
     enveloped: bool
     meta: dict[str, Any] | None = None
@@ -106,7 +111,7 @@ class SessionSummary:
     status: str
     findings: dict[str, int] = field(default_factory=dict)
     label: str = ""
-    top_finding: dict[str, Any] | None = None  # the root cause first (workbench.overview)
+    top_finding: Finding | None = None  # the root cause first (workbench.overview)
     # current | stale | not analysed | open (workbench.overview.FindingState)
     analysis: str = "current"
 
@@ -202,21 +207,15 @@ class TuiData:
     # sessions --------------------------------------------------------------------------------
 
     def sessions(self, only: str | None = None) -> list[SessionSummary]:
-        where, params = ("WHERE session_id = ?", [only]) if only is not None else ("", [])
-        t = self.query(
-            "SELECT session_id, coalesce(source, '') AS source, coalesce(transport, '') AS transport, "
-            "coalesce(model, '') AS model, epoch_us(started_at) AS started_us, "
-            "epoch_us(ended_at) - epoch_us(started_at) AS dur_us, coalesce(frame_count, 0) AS frame_count, "
-            f"coalesce(status, '') AS status, coalesce(label, '') AS label FROM sessions {where} "
-            "ORDER BY started_at, session_id", params)
-        rows = self.query(f"SELECT {FINDING_COLUMNS} FROM findings {where}", params).to_pylist()
+        t = reads.session_summaries(self, only)
+        rows = reads.finding_heads(self, only).to_pylist()
         counts: dict[str, dict[str, int]] = {}
         for r in rows:
             by_sev = counts.setdefault(r["session_id"], {})
             by_sev[r["severity"]] = by_sev.get(r["severity"], 0) + 1
         top = top_findings(rows)
         sessions = t.to_pylist()
-        states = finding_states(self.query, {r["session_id"]: r["status"] for r in sessions})
+        states = finding_states(self, {r["session_id"]: r["status"] for r in sessions})
         out = []
         for r in sessions:
             dur = r["dur_us"]
@@ -232,8 +231,7 @@ class TuiData:
         return found[0] if found else None
 
     def resolve(self, wanted: str) -> str | None:
-        rows = self.query("SELECT session_id FROM sessions WHERE starts_with(session_id, ?) "
-                          "ORDER BY session_id LIMIT 2", [wanted]).column(0).to_pylist()
+        rows = reads.sessions_starting(self, wanted, 2)
         if wanted in rows or len(rows) == 1:
             return wanted if wanted in rows else str(rows[0])
         return None
@@ -241,13 +239,10 @@ class TuiData:
     # frames ----------------------------------------------------------------------------------
 
     def frame_count(self, session_id: str, flt: FrameFilter | None = None) -> int:
-        clause, params = (flt or FrameFilter()).sql()
-        t = self.query(f"SELECT count(*) FROM frames WHERE session_id = ?{clause}", [session_id, *params])
-        return int(t.column(0)[0].as_py())
+        return reads.frame_count(self, session_id, (flt or FrameFilter()).match())
 
     def start_us(self, session_id: str) -> int:
-        t = self.query("SELECT epoch_us(min(ts)) FROM frames WHERE session_id = ?", [session_id])
-        v = t.column(0)[0].as_py()
+        v = reads.first_ts_us(self, session_id)
         return int(v) if v is not None else 0
 
     def frame_index(self, session_id: str, flt: FrameFilter | None = None, after_seq: int = -1,
@@ -256,13 +251,7 @@ class TuiData:
 
     def _index_arrays(self, session_id: str, flt: FrameFilter | None, after_seq: int,
                       upto_seq: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        clause, params = (flt or FrameFilter()).sql()
-        if upto_seq is not None:
-            clause, params = " AND seq <= ?" + clause, [upto_seq, *params]
-        t = self.query(f"SELECT seq, CAST({HB_SQL} AS TINYINT) AS hb, "
-                       f"CAST(direction = 'client' AS TINYINT) AS up FROM frames "
-                       f"WHERE session_id = ? AND seq > ?{clause}",
-                       [session_id, after_seq, *params])
+        t = reads.index_columns(self, session_id, (flt or FrameFilter()).match(), after_seq, upto_seq)
         seqs = column_array(t, "seq", np.int64)
         hb = column_array(t, "hb", np.int8).astype(bool)
         up = column_array(t, "up", np.int8).astype(bool)
@@ -283,24 +272,17 @@ class TuiData:
         return self._index_arrays(session_id, flt, seq, upto_seq)
 
     def max_seq(self, session_id: str) -> int:
-        t = self.query("SELECT coalesce(max(seq), -1) FROM frames WHERE session_id = ?", [session_id])
-        return int(t.column(0)[0].as_py())
+        return queries.last_seq(self, session_id)
 
     def kind_counts(self, session_id: str) -> list[tuple[str, int]]:
         """Kinds present in a session with their frame counts, most frequent first."""
-        t = self.query("SELECT kind, count(*) AS n FROM frames WHERE session_id = ? GROUP BY kind "
-                       "ORDER BY n DESC, kind", [session_id])
-        return [(str(r["kind"]), int(r["n"])) for r in t.to_pylist()]
+        return list(queries.kind_counts(self, session_id).items())
 
     def frame_rows(self, session_id: str, seqs: Sequence[int]) -> dict[int, dict[str, Any]]:
         """Timeline columns for the given seqs (the rows on screen)."""
         if not seqs:
             return {}
-        t = self.query(
-            "SELECT seq, epoch_us(ts) AS ts_us, direction, kind, coalesce(summary, '') AS summary, size, error "
-            "FROM frames WHERE session_id = ? AND seq BETWEEN ? AND ? AND seq IN (SELECT unnest(?))",
-            [session_id, min(seqs), max(seqs), list(seqs)])
-        return {int(r["seq"]): r for r in t.to_pylist()}
+        return {int(r["seq"]): r for r in reads.timeline_rows(self, session_id, seqs).to_pylist()}
 
     def frame_page(self, session_id: str, offset: int, limit: int, flt: FrameFilter | None = None,
                    index: FrameIndex | None = None) -> list[dict[str, Any]]:
@@ -320,16 +302,11 @@ class TuiData:
 
     def timestamps(self, session_id: str) -> tuple[np.ndarray, np.ndarray]:
         """All seqs and their wire times (µs) in order: the replay clock."""
-        t = self.query("SELECT seq, epoch_us(ts) AS ts FROM frames WHERE session_id = ? ORDER BY seq",
-                       [session_id])
+        t = reads.seq_times(self, session_id)
         return column_array(t, "seq", np.int64), column_array(t, "ts", np.int64)
 
     def frame_detail(self, session_id: str, seq: int) -> FrameDetail | None:
-        t = self.query(
-            "SELECT seq, epoch_us(ts) AS ts_us, direction, transport, kind, coalesce(summary, '') AS summary, "
-            "msg_type, coalesce(flags, 0) AS flags, coalesce(size, 0) AS size, payload, raw, error, "
-            "ref_id, call_id, append_seqno, request_id, stream, meta FROM frames WHERE session_id = ? AND seq = ?",
-            [session_id, seq])
+        t = reads.frame_record(self, session_id, seq)
         if not t.num_rows:
             return None
         r = t.to_pylist()[0]
@@ -347,60 +324,38 @@ class TuiData:
 
     # derived tables --------------------------------------------------------------------------
 
-    def findings(self, session_id: str) -> list[dict[str, Any]]:
-        t = self.query(
-            "SELECT code, severity, coalesce(message, '') AS message, first_seq, last_seq, evidence, "
-            "coalesce(suggested_fix, '') AS suggested_fix FROM findings WHERE session_id = ?",
-            [session_id])
-        from workbench.analysis.causes import order_findings  # not at import: it loads the analysis
+    def findings(self, session_id: str) -> list[Finding]:
+        """The session's findings, root cause first: stored, else computed (``session_findings``)."""
+        return session_findings(self, session_id)
 
-        # root cause first, each follower after the finding that explains it ("cause" set on it)
-        out = order_findings(t.to_pylist())
-        for f in out:
-            ev = [int(s) for s in (f["evidence"] or []) if s is not None]
-            if not ev and f["first_seq"] is not None:
-                ev = sorted({int(f["first_seq"]), int(f["last_seq"] if f["last_seq"] is not None else f["first_seq"])})
-            f["evidence"] = ev
-        return out
+    def stored_findings(self, session_id: str) -> list[Finding] | None:
+        """The stored findings; None when the session was never analysed (follow mode then asks
+        ``LiveFindings``)."""
+        return stored_findings(self, session_id)
 
-    def tool_calls(self, session_id: str) -> list[dict[str, Any]]:
-        t = self.query(
-            "SELECT call_id, coalesce(tool_name, '') AS tool_name, exec_id, first_seq, last_seq, exec_seq, "
-            "result_seq, args_streamed, args_completion, args_merged, args_naive, result, "
-            "coalesce(status, '') AS status FROM tool_calls WHERE session_id = ? "
-            "ORDER BY first_seq NULLS LAST, call_id", [session_id])
-        return t.to_pylist()
+    def tool_calls(self, session_id: str) -> list[ToolCallView]:
+        return reads.tool_call_rows(self, session_id)
 
-    def blobs(self, session_id: str) -> list[dict[str, Any]]:
-        t = self.query(
-            "SELECT blob_id, op, seq, result_seq, size, coalesce(content_type, '') AS content_type, "
-            "coalesce(role, '') AS role, proto_type, sha256_ok, coalesce(status, '') AS status, "
-            "coalesce(preview, '') AS preview FROM blobs WHERE session_id = ? ORDER BY seq NULLS LAST, blob_id",
-            [session_id])
-        return t.to_pylist()
+    def blobs(self, session_id: str) -> list[BlobView]:
+        return reads.blob_rows(self, session_id)
 
     def frames_after(self, session_id: str, seq: int, limit: int = 50_000) -> pa.Table:
         """Full frame rows after ``seq`` (what a live analyzer is fed), in seq order: at most ``limit``
         rows and ``PAGE_BYTES`` of payload (a single larger frame alone), so reading never holds a
         whole session's payloads."""
-        sizes = self.query("SELECT seq, coalesce(octet_length(payload), 0) + coalesce(octet_length(raw), 0) AS n "
-                           "FROM frames WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                           [session_id, seq, limit])
+        sizes = reads.stored_sizes_after(self, session_id, seq, limit)
         if not sizes.num_rows:
-            return self.query("SELECT * FROM frames WHERE false")
+            return reads.no_frames(self)
         total, last = 0, -1
         for s, n in zip(sizes.column("seq").to_pylist(), sizes.column("n").to_pylist(), strict=True):
             if total and total + n > PAGE_BYTES:
                 break
             total += n
             last = s
-        return self.query("SELECT * FROM frames WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
-                          [session_id, seq, last])
+        return reads.full_frames(self, session_id, seq, last)
 
     def blob_data(self, session_id: str, blob_id: str) -> bytes | None:
-        t = self.query("SELECT data FROM blobs WHERE session_id = ? AND blob_id = ? AND data IS NOT NULL "
-                       "LIMIT 1", [session_id, blob_id])
-        return t.column(0)[0].as_py() if t.num_rows else None
+        return reads.blob_bytes(self, session_id, blob_id)
 
 
 def _meta(value: Any) -> dict[str, Any] | None:
@@ -436,29 +391,20 @@ class LiveFindings:
     """
 
     def __init__(self, session_id: str) -> None:
-        from workbench.analysis import IncrementalAnalyzer
+        # deferred: the engine and its rules load only when a live capture is followed
+        from workbench.analysis.engine import IncrementalAnalyzer
 
         self.analyzer = IncrementalAnalyzer(session_id)
         self.session_id = session_id
 
-    def update(self, data: TuiData) -> list[dict[str, Any]]:
+    def update(self, data: TuiData) -> list[Finding]:
         while True:
             last = self.analyzer.last_seq
             rows = data.frames_after(self.session_id, -1 if last is None else int(last))
             if not rows.num_rows or not self.analyzer.feed(rows) or rows.num_rows < 50_000:
                 break
-        out = []
-        for f in self.analyzer.findings():
-            d = f.as_dict()
-            ev = [int(x) for x in d.get("evidence") or []]
-            if not ev and d.get("first_seq") is not None:
-                ev = [int(d["first_seq"])]
-            out.append({"code": d["code"], "severity": d["severity"], "message": d.get("message") or "",
-                        "first_seq": d.get("first_seq"), "last_seq": d.get("last_seq"), "evidence": ev,
-                        "suggested_fix": d.get("suggested_fix") or ""})
-        from workbench.analysis.causes import order_findings
-
-        return order_findings(out)
+        # in root-cause order, evidence filled in: exactly as stored findings come (``Finding``)
+        return self.analyzer.findings()
 
 
 # helpers used by the views -----------------------------------------------------------------------

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
@@ -14,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from workbench.store.view_reads import BlobView, ToolCallView
 from workbench.tui.data import pretty_blob, pretty_json, sha256_check
 
 
@@ -26,7 +25,7 @@ class ToolCallScreen(ModalScreen[None]):
 
     BINDINGS = [Binding("escape,q", "dismiss", "Close")]
 
-    def __init__(self, call: dict[str, Any]) -> None:
+    def __init__(self, call: ToolCallView) -> None:
         super().__init__(classes="wb-modal")
         self.call = call
 
@@ -55,7 +54,7 @@ class ToolCallScreen(ModalScreen[None]):
 class BlobScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q", "dismiss", "Close")]
 
-    def __init__(self, blob: dict[str, Any], data: bytes | None) -> None:
+    def __init__(self, blob: BlobView, data: bytes | None) -> None:
         super().__init__(classes="wb-modal")
         self.blob = blob
         self.data = data

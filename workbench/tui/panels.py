@@ -7,10 +7,13 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
+from workbench.analysis.model import Finding
+from workbench.store.view_reads import BlobView, ToolCallView
+
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "note": "cyan"}
 
 
-def _seqs(first: Any, last: Any) -> str:
+def _seqs(first: int | None, last: int | None) -> str:
     if first is None:
         return ""
     return str(first) if last is None or last == first else f"{first}…{last}"
@@ -24,9 +27,9 @@ MIN_MESSAGE = 30
 NARROW_COLUMNS: tuple[tuple[str, str], ...] = (("lit", " "), ("finding", "finding"))
 
 
-def finding_code(f: dict[str, Any]) -> str:
+def finding_code(f: Finding) -> str:
     """The code, marked ``↳`` when another finding of the session explains it (``order_findings``)."""
-    return f"↳ {f['code']}" if f.get("cause") else str(f["code"])
+    return f"↳ {f.code}" if f.cause else f.code
 
 
 class FindingsTable(DataTable[Any]):
@@ -36,7 +39,7 @@ class FindingsTable(DataTable[Any]):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
-        self.findings: list[dict[str, Any]] = []
+        self.findings: list[Finding] = []
         self.lit: set[int] | None = None   # None = not replaying: all shown plainly
         self._widths: dict[str, int] = {}
 
@@ -54,7 +57,7 @@ class FindingsTable(DataTable[Any]):
     def _layout(self) -> bool:
         """Fit the columns to the pane; True when they changed (and the rows need adding again)."""
         codes = [len(finding_code(f)) for f in self.findings]
-        frames = [len(_seqs(f["first_seq"], f["last_seq"])) for f in self.findings]
+        frames = [len(_seqs(f.first_seq, f.last_seq)) for f in self.findings]
         widths = {"lit": 1, "severity": 8, "code": min(30, max([4, *codes])), "frames": max([6, *frames])}
         width = (self.size.width or 80) - 2  # the scrollbar
         room = width - 2 * len(FINDING_COLUMNS) - sum(widths.values())  # cells are padded by 2
@@ -72,7 +75,7 @@ class FindingsTable(DataTable[Any]):
             self.add_column(header, key=key, width=widths[key])
         return True
 
-    def set_findings(self, findings: list[dict[str, Any]]) -> None:
+    def set_findings(self, findings: list[Finding]) -> None:
         if findings == self.findings:
             return
         self.findings = findings
@@ -88,8 +91,8 @@ class FindingsTable(DataTable[Any]):
         if self.findings:
             self.move_cursor(row=min(max(keep, 0), len(self.findings) - 1))
 
-    def _cells(self, i: int, f: dict[str, Any]) -> dict[str, Any]:
-        sev = f["severity"]
+    def _cells(self, i: int, f: Finding) -> dict[str, Text]:
+        sev = f.severity
         lit = self.lit is None or i in self.lit
         dim = "" if lit else "dim"
         mark = Text("●", SEVERITY_STYLE.get(sev, "")) if self.lit is not None and lit else Text(
@@ -98,15 +101,15 @@ class FindingsTable(DataTable[Any]):
         if self.narrow:
             width = self._widths["finding"]
             line = Text.assemble(sev_text, "  ", (finding_code(f), dim), "  ",
-                                 (_seqs(f["first_seq"], f["last_seq"]), "dim"))
-            message = Text(f["message"], dim)
+                                 (_seqs(f.first_seq, f.last_seq), "dim"))
+            message = Text(f.message, dim)
             line.truncate(width, overflow="ellipsis")
             message.truncate(width, overflow="ellipsis")
             return {"lit": mark, "finding": Text("\n").join([line, message])}
         cells = {"lit": mark, "severity": sev_text,
                  "code": Text(finding_code(f), dim, no_wrap=True, overflow="ellipsis"),
-                 "frames": Text(_seqs(f["first_seq"], f["last_seq"]), dim),
-                 "message": Text(f["message"], dim, no_wrap=True, overflow="ellipsis")}
+                 "frames": Text(_seqs(f.first_seq, f.last_seq), dim),
+                 "message": Text(f.message, dim, no_wrap=True, overflow="ellipsis")}
         return cells
 
     def set_lit(self, lit: set[int] | None) -> None:
@@ -119,9 +122,9 @@ class FindingsTable(DataTable[Any]):
 
     def lit_by(self, seq: int) -> set[int]:
         """Indices of findings whose first evidence frame is at or before ``seq``."""
-        return {i for i, f in enumerate(self.findings) if f["evidence"] and min(f["evidence"]) <= seq}
+        return {i for i, f in enumerate(self.findings) if f.evidence and f.evidence[0] <= seq}
 
-    def selected(self) -> dict[str, Any] | None:
+    def selected(self) -> Finding | None:
         if not self.findings or self.cursor_row < 0:
             return None
         return self.findings[min(self.cursor_row, len(self.findings) - 1)]
@@ -144,14 +147,14 @@ def set_measured_rows(table: DataTable[Any], columns: tuple[str, ...], rows: lis
 class ToolCallsTable(DataTable[Any]):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
-        self.calls: list[dict[str, Any]] = []
+        self.calls: list[ToolCallView] = []
 
     COLUMNS = ("call_id", "tool", "status", "exec", "frames")
 
     def on_mount(self) -> None:
         set_measured_rows(self, self.COLUMNS, [])
 
-    def set_calls(self, calls: list[dict[str, Any]]) -> None:
+    def set_calls(self, calls: list[ToolCallView]) -> None:
         if calls == self.calls:
             return
         self.calls = calls
@@ -162,7 +165,7 @@ class ToolCallsTable(DataTable[Any]):
                          "" if c["exec_id"] is None else str(c["exec_id"]), _seqs(c["first_seq"], c["last_seq"])))
         set_measured_rows(self, self.COLUMNS, rows)
 
-    def selected(self) -> dict[str, Any] | None:
+    def selected(self) -> ToolCallView | None:
         if not self.calls or self.cursor_row < 0:
             return None
         return self.calls[min(self.cursor_row, len(self.calls) - 1)]
@@ -171,14 +174,14 @@ class ToolCallsTable(DataTable[Any]):
 class BlobsTable(DataTable[Any]):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
-        self.blobs: list[dict[str, Any]] = []
+        self.blobs: list[BlobView] = []
 
     COLUMNS = ("op", "role", "type", "size", "sha256", "status", "seq", "preview")
 
     def on_mount(self) -> None:
         set_measured_rows(self, self.COLUMNS, [])
 
-    def set_blobs(self, blobs: list[dict[str, Any]]) -> None:
+    def set_blobs(self, blobs: list[BlobView]) -> None:
         if blobs == self.blobs:
             return
         self.blobs = blobs
@@ -192,7 +195,7 @@ class BlobsTable(DataTable[Any]):
                          b["preview"][:50].replace("\n", " ")))
         set_measured_rows(self, self.COLUMNS, rows)
 
-    def selected(self) -> dict[str, Any] | None:
+    def selected(self) -> BlobView | None:
         if not self.blobs or self.cursor_row < 0:
             return None
         return self.blobs[min(self.cursor_row, len(self.blobs) - 1)]

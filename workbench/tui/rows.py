@@ -1,6 +1,6 @@
 """The timeline's addressing: which frames it shows and how they become display rows.
 
-``FrameFilter`` turns the filter bar's query into SQL; ``FrameIndex`` holds the filtered frames'
+``FrameFilter`` parses the filter bar's query (``store.view_reads.FrameMatch`` is its SQL); ``FrameIndex`` holds the filtered frames'
 seq numbers and heartbeat flags as numpy arrays and computes the display rows from them (heartbeat
 runs folded, expansions, replay cut-off). Pure Python and numpy, no database access: the queries
 that fill an index live in ``workbench.tui.data`` (run from worker threads), and these classes are
@@ -12,16 +12,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from workbench.protocol import kinds
+from workbench.store.view_reads import FrameMatch
 
 # Both directions' keep-alives fold together: a heartbeat loop is server and client heartbeats
 # interleaved, and folding only one kind would leave a row per 5 s of silence.
 HEARTBEAT_KINDS = kinds.HEARTBEATS
-HB_SQL = "kind IN " + kinds.sql_list(HEARTBEAT_KINDS)
 # Runs shorter than this stay unfolded: folding two heartbeats saves one row and hides detail.
 MIN_FOLD = 2
 
@@ -78,22 +77,10 @@ class FrameFilter:
             parts.append(f'"{self.text}"')
         return " ".join(parts)
 
-    def sql(self) -> tuple[str, list[Any]]:
-        """An ``AND …`` clause (possibly empty) and its parameters."""
-        clause = ""
-        params: list[Any] = []
-        if self.kinds:
-            clause += " AND (" + " OR ".join("starts_with(kind, ?)" for _ in self.kinds) + ")"
-            params.extend(self.kinds)
-        if self.direction:
-            clause += " AND direction = ?"
-            params.append(self.direction)
-        if self.text:
-            needle = self.text.lower()
-            clause += (" AND (contains(lower(coalesce(summary, '')), ?) OR contains(kind, ?)"
-                       " OR contains(lower(CAST(payload AS VARCHAR)), ?))")
-            params.extend([needle, needle, blob_needle(self.text).lower()])
-        return clause, params
+    def match(self) -> FrameMatch:
+        """The filter as the reads take it (``store.view_reads`` builds the SQL)."""
+        return FrameMatch(self.kinds, self.direction, self.text.lower(),
+                          blob_needle(self.text).lower() if self.text else "")
 
 
 def _direction(val: str) -> str:

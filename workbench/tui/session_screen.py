@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent
 
+from workbench.analysis.model import Finding
+from workbench.store.view_reads import BlobView, ToolCallView
 from workbench.tui.context import STATUS_STYLE, TuiContext, fmt_duration
 from workbench.tui.data import FrameDetail, FrameFilter, FrameIndex, LiveFindings, SessionSummary
 from workbench.tui.detail import FrameDetailView
@@ -53,7 +56,7 @@ class PollResult:
     hb: np.ndarray
     up: np.ndarray
     max_seq: int
-    findings: list[dict[str, Any]]
+    findings: list[Finding]
     summary: SessionSummary | None
 
 
@@ -252,10 +255,10 @@ class SessionScreen(Loader, Screen[None]):
     def _load_panels(self) -> None:
         data, sid = self.ctx.data, self.session_id
 
-        def fetch() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+        def fetch() -> tuple[list[Finding], list[ToolCallView], list[BlobView]]:
             return data.findings(sid), data.tool_calls(sid), data.blobs(sid)
 
-        def got(res: tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]) -> None:
+        def got(res: tuple[list[Finding], list[ToolCallView], list[BlobView]]) -> None:
             self.findings_table.set_findings(res[0])
             self._show_finding_text()
             self.query_one("#tools-table", ToolCallsTable).set_calls(res[1])
@@ -268,7 +271,7 @@ class SessionScreen(Loader, Screen[None]):
     def _update_panel_titles(self) -> None:
         panels = self.query_one("#panels", TabbedContent)
         found = self.findings_table.findings
-        notes = sum(1 for f in found if f["severity"] == "note")
+        notes = sum(1 for f in found if f.severity == "note")  # an older workbench's "info" rows show as they were
         for pane_id, n in (("findings", len(found) - notes),
                            ("tool-calls", len(self.query_one("#tools-table", ToolCallsTable).calls)),
                            ("blobs", len(self.query_one("#blobs-table", BlobsTable).blobs))):
@@ -434,13 +437,13 @@ class SessionScreen(Loader, Screen[None]):
         f = self.findings_table.selected()
         text = Text()
         if f is not None:
-            text.append(f"{f['code']}: ", "bold")
-            text.append(f["message"])
-            if f["suggested_fix"]:
+            text.append(f"{f.code}: ", "bold")
+            text.append(f.message)
+            if f.suggested_fix:
                 text.append("\nfix: ", "bold green")
-                text.append(f["suggested_fix"])
-            text.append(f"\nevidence: {', '.join(map(str, f['evidence'][:20]))}"
-                        + (" …" if len(f["evidence"]) > 20 else "") + "   (enter: jump)", "dim")
+                text.append(f.suggested_fix)
+            text.append(f"\nevidence: {', '.join(map(str, f.evidence[:20]))}"
+                        + (" …" if len(f.evidence) > 20 else "") + "   (enter: jump)", "dim")
         self.query_one("#finding-text", Static).update(text)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -448,7 +451,7 @@ class SessionScreen(Loader, Screen[None]):
         if isinstance(table, FindingsTable):
             f = table.selected()
             if f is not None:
-                self.jump_to_evidence(f["evidence"])
+                self.jump_to_evidence(f.evidence)
         elif isinstance(table, ToolCallsTable):
             call = table.selected()
             if call is not None:
@@ -464,7 +467,7 @@ class SessionScreen(Loader, Screen[None]):
                 self.load(lambda: data.blob_data(sid, blob["blob_id"]), show, group="blob",
                           what=f"reading blob {blob['blob_id'][:12]}")
 
-    def jump_to_evidence(self, seqs: list[int]) -> None:
+    def jump_to_evidence(self, seqs: Sequence[int]) -> None:
         """Move the timeline to a finding's first evidence frame and mark all of them."""
         if not seqs:
             self.app.notify("this finding names no frames", severity="warning")
@@ -563,10 +566,7 @@ class SessionScreen(Loader, Screen[None]):
     def _live_findings_source(self) -> LiveFindings | None:
         """The incremental analyzer, while the capture is live (else stored findings suffice)."""
         if self._live is None and self.ctx.data.live:
-            try:
-                self._live = LiveFindings(self.session_id)
-            except ImportError:   # analysis not installed: stored findings only
-                return None
+            self._live = LiveFindings(self.session_id)
         return self._live
 
     def _poll(self) -> None:
@@ -583,9 +583,9 @@ class SessionScreen(Loader, Screen[None]):
         def fetch() -> PollResult:
             upto = max(after, data.max_seq(sid))
             seqs, hb, up = data.new_frames_since(sid, after, flt, upto_seq=upto)
-            findings = data.findings(sid)
-            if not findings and live is not None:
-                findings = live.update(data)
+            findings = data.stored_findings(sid)
+            if findings is None:  # not analysed yet: the capture's frames so far, analysed as they come
+                findings = live.update(data) if live is not None else []
             return PollResult(seqs, hb, up, upto, findings, data.session(sid))
 
         def got(res: PollResult) -> None:

@@ -39,11 +39,11 @@ def sort_value(s: SessionSummary, key: str) -> Any:
         return tuple(-s.findings.get(sev, 0) for sev in SEVERITIES)
     return {"session": s.session_id, "label": s.label, "source": s.source, "transport": s.transport,
             "model": s.model, "start": s.started_us or 0, "duration": s.duration_s or 0.0,
-            "frames": s.frame_count, "status": s.status, "top": (s.top_finding or {}).get("code", "")}[key]
+            "frames": s.frame_count, "status": s.status, "top": top_text(s)}[key]
 
 
 def top_text(s: SessionSummary) -> str:
-    return (s.top_finding or {}).get("code", "")
+    return s.top_finding.code if s.top_finding is not None else ""
 
 
 def cell_texts(s: SessionSummary) -> dict[str, str]:
@@ -197,8 +197,8 @@ class SessionsScreen(Loader, Screen[None]):
                 fcell.append("(stale)", "dim")
             cells["findings"] = fcell or Text("-", "dim")
             cells["status"] = Text(s.status, STATUS_STYLE.get(s.status, ""))
-            if s.top_finding:
-                cells["top"].stylize(SEVERITY_STYLE.get(s.top_finding.get("severity", ""), ""))
+            if s.top_finding is not None:
+                cells["top"].stylize(SEVERITY_STYLE.get(s.top_finding.severity, ""))
             table.add_row(*(cells[k] for k in keys), key=s.session_id)
         if current is not None:
             for i, s in enumerate(rows):
@@ -226,11 +226,11 @@ class SessionsScreen(Loader, Screen[None]):
             if s.label:
                 t.append(f"  “{s.label}”")
             f = s.top_finding
-            if f:
+            if f is not None:
                 t.append("\n")
-                t.append(f["code"], SEVERITY_STYLE.get(f.get("severity", ""), "bold"))
-                if f.get("message"):
-                    t.append(f": {f['message']}")
+                t.append(f.code, SEVERITY_STYLE.get(f.severity, "bold"))
+                if f.message:
+                    t.append(f": {f.message}")
         self.query_one("#session-info", Static).update(t)
 
     def selected_id(self) -> str | None:
