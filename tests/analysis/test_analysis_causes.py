@@ -45,6 +45,19 @@ def test_stored_rows_order_like_fresh_findings() -> None:
     assert out[0].cause is None
 
 
+def test_rows_as_scripts_pass_them_come_back_as_rows_with_causes() -> None:
+    # README: order_findings(rows) over the findings table; rows keep their other columns
+    rows = [{"session_id": "s", "code": "heartbeat_loop", "severity": "error", "message": "m", "first_seq": 7,
+             "last_seq": 9, "evidence": [7, 9], "suggested_fix": None, "created_at": "t"},
+            {"session_id": "s", "code": "append_rejected", "severity": "error", "message": "m", "first_seq": 1,
+             "last_seq": 1, "evidence": [1], "suggested_fix": None, "created_at": "t"}]
+    out = order_findings(rows)
+    assert [r["code"] for r in out] == ["append_rejected", "heartbeat_loop"]
+    assert (out[1]["cause"], out[1]["cause_seq"]) == ("append_rejected", 1)
+    assert out[0]["cause"] is None and out[0]["created_at"] == "t" and out[1]["evidence"] == [7, 9]
+    assert "cause" not in rows[0]
+
+
 def test_ordering_copies_and_leaves_the_input_alone() -> None:
     loop, close = _f("heartbeat_loop", "error", 12, 29), _f("missing_stream_close", "error", 10, 20)
     out = order_findings([loop, close])

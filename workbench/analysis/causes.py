@@ -10,7 +10,8 @@ the same way. Importing this module does not load the rules or the engine.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, overload
 
 from workbench.analysis.model import SEVERITY_RANK, Finding
 
@@ -49,10 +50,28 @@ def cause_of(item: Finding, items: Sequence[Finding]) -> Finding | None:
     return None
 
 
-def order_findings(items: Sequence[Finding]) -> list[Finding]:
+@overload
+def order_findings(items: Sequence[Finding]) -> list[Finding]: ...
+@overload
+def order_findings(items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]: ...
+
+
+def order_findings(items: Sequence[Finding] | Sequence[Mapping[str, Any]]) -> list[Finding] | list[dict[str, Any]]:
+    """``Finding``s in root-cause order (``_order``). Rows of the ``findings`` table (or
+    ``diagnose --json`` objects), as scripts written before the typed ``Finding`` pass them, come
+    back as rows in that order with ``cause`` and ``cause_seq`` filled in."""
+    if all(isinstance(f, Finding) for f in items):
+        return [f for _, f in _order([f for f in items if isinstance(f, Finding)])]
+    rows = [dict(r) for r in items if isinstance(r, Mapping)]
+    typed = [Finding.from_json(r) for r in rows]
+    row_of = {id(f): r for f, r in zip(typed, rows, strict=True)}
+    return [{**row_of[id(src)], "cause": f.cause, "cause_seq": f.cause_seq} for src, f in _order(typed)]
+
+
+def _order(items: Sequence[Finding]) -> list[tuple[Finding, Finding]]:
     """Root causes first (by severity, then seq), each followed by what follows from it; notes last,
     in seq order. A note did no harm, so it neither explains a finding nor follows from one."""
-    notes = [f.caused_by(None) for f in sorted((f for f in items if f.is_note), key=_key)]
+    notes = [(f, f.caused_by(None)) for f in sorted((f for f in items if f.is_note), key=_key)]
     problems = [f for f in items if not f.is_note]
     cause = {id(f): cause_of(f, problems) for f in problems}
     children: dict[int, list[Finding]] = {}
@@ -60,14 +79,14 @@ def order_findings(items: Sequence[Finding]) -> list[Finding]:
         c = cause[id(f)]
         if c is not None:
             children.setdefault(id(c), []).append(f)
-    out: list[Finding] = []
+    out: list[tuple[Finding, Finding]] = []  # (as given, with its cause)
     seen: set[int] = set()
 
     def emit(f: Finding) -> None:
         if id(f) in seen:
             return
         seen.add(id(f))
-        out.append(f.caused_by(cause[id(f)]))
+        out.append((f, f.caused_by(cause[id(f)])))
         for child in sorted(children.get(id(f), []), key=_key):
             emit(child)
 
