@@ -8,6 +8,7 @@ it and the bridge with ``HTTPS_PROXY`` set to the capture.
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -87,3 +88,58 @@ def _base_env() -> dict[str, str]:
     from support import env_without_proxy
 
     return env_without_proxy({"PYTHONPATH": str(HERE.parents[1])})
+
+
+@dataclass
+class FaultRig:
+    """One sim, one capture with a ``--bridge`` per fault, one fault bridge behind each."""
+
+    sim: Process
+    capture: Process
+    db: Path
+    bridges: dict[str, tuple[Process, str]]   # fault → (bridge process, the client's base URL)
+
+    def sdk(self, fault: str) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.bridges[fault][1] + "/v1", api_key="sk-client-key-never-stored",
+                             max_retries=0, timeout=60)
+
+    def stop(self) -> None:
+        for p, _ in self.bridges.values():
+            p.stop()
+        self.capture.stop(signal.SIGINT, timeout=60)
+        self.sim.stop()
+
+
+def start_fault_rig(tmp: Path, faults: list[str], scenarios: dict[str, Any]) -> FaultRig:
+    folder = tmp / "scenarios"
+    folder.mkdir()
+    for name, doc in scenarios.items():
+        (folder / f"{name}.json").write_text(json.dumps(doc), encoding="utf-8")
+    sim = start_server("sim", "--port", "0", "--heartbeat-interval", "0.05", "--pace", "0.02",
+                       "--scenario-dir", str(folder), "--cert-dir", str(tmp / "certs"), want_cert=True)
+    ports = {f: free_port() for f in faults}
+    db = tmp / "faults.duckdb"
+    args = ["capture", "--port", "0", "--db", str(db), "--confdir", str(tmp / "mitm"), "--flush-ms", "50"]
+    for f in faults:
+        args += ["--bridge", f"http://127.0.0.1:{ports[f]}"]
+    cap = start_workbench(*args, "--", "--set", "ssl_insecure=true")
+    bridges: dict[str, tuple[Process, str]] = {}
+    try:
+        lines: list[str] = []
+        while sum(ln.startswith("bridge: ") for ln in lines) < len(faults):
+            lines.append(cap.next_line(90))
+        urls = [ln.split(": ", 1)[1].strip() for ln in lines if ln.startswith("bridge: ")]
+        env = {**_base_env(), "HTTPS_PROXY": lines[0].strip(), "CURSOR_ACCESS_TOKEN": TOKEN}
+        for f, url in zip(faults, urls, strict=True):
+            p = start_process([sys.executable, str(FAULT_BRIDGE), "--port", str(ports[f]), "--upstream", sim.url,
+                               "--ca-file", str(tmp / "mitm" / "mitmproxy-ca-cert.pem"), "--fault", f], env=env)
+            bridges[f] = (p, url)
+        for f, (p, _) in bridges.items():
+            wait_port(ports[f], p.proc)
+    except BaseException:
+        for p, _ in bridges.values():
+            p.stop()
+        cap.stop(signal.SIGINT)
+        sim.stop()
+        raise
+    return FaultRig(sim, cap, db, bridges)

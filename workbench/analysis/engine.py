@@ -19,6 +19,8 @@ import pyarrow.compute as pc
 from google.protobuf.message import DecodeError
 
 from workbench.analysis.blobs import blob_rows
+from workbench.analysis.bridge import bridge_findings
+from workbench.analysis.bridge_join import store_links
 from workbench.analysis.causes import order_findings
 from workbench.analysis.exchanges import link_http_errors
 from workbench.analysis.facts import (
@@ -242,8 +244,11 @@ def analyze_session(store_or_reader: Queryable, session_id: str, config: Config 
     known = _known_blob_ids(src, siblings)
     prior = _prior_checkpoint(src, session_id, siblings)
     prompt = _first_prompt(src, prior[0]) if prior else None
-    return evaluate(builder, cfg, final=final, known_ids=known, prior_checkpoint=prior, session=info,
-                    prior_prompt=prompt, later_payloads=_later_payloads(src, session_id))
+    result = evaluate(builder, cfg, final=final, known_ids=known, prior_checkpoint=prior, session=info,
+                      prior_prompt=prompt, later_payloads=_later_payloads(src, session_id))
+    # the two sides of a bridge (analysis/bridge.py): findings that need the other side's session
+    result.findings = sort_findings(result.findings + bridge_findings(src, session_id))
+    return result
 
 
 def evaluate(builder: FactsBuilder, cfg: Config, *, final: bool, known_ids: Iterable[bytes] = (),
@@ -432,6 +437,7 @@ def write_results(store: Store, results: list[AnalysisResult]) -> None:
         return
     for table, rows in result_tables(results).items():
         store.insert_rows(table, rows, replace_sessions=ids)
+    store_links(store, ids)  # the two sides of a bridge, linked (analysis/bridge_join.py)
     mark_analysed(store, ids)
 
 

@@ -52,6 +52,7 @@ class RequestFacts:
     tool_results: dict[str, str] = field(default_factory=dict)  # call id → the result the client sent
     tool_calls_sent: set[str] = field(default_factory=set)      # assistant tool-call ids in the history
     tool_results_last: bool = False           # the request ends with tool results (a follow-up)
+    new_results: dict[str, str] = field(default_factory=dict)   # results after the last assistant turn
 
 
 def request_facts(payload: bytes | None) -> RequestFacts | None:
@@ -72,13 +73,15 @@ def request_facts(payload: bytes | None) -> RequestFacts | None:
         if role == "user":
             out.last_user = _text(m.get("content"))
             out.tool_results_last = False
+            out.new_results = {}
         elif role == "tool" and m.get("tool_call_id"):
-            out.tool_results[str(m["tool_call_id"])] = _text(m.get("content"))
+            out.tool_results[str(m["tool_call_id"])] = out.new_results[str(m["tool_call_id"])] = _text(m.get("content"))
             out.tool_results_last = True
         elif typ == "function_call_output" and m.get("call_id"):
-            out.tool_results[str(m["call_id"])] = _text(m.get("output"))
+            out.tool_results[str(m["call_id"])] = out.new_results[str(m["call_id"])] = _text(m.get("output"))
             out.tool_results_last = True
         elif role == "assistant":
+            out.new_results = {}
             for c in m.get("tool_calls") or []:
                 if isinstance(c, dict) and c.get("id"):
                     out.tool_calls_sent.add(str(c["id"]))
