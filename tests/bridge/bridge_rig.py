@@ -55,7 +55,8 @@ def start_capture(tmp: Path, bridge_port: int, db: Path, mitm_args: tuple[str, .
 
 
 def start_bridge_rig(tmp: Path, kind: str = "proxy", fault: str = "none", transport: str = "run",
-                     sim_args: tuple[str, ...] = (), mitm_args: tuple[str, ...] = ()) -> BridgeRig:
+                     sim_args: tuple[str, ...] = (), mitm_args: tuple[str, ...] = (),
+                     proxy_args: tuple[str, ...] = ()) -> BridgeRig:
     sim = start_server("sim", "--port", "0", "--heartbeat-interval", "0.05", "--cert-dir", str(tmp / "certs"),
                        *sim_args, want_cert=True)
     port = free_port()
@@ -72,7 +73,7 @@ def start_bridge_rig(tmp: Path, kind: str = "proxy", fault: str = "none", transp
     try:
         if kind == "proxy":
             bridge = start_server("proxy", "--port", str(port), "--upstream", sim.url, "--transport", transport,
-                                  "--ca-file", str(ca), env=env)
+                                  "--ca-file", str(ca), *proxy_args, env=env)
         else:
             bridge = start_process([sys.executable, str(FAULT_BRIDGE), "--port", str(port), "--upstream", sim.url,
                                     "--ca-file", str(ca), "--fault", fault], env={**_base_env(), **env})
