@@ -31,6 +31,8 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BridgeR
         assert whole.choices[0].message.content and whole.choices[0].message.content.endswith("whole")
         events = [e.type for e in c.responses.create(model="default", input="[scenario:text] responses", stream=True)]
         assert "response.completed" in events
+        assert c.responses.create(model="default", input="[scenario:text] whole response").output_text.endswith(
+            "whole response")
         assert [m.id for m in c.models.list()]
     finally:
         rig.stop()
@@ -64,9 +66,9 @@ def test_both_sides_recorded_into_one_database(recorded: tuple[BridgeRig, Path])
     by_transport: dict[str, list[dict[str, Any]]] = {}
     for s in sessions:
         by_transport.setdefault(s["transport"], []).append(s)
-    assert len(by_transport["openai_chat"]) == 2 and len(by_transport["openai_responses"]) == 1
+    assert len(by_transport["openai_chat"]) == 2 and len(by_transport["openai_responses"]) == 2
     assert len(by_transport["openai_models"]) == 1
-    assert len(by_transport["run"]) == 3  # one agent run per completion request
+    assert len(by_transport["run"]) == 4  # one agent run per completion request
     streamed = by_transport["openai_chat"][0]
     assert streamed["status"] == "complete" and streamed["model"] == "default"
     ks = _openai_kinds(rig.db)
@@ -77,6 +79,22 @@ def test_both_sides_recorded_into_one_database(recorded: tuple[BridgeRig, Path])
     resp = ks["openai_responses"][0].split()
     assert kinds.OPENAI_CONTENT in resp and kinds.OPENAI_FINISH in resp
     assert ks["openai_models"] == [kinds.OPENAI_MODELS]
+    assert ks["openai_responses"][1] == f"{kinds.OPENAI_REQUEST} {kinds.OPENAI_RESPONSE}"
+
+
+@pytest.mark.slow
+def test_every_request_linked_and_no_bridge_finding(recorded: tuple[BridgeRig, Path]) -> None:
+    """Streamed and whole, chat and Responses: each request is linked to its run, none is a finding."""
+    rig, _ = recorded
+    r = run_workbench("diagnose", "--all", "--json", "--db", str(rig.db))
+    docs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert r.returncode == 0, [d["findings"] for d in docs]
+    transports = {s["session_id"]: s["transport"] for s in _rows(rig.db, "SELECT session_id, transport FROM sessions")}
+    for d in docs:
+        if transports[d["session_id"]] in ("openai_chat", "openai_responses"):
+            assert [lk["role"] for lk in d["links"]] == ["caused"], d
+            assert "prompt" in d["links"][0]["by"]
+            assert d["ttft"]["total_us"] > 0
 
 
 @pytest.mark.slow
@@ -107,4 +125,4 @@ def test_flow_and_har_imports_hold_the_same_openai_frames(recorded: tuple[Bridge
     imported = _openai_kinds(db)
     assert imported == live
     runs = _rows(db, "SELECT count(*) AS n FROM sessions WHERE transport = 'run'")[0]["n"]
-    assert runs == 3
+    assert runs == 4

@@ -147,6 +147,14 @@ def answer_facts(frames: Iterable[tuple[int, int, str, bytes | None]]) -> Answer
             _chat(doc, seq, out, by_index)
         elif doc.get("type"):
             _responses(doc, seq, out, by_index)
+        elif doc.get("object") == "response":  # a whole Responses answer: as its completed event says it
+            for item in _arr(doc.get("output")):
+                if isinstance(item, dict) and item.get("type") == "function_call":
+                    _responses({"type": "response.output_item.done", "item": item}, seq, out, by_index)
+            _responses({"type": "response.completed" if doc.get("status") != "incomplete" else "response.incomplete",
+                        "response": doc}, seq, out, by_index)
+            if out.text:
+                out.text_seqs.append(seq)
     out.calls = list(by_index.values())
     return out
 
