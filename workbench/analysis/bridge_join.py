@@ -93,8 +93,9 @@ def _window(s: dict[str, Any]) -> tuple[int, int]:
     return start, max(int(end), int(s["last_us"] or 0))
 
 
-def openai_links(src: Any, sid: str) -> list[Link]:
-    """The agent runs an OpenAI request caused (and the runs whose tool calls it answers)."""
+def openai_links(src: Any, sid: str, answered: bool = True) -> list[Link]:
+    """The agent runs an OpenAI request caused (and, with ``answered``, the runs whose tool calls it
+    answers)."""
     o = _session(src, sid)
     if o is None or o["transport"] not in JOINED:
         return []
@@ -124,7 +125,8 @@ def openai_links(src: Any, sid: str) -> list[Link]:
     elif len(links) > 1:  # time alone cannot tell several runs apart: keep the model's, if that decides
         same = [lk for lk in links if "model" in lk.by]
         links = same if len(same) == 1 else links
-    links += _asked(src, sid, facts, {lk.session_id for lk in links})
+    if answered:
+        links += _asked(src, sid, facts, {lk.session_id for lk in links})
     return links
 
 
@@ -140,7 +142,7 @@ def _asked(src: Any, sid: str, facts: RequestFacts, caused: set[str]) -> list[Li
         found[r["session_id"]] = Link(r["session_id"], "asked", ["tool_call_id"])
     for r in _rows(src, "SELECT DISTINCT session_id FROM frames WHERE call_id IN (SELECT unnest(?)) AND transport IN "
                         "(SELECT unnest(?)) AND session_id <> ?", [ids, list(OPENAI_TRANSPORTS), sid]):
-        for lk in openai_links(src, r["session_id"]):
+        for lk in openai_links(src, r["session_id"], answered=False):  # (one step back, not the whole chain)
             if lk.role == "caused" and lk.session_id not in found:
                 found[lk.session_id] = Link(lk.session_id, "asked", ["tool_call_id", "earlier_answer"])
     return [lk for s, lk in found.items() if s not in caused]
@@ -157,11 +159,13 @@ def agent_links(src: Any, sid: str) -> list[Link]:
                   [list(JOINED), start, start, start])
     ids = {c["session_id"] for c in cands}
     mine = _call_ids(src, [sid]).get(sid, set())
-    if mine:  # follow-ups answering this run's tool calls, whenever they came
-        for r in _rows(src, "SELECT DISTINCT session_id FROM frames WHERE kind = ? AND transport IN (SELECT unnest(?))",
-                       [kinds.OPENAI_REQUEST, list(JOINED)]):
+    for call_id in sorted(mine)[:50]:  # follow-ups answering this run's tool calls, whenever they came after it
+        for r in _rows(src, "SELECT DISTINCT f.session_id FROM frames f JOIN sessions s USING (session_id) "
+                            "WHERE f.kind = ? AND s.transport IN (SELECT unnest(?)) AND epoch_us(s.started_at) >= ? "
+                            "AND contains(CAST(f.payload AS VARCHAR), ?)", [kinds.OPENAI_REQUEST, list(JOINED), start,
+                                                                          call_id]):
             facts = request_facts(request_payload(src, r["session_id"]))
-            if facts is not None and mine & set(facts.tool_results):
+            if facts is not None and call_id in facts.tool_results:
                 ids.add(r["session_id"])
     out = []
     for o in sorted(ids):
