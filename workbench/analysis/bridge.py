@@ -28,6 +28,7 @@ from workbench.analysis.bridge_join import (
     has_bridge_sessions,
     openai_links,
 )
+from workbench.analysis.context import ORDER_TIME, session_order
 from workbench.analysis.model import Finding
 from workbench.protocol import kinds
 from workbench.protocol.openai import AnswerFacts, RequestFacts, answer_facts, request_facts
@@ -80,6 +81,7 @@ class Pair:
     frames: list[dict[str, Any]]
     caused: list[Side]
     asked: list[Side]
+    timed: bool = True          # both sides recorded with per-frame times (not an import's body order)
 
 
 def _rows(src: Any, sql: str, params: list[Any]) -> list[dict[str, Any]]:
@@ -128,8 +130,8 @@ def _load_side(src: Any, link: Link) -> Side | None:
 
 
 def load_pair(src: Any, sid: str) -> Pair | None:
-    rows = _rows(src, "SELECT status, http_status, epoch_us(started_at) AS s, epoch_us(ended_at) AS e, transport "
-                      "FROM sessions WHERE session_id = ?", [sid])
+    rows = _rows(src, "SELECT status, http_status, epoch_us(started_at) AS s, epoch_us(ended_at) AS e, transport, "
+                      "CAST(meta AS VARCHAR) AS meta FROM sessions WHERE session_id = ?", [sid])
     if not rows or rows[0]["transport"] not in JOINED:
         return None
     frames = _rows(src, "SELECT seq, epoch_us(ts) AS ts, direction, kind, call_id, payload FROM frames "
@@ -139,11 +141,23 @@ def load_pair(src: Any, sid: str) -> Pair | None:
     end = rows[0]["e"] or (frames[-1]["ts"] if frames else rows[0]["s"])
     links = openai_links(src, sid)
     sides = [s for s in (_load_side(src, lk) for lk in links) if s is not None]
+    ids = [sid, *(s.session_id for s in sides)]
+    orders = [_order(r["meta"]) for r in _rows(src, "SELECT CAST(meta AS VARCHAR) AS meta FROM sessions "
+                                                    "WHERE session_id IN (SELECT unnest(?))", [ids])]
     return Pair(sid, rows[0]["status"], rows[0]["http_status"], int(rows[0]["s"] or 0), int(end or 0),
                 request_facts(req["payload"] if req else None) or RequestFacts(),
                 req["seq"] if req else None, req["ts"] if req else None, answer,
                 [{k: v for k, v in f.items() if k != "payload"} for f in frames],
-                [s for s in sides if s.role == "caused"], [s for s in sides if s.role == "asked"])
+                [s for s in sides if s.role == "caused"], [s for s in sides if s.role == "asked"],
+                timed=all(o == ORDER_TIME for o in orders))
+
+
+def _order(meta: str | None) -> str:
+    try:
+        doc = json.loads(meta) if meta else {}
+    except ValueError:
+        doc = {}
+    return session_order(doc if isinstance(doc, dict) else {})
 
 
 # findings ------------------------------------------------------------------------------------
@@ -322,6 +336,8 @@ def _agent_frames(p: Pair) -> list[tuple[int, str, str, int]]:
 
 
 def _rule_silent(p: Pair) -> list[BridgeFinding]:
+    if not p.timed:
+        return []  # an import without per-frame times cannot tell how long anything was silent
     marks = [p.request_ts or p.start_us] + [f["ts"] for f in p.frames if f["direction"] == "server"
                                             and f["kind"] != kinds.OPENAI_COMMENT] + [p.end_us]
     agent = _agent_frames(p)
@@ -348,6 +364,8 @@ def _rule_silent(p: Pair) -> list[BridgeFinding]:
 
 
 def _rule_ended(p: Pair) -> list[BridgeFinding]:
+    if not p.timed:
+        return []  # which side ended first needs per-frame times on both
     out = []
     slack = ENDED_SLACK_S * 1e6
     client_end = p.end_us
