@@ -412,6 +412,62 @@ def rewrap_poll(raw: bytes, new_inner: bytes) -> bytes:
     return bytes(resp.SerializeToString())
 
 
+# JSON keys of OpenAI-compatible bodies whose string values are credentials (compared with ``_`` and
+# ``-`` removed, lower case): a client or bridge may send a provider key in the body
+# (``api_key``, ``apiKey``, LiteLLM's ``api_key`` per model, ``extra_body`` secrets).
+_JSON_SECRET_KEYS = frozenset({"apikey", "authorization", "password", "secret", "token", "accesstoken",
+                               "refreshtoken", "clientsecret", "bearertoken", "sessiontoken", "idtoken",
+                               "xapikey", "openaiapikey", "anthropicapikey"})
+# ... and whose string values are content (prompts, answers, tool arguments and results)
+_OPENAI_CONTENT_KEYS = frozenset({"content", "text", "arguments", "delta", "input", "instructions", "output",
+                                  "reasoning_content", "reasoning", "refusal", "prompt", "system", "summary"})
+
+
+def _json_secret_key(key: str) -> bool:
+    k = key.replace("_", "").replace("-", "").lower()
+    return k in _JSON_SECRET_KEYS or k.endswith(("apikey", "secret", "password"))
+
+
+def _redact_openai_doc(value: Any, content: bool) -> Any:
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if isinstance(v, str) and not is_marker(v) and (
+                    _json_secret_key(k) or (content and k in _OPENAI_CONTENT_KEYS)):
+                v = marker(v)
+            elif isinstance(v, dict | list):
+                v = _redact_openai_doc(v, content)
+            out[k] = v
+        return out
+    if isinstance(value, list):
+        return [_redact_openai_doc(v, content) for v in value]
+    return value
+
+
+def redact_openai(frame: Frame, *, content: bool = False) -> Frame:
+    """An OpenAI-side frame (``openai.*``, ``workbench.decode.openai``) as it may be stored: credential
+    keys in its JSON always become markers, content keys too with ``content``. A request body
+    that is not JSON cannot be searched for keys and is stored as its marker (idempotent: a
+    marker stays)."""
+    data = frame.payload
+    if not data or frame.kind in (kinds.OPENAI_DONE, kinds.OPENAI_COMMENT):
+        return frame
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, ValueError):
+        text = data.decode("utf-8", "replace")
+        if (frame.kind == kinds.OPENAI_REQUEST or content) and not is_marker(text):
+            frame.payload = marker(data).encode()
+            frame.summary = f"{frame.kind}: unparsable body stored as a hash"
+        return frame
+    new = _redact_openai_doc(doc, content)
+    if new != doc:
+        frame.payload = json.dumps(new, ensure_ascii=False, separators=(",", ":")).encode()
+        if content:
+            frame.summary = f"{frame.kind} (content redacted)"
+    return frame
+
+
 def redact_frame(frame: Frame, *, content: bool = False, decoder: Decoder | None = None) -> Frame:
     """The frame as it may be stored: payload (and the wrapper kept in ``raw``) redacted in place.
 
@@ -426,6 +482,8 @@ def redact_frame(frame: Frame, *, content: bool = False, decoder: Decoder | None
         return frame
     if kinds.is_end_stream(frame.kind):
         return frame
+    if kinds.is_openai(frame.kind):
+        return redact_openai(frame, content=content)
     new = redact_payload(frame.payload, frame.msg_type, content=content)
     if new is frame.payload:
         return frame

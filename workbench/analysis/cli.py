@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from workbench.analysis.argsdiff import args_diff
+from workbench.analysis.bridge import format_ttft, ttft_split
+from workbench.analysis.bridge_join import has_bridge_sessions, links_of
 from workbench.analysis.conversations import Conversations
 from workbench.analysis.engine import analyze_session, write_results
 from workbench.analysis.model import AnalysisResult, Config, FindingJson
@@ -96,16 +98,34 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         elif not args.no_write:
             note = (f"note: findings not written: {args.db} is held by another process (a capture in progress?); "
                     "this report was read through its live reader")
+        bridge = _bridge_facts(src, ids)
         if args.json:
             for r in results:
-                print(json.dumps(result_json(r), default=str))
+                print(json.dumps({**result_json(r), **bridge.get(r.session_id, {"links": []})}, default=str))
         else:
             print_report(results)
+            for sid, facts in bridge.items():
+                print(f"bridge: session {sid[:8]} ↔ " + ", ".join(
+                    f"{lk['session_id'][:8]} ({lk['role']}, by {'+'.join(lk['by'])})" for lk in facts["links"]))
+                if facts.get("ttft"):
+                    print(f"        {format_ttft(facts['ttft'])}")
             if note:
                 print(note)
     finally:
         src.close()
     return 1 if any(r.failed for r in results) else 0
+
+
+def _bridge_facts(src: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
+    """session id → its bridge links (and, for an OpenAI request, where its first token's time went)."""
+    out: dict[str, dict[str, Any]] = {}
+    if not has_bridge_sessions(src):
+        return out
+    for sid in ids:
+        links = links_of(src, sid)
+        if links:
+            out[sid] = {"links": [lk.as_dict() for lk in links], "ttft": ttft_split(src, sid)}
+    return out
 
 
 class ResultJson(TypedDict):

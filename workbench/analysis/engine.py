@@ -23,6 +23,8 @@ import pyarrow.compute as pc
 from google.protobuf.message import DecodeError
 
 from workbench.analysis.blobs import blob_rows
+from workbench.analysis.bridge import bridge_findings
+from workbench.analysis.bridge_join import store_links
 from workbench.analysis.causes import order_findings
 from workbench.analysis.conversations import Conversations
 from workbench.analysis.exchanges import link_http_errors
@@ -261,8 +263,11 @@ def _analyze_session(src: Reader, session_id: str, config: Config | None, final:
         known = convs.known_blob_ids(conv, session_id)
         prior = convs.prior_checkpoint(session_id, conv, reads.started_at(src, session_id))
     prompt = _first_prompt(src, prior[0]) if prior else None
-    return evaluate(builder, cfg, final=final, known_ids=known, prior_checkpoint=prior, session=info,
-                    prior_prompt=prompt, later_payloads=_later_payloads(src, session_id))
+    result = evaluate(builder, cfg, final=final, known_ids=known, prior_checkpoint=prior, session=info,
+                      prior_prompt=prompt, later_payloads=_later_payloads(src, session_id))
+    # the two sides of a bridge (analysis/bridge.py): findings that need the other side's session
+    result.findings = sort_findings(result.findings + bridge_findings(src, session_id))
+    return result
 
 
 @contextmanager
@@ -405,6 +410,7 @@ def write_results(store: Store, results: list[AnalysisResult]) -> None:
         for table, columns in tables.items():
             reads.replace_rows(store, table, ids, columns)
         mark_analysed(store, ids)
+    store_links(store, ids)  # the two sides of a bridge, linked (analysis/bridge_join.py)
 
 
 # live ----------------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ from workbench.capture.writer import (
     WriterConfig,
 )
 from workbench.decode.classify import Decoder
-from workbench.protocol.routes import DEFAULT_HOSTS, DEFAULT_PATHS, Matcher, Route
+from workbench.protocol.routes import DEFAULT_HOSTS, DEFAULT_PATHS, Matcher, Route, is_openai_transport
 from workbench.protocol.status import describe_reset
 from workbench.redact import LEVELS, bearer_hash, redact_headers
 from workbench.schema.active import schema_for_option
@@ -242,8 +242,10 @@ class CursorCapture:
         if route.streaming:
             req.stream = contentview.keep_for_view(flow, "client", _stream_callable(put, key, "client"),
                                                    ctx.options.cursor_view_bytes)
-            # The response's end goes to the client at once, resets are forwarded and noted.
-            flow.metadata[stream_end.MARK] = True
+            # The response's end goes to the client at once, resets are forwarded and noted (agent
+            # streams; an OpenAI request is a whole HTTP/1.1 or h2 body that mitmproxy ends itself).
+            if not is_openai_transport(route.transport):
+                flow.metadata[stream_end.MARK] = True
 
     def request(self, flow: http.HTTPFlow) -> None:
         route = self._routes.get(flow.id)

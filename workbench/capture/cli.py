@@ -56,6 +56,11 @@ def register(sub: Any) -> None:
     p.add_argument("--listen-host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     p.add_argument("--mode", action="append", default=[], metavar="SPEC",
                    help="mitmproxy mode: regular (default), reverse:URL, transparent, upstream:URL (repeatable)")
+    p.add_argument("--bridge", action="append", default=[], metavar="URL",
+                   help="an OpenAI-compatible bridge (http://HOST:PORT) to record both sides of: a reverse "
+                        "listener in front of it for the OpenAI client, printed as 'bridge: URL' (give the client "
+                        "that base URL; paths reach the bridge unchanged), beside the forward proxy the bridge "
+                        "uses for Cursor (repeatable; docs/bridge.md)")
     p.add_argument("--redact", choices=["secrets", "content"], default="secrets",
                    help="secrets (default; credentials are always hidden) or content (also prompts, files, output)")
     p.add_argument("--flush-ms", type=int, default=250, help="commit at most this often (default 250 ms)")
@@ -126,6 +131,29 @@ def _url_and_hints(args: argparse.Namespace, host: str, port: int, ca: Path) -> 
     return [url, f"ca: {ca}", *env]
 
 
+def _bridge_listeners(urls: list[str], host: str) -> list[tuple[str, int]]:
+    """(bridge URL, listen port) per ``--bridge``: each gets a reverse listener on a free port.
+
+    The listener speaks plain HTTP to the OpenAI client (mitmproxy's reverse mode detects TLS from
+    the client's first bytes, so an http:// base URL works) and the bridge's own scheme upstream."""
+    import urllib.parse
+
+    out: list[tuple[str, int]] = []
+    for url in urls:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise CliError(f"--bridge {url}: give the bridge's base URL, http://HOST:PORT (or https://)")
+        if parts.path not in ("", "/") or parts.query:
+            raise CliError(f"--bridge {url}: give the bridge's origin only (http://HOST:PORT); "
+                           "the client's paths (/v1/chat/completions) go to the bridge unchanged")
+        try:
+            parts.port  # noqa: B018  (raises on a port that is not a number)
+        except ValueError as exc:
+            raise CliError(f"--bridge {url}: {exc}") from exc
+        out.append((f"{parts.scheme}://{parts.netloc}", free_port(host)))
+    return out
+
+
 def _read_stats(path: Path) -> dict[str, Any] | None:
     try:
         return dict(json.loads(path.read_text()))
@@ -182,7 +210,11 @@ def cmd_capture(args: argparse.Namespace) -> int:
            "--set", f"cursor_paths={args.paths}", "--set", f"cursor_stats_file={stats_path}",
            "--set", f"cursor_live={'false' if args.no_live else 'true'}", "--set", "flow_detail=0",
            "--set", f"cursor_schema={schema_option(args.proto)}"]
-    for mode in args.mode:
+    bridges = _bridge_listeners(args.bridge, host)
+    modes = list(args.mode)
+    if bridges and not modes:
+        modes = ["regular"]  # --mode given with --bridge adds the reverse listeners to it
+    for mode in modes + [f"reverse:{target}@{bport}" for target, bport in bridges]:
         cmd += ["--mode", mode]
     cmd += args.mitmdump_args
     # mitmdump's own output goes to stderr: stdout carries the URL and the setup lines only.
@@ -200,12 +232,19 @@ def cmd_capture(args: argparse.Namespace) -> int:
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         _wait_listening(proc, host, port)
+        for _target, bport in bridges:
+            _wait_listening(proc, host, bport)
         ca = confdir / CA_NAME
         deadline = time.monotonic() + 10
         while not ca.exists() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
         for line in _url_and_hints(args, host, port, ca):
             print(line, flush=True)
+        for target, bport in bridges:
+            hostport = f"[{host}]:{bport}" if ":" in host else f"{host}:{bport}"
+            print(f"bridge: http://{hostport}", flush=True)
+            print(f"# OpenAI client → http://{hostport} → bridge {target}; the bridge's Cursor traffic: "
+                  f"HTTPS_PROXY above", flush=True)
         _watch(proc, stats_path, stopping)
     finally:
         for s, h in old.items():

@@ -58,6 +58,8 @@ from workbench.protocol import kinds
 from workbench.protocol.append_meta import answer_grpc, append_answer, append_exchange_meta
 from workbench.protocol.content_coding import undo_body
 from workbench.protocol.labels import fill_label
+from workbench.protocol.openai import fill_openai_session
+from workbench.protocol.routes import is_openai_transport
 from workbench.protocol.run_request import OPENING_KINDS, fill_session, run_request_facts
 from workbench.protocol.status import (
     grpc_fields,
@@ -232,7 +234,7 @@ class CaptureWriter:
                 sid = f"{sid}#{fo.key[:8]}"  # two live Run streams reusing one request id
             self._live_run_ids[fo.key] = sid
             self._bind(fl, sid)
-        elif fo.transport == "unary":
+        elif fo.transport == "unary" or is_openai_transport(fo.transport):
             self._bind(fl, str(uuid.uuid4()))
         elif fo.transport in ("runsse", "runpoll"):
             self._unbound_streams[fo.key] = None  # waits for the BidiRequestId in the body
@@ -338,8 +340,8 @@ class CaptureWriter:
                     info.http_status = status
                     info.meta.update(meta)
                     self.sink.touch(fl.session_id)
-        if not http_ok(status) and fl.open.streaming:
-            fl.error_body = bytearray()
+        if not http_ok(status) and fl.open.streaming and not is_openai_transport(fl.open.transport):
+            fl.error_body = bytearray()  # (an OpenAI error body is JSON its decoder reads: openai.error)
 
     def _body(self, key: str, direction: str, ts_us: int, body: bytes, codings: tuple[str, ...] = ()) -> None:
         """A whole buffered body: a unary call, a BidiAppend, or a unary response."""
@@ -572,6 +574,9 @@ class CaptureWriter:
         f = redact_frame(f, content=self.config.content, decoder=self.decoder)
         if direction == "client" and f.kind in OPENING_KINDS:
             self._learn_run(sid, f)
+        elif direction == "client" and f.kind == kinds.OPENAI_REQUEST and (info := self.sink.get_session(sid)):
+            fill_openai_session(info, f.payload)
+            self.sink.touch(sid)
         seq = self.sink.emit(sid, ts_us, direction, transport, stream, f)
         if transport == "bidi_append" and direction == "client" and stream is not None:
             fl = self.flows.get(stream)

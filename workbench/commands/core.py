@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -185,6 +185,7 @@ def _decode_batch(args: argparse.Namespace, dec: Decoder) -> int:
 # sessions / frames / sql ----------------------------------------------------------------------
 
 def cmd_sessions(args: argparse.Namespace) -> int:
+    from workbench.analysis.bridge_join import listing_links  # deferred with the findings below
     from workbench.overview import finding_states, query_top_findings
 
     reader = reader_from(args)
@@ -208,9 +209,10 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         # The top finding is the root cause (workbench.analysis.causes.order_findings), not the worst
         # symptom: it is what to look at first. Notes never count as findings.
         top = query_top_findings(reader)
+        ids = table.column("session_id").to_pylist()
+        links = listing_links(reader, ids)  # the other side of a bridge (docs/bridge.md)
     finally:
         reader.close()
-    ids = table.column("session_id").to_pylist()
     codes = [f.code if (f := top.get(sid)) is not None else None for sid in ids]
     if args.json:
         for row, code in zip(table.to_pylist(), codes, strict=True):
@@ -221,11 +223,15 @@ def cmd_sessions(args: argparse.Namespace) -> int:
             row["analysis"] = st.analysis
             row["top_finding"] = code
             row["top_finding_message"] = (f.message or None) if f is not None else None
+            row["links"] = [lk["session_id"] for lk in links.get(row["session_id"], [])]
+            row["link_details"] = links.get(row["session_id"], [])
             print(json.dumps(row, default=str))
     else:
-        print_table(table, extra={"findings": [states[s].text() for s in ids],
-                                  "notes": [str(states[s].notes) if states[s].notes else "" for s in ids],
-                                  "top_finding": codes})
+        extra: dict[str, Sequence[Any]] = {"findings": [states[s].text() for s in ids],
+                 "notes": [str(states[s].notes) if states[s].notes else "" for s in ids], "top_finding": codes}
+        if links:
+            extra["links"] = [" ".join(f"{lk['session_id'][:8]}({lk['role']})" for lk in links.get(s, [])) for s in ids]
+        print_table(table, extra=extra)
     return 0
 
 

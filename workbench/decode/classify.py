@@ -37,7 +37,9 @@ from workbench.decode.frame import WIRE_LENGTH as WIRE_LENGTH
 from workbench.decode.frame import Frame as Frame
 from workbench.decode.frame import http_error_frame as http_error_frame
 from workbench.decode.lenient import Found, Mismatch, WireError, known_unknowns, repair
+from workbench.decode.openai import OpenAIStream, decode_openai_body
 from workbench.protocol.kinds import END_STREAM, END_STREAM_ERROR, MALFORMED
+from workbench.protocol.routes import OPENAI_TRANSPORTS
 from workbench.schema.loader import Schema, load_schema
 from workbench.wire.endstream import b64decode_loose, parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import (
@@ -434,6 +436,8 @@ class Decoder:
         ``session`` names the session whose inflate budget gzip frames are charged to
         (``workbench.wire.inflate``; default: this body alone).
         """
+        if transport in OPENAI_TRANSPORTS:
+            return decode_openai_body(data, direction)
         inflate = current_budget().session(session)
         if (transport, direction) in ENVELOPED:
             envs = split_frames(data, inflate=inflate)
@@ -453,6 +457,8 @@ class Decoder:
         return frames
 
     def stream(self, transport: str, direction: str, session: str | None = None) -> StreamDecoder:
+        if transport in OPENAI_TRANSPORTS:  # the OpenAI side of a bridge: JSON and SSE, no envelopes
+            return OpenAIStream(direction)  # type: ignore[return-value]  # same feed/close interface
         return StreamDecoder(self, transport, direction, session)
 
 

@@ -19,7 +19,8 @@ from workbench.protocol import kinds
 from workbench.protocol.append_meta import append_answer
 from workbench.protocol.content_coding import undo_body
 from workbench.protocol.labels import fill_label
-from workbench.protocol.routes import DEFAULT_PATHS, Matcher, Route
+from workbench.protocol.openai import fill_openai_session
+from workbench.protocol.routes import DEFAULT_PATHS, Matcher, Route, is_openai_transport
 from workbench.protocol.run_request import OPENING_KINDS, fill_session, run_request_facts
 from workbench.protocol.status import (
     STREAM_TRANSPORTS,
@@ -168,7 +169,7 @@ def decode_exchange(dec: Decoder, ex: Exchange, route: Route) -> Part:
     if "server" in kept:
         part.server = [kept["server"]]
     elif ex.resp_body is not None and ex.resp_missing is None:
-        if ex.status is not None and not ok:
+        if ex.status is not None and not ok and not is_openai_transport(transport):
             if ex.resp_body or transport != "bidi_append":
                 part.server = [http_error_frame(ex.status, ex.resp_body)]
         elif secret:
@@ -221,6 +222,9 @@ def exchange_status(part: Part) -> tuple[str, str | None]:
 def learn_run(dec: Decoder, info: SessionInfo, frames: Sequence[Frame]) -> None:
     """Label, model and conversation id from the first run_request / prewarm_request among ``frames``."""
     for f in frames:
+        if f.kind == kinds.OPENAI_REQUEST:
+            fill_openai_session(info, f.payload)
+            return
         if f.kind not in OPENING_KINDS:
             continue
         fill_label(info, kind=f.kind, payload=f.payload)  # frames are redacted by now

@@ -253,6 +253,7 @@ class PlanBuilder:
         """A unary call: its request, then its response."""
         info = self.session_info(part, part.route.transport)
         info.meta["order"] = "causal"
+        learn_run(self.dec, info, part.client)  # an OpenAI request: model and label
         c, s = _items(part)
         body = c + s
         frames = _planned(body, {id(it): i for i, it in enumerate(body)}, [_body_ts(it) for it in body],

@@ -76,6 +76,25 @@ HTTP_ERROR = "http_error"  # the body of a non-200 answer
 MALFORMED = "malformed"
 EMPTY = "empty"
 
+# --- the OpenAI side of a bridge (``workbench.decode.openai``): one frame per request body, per SSE
+# event, per whole answer. The payload is the JSON the event carried, as it crossed the wire.
+OPENAI = "openai"
+OPENAI_REQUEST = "openai.request"                    # a request body (chat, responses, models)
+OPENAI_CONTENT = "openai.delta.content"              # answer text (chat delta.content, output_text.delta)
+OPENAI_TOOL_CALLS = "openai.delta.tool_calls"        # tool-call name/arguments (delta or function_call event)
+OPENAI_REASONING = "openai.delta.reasoning"          # reasoning text
+OPENAI_ROLE = "openai.delta.role"                    # a chunk that only names the role
+OPENAI_FINISH = "openai.finish"                      # finish_reason / response.completed|incomplete
+OPENAI_USAGE = "openai.usage"                        # a usage-only chunk
+OPENAI_ERROR = "openai.error"                        # an error object (event or whole body)
+OPENAI_DONE = "openai.done"                          # ``data: [DONE]``
+OPENAI_COMMENT = "openai.comment"                    # an SSE comment (``: ping``): keeps the line open, carries nothing
+OPENAI_EVENT = "openai.event"                        # any other Responses event (created, output_item.added, …)
+OPENAI_RESPONSE = "openai.response"                  # a whole (not streamed) answer
+OPENAI_MODELS = "openai.models"                      # a /v1/models answer
+# kinds that bring the client something of the answer (what "first token" means on the OpenAI side)
+OPENAI_ANSWER = (OPENAI_CONTENT, OPENAI_TOOL_CALLS, OPENAI_REASONING, OPENAI_RESPONSE)
+
 
 def family(kind: str) -> str:
     """The top-level member of a kind: ``exec_server_message`` for
@@ -116,6 +135,11 @@ def is_server_heartbeat(kind: str) -> bool:
 def is_client_heartbeat(kind: str) -> bool:
     """A client keep-alive: the run's ``client_heartbeat`` or an exec's heartbeat."""
     return kind in CLIENT_HEARTBEATS
+
+
+def is_openai(kind: str) -> bool:
+    """A frame of the OpenAI side of a bridge (``openai.*``)."""
+    return kind.startswith("openai.")
 
 
 def sql_list(kinds: Iterable[str]) -> str:

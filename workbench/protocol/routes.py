@@ -26,6 +26,13 @@ DEFAULT_PATHS = ("/agent.v1.AgentService/*", "/aiserver.v1.BidiService/*", "/ais
 _RPC_PATH = re.compile(r"^/([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+)/([A-Za-z_]\w*)$")
 _STREAMING_TYPES = ("application/connect+", "application/grpc")
 
+# The OpenAI side of a bridge (issue 25): recorded on any host, whatever prefix the base URL has
+# (``/v1/chat/completions``, ``/api/v1/chat/completions``). Bodies stream through in both
+# directions (an SSE answer must reach the client as it is written); each transport is a session.
+OPENAI_ROUTES = (("*/chat/completions", "openai_chat"), ("*/v1/responses", "openai_responses"),
+                 ("*/v1/models", "openai_models"), ("*/v1/models/*", "openai_models"))
+OPENAI_TRANSPORTS = ("openai_chat", "openai_responses", "openai_models")
+
 AGENT_SERVICE = "agent.v1.AgentService"
 BIDI_SERVICE = "aiserver.v1.BidiService"
 
@@ -34,7 +41,7 @@ BIDI_SERVICE = "aiserver.v1.BidiService"
 class Route:
     """How one matched flow is handled."""
 
-    transport: str          # run | runsse | runpoll | bidi_append | unary
+    transport: str          # run | runsse | runpoll | bidi_append | unary | openai_chat | openai_responses | openai_models
     streaming: bool         # bodies pass through chunk by chunk (both directions)
     service: str | None
     method: str | None
@@ -46,6 +53,19 @@ class Route:
     @property
     def response_type(self) -> str | None:
         return f"{self.service.rsplit('.', 1)[0]}.{self.method}Response" if self.service and self.method else None
+
+
+def is_openai_transport(transport: str | None) -> bool:
+    return bool(transport) and transport in OPENAI_TRANSPORTS
+
+
+def openai_route(path: str) -> Route | None:
+    """The route of an OpenAI-compatible request path, or None."""
+    path = path.split("?", 1)[0]
+    for pattern, transport in OPENAI_ROUTES:
+        if fnmatch.fnmatchcase(path, pattern):
+            return Route(transport, True, None, None)
+    return None
 
 
 def split_list(value: str | Sequence[str]) -> tuple[str, ...]:
@@ -68,6 +88,9 @@ class Matcher:
     def route(self, host: str, path: str, content_type: str = "") -> Route | None:
         """The route for a request, or None to leave the flow untouched."""
         path = path.split("?", 1)[0]
+        openai = openai_route(path)
+        if openai is not None:
+            return openai
         if not (self.path_matches(path) or (self.host_matches(host) and _RPC_PATH.match(path))):
             return None
         m = _RPC_PATH.match(path)

@@ -28,13 +28,14 @@ from typing import Any
 
 from workbench.decode.classify import default_decoder
 from workbench.decode.frame import BIDI_APPEND, BIDI_POLL_RESP, CLIENT_MSG, COMPRESSED, SERVER_MSG, Frame
-from workbench.protocol.kinds import is_end_stream
+from workbench.protocol.kinds import is_end_stream, is_openai
 from workbench.redact import (
     SECRET_MESSAGE_TYPES,
     marker,
     may_carry_credentials,
     redact_frame,
     redact_headers,
+    redact_openai,
     redact_untyped,
 )
 
@@ -215,6 +216,8 @@ def gate_frame(f: Frame, *, carried: str | None = None, limit: int = SCRUB_LIMIT
             f.payload = marker(f.payload).encode()
             f.raw = None
             f.error = f"{f.error}; {note}" if f.error else note
+    elif f.payload and is_openai(f.kind):
+        f = redact_openai(f)  # the OpenAI side of a bridge: JSON, credential keys
     elif f.payload and f.msg_type is None and not is_end_stream(f.kind):
         f.payload = redact_untyped(f.payload)  # an RPC the schema does not name: read as agent messages
         if f.raw and f.payload is not f.raw and redact_untyped(f.raw) is not f.raw:

@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from workbench.decode.classify import Decoder
+from workbench.tui.bridge_screen import BridgeScreen
 from workbench.tui.context import TuiContext
 from workbench.tui.data import TuiData
 from workbench.tui.loading import LoadFailed
@@ -27,6 +28,8 @@ class WorkbenchApp(App[None]):
     TITLE = "workbench"
     BINDINGS = [
         Binding("question_mark", "help", "Help", show=True),
+        # no description: the help screen (and its snapshot) list screen keys; the palette has it
+        Binding("B", "bridge", "", show=False),
     ]
 
     def __init__(self, db_path: str | Path, session: str | None = None, *, follow: bool = False,
@@ -57,6 +60,15 @@ class WorkbenchApp(App[None]):
         else:
             self.switch_screen(SessionsScreen(self.ctx))
 
+    def action_bridge(self) -> None:
+        """Both sides of a bridge for the session shown or selected (``bridge_screen``)."""
+        screen = self.screen
+        sid = getattr(screen, "session_id", None)
+        if sid is None and isinstance(screen, SessionsScreen):
+            sid = screen.selected_id()
+        if sid and not isinstance(screen, BridgeScreen):
+            self.push_screen(BridgeScreen(sid))
+
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             return
@@ -76,6 +88,8 @@ class WorkbenchApp(App[None]):
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield SystemCommand("Help", "Keys and filter syntax", self.action_help)
+        yield SystemCommand("Both sides of a bridge (B)", "the OpenAI requests and their agent runs, turn by turn",
+                            self.action_bridge)
         helps: dict[str, str] = getattr(screen, "COMMANDS_HELP", {})
         for action, text in helps.items():
             yield SystemCommand(text, f"action {action}", partial(screen.run_action, action))

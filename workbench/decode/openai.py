@@ -1,0 +1,290 @@
+"""The OpenAI side of a bridge as frames: a request body, each SSE event, a whole JSON answer.
+
+A bridge turns chat completions (or Responses) into agent runs; to say where the translation
+went wrong, the capture records what the OpenAI client sent and received beside the agent
+frames (issue 25, docs/bridge.md). One frame per request body (``openai.request``), per SSE event
+(``openai.delta.content``, ``openai.delta.tool_calls``, ``openai.finish``, ``openai.error``,
+``openai.done``, ``openai.comment`` for a ``: ping`` line, …) and per whole answer
+(``openai.response``, ``openai.models``, ``openai.error``). The payload is the event's JSON as it
+crossed the wire, so nothing is lost; the kind and summary say what it is.
+
+The answer's framing is read from its bytes, not its headers: a body that starts with an SSE
+field (``data:``, ``event:``, ``:``) is a stream, anything else one JSON document. A body that is
+not JSON keeps its bytes with an ``error``; a request body like that is stored as a hash by the
+write gate, since what cannot be parsed cannot be redacted.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from workbench.decode.frame import Frame
+from workbench.protocol import kinds
+
+# A request or whole answer past this is kept as its first bytes with an error (a bridge body is
+# kilobytes; this bounds what a hostile peer can make the writer hold).
+BODY_LIMIT = 64 << 20
+_SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _arr(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _short(text: Any, width: int = 60) -> str:
+    s = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
+    s = s.replace("\n", "\\n")
+    return json.dumps(s[:width] + ("…" if len(s) > width else ""), ensure_ascii=False)
+
+
+def _doc(data: bytes) -> tuple[Any, str | None]:
+    try:
+        return json.loads(data), None
+    except (UnicodeDecodeError, ValueError) as exc:
+        return None, f"not JSON: {exc}"
+
+
+def _error_text(err: Any) -> str:
+    if isinstance(err, dict):
+        bits = [str(err[k]) for k in ("type", "code") if err.get(k)]
+        msg = err.get("message")
+        return (" ".join(bits) + ": " if bits else "") + (str(msg) if msg else json.dumps(err)[:200])
+    return str(err)
+
+
+def request_frame(data: bytes) -> Frame:
+    """The frame of one request body (chat completions, Responses)."""
+    doc, err = _doc(data)
+    if not isinstance(doc, dict):
+        return Frame(kinds.OPENAI_REQUEST, "request body (not a JSON object)", data,
+                     error=err or "request body is not a JSON object")
+    bits = [f"model={doc.get('model')}"] if doc.get("model") else []
+    if doc.get("stream"):
+        bits.append("stream")
+    msgs = doc.get("messages") if isinstance(doc.get("messages"), list) else doc.get("input")
+    if isinstance(msgs, list):
+        bits.append(f"{len(msgs)} messages")
+        last = msgs[-1] if msgs else None
+        if isinstance(last, dict):
+            role = last.get("role") or last.get("type")
+            content = last.get("content") if "content" in last else last.get("output")
+            bits.append(f"last {role}: {_short(content, 40)}")
+    elif isinstance(msgs, str):
+        bits.append(f"input: {_short(msgs, 40)}")
+    if isinstance(doc.get("tools"), list) and doc["tools"]:
+        bits.append(f"{len(doc['tools'])} tools")
+    return Frame(kinds.OPENAI_REQUEST, "request " + " ".join(bits), data)
+
+
+def _chat_chunk(doc: dict[str, Any]) -> tuple[str, str, str | None]:
+    """(kind, summary, call id) of one chat.completion.chunk."""
+    choices = doc.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+    if choice is None:
+        if doc.get("usage"):
+            return kinds.OPENAI_USAGE, f"usage {json.dumps(doc['usage'])[:80]}", None
+        return kinds.OPENAI_EVENT, "chunk without choices", None
+    delta = _obj(choice.get("delta"))
+    finish = choice.get("finish_reason")
+    tail = f" finish={finish}" if finish else ""
+    calls = delta.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        first = calls[0] if isinstance(calls[0], dict) else {}
+        fn = _obj(first.get("function"))
+        bits = [f"[{first.get('index')}]"]
+        if first.get("id"):
+            bits.append(f"id={first['id']}")
+        if fn.get("name"):
+            bits.append(f"name={fn['name']}")
+        if fn.get("arguments"):
+            bits.append(f"args+={_short(fn['arguments'], 40)}")
+        return kinds.OPENAI_TOOL_CALLS, "tool_calls " + " ".join(bits) + tail, first.get("id") or None
+    if delta.get("content"):
+        return kinds.OPENAI_CONTENT, f"content {_short(delta['content'])}{tail}", None
+    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+    if reasoning:
+        return kinds.OPENAI_REASONING, f"reasoning {_short(reasoning)}{tail}", None
+    if finish:
+        return kinds.OPENAI_FINISH, f"finish {finish}", None
+    if delta.get("role"):
+        return kinds.OPENAI_ROLE, f"role {delta['role']}", None
+    return kinds.OPENAI_EVENT, "empty delta", None
+
+
+_RESPONSES_KINDS = {
+    "response.output_text.delta": kinds.OPENAI_CONTENT,
+    "response.function_call_arguments.delta": kinds.OPENAI_TOOL_CALLS,
+    "response.function_call_arguments.done": kinds.OPENAI_TOOL_CALLS,
+    "response.reasoning_summary_text.delta": kinds.OPENAI_REASONING,
+    "response.reasoning_text.delta": kinds.OPENAI_REASONING,
+    "response.completed": kinds.OPENAI_FINISH,
+    "response.incomplete": kinds.OPENAI_FINISH,
+    "response.failed": kinds.OPENAI_ERROR,
+    "error": kinds.OPENAI_ERROR,
+}
+
+
+def _responses_event(doc: dict[str, Any], event: str | None) -> tuple[str, str, str | None]:
+    typ = str(doc.get("type") or event or "")
+    kind = _RESPONSES_KINDS.get(typ, kinds.OPENAI_EVENT)
+    item = _obj(doc.get("item"))
+    call_id = item.get("call_id") if item.get("type") == "function_call" else None
+    if typ in ("response.output_item.added", "response.output_item.done") and call_id:
+        kind = kinds.OPENAI_TOOL_CALLS
+        return kind, f"{typ} function_call {item.get('name')} call_id={call_id}", call_id
+    if kind == kinds.OPENAI_CONTENT or kind == kinds.OPENAI_REASONING:
+        return kind, f"{typ} {_short(doc.get('delta', ''))}", None
+    if kind == kinds.OPENAI_TOOL_CALLS:
+        return kind, f"{typ} {_short(doc.get('delta', doc.get('arguments', '')), 40)}", None
+    if kind == kinds.OPENAI_FINISH:
+        resp = _obj(doc.get("response"))
+        return kind, f"{typ} status={resp.get('status')}", None
+    return kind, typ or "event", None
+
+
+def event_frame(data: bytes, event: str | None = None) -> Frame:
+    """The frame of one SSE event's data (its ``event:`` name, if it had one)."""
+    if data.strip() == b"[DONE]":
+        return Frame(kinds.OPENAI_DONE, "[DONE]", data)
+    doc, err = _doc(data)
+    if not isinstance(doc, dict):
+        return Frame(kinds.OPENAI_EVENT, f"event {event or ''} (not a JSON object)".replace("  ", " "), data,
+                     error=err or "event data is not a JSON object")
+    if doc.get("error") is not None and "choices" not in doc or doc.get("type") == "error":
+        text = _error_text(doc.get("error", doc))
+        return Frame(kinds.OPENAI_ERROR, f"error {text[:120]}", data, error=text)
+    if "choices" in doc or doc.get("object") == "chat.completion.chunk":
+        kind, summary, call_id = _chat_chunk(doc)
+    else:
+        kind, summary, call_id = _responses_event(doc, event)
+    f = Frame(kind, summary, data, call_id=call_id)
+    if kind == kinds.OPENAI_ERROR:
+        resp = _obj(doc.get("response"))
+        f.error = _error_text(resp.get("error") or doc)
+    return f
+
+
+def answer_frames(data: bytes) -> list[Frame]:
+    """The frames of a whole (not streamed) answer body."""
+    if not data.strip():
+        return []
+    doc, err = _doc(data)
+    if not isinstance(doc, dict):
+        return [Frame(kinds.OPENAI_RESPONSE, "answer (not a JSON object)", data,
+                      error=err or "answer is not a JSON object")]
+    if doc.get("error") is not None:
+        text = _error_text(doc["error"])
+        return [Frame(kinds.OPENAI_ERROR, f"error {text[:120]}", data, error=text)]
+    if doc.get("object") == "list":
+        items = _arr(doc.get("data"))
+        return [Frame(kinds.OPENAI_MODELS, f"{len(items)} models", data)]
+    bits: list[str] = []
+    choices = doc.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        msg = _obj(choices[0].get("message"))
+        if msg.get("content"):
+            bits.append(f"content {_short(msg['content'])}")
+        if msg.get("tool_calls"):
+            bits.append(f"{len(msg['tool_calls'])} tool_calls")
+        bits.append(f"finish={choices[0].get('finish_reason')}")
+    elif isinstance(doc.get("output"), list):
+        bits.append(f"{len(doc['output'])} output items status={doc.get('status')}")
+    return [Frame(kinds.OPENAI_RESPONSE, "answer " + " ".join(bits), data)]
+
+
+class OpenAIStream:
+    """Incremental: the chunks of one OpenAI body (either direction) in, frames out."""
+
+    __slots__ = ("direction", "_buf", "_sse", "_event", "_data", "_total")
+
+    def __init__(self, direction: str) -> None:
+        self.direction = direction
+        self._buf = bytearray()
+        self._sse: bool | None = None   # unknown until the first bytes of an answer
+        self._event: str | None = None
+        self._data: list[bytes] = []
+        self._total = 0
+
+    def feed(self, chunk: bytes) -> list[Frame]:
+        self._total += len(chunk)
+        if self._sse is None and self.direction == "server":
+            head = (bytes(self._buf) + chunk).lstrip()
+            if len(head) >= 6 or head[:1] in (b"{", b"[", b":"):  # enough to tell "event:" from JSON
+                self._sse = head.startswith(_SSE_FIELDS)
+            else:
+                self._buf += chunk
+                return []
+        if not self._sse:
+            if len(self._buf) <= BODY_LIMIT:
+                self._buf += chunk
+            return []
+        self._buf += chunk
+        return self._lines(final=False)
+
+    def _lines(self, final: bool) -> list[Frame]:
+        out: list[Frame] = []
+        buf = self._buf
+        start = 0
+        while True:
+            n, r = buf.find(b"\n", start), buf.find(b"\r", start)
+            cut = min(n, r) if n >= 0 and r >= 0 else max(n, r)
+            if cut < 0:
+                break
+            line = bytes(buf[start:cut])
+            # \r\n is one line ending; a \r at the very end of the buffer waits for its \n
+            if buf[cut] == 13 and cut + 1 == len(buf) and not final:
+                break
+            step = 2 if buf[cut] == 13 and cut + 1 < len(buf) and buf[cut + 1] == 10 else 1
+            start = cut + step
+            out += self._line(line)
+        del buf[:start]
+        if final:
+            if buf:
+                out += self._line(bytes(buf))
+                buf.clear()
+            out += self._line(b"")
+        return out
+
+    def _line(self, line: bytes) -> list[Frame]:
+        if not line:
+            if not self._data and self._event is None:
+                return []
+            data, event = b"\n".join(self._data), self._event
+            self._data, self._event = [], None
+            return [event_frame(data, event)]
+        if line.startswith(b":"):
+            return [Frame(kinds.OPENAI_COMMENT, f"comment {_short(line[1:].decode('utf-8', 'replace').strip(), 40)}",
+                          line)]
+        name, _, value = line.partition(b":")
+        if value.startswith(b" "):
+            value = value[1:]
+        if name == b"data":
+            self._data.append(value)
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+        return []
+
+    def close(self) -> list[Frame]:
+        if self._sse is None and self.direction == "server":
+            self._sse = bytes(self._buf).lstrip().startswith(_SSE_FIELDS)
+        if self._sse:
+            return self._lines(final=True)
+        data, self._buf = bytes(self._buf), bytearray()
+        if self._total > BODY_LIMIT:
+            kind = kinds.OPENAI_REQUEST if self.direction == "client" else kinds.OPENAI_RESPONSE
+            return [Frame(kind, "body too large", data[:4096],
+                          error=f"body of {self._total} bytes is over {BODY_LIMIT} bytes: first 4096 kept")]
+        if self.direction == "client":
+            return [request_frame(data)] if data.strip() else []
+        return answer_frames(data)
+
+
+def decode_openai_body(data: bytes, direction: str) -> list[Frame]:
+    """Every frame of a complete OpenAI body (imports: flow and HAR files keep whole bodies)."""
+    s = OpenAIStream(direction)
+    return s.feed(data) + s.close()
