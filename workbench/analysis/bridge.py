@@ -422,7 +422,7 @@ def _rule_finish(p: Pair) -> list[BridgeFinding]:
                     f"finish_reason {fin!r} while the agent run has a tool call pending ({pend[0].get('tool_name')}, "
                     f"{pend[0].get('call_id')}): the client was told the turn is over",
                     "hand the exec to the client as a tool call with finish_reason 'tool_calls'",
-                    ev, {s.session_id: [pend[0]["exec_seq"]]})]
+                    ev, {s.session_id: [int(pend[0]["exec_seq"] or 0)]})]  # _pending: exec_seq is set
     if fin == "tool_calls" and not got_calls:
         asked = [c for s in p.caused for c in s.calls]
         return [BridgeFinding(
