@@ -20,6 +20,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from workbench.analysis.blobs import blob_rows
 from workbench.analysis.bridge_join import (
     AGENT_TRANSPORTS,
     JOINED,
@@ -31,9 +32,14 @@ from workbench.analysis.bridge_join import (
 from workbench.analysis.context import ORDER_TIME, session_order
 from workbench.analysis.model import Finding, Severity
 from workbench.analysis.rows import CallRecord
+from workbench.analysis.tools import tool_rows
+from workbench.analysis.walk import load_facts
 from workbench.protocol import kinds
+from workbench.protocol.labels import prompt_of
 from workbench.protocol.openai import AnswerFacts, RequestFacts, answer_facts, request_facts
 from workbench.schema import pb
+from workbench.store import bridge_reads as reads
+from workbench.store.queries import Reader, session_row
 
 # A silent stretch of the client's stream counts when it lasts this long while the agent side
 # heartbeated at least this often and made no progress.
@@ -85,24 +91,12 @@ class Pair:
     timed: bool = True          # both sides recorded with per-frame times (not an import's body order)
 
 
-def _rows(src: Any, sql: str, params: list[Any]) -> list[dict[str, Any]]:
-    return list(src.query(sql, params).to_pylist())
-
-
-def _load_side(src: Any, link: Link) -> Side | None:
-    from workbench.analysis.blobs import blob_rows
-    from workbench.analysis.engine import load_facts
-    from workbench.analysis.tools import tool_rows
-
-    rows = _rows(src, "SELECT status, error, epoch_us(started_at) AS s, epoch_us(ended_at) AS e FROM sessions "
-                      "WHERE session_id = ?", [link.session_id])
-    if not rows:
+def _load_side(src: Reader, link: Link) -> Side | None:
+    row = reads.session_span(src, link.session_id)
+    if row is None:
         return None
-    side = Side(link.session_id, link.role, rows[0]["status"], rows[0]["error"], int(rows[0]["s"] or 0), rows[0]["e"])
-    frames = _rows(src, "SELECT seq, epoch_us(ts) AS ts, direction, kind, call_id, "
-                        "CASE WHEN kind IN (?, ?) OR direction = 'client' THEN payload END AS payload "
-                        "FROM frames WHERE session_id = ? ORDER BY seq",
-                   [kinds.TEXT_DELTA, kinds.END_STREAM_ERROR, link.session_id])
+    side = Side(link.session_id, link.role, row["status"], row["error"], int(row["start_us"] or 0), row["end_us"])
+    frames = reads.side_frames(src, link.session_id, (kinds.TEXT_DELTA, kinds.END_STREAM_ERROR))
     for f in frames:
         if f["kind"] == kinds.TEXT_DELTA and f["payload"]:
             try:
@@ -115,8 +109,6 @@ def _load_side(src: Any, link: Link) -> Side | None:
         elif f["direction"] == "client" and f["payload"]:
             side.client_payloads.append((f["seq"], f["ts"], f["payload"]))
             if f["kind"] == kinds.RUN_REQUEST and not side.prompt:
-                from workbench.protocol.labels import prompt_of
-
                 side.prompt = prompt_of(f["kind"], f["payload"]) or ""
         f.pop("payload", None)
     side.frames = frames
@@ -130,22 +122,19 @@ def _load_side(src: Any, link: Link) -> Side | None:
     return side
 
 
-def load_pair(src: Any, sid: str) -> Pair | None:
-    rows = _rows(src, "SELECT status, http_status, epoch_us(started_at) AS s, epoch_us(ended_at) AS e, transport, "
-                      "CAST(meta AS VARCHAR) AS meta FROM sessions WHERE session_id = ?", [sid])
-    if not rows or rows[0]["transport"] not in JOINED:
+def load_pair(src: Reader, sid: str) -> Pair | None:
+    row = reads.session_span(src, sid)
+    if row is None or row["transport"] not in JOINED:
         return None
-    frames = _rows(src, "SELECT seq, epoch_us(ts) AS ts, direction, kind, call_id, payload FROM frames "
-                        "WHERE session_id = ? ORDER BY seq", [sid])
+    frames = reads.frames_with_payloads(src, sid)
     req = next((f for f in frames if f["kind"] == kinds.OPENAI_REQUEST), None)
     answer = answer_facts((f["seq"], f["ts"], f["kind"], f["payload"]) for f in frames if f["direction"] == "server")
-    end = rows[0]["e"] or (frames[-1]["ts"] if frames else rows[0]["s"])
+    end = row["end_us"] or (frames[-1]["ts"] if frames else row["start_us"])
     links = openai_links(src, sid)
     sides = [s for s in (_load_side(src, lk) for lk in links) if s is not None]
     ids = [sid, *(s.session_id for s in sides)]
-    orders = [_order(r["meta"]) for r in _rows(src, "SELECT CAST(meta AS VARCHAR) AS meta FROM sessions "
-                                                    "WHERE session_id IN (SELECT unnest(?))", [ids])]
-    return Pair(sid, rows[0]["status"], rows[0]["http_status"], int(rows[0]["s"] or 0), int(end or 0),
+    orders = [_order(meta) for meta in reads.session_metas(src, ids)]
+    return Pair(sid, row["status"], row["http_status"], int(row["start_us"] or 0), int(end or 0),
                 request_facts(req["payload"] if req else None) or RequestFacts(),
                 req["seq"] if req else None, req["ts"] if req else None, answer,
                 [{k: v for k, v in f.items() if k != "payload"} for f in frames],
@@ -461,15 +450,15 @@ def _settled(p: Pair) -> bool:
     return p.status != "open" and all(s.status != "open" for s in p.caused + p.asked)
 
 
-def bridge_findings(src: Any, sid: str) -> list[Finding]:
+def bridge_findings(src: Reader, sid: str) -> list[Finding]:
     """The bridge findings of a session on either side (the one registration in the engine)."""
     try:
         if not has_bridge_sessions(src):
             return []
-        row = src.query("SELECT transport FROM sessions WHERE session_id = ?", [sid]).to_pylist()
+        row = session_row(src, sid, ["transport"])
     except Exception:  # a reader of an older or partial database: no bridge to judge
         return []
-    transport = row[0]["transport"] if row else None
+    transport = row["transport"] if row else None
     if transport in JOINED:
         p = load_pair(src, sid)
         return [b.on_openai(sid) for b in pair_findings(p)] if p is not None and _settled(p) else []
@@ -483,7 +472,7 @@ def bridge_findings(src: Any, sid: str) -> list[Finding]:
     return []
 
 
-def ttft_split(src: Any, sid: str) -> dict[str, Any] | None:
+def ttft_split(src: Reader, sid: str) -> dict[str, Any] | None:
     """Where the time to the first token of an OpenAI request went (µs), or None (no answer, no run)."""
     p = load_pair(src, sid)
     if p is None or not p.caused or p.answer.first_answer_ts is None or p.request_ts is None:

@@ -30,6 +30,10 @@ from workbench.protocol import kinds
 from workbench.protocol.labels import prompt_of
 from workbench.protocol.openai import RequestFacts, request_facts
 from workbench.protocol.routes import OPENAI_TRANSPORTS
+from workbench.store import bridge_reads as reads
+from workbench.store.analysis_reads import first_payload, stamp_values
+from workbench.store.db import Store
+from workbench.store.queries import Reader, Row
 
 AGENT_TRANSPORTS = ("run", "runsse", "runpoll")
 LINKS_PREFIX = "links:"
@@ -47,62 +51,43 @@ class Link:
         return asdict(self)
 
 
-def _rows(src: Any, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-    return list(src.query(sql, list(params)).to_pylist())
-
-
-def _session(src: Any, sid: str) -> dict[str, Any] | None:
-    rows = _rows(src, "SELECT session_id, transport, status, model, conversation_id, epoch_us(started_at) AS start_us, "
-                      "epoch_us(ended_at) AS end_us, (SELECT max(epoch_us(ts)) FROM frames f WHERE f.session_id = s.session_id) "
-                      "AS last_us FROM sessions s WHERE session_id = ?", [sid])
-    return rows[0] if rows else None
-
-
-def has_bridge_sessions(src: Any) -> bool:
+def has_bridge_sessions(src: Reader) -> bool:
     """Any OpenAI session in the database at all (the join costs nothing when there is none)."""
-    return bool(src.query("SELECT count(*) FROM sessions WHERE transport IN (SELECT unnest(?))",
-                          [list(JOINED)]).column(0)[0].as_py())
+    return reads.has_sessions_of(src, JOINED)
 
 
-def request_payload(src: Any, sid: str) -> bytes | None:
-    rows = _rows(src, "SELECT payload FROM frames WHERE session_id = ? AND kind = ? ORDER BY seq LIMIT 1",
-                 [sid, kinds.OPENAI_REQUEST])
-    return rows[0]["payload"] if rows else None
+def request_payload(src: Reader, sid: str) -> bytes | None:
+    return first_payload(src, sid, kinds.OPENAI_REQUEST)
 
 
-def _prompt(src: Any, sid: str) -> str:
-    rows = _rows(src, "SELECT kind, payload FROM frames WHERE session_id = ? AND direction = 'client' AND kind = ? "
-                      "ORDER BY seq LIMIT 1", [sid, kinds.RUN_REQUEST])
-    return (prompt_of(rows[0]["kind"], rows[0]["payload"]) or "") if rows else ""
+def _prompt(src: Reader, sid: str) -> str:
+    payload = first_payload(src, sid, kinds.RUN_REQUEST)
+    return (prompt_of(kinds.RUN_REQUEST, payload) or "") if payload is not None else ""
 
 
-def _call_ids(src: Any, sids: Iterable[str], directions: tuple[str, ...] = ("server",)) -> dict[str, set[str]]:
+def _call_ids(src: Reader, sids: Iterable[str], directions: tuple[str, ...] = ("server",)) -> dict[str, set[str]]:
     ids = list(sids)
     out: dict[str, set[str]] = {s: set() for s in ids}
-    if not ids:
-        return out
-    for r in _rows(src, "SELECT DISTINCT session_id, call_id FROM frames WHERE session_id IN (SELECT unnest(?)) "
-                        "AND call_id IS NOT NULL AND direction IN (SELECT unnest(?))", [ids, list(directions)]):
-        out[r["session_id"]].add(str(r["call_id"]))
+    for sid, call_id in reads.call_ids_of(src, ids, directions):
+        out[sid].add(call_id)
     return out
 
 
-def _window(s: dict[str, Any]) -> tuple[int, int]:
+def _window(s: Row) -> tuple[int, int]:
     start = int(s["start_us"] or 0)
     end = s["end_us"] or s["last_us"] or start
     return start, max(int(end), int(s["last_us"] or 0))
 
 
-def openai_links(src: Any, sid: str, answered: bool = True) -> list[Link]:
+def openai_links(src: Reader, sid: str, answered: bool = True) -> list[Link]:
     """The agent runs an OpenAI request caused (and, with ``answered``, the runs whose tool calls it
     answers)."""
-    o = _session(src, sid)
+    o = reads.session_window(src, sid)
     if o is None or o["transport"] not in JOINED:
         return []
     facts = request_facts(request_payload(src, sid)) or RequestFacts()
     start, end = _window(o)
-    during = _rows(src, "SELECT session_id, model FROM sessions WHERE transport IN (SELECT unnest(?)) "
-                        "AND epoch_us(started_at) BETWEEN ? AND ? ORDER BY started_at", [list(AGENT_TRANSPORTS), start, end])
+    during = reads.sessions_started_between(src, AGENT_TRANSPORTS, start, end)
     received = _call_ids(src, [sid]).get(sid, set())
     agent_calls = _call_ids(src, [r["session_id"] for r in during])
     links: list[Link] = []
@@ -130,43 +115,35 @@ def openai_links(src: Any, sid: str, answered: bool = True) -> list[Link]:
     return links
 
 
-def _asked(src: Any, sid: str, facts: RequestFacts, caused: set[str]) -> list[Link]:
+def _asked(src: Reader, sid: str, facts: RequestFacts, caused: set[str]) -> list[Link]:
     """Runs whose tool calls this request answers: by the call id in the run's own frames, or (a
     bridge that renames ids) through the earlier OpenAI answer that handed the id to the client."""
     ids = sorted(facts.tool_results)
     if not ids:
         return []
     found: dict[str, Link] = {}
-    for r in _rows(src, "SELECT DISTINCT session_id FROM frames WHERE call_id IN (SELECT unnest(?)) AND transport IN "
-                        "(SELECT unnest(?))", [ids, list(AGENT_TRANSPORTS)]):
-        found[r["session_id"]] = Link(r["session_id"], "asked", ["tool_call_id"])
-    for r in _rows(src, "SELECT DISTINCT session_id FROM frames WHERE call_id IN (SELECT unnest(?)) AND transport IN "
-                        "(SELECT unnest(?)) AND session_id <> ?", [ids, list(OPENAI_TRANSPORTS), sid]):
-        for lk in openai_links(src, r["session_id"], answered=False):  # (one step back, not the whole chain)
+    for run in reads.sessions_with_call_ids(src, ids, AGENT_TRANSPORTS):
+        found[run] = Link(run, "asked", ["tool_call_id"])
+    for earlier in reads.sessions_with_call_ids(src, ids, OPENAI_TRANSPORTS, exclude=sid):
+        for lk in openai_links(src, earlier, answered=False):  # (one step back, not the whole chain)
             if lk.role == "caused" and lk.session_id not in found:
                 found[lk.session_id] = Link(lk.session_id, "asked", ["tool_call_id", "earlier_answer"])
     return [lk for s, lk in found.items() if s not in caused]
 
 
-def agent_links(src: Any, sid: str) -> list[Link]:
+def agent_links(src: Reader, sid: str) -> list[Link]:
     """The OpenAI requests linked to an agent run (each link as the OpenAI side sees it)."""
-    a = _session(src, sid)
+    a = reads.session_window(src, sid)
     if a is None or a["transport"] not in AGENT_TRANSPORTS:
         return []
     start = int(a["start_us"] or 0)
-    cands = _rows(src, "SELECT session_id FROM sessions s WHERE transport IN (SELECT unnest(?)) AND "
-                       "epoch_us(started_at) <= ? AND coalesce(epoch_us(ended_at), ?) >= ?",
-                  [list(JOINED), start, start, start])
-    ids = {c["session_id"] for c in cands}
+    ids = set(reads.sessions_open_at(src, JOINED, start))
     mine = _call_ids(src, [sid]).get(sid, set())
     for call_id in sorted(mine)[:50]:  # follow-ups answering this run's tool calls, whenever they came after it
-        for r in _rows(src, "SELECT DISTINCT f.session_id FROM frames f JOIN sessions s USING (session_id) "
-                            "WHERE f.kind = ? AND s.transport IN (SELECT unnest(?)) AND epoch_us(s.started_at) >= ? "
-                            "AND contains(CAST(f.payload AS VARCHAR), ?)", [kinds.OPENAI_REQUEST, list(JOINED), start,
-                                                                          call_id]):
-            facts = request_facts(request_payload(src, r["session_id"]))
+        for o in reads.sessions_whose_frame_mentions(src, kinds.OPENAI_REQUEST, call_id, JOINED, start):
+            facts = request_facts(request_payload(src, o))
             if facts is not None and call_id in facts.tool_results:
-                ids.add(r["session_id"])
+                ids.add(o)
     out = []
     for o in sorted(ids):
         for lk in openai_links(src, o):
@@ -175,14 +152,14 @@ def agent_links(src: Any, sid: str) -> list[Link]:
     return out
 
 
-def links_of(src: Any, sid: str) -> list[Link]:
+def links_of(src: Reader, sid: str) -> list[Link]:
     """Links of a session on either side ([] for any other session, or when no OpenAI side was recorded)."""
     if not has_bridge_sessions(src):
         return []
     return openai_links(src, sid) + agent_links(src, sid)
 
 
-def store_links(store: Any, session_ids: Sequence[str]) -> None:
+def store_links(store: Store, session_ids: Sequence[str]) -> None:
     """Store the links of these sessions (and of the sessions on their other side) in ``meta``."""
     if not session_ids or not has_bridge_sessions(store):
         return
@@ -191,39 +168,33 @@ def store_links(store: Any, session_ids: Sequence[str]) -> None:
         for lk in links:
             if lk.session_id not in todo:
                 todo[lk.session_id] = links_of(store, lk.session_id)
-    rows = [[LINKS_PREFIX + sid, json.dumps([lk.as_dict() for lk in links])] for sid, links in todo.items() if links]
-    gone = [LINKS_PREFIX + sid for sid, links in todo.items() if not links]
-    with store.transaction():
-        if gone:
-            store.con.execute("DELETE FROM meta WHERE key IN (SELECT unnest(?))", [gone])
-        if rows:
-            store.con.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", rows)
+    # a session whose links are gone (none found any more) loses its stored ones
+    reads.write_meta_values(store, LINKS_PREFIX, {sid: json.dumps([lk.as_dict() for lk in links]) if links else None
+                                                  for sid, links in todo.items()})
 
 
-def stored_links(src: Any, session_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+def stored_links(src: Reader, session_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
     """session id → its stored links (sessions with none are absent)."""
     out: dict[str, list[dict[str, Any]]] = {}
     if not session_ids:
         return out
-    keys = [LINKS_PREFIX + s for s in session_ids]
-    for r in _rows(src, "SELECT key, value FROM meta WHERE key IN (SELECT unnest(?))", [keys]):
+    for sid, text in stamp_values(src, LINKS_PREFIX, session_ids).items():
         try:
-            value = json.loads(r["value"])
+            value = json.loads(text)
         except ValueError:
             continue
         if isinstance(value, list):
-            out[r["key"][len(LINKS_PREFIX):]] = value
+            out[sid] = value
     return out
 
 
-def listing_links(src: Any, session_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+def listing_links(src: Reader, session_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
     """Links of listed sessions: the stored ones, computed for bridge sessions nobody stored yet
     (a capture in progress, a file written before links were stored)."""
     if not session_ids or not has_bridge_sessions(src):
         return {}
     out = stored_links(src, session_ids)
-    kinds_of = {r["session_id"]: r["transport"] for r in _rows(
-        src, "SELECT session_id, transport FROM sessions WHERE session_id IN (SELECT unnest(?))", [list(session_ids)])}
+    kinds_of = reads.transports_by_start(src, session_ids)
     for sid in session_ids:
         if sid not in out and kinds_of.get(sid) in (*JOINED, *AGENT_TRANSPORTS):
             found = links_of(src, sid)

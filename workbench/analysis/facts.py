@@ -86,7 +86,7 @@ NDJSON = "cli_ndjson"
 # (and for every BidiAppend, whose duplicates are compared by content).
 PAYLOAD_KINDS = (PARTIAL, STARTED, COMPLETED, CHECKPOINT, RUN_REQUEST, END_STREAM_ERROR, EXEC_THROW)
 PAYLOAD_PREFIXES = (EXEC_SERVER, EXEC_CLIENT, KV_SERVER, KV_CLIENT, INTERACTION_RESPONSE, CONVERSATION_ACTION)
-# Frames the batch walk skips: SQL aggregates stand in for them (see engine.load_facts).
+# Frames the batch walk skips: SQL aggregates stand in for them (see walk.load_facts).
 # (Client heartbeats stay in the walk: as BidiAppends they carry append_seqno.)
 BULK_KINDS = (HEARTBEAT, TEXT_DELTA, TOOL_DELTA, TOKEN_DELTA, THINKING_DELTA)
 # Server frames that show the model produced something new: a run that sends one of these after

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -136,8 +137,6 @@ def _bridge_listeners(urls: list[str], host: str) -> list[tuple[str, int]]:
 
     The listener speaks plain HTTP to the OpenAI client (mitmproxy's reverse mode detects TLS from
     the client's first bytes, so an http:// base URL works) and the bridge's own scheme upstream."""
-    import urllib.parse
-
     out: list[tuple[str, int]] = []
     for url in urls:
         parts = urllib.parse.urlsplit(url)

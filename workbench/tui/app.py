@@ -67,7 +67,7 @@ class WorkbenchApp(App[None]):
         if sid is None and isinstance(screen, SessionsScreen):
             sid = screen.selected_id()
         if sid and not isinstance(screen, BridgeScreen):
-            self.push_screen(BridgeScreen(sid))
+            self.push_screen(BridgeScreen(sid, self.ctx))
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):

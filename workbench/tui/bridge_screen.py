@@ -9,7 +9,7 @@ the same row on both sides. The bridge findings of those sessions are listed bel
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -20,16 +20,16 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from workbench.analysis.bridge import bridge_findings
 from workbench.analysis.bridge_join import JOINED, Link, links_of
+from workbench.store import bridge_reads as reads
 from workbench.store.db import us_to_datetime
-
-if TYPE_CHECKING:
-    from workbench.tui.app import WorkbenchApp
+from workbench.store.queries import Reader, Row
+from workbench.tui.context import TuiContext
 
 MAX_SESSIONS = 40   # a conversation of this many requests and runs is shown; the rest is left out
 _COLUMNS = ("seq", "time", "", "kind", "summary")
 
 
-def _turns(data: Any, sid: str) -> list[tuple[str, list[Link]]]:
+def _turns(data: Reader, sid: str) -> list[tuple[str, list[Link]]]:
     """(OpenAI request, its links) per turn of the conversation ``sid`` belongs to, in time order."""
     seen: dict[str, list[Link]] = {}
     todo = [sid]
@@ -41,17 +41,11 @@ def _turns(data: Any, sid: str) -> list[tuple[str, list[Link]]]:
         todo += [lk.session_id for lk in seen[s] if lk.session_id not in seen]
     if not seen:
         return []
-    rows = data.query("SELECT session_id, transport, epoch_us(started_at) AS t FROM sessions "
-                      "WHERE session_id IN (SELECT unnest(?)) ORDER BY started_at", [list(seen)]).to_pylist()
-    return [(r["session_id"], seen[r["session_id"]]) for r in rows if r["transport"] in JOINED]
+    started = reads.transports_by_start(data, list(seen))
+    return [(s, seen[s]) for s, transport in started.items() if transport in JOINED]
 
 
-def _frames(data: Any, sid: str) -> list[dict[str, Any]]:
-    return list(data.query("SELECT seq, epoch_us(ts) AS ts, direction, kind, summary FROM frames "
-                           "WHERE session_id = ? ORDER BY seq", [sid]).to_pylist())
-
-
-def _row(f: dict[str, Any]) -> tuple[Any, ...]:
+def _row(f: Row) -> tuple[Any, ...]:
     t = us_to_datetime(f["ts"]).strftime("%H:%M:%S.%f")[:-3] if f["ts"] else ""
     arrow = "→" if f["direction"] == "client" else "←"
     return (str(f["seq"]), t, arrow, f["kind"], Text(str(f["summary"] or "")[:120]))
@@ -63,14 +57,11 @@ class BridgeScreen(Screen[None]):
         Binding("q", "back", "Back", show=False),
     ]
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, ctx: TuiContext) -> None:
         super().__init__()
         self.session_id = session_id
+        self.ctx = ctx
         self.turns: list[tuple[str, list[Link]]] = []
-
-    @property
-    def wb(self) -> WorkbenchApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -84,7 +75,7 @@ class BridgeScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.title = f"bridge {self.session_id[:8]}"
-        data = self.wb.data
+        data = self.ctx.data
         left = self.query_one("#bridge-openai", DataTable)
         right = self.query_one("#bridge-agent", DataTable)
         left.add_columns(*_COLUMNS)
@@ -98,12 +89,12 @@ class BridgeScreen(Screen[None]):
         for n, (req, links) in enumerate(self.turns, 1):
             caused = [lk for lk in links if lk.role == "caused"]
             lrows = [(Text(f"turn {n}", "bold"), "", "", Text(f"request {req[:8]}", "bold"), "")]
-            lrows += [_row(f) for f in _frames(data, req)]
+            lrows += [_row(f) for f in reads.frame_lines(data, req)]
             rrows: list[tuple[Any, ...]] = []
             for lk in caused:
                 rrows.append((Text(lk.session_id[:8], "bold"), Text(f"turn {n}", "bold"), "", "",
                               Text(f"run caused, by {'+'.join(lk.by)}", "bold"), ""))
-                rrows += [(lk.session_id[:8], *_row(f)) for f in _frames(data, lk.session_id)]
+                rrows += [(lk.session_id[:8], *_row(f)) for f in reads.frame_lines(data, lk.session_id)]
             height = max(len(lrows), len(rrows))
             for r in lrows + [("",) * len(_COLUMNS)] * (height - len(lrows)):
                 left.add_row(*r)
