@@ -127,17 +127,6 @@ def _meta(text: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def resolve(src: Reader, wanted: str) -> str:
-    rows = queries.sessions_with_prefix(src, wanted, 5)
-    if wanted in rows:
-        return wanted
-    if not rows:
-        raise SessionError(f"no session {wanted!r} in {src.path} (see 'workbench sessions --db {src.path}')")
-    if len(rows) > 1:
-        raise SessionError(f"session prefix {wanted!r} in {src.path} is ambiguous: {', '.join(rows)}")
-    return str(rows[0])
-
-
 def load_session(src: Reader, session_id: str, *, redact: str = "secrets", decoder: Any = None,
                  analyse: bool = True) -> SessionView:
     """Read one session whole (see the module doc). ``redact``: ``secrets`` or ``content``."""
@@ -274,6 +263,6 @@ def open_source(spec: str, db: str | None) -> Iterator[tuple[Reader, str]]:
 
     reader = open_reader(db)
     try:
-        yield reader, resolve(reader, spec)
+        yield reader, queries.resolve_session(reader, spec)
     finally:
         reader.close()
