@@ -11,6 +11,7 @@ Each subsystem defines its own error next to the code that raises it, deriving f
 - ``SchemaError`` (``workbench.schema.loader``), ``ExtractError`` (``workbench.schema.extract``),
   ``MergeError`` (``workbench.schema.merge``)
 - ``StoreError`` (``workbench.store.db``), ``SchemaVersionError`` (``workbench.store.schema``),
+  ``SessionNotFound`` (``workbench.store.queries``),
   ``QueryRefused`` and its kinds (``workbench.store.readonly``)
 - ``IngestError`` (``workbench.ingest``), ``ParquetError`` (``workbench.export.parquet``)
 - ``FixtureError`` (``workbench.fixtures.format``), ``ScenarioError`` (``workbench.sim.scenario``)

@@ -31,6 +31,7 @@ from google.protobuf.message import DecodeError, Message
 
 from workbench.decode.classify import Decoder, Frame, default_decoder
 from workbench.protocol import kinds
+from workbench.protocol.args import map_leaves
 from workbench.wire.envelope import FLAG_COMPRESSED, encode, split_unary
 
 LEVELS = ("secrets", "content")
@@ -288,13 +289,11 @@ def _redact_json_text(value: Any) -> Any:
 def _all_strings(value: Any) -> Any:
     """Every string under an arguments or result key hidden: structured tool arguments and results
     (``"args": {"command": "…"}``) are content as much as a plain ``"text"`` is; keys stay."""
-    if isinstance(value, str):
-        return marker(value)
-    if isinstance(value, dict):
-        return {k: _all_strings(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_all_strings(v) for v in value]
-    return value
+    return map_leaves(value, _marked)
+
+
+def _marked(value: Any) -> Any:
+    return marker(value) if isinstance(value, str) else value
 
 
 def redact_blob(data: bytes) -> bytes:

@@ -90,6 +90,17 @@ def test_session_reads(reader: Reader) -> None:
     assert listing[2]["duration_s"] is None
 
 
+def test_resolve_session_by_id_or_unique_prefix(reader: Reader) -> None:
+    assert queries.resolve_session(reader, "sess-a") == "sess-a"
+    assert queries.resolve_session(reader, "oth") == "other-c"
+    # the CLI and the report/diff name the database the same way for both failures
+    with pytest.raises(queries.SessionNotFound, match=r"session prefix 'sess' in .*q\.duckdb is ambiguous: "
+                       r"sess-a, sess-b"):
+        queries.resolve_session(reader, "sess")
+    with pytest.raises(queries.SessionNotFound, match=r"no session 'nope' in .*q\.duckdb \(see 'workbench sessions"):
+        queries.resolve_session(reader, "nope")
+
+
 def test_meta_keys_and_rows(reader: Reader) -> None:
     keys, held = queries.meta_keys_and_rows(reader)
     assert "schema_version" in keys

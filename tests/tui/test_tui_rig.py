@@ -47,7 +47,7 @@ async def test_rig_session_finding_blobs_and_replay(tui_rig_db: tuple[Path, dict
         await wait_for(pilot, lambda: tl.rows_cache.get(evidence[0]) is not None)
         assert tl.rows_cache[evidence[0]]["kind"] == "kv_server_message.get_blob_args"
         blobs = screen.query_one("#blobs-table", DataTable)
-        assert any(b["status"] == "miss" for b in blobs.blobs)  # type: ignore[attr-defined]
+        assert any(b["status"] == "miss" for b in blobs.records)  # type: ignore[attr-defined]
         # replay the recorded session to its end at top speed
         await pilot.press("p")
         await wait_for(pilot, lambda: screen.replay is not None)

@@ -116,6 +116,11 @@ def _ok_status(status: int | None) -> bool:
     return status is None or 200 <= status < 300
 
 
+# The columns ``feed_columns`` reads when the rows carry them, in the order it unpacks them.
+_OPTIONAL_COLUMNS = ("transport", "ref_id", "call_id", "payload", "append_seqno", "request_id", "decoded",
+                     "http_status", "content_type", "error", "raw", "grpc_status")
+
+
 class FactsBuilder(RequestPairing):
     """Feed frame rows in seq order; ``facts`` is always current."""
 
@@ -186,20 +191,10 @@ class FactsBuilder(RequestPairing):
         tss = cols["ts_us"]
         dirs = cols["direction"]
         kinds = cols["kind"]
-        none = [None] * n
-        transports = cols.get("transport") or none
-        refs = cols.get("ref_id") or none
-        cids = cols.get("call_id") or none
-        payloads = cols.get("payload") or none
-        seqnos = cols.get("append_seqno") or none
-        rids = cols.get("request_id") or none
+        none = [None] * n  # a column the rows do not carry: None in every row
+        (transports, refs, cids, payloads, seqnos, rids, decodeds, statuses, ctypes, errors, raws,
+         grpcs) = (cols.get(name) or none for name in _OPTIONAL_COLUMNS)
         flags = cols.get("flags") or [0] * n
-        decodeds = cols.get("decoded") or none
-        statuses = cols.get("http_status") or none
-        ctypes = cols.get("content_type") or none
-        errors = cols.get("error") or none
-        raws = cols.get("raw") or none
-        grpcs = cols.get("grpc_status") or none
         handlers = self._handlers
         kind_counts = f.kinds
         layout = self.layout

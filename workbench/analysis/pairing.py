@@ -10,7 +10,7 @@ plain bound methods in its per-kind dispatch table (no extra call per frame).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf.message import DecodeError
 
@@ -20,6 +20,16 @@ from workbench.schema import pb
 # Message classes looked up once (pb's lookup is a dict walk per attribute access).
 SERVER_CLS = pb.AgentServerMessage
 CLIENT_CLS = pb.AgentClientMessage
+
+def _member(cls: Any, payload: Any, name: str) -> Any:
+    """The ``name`` member of an agent message of class ``cls``; None when the payload is not one."""
+    try:
+        return getattr(cls.FromString(payload or b""), name)
+    except DecodeError:
+        return None
+
+
+_Item = TypeVar("_Item", ExecReq, KvOp, Query)  # a request waiting for its answer
 
 
 class RequestPairing:
@@ -55,12 +65,36 @@ class RequestPairing:
         for handler, args in self._early.pop((what, seg, id_), []):
             handler(*args)
 
+    def _open(self, what: str, table: dict[tuple[int, int], _Item], records: list[_Item], id_: int,
+              item: _Item) -> None:
+        """A request arrived: recorded, it waits for its answer under (segment, id); answers seen first
+        are replayed."""
+        records.append(item)
+        table[(self.facts.seg, id_)] = item
+        self._waiting.append(item)
+        self._replay(what, self.facts.seg, id_)
+
+    def _takes_answer(self, answer_seq: int | None) -> bool:
+        """Whether a request still takes an answer: it has none, or only one the server refused (a
+        resend after a refused append replaces the refused answer)."""
+        return answer_seq is None or answer_seq in self.facts.http_failures
+
+    def _request_of(self, what: str, table: dict[tuple[int, int], _Item], ref: Any,
+                    handler: Callable[..., None], args: tuple[Any, ...]) -> _Item | None:
+        """The open request an answer refers to; None when the answer names none, or when its request
+        has not arrived yet (the answer is then kept and replayed when it does)."""
+        if ref is None:
+            return None
+        item = table.get((self.facts.seg, int(ref)))
+        if item is None:
+            self._defer(what, ref, handler, args)
+        return item
+
     # handlers ---------------------------------------------------------------------------------
 
     def _on_exec(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
-        try:
-            msg = SERVER_CLS.FromString(payload or b"").exec_server_message
-        except DecodeError:
+        msg = _member(SERVER_CLS, payload, "exec_server_message")
+        if msg is None:
             return
         known = msg.WhichOneof("args")
         # A member the overlay lacks keeps the name the capture's schema gave its frame kind.
@@ -71,10 +105,7 @@ class RequestPairing:
             if hasattr(args, "DESCRIPTOR") and "tool_call_id" in args.DESCRIPTOR.fields_by_name:
                 tcid = args.tool_call_id or None
         req = ExecReq(self.facts.seg, msg.id, seq, ts, member, msg.exec_id, tcid, payload or b"")
-        self.facts.execs.append(req)
-        self._exec_open[(self.facts.seg, msg.id)] = req
-        self._waiting.append(req)
-        self._replay("exec", self.facts.seg, msg.id)
+        self._open("exec", self._exec_open, self.facts.execs, msg.id, req)
 
     def _exec_for(self, ref: Any) -> ExecReq | None:
         if ref is None:
@@ -82,10 +113,8 @@ class RequestPairing:
         return self._exec_open.get((self.facts.seg, int(ref)))
 
     def _on_exec_result(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
-        req = self._exec_for(ref)
+        req = self._request_of("exec", self._exec_open, ref, self._on_exec_result, (seq, ts, ref, cid, payload, kind))
         if req is None:
-            if ref is not None:
-                self._defer("exec", ref, self._on_exec_result, (seq, ts, ref, cid, payload, kind))
             return
         if not req.result_seqs:
             self._input(seq)  # the first answer to an exec is new work for the server
@@ -112,10 +141,9 @@ class RequestPairing:
             req.close_seq = seq
         elif member == "throw":
             req.throw_seq = seq
-            try:
-                req.throw_error = CLIENT_CLS.FromString(payload or b"").exec_client_control_message.throw.error
-            except DecodeError:
-                pass
+            control = _member(CLIENT_CLS, payload, "exec_client_control_message")
+            if control is not None:
+                req.throw_error = control.throw.error
             self._done(req)
 
     def _on_abort(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
@@ -125,9 +153,8 @@ class RequestPairing:
             self._done(req)
 
     def _on_kv(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
-        try:
-            msg = SERVER_CLS.FromString(payload or b"").kv_server_message
-        except DecodeError:
+        msg = _member(SERVER_CLS, payload, "kv_server_message")
+        if msg is None:
             return
         member = msg.WhichOneof("args")
         if member == "set_blob_args":
@@ -137,23 +164,16 @@ class RequestPairing:
             op = KvOp(self.facts.seg, msg.id, seq, "get", bytes(msg.get_blob_args.blob_id), None, ts=ts)
         else:
             return
-        self.facts.kv.append(op)
-        self._kv_open[(self.facts.seg, msg.id)] = op
-        self._waiting.append(op)
-        self._replay("kv", self.facts.seg, msg.id)
+        self._open("kv", self._kv_open, self.facts.kv, msg.id, op)
 
     def _on_kv_result(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
-        if ref is None:
-            return
-        op = self._kv_open.get((self.facts.seg, int(ref)))
+        op = self._request_of("kv", self._kv_open, ref, self._on_kv_result, (seq, ts, ref, cid, payload, kind))
         if op is None:
-            self._defer("kv", ref, self._on_kv_result, (seq, ts, ref, cid, payload, kind))
             return
-        if op.result_seq is not None and op.result_seq not in self.facts.http_failures:
-            return  # answered already (a resend after a refused append replaces the refused answer)
-        try:
-            msg = CLIENT_CLS.FromString(payload or b"").kv_client_message
-        except DecodeError:
+        if not self._takes_answer(op.result_seq):
+            return
+        msg = _member(CLIENT_CLS, payload, "kv_client_message")
+        if msg is None:
             return
         op.result_seq = seq
         if op.ts and ts > op.ts:  # a KV answer needs no work on the client: its delay is the path's
@@ -170,19 +190,13 @@ class RequestPairing:
         if ref is None:
             return
         q = Query(self.facts.seg, int(ref), seq, kind)
-        self.facts.queries.append(q)
-        self._query_open[(self.facts.seg, q.id)] = q
-        self._waiting.append(q)
-        self._replay("query", self.facts.seg, q.id)
+        self._open("query", self._query_open, self.facts.queries, q.id, q)
 
     def _on_response(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
-        if ref is None:
-            return
-        q = self._query_open.get((self.facts.seg, int(ref)))
+        q = self._request_of("query", self._query_open, ref, self._on_response, (seq, ts, ref, cid, payload, kind))
         if q is None:
-            self._defer("query", ref, self._on_response, (seq, ts, ref, cid, payload, kind))
             return
-        if q.response_seq is None or q.response_seq in self.facts.http_failures:
+        if self._takes_answer(q.response_seq):
             q.response_seq = seq
             self._done(q)
 

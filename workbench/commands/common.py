@@ -6,9 +6,11 @@ import argparse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from workbench.errors import CliError
 from workbench.store.paths import default_db, describe_rule
-from workbench.store.queries import Reader, sessions_with_prefix
+from workbench.store.queries import resolve_session
+
+__all__ = ["add_db_arg", "add_proto_arg", "decoder_from", "print_table", "reader_from", "resolve_session",
+           "table_rows"]
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -44,17 +46,6 @@ def reader_from(args: argparse.Namespace) -> LocalReader | RemoteReader:
     from workbench.store.reader import open_reader  # duckdb and pyarrow: only for commands that read
 
     return open_reader(args.db)
-
-
-def resolve_session(reader: Reader, wanted: str) -> str:
-    rows = sessions_with_prefix(reader, wanted, 5)
-    if wanted in rows:
-        return wanted
-    if not rows:
-        raise CliError(f"no session {wanted!r} in {reader.path} (see 'workbench sessions --db {reader.path}')")
-    if len(rows) > 1:
-        raise CliError(f"session prefix {wanted!r} is ambiguous: {', '.join(rows)}")
-    return str(rows[0])
 
 
 def _cell(v: Any, width: int) -> str:

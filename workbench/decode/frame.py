@@ -77,6 +77,34 @@ class Frame:
     meta: dict[str, Any] | None = None
 
 
+@dataclass
+class StoredFrame:
+    """A frame as a view reads it back from ``frames``: when and which way it travelled, and its
+    classified payload. The HTML report (``report.session.LoadedFrame``) and the TUI's detail pane
+    (``tui.data.FrameDetail``) add what each of them shows."""
+
+    seq: int
+    ts_us: int
+    direction: str
+    transport: str
+    kind: str
+    summary: str
+    msg_type: str | None
+    flags: int
+    size: int
+    payload: bytes
+
+
+def stored_meta(value: Any) -> dict[str, Any] | None:
+    """A ``frames.meta`` value (JSON text) as a dict; None when absent or not an object."""
+    if isinstance(value, str | bytes):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, dict) else None
+
+
 def http_error_frame(status: int | None, body: bytes) -> Frame:
     """The frame for a non-200 HTTP response: Connect/JSON ``code``/``message`` when the body has them."""
     code = message = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2
@@ -119,15 +119,24 @@ def merge_mcp_args(streamed: Mapping[str, Any] | None, completion: Mapping[str, 
     return out
 
 
-def _plain_number(value: Any) -> Any:
-    """google.protobuf.Value stores every number as a double; give integers back as ints."""
+def map_leaves(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """A JSON value (dicts, lists, scalars) with ``leaf`` applied to every scalar; keys and shape stay."""
+    if isinstance(value, dict):
+        return {k: map_leaves(v, leaf) for k, v in value.items()}
+    if isinstance(value, list):
+        return [map_leaves(v, leaf) for v in value]
+    return leaf(value)
+
+
+def _int_if_integral(value: Any) -> Any:
     if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) < 2**53:
         return int(value)
-    if isinstance(value, dict):
-        return {k: _plain_number(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain_number(v) for v in value]
     return value
+
+
+def _plain_number(value: Any) -> Any:
+    """google.protobuf.Value stores every number as a double; give integers back as ints."""
+    return map_leaves(value, _int_if_integral)
 
 
 def decode_value(data: bytes) -> Any:

@@ -25,6 +25,7 @@ from typing import Any
 from workbench.analysis import analyze_session
 from workbench.decode import fields_of
 from workbench.decode.classify import Frame, default_decoder
+from workbench.decode.frame import StoredFrame, stored_meta
 from workbench.errors import WorkbenchError
 from workbench.fixtures.export import fixture_to_store
 from workbench.fixtures.format import load
@@ -46,17 +47,7 @@ class SessionError(WorkbenchError):
 
 
 @dataclass
-class LoadedFrame:
-    seq: int
-    ts_us: int
-    direction: str
-    transport: str
-    kind: str
-    summary: str
-    msg_type: str | None
-    flags: int
-    size: int
-    payload: bytes
+class LoadedFrame(StoredFrame):
     ref_id: int | None
     call_id: str | None
     error: str | None
@@ -117,27 +108,6 @@ def finding_dict(f: Any) -> dict[str, Any]:
     return out
 
 
-def _meta(text: Any) -> dict[str, Any] | None:
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def resolve(src: Reader, wanted: str) -> str:
-    rows = queries.sessions_with_prefix(src, wanted, 5)
-    if wanted in rows:
-        return wanted
-    if not rows:
-        raise SessionError(f"no session {wanted!r} in {src.path} (see 'workbench sessions --db {src.path}')")
-    if len(rows) > 1:
-        raise SessionError(f"session prefix {wanted!r} in {src.path} is ambiguous: {', '.join(rows)}")
-    return str(rows[0])
-
-
 def load_session(src: Reader, session_id: str, *, redact: str = "secrets", decoder: Any = None,
                  analyse: bool = True) -> SessionView:
     """Read one session whole (see the module doc). ``redact``: ``secrets`` or ``content``."""
@@ -168,7 +138,7 @@ def load_session(src: Reader, session_id: str, *, redact: str = "secrets", decod
             seq=int(r["seq"]), ts_us=int(r["ts_us"] or 0), direction=r["direction"] or "", transport=r["transport"] or "",
             kind=r["kind"] or "", summary=f.summary, msg_type=r["msg_type"], flags=int(r["flags"]),
             size=int(r["size"]), payload=f.payload, ref_id=r["ref_id"], call_id=r["call_id"], error=r["error"],
-            meta=_meta(r["meta"]), _decoder=dec))
+            meta=stored_meta(r["meta"]), _decoder=dec))
     if content:
         facts["label"] = _safe_label(facts.get("label"), prompt_bytes)
         facts["error"] = facts.get("error")  # transport and server errors: codes, no user content
@@ -274,6 +244,6 @@ def open_source(spec: str, db: str | None) -> Iterator[tuple[Reader, str]]:
 
     reader = open_reader(db)
     try:
-        yield reader, resolve(reader, spec)
+        yield reader, queries.resolve_session(reader, spec)
     finally:
         reader.close()

@@ -241,12 +241,7 @@ class Store:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         if read_only and self.path != ":memory:" and not Path(self.path).exists():
             raise StoreError(f"{self.path}: no such capture database")
-        try:
-            self.con = duckdb.connect(self.path, read_only=read_only)
-        except duckdb.IOException as exc:
-            raise StoreError(_lock_message(self.path, exc)) from exc
-        except duckdb.Error as exc:
-            raise StoreError(open_message(self.path, exc)) from exc
+        self.con = connect(self.path, read_only=read_only)
         self.lock = threading.RLock()
         self._tx_depth = 0
         try:
@@ -533,6 +528,17 @@ def database_errors_named(path: str | Path | None) -> Iterator[None]:
 def damage_message(path: str, exc: BaseException) -> str:
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     return f"{path}: the capture database is damaged (truncated or corrupt?): {text}"
+
+
+def connect(path: str, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection to ``path``; a file that is locked, damaged or not a database is a
+    ``StoreError`` naming it (the writer and the readers open files the same way)."""
+    try:
+        return duckdb.connect(path, read_only=read_only)
+    except duckdb.IOException as exc:
+        raise StoreError(_lock_message(path, exc)) from exc
+    except duckdb.Error as exc:
+        raise StoreError(open_message(path, exc)) from exc
 
 
 def _lock_message(path: str, exc: Exception) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from workbench.errors import WorkbenchError
 from workbench.protocol import kinds
 
 if TYPE_CHECKING:  # only named in annotations: importing the reads loads no pyarrow
@@ -20,6 +21,10 @@ if TYPE_CHECKING:  # only named in annotations: importing the reads loads no pya
 
 
 Row = dict[str, Any]  # one result row: column name → value
+
+
+class SessionNotFound(WorkbenchError):
+    """A session id or prefix that names no session, or more than one."""
 
 
 class Reader(Protocol):
@@ -67,6 +72,20 @@ def sessions_with_prefix(reader: Reader, prefix: str, limit: int) -> list[str]:
     t = reader.query("SELECT session_id FROM sessions WHERE starts_with(session_id, ?) ORDER BY session_id "
                      f"LIMIT {int(limit)}", [prefix])
     return [str(s) for s in _column(t)]
+
+
+def resolve_session(reader: Reader, wanted: str) -> str:
+    """The session id ``wanted`` names: itself, or the one session it is a unique prefix of
+    (``SessionNotFound`` naming the database when there is none, or several)."""
+    rows = sessions_with_prefix(reader, wanted, 5)
+    if wanted in rows:
+        return wanted
+    if not rows:
+        raise SessionNotFound(f"no session {wanted!r} in {reader.path} "
+                              f"(see 'workbench sessions --db {reader.path}')")
+    if len(rows) > 1:
+        raise SessionNotFound(f"session prefix {wanted!r} in {reader.path} is ambiguous: {', '.join(rows)}")
+    return rows[0]
 
 
 def session_row(reader: Reader, session_id: str, columns: Sequence[str]) -> Row | None:

@@ -26,8 +26,8 @@ import pyarrow as pa
 
 from workbench.store.db import (
     StoreError,
-    _lock_message,
     check_version,
+    connect,
     damage_message,
     is_damage,
     open_message,
@@ -66,12 +66,7 @@ class LocalReader:
         self.limits = limits or ReadLimits()
         if not Path(self.path).exists():
             raise StoreError(f"{self.path}: no such capture database")
-        try:
-            self.con = duckdb.connect(self.path, read_only=True)
-        except duckdb.IOException as exc:
-            raise StoreError(_lock_message(self.path, exc)) from exc
-        except duckdb.Error as exc:
-            raise StoreError(open_message(self.path, exc)) from exc
+        self.con = connect(self.path, read_only=True)
         try:
             confine(self.con, [str(allow_dir)] if allow_dir is not None else [])
             check_version(self.con, self.path)

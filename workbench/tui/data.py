@@ -25,6 +25,7 @@ from workbench.analysis.findings import session_findings, stored_findings
 from workbench.analysis.model import Finding
 from workbench.decode import fields_of
 from workbench.decode.classify import COMPRESSED, ENVELOPED, WIRE_LENGTH, Decoder
+from workbench.decode.frame import StoredFrame, stored_meta
 from workbench.overview import finding_states, top_findings
 from workbench.store import queries
 from workbench.store import view_reads as reads
@@ -51,17 +52,7 @@ __all__ = ["HEARTBEAT_KINDS", "MIN_FOLD", "PAGE_BYTES", "SEVERITIES", "FrameDeta
 # detail records ----------------------------------------------------------------------------------
 
 @dataclass
-class FrameDetail:
-    seq: int
-    ts_us: int
-    direction: str
-    transport: str
-    kind: str
-    summary: str
-    msg_type: str | None
-    flags: int
-    size: int
-    payload: bytes
+class FrameDetail(StoredFrame):
     raw: bytes | None
     error: str | None
     ids: dict[str, int | str | None]   # ref_id, call_id, append_seqno, request_id, stream
@@ -320,7 +311,7 @@ class TuiData:
             kind=r["kind"], summary=r["summary"], msg_type=r["msg_type"], flags=int(r["flags"]),
             size=int(r["size"]), payload=payload, raw=r["raw"], error=r["error"],
             ids={k: r[k] for k in ("ref_id", "call_id", "append_seqno", "request_id", "stream")},
-            tree=tree, enveloped=(r["transport"], r["direction"]) in ENVELOPED, meta=_meta(r["meta"]))
+            tree=tree, enveloped=(r["transport"], r["direction"]) in ENVELOPED, meta=stored_meta(r["meta"]))
 
     # derived tables --------------------------------------------------------------------------
 
@@ -356,16 +347,6 @@ class TuiData:
 
     def blob_data(self, session_id: str, blob_id: str) -> bytes | None:
         return reads.blob_bytes(self, session_id, blob_id)
-
-
-def _meta(value: Any) -> dict[str, Any] | None:
-    """A ``frames.meta`` value (JSON text) as a dict; None when absent or not an object."""
-    if isinstance(value, str | bytes):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return None
-    return value if isinstance(value, dict) else None
 
 
 def column_array(table: pa.Table, name: str, dtype: type[np.generic]) -> np.ndarray:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from rich.text import Text
 from textual.widgets import DataTable
 
 from workbench.analysis.model import Finding
 from workbench.store.view_reads import BlobView, ToolCallView
+
+_Record = TypeVar("_Record")
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "note": "cyan"}
 
@@ -144,58 +146,49 @@ def set_measured_rows(table: DataTable[Any], columns: tuple[str, ...], rows: lis
         table.add_row(*row, key=str(i))
 
 
-class ToolCallsTable(DataTable[Any]):
+class RecordsTable(DataTable[Any], Generic[_Record]):
+    """A table of records, one row each (``cells`` says which), columns as wide as their widest cell."""
+
+    COLUMNS: tuple[str, ...] = ()
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
-        self.calls: list[ToolCallView] = []
+        self.records: list[_Record] = []
 
+    def on_mount(self) -> None:
+        set_measured_rows(self, self.COLUMNS, [])
+
+    def set_records(self, records: list[_Record]) -> None:
+        if records == self.records:
+            return
+        self.records = records
+        set_measured_rows(self, self.COLUMNS, [self.cells(r) for r in records])
+
+    def cells(self, record: _Record) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def selected(self) -> _Record | None:
+        if not self.records or self.cursor_row < 0:
+            return None
+        return self.records[min(self.cursor_row, len(self.records) - 1)]
+
+
+class ToolCallsTable(RecordsTable[ToolCallView]):
     COLUMNS = ("call_id", "tool", "status", "exec", "frames")
 
-    def on_mount(self) -> None:
-        set_measured_rows(self, self.COLUMNS, [])
-
-    def set_calls(self, calls: list[ToolCallView]) -> None:
-        if calls == self.calls:
-            return
-        self.calls = calls
-        rows = []
-        for c in calls:
-            status_style = "green" if c["status"] in ("ok", "complete", "completed") else "yellow"
-            rows.append((c["call_id"], c["tool_name"], Text(c["status"], status_style),
-                         "" if c["exec_id"] is None else str(c["exec_id"]), _seqs(c["first_seq"], c["last_seq"])))
-        set_measured_rows(self, self.COLUMNS, rows)
-
-    def selected(self) -> ToolCallView | None:
-        if not self.calls or self.cursor_row < 0:
-            return None
-        return self.calls[min(self.cursor_row, len(self.calls) - 1)]
+    def cells(self, c: ToolCallView) -> tuple[Any, ...]:
+        status_style = "green" if c["status"] in ("ok", "complete", "completed") else "yellow"
+        return (c["call_id"], c["tool_name"], Text(c["status"], status_style),
+                "" if c["exec_id"] is None else str(c["exec_id"]), _seqs(c["first_seq"], c["last_seq"]))
 
 
-class BlobsTable(DataTable[Any]):
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
-        self.blobs: list[BlobView] = []
-
+class BlobsTable(RecordsTable[BlobView]):
     COLUMNS = ("op", "role", "type", "size", "sha256", "status", "seq", "preview")
 
-    def on_mount(self) -> None:
-        set_measured_rows(self, self.COLUMNS, [])
-
-    def set_blobs(self, blobs: list[BlobView]) -> None:
-        if blobs == self.blobs:
-            return
-        self.blobs = blobs
-        rows = []
-        for b in blobs:
-            ok = b["sha256_ok"]
-            sha = Text("✓", "green") if ok else Text("✗", "red") if ok is False else Text("?", "dim")
-            status_style = "red" if b["status"] in ("miss", "never_set", "unanswered") else ""
-            rows.append((b["op"], b["role"], b["content_type"], "" if b["size"] is None else str(b["size"]), sha,
-                         Text(b["status"], status_style), "" if b["seq"] is None else str(b["seq"]),
-                         b["preview"][:50].replace("\n", " ")))
-        set_measured_rows(self, self.COLUMNS, rows)
-
-    def selected(self) -> BlobView | None:
-        if not self.blobs or self.cursor_row < 0:
-            return None
-        return self.blobs[min(self.cursor_row, len(self.blobs) - 1)]
+    def cells(self, b: BlobView) -> tuple[Any, ...]:
+        ok = b["sha256_ok"]
+        sha = Text("✓", "green") if ok else Text("✗", "red") if ok is False else Text("?", "dim")
+        status_style = "red" if b["status"] in ("miss", "never_set", "unanswered") else ""
+        return (b["op"], b["role"], b["content_type"], "" if b["size"] is None else str(b["size"]), sha,
+                Text(b["status"], status_style), "" if b["seq"] is None else str(b["seq"]),
+                b["preview"][:50].replace("\n", " "))

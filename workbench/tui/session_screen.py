@@ -261,8 +261,8 @@ class SessionScreen(Loader, Screen[None]):
         def got(res: tuple[list[Finding], list[ToolCallView], list[BlobView]]) -> None:
             self.findings_table.set_findings(res[0])
             self._show_finding_text()
-            self.query_one("#tools-table", ToolCallsTable).set_calls(res[1])
-            self.query_one("#blobs-table", BlobsTable).set_blobs(res[2])
+            self.query_one("#tools-table", ToolCallsTable).set_records(res[1])
+            self.query_one("#blobs-table", BlobsTable).set_records(res[2])
             self._update_panel_titles()
             self._update_lit()
 
@@ -273,8 +273,8 @@ class SessionScreen(Loader, Screen[None]):
         found = self.findings_table.findings
         notes = sum(1 for f in found if f.severity == "note")  # an older workbench's "info" rows show as they were
         for pane_id, n in (("findings", len(found) - notes),
-                           ("tool-calls", len(self.query_one("#tools-table", ToolCallsTable).calls)),
-                           ("blobs", len(self.query_one("#blobs-table", BlobsTable).blobs))):
+                           ("tool-calls", len(self.query_one("#tools-table", ToolCallsTable).records)),
+                           ("blobs", len(self.query_one("#blobs-table", BlobsTable).records))):
             label = {"findings": "Findings", "tool-calls": "Tool calls", "blobs": "Blobs"}[pane_id]
             # notes never count as findings: they follow them in the table and are counted apart
             extra = f" + {notes} note{'s' if notes != 1 else ''}" if pane_id == "findings" and notes else ""
