@@ -81,6 +81,17 @@ async def wait_until_async(condition: Callable[[], T], *, timeout: float = 30.0,
         await asyncio.sleep(interval)
 
 
+CI_VARIABLE = "WORKBENCH_CI"
+
+
+def ci_run(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the slowest matrices run as CI runs them (``.ci/run`` sets ``WORKBENCH_CI=1``; CI
+    services set ``CI``): the analysis matrix's healthy cells and the hostile properties' examples
+    are sampled on a developer's run (README command 2) and run in full here."""
+    env = os.environ if environ is None else environ
+    return any(env.get(name, "").strip().lower() not in ("", "0", "false", "no") for name in (CI_VARIABLE, "CI"))
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now (for programs without ``--port 0``)."""
     with socket.socket() as s:
@@ -354,6 +365,21 @@ def load_benchmark(name: str) -> Any:
     sys.modules[spec.name] = mod  # its dataclasses look their module up while being defined
     spec.loader.exec_module(mod)
     return mod
+
+
+def report_examples(terminalreporter: Any, ran: Mapping[str, int], planned: Mapping[str, int]) -> None:
+    """The hostile suite's "examples run" section (tests/hostile/conftest.py, or the root conftest
+    with the workers' counts under pytest-xdist); also written as JSON to ``$WORKBENCH_HYPOTHESIS_REPORT``."""
+    if not ran:
+        return
+    terminalreporter.section("hostile properties: examples run")
+    report = {}
+    for name in sorted(ran):
+        report[name] = {"planned": planned.get(name), "ran": ran[name]}
+        terminalreporter.write_line(f"{name}: {ran[name]} examples (max_examples {planned.get(name)})")
+    path = os.environ.get("WORKBENCH_HYPOTHESIS_REPORT")
+    if path:
+        Path(path).write_text(json.dumps(report, indent=2), encoding="utf-8")
 
 
 # Runs one command with stdout/stderr in temporary files (never in the measuring process's memory),
