@@ -408,7 +408,10 @@ async def test_http_error_recorded_on_the_session(capture_mitm: Any, tmp_path: P
         assert sim.stdout is not None
         url = sim.stdout.readline().strip()
         m = capture_mitm()
-        async with httpx.AsyncClient(proxy=m.proxy, verify=ssl.create_default_context(cafile=str(m.ca))) as http:
+        # httpx's default 5 s read timeout is not an answer time the capture promises: a loaded
+        # machine (the suite on every core beside other jobs) took longer
+        async with httpx.AsyncClient(proxy=m.proxy, verify=ssl.create_default_context(cafile=str(m.ca)),
+                                     timeout=60) as http:
             resp = await http.post(url + "/agent.v1.AgentService/GetUsableModels", content=b"",
                                    headers={"authorization": "Bearer wrong-token", "x-request-id": "unauth-1",
                                             "content-type": "application/proto", "connect-protocol-version": "1"})
