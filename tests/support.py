@@ -1,5 +1,5 @@
 """Helpers every test folder shares: wait for a condition, run or start ``workbench`` (or any
-command) as a real process, find a free port.
+command) as a real process, find a free port, read a capture database's rows.
 
 Importable as ``support`` from any test module (``tests/conftest.py`` is the rootdir conftest, so
 pytest puts ``tests/`` on ``sys.path``). Waiting is on conditions, never a fixed sleep: each helper
@@ -79,6 +79,17 @@ async def wait_until_async(condition: Callable[[], T], *, timeout: float = 30.0,
         if pause is not None:
             await pause()
         await asyncio.sleep(interval)
+
+
+CI_VARIABLE = "WORKBENCH_CI"
+
+
+def ci_run(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the slowest matrices run as CI runs them (``.ci/run`` sets ``WORKBENCH_CI=1``; CI
+    services set ``CI``): the analysis matrix's healthy cells and the hostile properties' examples
+    are sampled on a developer's run (README command 2) and run in full here."""
+    env = os.environ if environ is None else environ
+    return any(env.get(name, "").strip().lower() not in ("", "0", "false", "no") for name in (CI_VARIABLE, "CI"))
 
 
 def free_port() -> int:
@@ -306,6 +317,69 @@ def process_group() -> Iterator[ProcessGroup]:
     """Body of the ``processes`` fixture (tests/conftest.py)."""
     with ProcessGroup() as group:
         yield group
+
+
+def query_rows(db: str | Path, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+    """The rows of ``sql`` over the capture database ``db`` as dicts, through the store's reader
+    (read-only, closed after)."""
+    from workbench.store import open_reader
+
+    r = open_reader(db)
+    try:
+        return r.query(sql, list(params) if params is not None else None).to_pylist()
+    finally:
+        r.close()
+
+
+def session_row(db: str | Path, session_id: str, columns: str = "*", *, meta: bool = False) -> dict[str, Any]:
+    """The one ``sessions`` row of ``session_id`` (``columns`` of it); with ``meta`` its JSON
+    ``meta`` parsed (``{}`` when empty). Fails naming the database and session when there is none."""
+    rows = query_rows(db, f"SELECT {columns} FROM sessions WHERE session_id = ?", [session_id])
+    assert len(rows) == 1, f"{db}: {len(rows)} sessions with id {session_id!r}"
+    row = rows[0]
+    if meta:
+        row["meta"] = json.loads(row["meta"]) if row.get("meta") else {}
+    return row
+
+
+def stop_popen(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+    """Stop a process a test started with ``subprocess.Popen``: ``sig``, then a kill if it has not
+    exited within ``timeout`` seconds; its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def load_benchmark(name: str) -> Any:
+    """``benchmarks/<name>.py`` as a module (the benchmarks folder is not a package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
+    assert spec is not None and spec.loader is not None, path
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up while being defined
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def report_examples(terminalreporter: Any, ran: Mapping[str, int], planned: Mapping[str, int]) -> None:
+    """The hostile suite's "examples run" section (tests/hostile/conftest.py, or the root conftest
+    with the workers' counts under pytest-xdist); also written as JSON to ``$WORKBENCH_HYPOTHESIS_REPORT``."""
+    if not ran:
+        return
+    terminalreporter.section("hostile properties: examples run")
+    report = {}
+    for name in sorted(ran):
+        report[name] = {"planned": planned.get(name), "ran": ran[name]}
+        terminalreporter.write_line(f"{name}: {ran[name]} examples (max_examples {planned.get(name)})")
+    path = os.environ.get("WORKBENCH_HYPOTHESIS_REPORT")
+    if path:
+        Path(path).write_text(json.dumps(report, indent=2), encoding="utf-8")
 
 
 # Runs one command with stdout/stderr in temporary files (never in the measuring process's memory),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from capture_rig import (
     Mitm,
     Sim,
 )
-from support import free_port, wait_port
+from support import free_port, stop_popen, wait_port
 
 
 @pytest.fixture(scope="session")
@@ -42,12 +41,7 @@ def capture_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
     assert url.startswith("https://127.0.0.1:"), url
     assert cert_line.startswith("cert: "), cert_line
     yield Sim(url, Path(cert_line[6:]), proc)
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_popen(proc)
 
 
 @pytest.fixture(scope="session")

@@ -15,24 +15,14 @@ from typing import Any
 
 import pytest
 from capture_rig import Mitm, Sim
+from support import session_row
 
 from workbench.client.agent import AgentClient
 from workbench.client.events import TextDelta
-from workbench.store import open_reader
 
 TOKEN = "wb-status-token-9f3c2a"
 
 pytestmark = pytest.mark.slow
-
-
-def _session(db: Path, sid: str) -> dict[str, Any]:
-    r = open_reader(db)
-    try:
-        rows = r.query("SELECT status, error, http_status, meta FROM sessions WHERE session_id = ?", [sid]).to_pylist()
-    finally:
-        r.close()
-    assert len(rows) == 1, (db, sid)
-    return rows[0]
 
 
 async def _turn(sim: Sim, m: Mitm, transport: str, prompt: str, record_to: Path, *, leave_early: bool = False) -> str:
@@ -64,7 +54,7 @@ async def test_client_recording_and_capture_agree(capture_sim: Sim, capture_mitm
     client_db = tmp_path / "client.duckdb"
     sid = await _turn(capture_sim, m, transport, prompt, client_db, leave_early=leave_early)
     assert m.stop() == 0
-    captured, recorded = _session(m.db, sid), _session(client_db, sid)
+    captured, recorded = session_row(m.db, sid, "status, error, http_status, meta"), session_row(client_db, sid, "status, error, http_status, meta")
     assert (captured["status"], recorded["status"]) == (expected, expected)
     assert captured["http_status"] == recorded["http_status"] == 200
     if expected != "aborted":

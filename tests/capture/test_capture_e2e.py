@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from capture_rig import BIN, Mitm, Sim
-from support import env_without_proxy, wait_until_async
+from support import env_without_proxy, session_row, wait_until_async
 
 from workbench.client.agent import AgentClient
 from workbench.decode.classify import CLIENT_MSG, SERVER_MSG, default_decoder
@@ -38,16 +38,6 @@ def _session_frames(db: Path, sid: str) -> list[dict[str, Any]]:
                        "WHERE session_id = ? ORDER BY seq", [sid]).to_pylist()
     finally:
         r.close()
-
-
-def _session(db: Path, sid: str) -> dict[str, Any]:
-    r = open_reader(db)
-    try:
-        rows = r.query("SELECT * FROM sessions WHERE session_id = ?", [sid]).to_pylist()
-    finally:
-        r.close()
-    assert rows, f"no session {sid}"
-    return rows[0]
 
 
 def _wire_only(rows: list[dict[str, Any]], direction: str) -> list[bytes]:
@@ -114,7 +104,7 @@ async def test_turn_through_capture_matches_client_log(capture_sim: Sim, capture
 
     rows = _session_frames(m.db, sid)
     _assert_matches_client_log(rows, log, transport)
-    s = _session(m.db, sid)
+    s = session_row(m.db, sid)
     assert s["status"] == "complete"
     assert s["http_status"] == 200
     assert s["transport"] == transport
@@ -182,11 +172,11 @@ async def test_kill_9_keeps_flushed_frames(capture_sim: Sim, capture_mitm: Any, 
     assert len(old) > 20
     missing = [e for e in old if stored[(e.direction, e.data)] == 0]
     assert not missing, f"{len(missing)} frames older than one flush interval are missing"
-    assert _session(m.db, sid)["status"] == "open"
+    assert session_row(m.db, sid)["status"] == "open"
     # The next capture on the same file closes the orphaned session.
     m2 = capture_mitm(db=m.db)
     assert m2.stop() == 0
-    s = _session(m.db, sid)
+    s = session_row(m.db, sid)
     assert s["status"] == "incomplete"
     assert "capture ended" in s["error"]
 
@@ -314,7 +304,7 @@ async def test_workbench_capture_command(capture_sim: Sim, capture_confdir: Path
     assert not sidecar_path(db).exists()
     rows = _session_frames(db, c.last_request_id)
     _assert_matches_client_log(rows, list(c.frame_log), "run")
-    assert _session(db, c.last_request_id)["status"] == "complete"
+    assert session_row(db, c.last_request_id)["status"] == "complete"
 
 
 async def test_stream_error_and_client_abort(capture_sim: Sim, capture_mitm: Any, capture_proxy_env: Any) -> None:
@@ -333,14 +323,14 @@ async def test_stream_error_and_client_abort(capture_sim: Sim, capture_mitm: Any
 
     await wait_until_async(closed, timeout=60, interval=0.1, what="the abandoned session to close")
     assert m.stop() == 0
-    s1 = _session(m.db, c1.last_request_id)
+    s1 = session_row(m.db, c1.last_request_id)
     assert s1["status"] == "error"
     assert "resource_exhausted" in s1["error"]
     # The server's last word is the error end; a client heartbeat already on its way may still be
     # recorded after it (capture keeps recording the client's side until the client ends it).
     server_frames = [f for f in _session_frames(m.db, c1.last_request_id) if f["direction"] == "server"]
     assert server_frames[-1]["kind"] == "end_stream.error"
-    s2 = _session(m.db, c2.last_request_id)
+    s2 = session_row(m.db, c2.last_request_id)
     assert s2["status"] == "aborted"
     assert s2["error"]
 
@@ -367,7 +357,7 @@ async def test_capture_command_reverse_mode(capture_sim: Sim, capture_confdir: P
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, err
-    s = _session(db, c.last_request_id)
+    s = session_row(db, c.last_request_id)
     assert s["status"] == "complete"
     assert s["transport"] == "runsse"
     assert '"proxy_mode": "reverse"' in s["meta"]
@@ -407,7 +397,7 @@ async def test_locked_database_spools_loudly_then_merges(capture_sim: Sim, captu
     assert not spool.exists()
     rows = _session_frames(db, c.last_request_id)
     _assert_matches_client_log(rows, list(c.frame_log), "run")
-    assert _session(db, c.last_request_id)["status"] == "complete"
+    assert session_row(db, c.last_request_id)["status"] == "complete"
 
 
 async def test_http_error_recorded_on_the_session(capture_mitm: Any, tmp_path: Path) -> None:
@@ -418,7 +408,10 @@ async def test_http_error_recorded_on_the_session(capture_mitm: Any, tmp_path: P
         assert sim.stdout is not None
         url = sim.stdout.readline().strip()
         m = capture_mitm()
-        async with httpx.AsyncClient(proxy=m.proxy, verify=ssl.create_default_context(cafile=str(m.ca))) as http:
+        # httpx's default 5 s read timeout is not an answer time the capture promises: a loaded
+        # machine (the suite on every core beside other jobs) took longer
+        async with httpx.AsyncClient(proxy=m.proxy, verify=ssl.create_default_context(cafile=str(m.ca)),
+                                     timeout=60) as http:
             resp = await http.post(url + "/agent.v1.AgentService/GetUsableModels", content=b"",
                                    headers={"authorization": "Bearer wrong-token", "x-request-id": "unauth-1",
                                             "content-type": "application/proto", "connect-protocol-version": "1"})

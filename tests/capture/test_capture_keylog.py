@@ -19,10 +19,9 @@ from typing import Any
 import packet_capture_env
 import pytest
 from capture_rig import BIN, NODE_CLIENT, Sim
-from support import env_without_proxy
+from support import env_without_proxy, query_rows
 
 from workbench.capture.keylog import CaptureCounter
-from workbench.store import open_reader
 
 TOKEN = "wb-keylog-token-3f9a1d"
 pytestmark = pytest.mark.slow
@@ -32,14 +31,6 @@ pytestmark = pytest.mark.slow
 def _packet_capture_possible() -> None:
     """Before anything of this module starts: skip (or fail in CI) without tcpdump, tshark and root."""
     packet_capture_env.need()
-
-
-def _q(db: Path, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
-    r = open_reader(db)
-    try:
-        return r.query(sql, params).to_pylist()
-    finally:
-        r.close()
 
 
 class KeylogCapture:
@@ -109,11 +100,11 @@ def test_keylog_capture_records_and_imports(capture_sim: Sim, tmp_path: Path, si
     assert cap.keys.exists() == keep
     if keep:
         assert stat.S_IMODE(cap.keys.stat().st_mode) == 0o600
-    sessions = {r["transport"]: r for r in _q(db, "SELECT * FROM sessions")}
+    sessions = {r["transport"]: r for r in query_rows(db, "SELECT * FROM sessions")}
     assert set(sessions) == {"run", "runsse"}
     assert all(s["source"] == "import:pcap" and s["status"] == "complete" for s in sessions.values()), \
         [(s["transport"], s["status"], s["error"]) for s in sessions.values()]
-    rows = _q(db, "SELECT direction, transport, payload FROM frames WHERE session_id = ? ORDER BY seq",
+    rows = query_rows(db, "SELECT direction, transport, payload FROM frames WHERE session_id = ? ORDER BY seq",
               [sessions["runsse"]["session_id"]])
     logged = [json.loads(line) for line in log.read_text().splitlines()]
     for direction in ("client", "server"):
@@ -198,7 +189,7 @@ def test_dumpcap_when_chosen(capture_sim: Sim, tmp_path: Path) -> None:
         rc, out, err = cap.stop()
     assert rc == 0, err
     assert out.strip().splitlines()[-1].startswith(f"imported {tmp_path / 'cap' / 'packets.pcapng'} → {db}: 1 session, ")
-    (s,) = _q(db, "SELECT source, status, json_extract_string(meta, '$.format') AS fmt FROM sessions")
+    (s,) = query_rows(db, "SELECT source, status, json_extract_string(meta, '$.format') AS fmt FROM sessions")
     assert s == {"source": "import:pcap", "status": "complete", "fmt": "pcapng"}
     assert not cap.keys.exists()
 
@@ -222,7 +213,7 @@ def test_tool_that_dies_mid_capture_is_an_error_and_its_packets_are_kept(capture
     assert cap.proc.returncode == 2, (out, err)
     assert "workbench capture: tcpdump stopped by itself (exit -9)" in err and "packets it wrote were imported" in err
     assert "Traceback" not in err
-    sessions = _q(db, "SELECT transport, status FROM sessions")
+    sessions = query_rows(db, "SELECT transport, status FROM sessions")
     assert sessions == [{"transport": "run", "status": "complete"}], sessions
     assert not (folder / "keys.log").exists()  # the secret is still deleted
 
@@ -272,7 +263,7 @@ def test_import_that_fails_keeps_the_key_log_and_says_where(capture_sim: Sim, tm
     assert f"the key log is kept at {cap.keys}" in err and later in err, err
     done = subprocess.run([str(BIN / "workbench"), *later.split()[1:]], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert _q(db, "SELECT transport, status FROM sessions") == [{"transport": "run", "status": "complete"}]
+    assert query_rows(db, "SELECT transport, status FROM sessions") == [{"transport": "run", "status": "complete"}]
 
 
 def test_existing_keylog_dir_is_never_changed(tmp_path: Path) -> None:

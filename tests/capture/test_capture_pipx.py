@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 from capture_rig import ADDON, NODE_CLIENT, ROOT, Sim
-from support import env_without_proxy, free_port, wait_port
-from test_capture_stream_end import _read_log, _rows, _session, assert_recording_is_the_log
+from support import env_without_proxy, free_port, session_row, wait_port
+from test_capture_stream_end import _read_log, _rows, assert_recording_is_the_log
 
 pytestmark = [
     pytest.mark.slow,  # pipx builds two venvs, then mitmdump, the simulator and node run
@@ -94,5 +94,5 @@ def test_pipx_mitmproxy_with_workbench_injected_loads_cleanly_and_completes_a_tu
     ours = [ln for ln in out.splitlines() if OUR_WARNING.search(ln) or "Traceback" in ln]
     assert ours == [], "\n".join(ours)
     sid = summary["request_id"]
-    assert _session(db, sid)["status"] == "complete"
+    assert session_row(db, sid)["status"] == "complete"
     assert_recording_is_the_log(_rows(db, sid), _read_log(client_log))

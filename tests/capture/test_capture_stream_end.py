@@ -18,7 +18,7 @@ import pytest
 from capture_rig import NODE_CLIENT, Sim
 from h2_agent_client import H2AgentClient
 from h2_script_server import ScriptServer
-from support import env_without_proxy
+from support import env_without_proxy, session_row
 
 from workbench.redact import short_hash
 from workbench.store import open_reader
@@ -50,18 +50,6 @@ def _rows(db: Path, sid: str) -> list[dict[str, Any]]:
         r.close()
 
 
-def _session(db: Path, sid: str) -> dict[str, Any]:
-    r = open_reader(db)
-    try:
-        rows = r.query("SELECT * FROM sessions WHERE session_id = ?", [sid]).to_pylist()
-    finally:
-        r.close()
-    assert rows, f"no session {sid}"
-    s = rows[0]
-    s["meta"] = json.loads(s["meta"]) if s["meta"] else {}
-    return s
-
-
 def _read_log(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -88,7 +76,7 @@ def assert_recording_is_the_log(rows: list[dict[str, Any]], log: list[dict[str, 
 
 def _turn_shape(db: Path, sid: str) -> dict[str, Any]:
     """What must not depend on how the client reached the capture."""
-    s = _session(db, sid)
+    s = session_row(db, sid, meta=True)
     rows = _rows(db, sid)
     headers = dict(s["meta"].get("request_headers", []))
     # Per direction, without heartbeats: how the two directions interleave and how many
@@ -120,7 +108,7 @@ def test_node_client_forward_and_reverse_record_the_same(capture_sim: Sim, captu
         assert m.stop() == 0
         sid = summary["request_id"]
         assert_recording_is_the_log(_rows(m.db, sid), _read_log(log))
-        s = _session(m.db, sid)
+        s = session_row(m.db, sid, meta=True)
         assert s["status"] == "complete"
         assert s["error"] is None
         assert s["meta"]["proxy_mode"] == ("regular" if m is fwd else "reverse")
@@ -151,7 +139,7 @@ def test_python_h2_client_that_never_half_closes(capture_sim: Sim, capture_mitm:
     assert res.reset_code is None  # nothing reset the stream under the client
     assert m.stop() == 0
     assert_recording_is_the_log(_rows(m.db, res.request_id), _read_log(log))
-    s = _session(m.db, res.request_id)
+    s = session_row(m.db, res.request_id, meta=True)
     # This client resets its request stream once it has the whole answer: the session stays complete.
     assert s["status"] == "complete"
     assert s["error"] is None
@@ -171,7 +159,7 @@ def test_client_half_closes_first_while_the_server_streams(capture_sim: Sim, cap
     assert m.stop() == 0
     rows = _rows(m.db, res.request_id)
     assert_recording_is_the_log(rows, _read_log(log))
-    s = _session(m.db, res.request_id)
+    s = session_row(m.db, res.request_id, meta=True)
     assert s["status"] == "complete"
     assert "reset" not in s["meta"]
     # The client's end came before most of the server's frames, and capture kept recording them.
@@ -191,7 +179,7 @@ def test_client_cancel_mid_turn_is_forwarded_and_recorded(capture_sim: Sim, capt
     assert summary["error"] == "cancelled by this client"
     assert not summary["end_stream"]
     assert m.stop() == 0
-    s = _session(m.db, summary["request_id"])
+    s = session_row(m.db, summary["request_id"], meta=True)
     assert s["status"] == "aborted"
     assert s["error"] == "stream reset by client (CANCEL)"
     assert s["meta"]["reset"]["side"] == "client"
@@ -217,7 +205,7 @@ def test_server_reset_mid_turn_is_forwarded_and_recorded(capture_sim: Sim, captu
     assert summary["rst_code"] == 2
     assert not summary["end_stream"]  # INTERNAL_ERROR, as sent
     assert m.stop() == 0
-    s = _session(m.db, summary["request_id"])
+    s = session_row(m.db, summary["request_id"], meta=True)
     assert s["status"] == "aborted"
     assert s["error"] == "stream reset by server (INTERNAL_ERROR)"
     assert s["meta"]["reset"]["side"] == "server"
@@ -239,7 +227,7 @@ def test_server_end_then_rst_no_error_stays_complete(script_server: ScriptServer
     assert res.completed, res.error
     assert res.reset_code == 0  # the server's NO_ERROR arrives as NO_ERROR (mitmproxy alone: INTERNAL_ERROR)
     assert m.stop() == 0
-    s = _session(m.db, res.request_id)
+    s = session_row(m.db, res.request_id, meta=True)
     assert s["status"] == "complete"
     assert s["error"] is None
     assert s["meta"]["reset"] == {"side": "server", "code": "NO_ERROR", "h2_error_code": 0,
@@ -254,7 +242,7 @@ def test_server_reset_code_reaches_the_client_unchanged(script_server: ScriptSer
     assert res.reset_code == 7
     assert not res.end_stream  # REFUSED_STREAM, not mitmproxy's INTERNAL_ERROR
     assert m.stop() == 0
-    s = _session(m.db, res.request_id)
+    s = session_row(m.db, res.request_id, meta=True)
     assert s["status"] == "aborted"
     assert s["error"] == "stream reset by server (REFUSED_STREAM)"
 
@@ -269,7 +257,7 @@ def test_client_reset_reaches_the_server_with_its_code(script_server: ScriptServ
     assert seen.reset_code == 8
     assert not seen.end_stream  # CANCEL, forwarded at once
     assert m.stop() == 0
-    s = _session(m.db, res.request_id)
+    s = session_row(m.db, res.request_id, meta=True)
     assert s["status"] == "aborted"
     assert s["meta"]["reset"]["code"] == "CANCEL"
 
@@ -290,6 +278,6 @@ def test_client_frames_after_an_early_end_still_reach_the_server(script_server: 
     assert m.stop() == 0
     rows = _rows(m.db, res.request_id)
     assert [r["kind"] for r in rows if r["direction"] == "client"][-3:] == ["client_heartbeat"] * 3
-    s = _session(m.db, res.request_id)
+    s = session_row(m.db, res.request_id, meta=True)
     assert s["status"] == "complete"
     assert "reset" not in s["meta"]

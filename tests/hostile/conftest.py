@@ -8,13 +8,13 @@ note: ``{"test_name": {"planned": N, "ran": M}}``.
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from strategies import PLANNED, RAN
+from support import report_examples
 
 
 @pytest.fixture
@@ -40,14 +40,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(900))
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # On a pytest-xdist worker the counts are the worker's: they travel to the controller in the
+    # worker's output, and the root conftest (loaded there) prints them.
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["hostile_examples"] = json.dumps({"ran": dict(RAN), "planned": PLANNED})
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not RAN:
-        return
-    terminalreporter.section("hostile properties: examples run")
-    report = {}
-    for name in sorted(RAN):
-        report[name] = {"planned": PLANNED.get(name), "ran": RAN[name]}
-        terminalreporter.write_line(f"{name}: {RAN[name]} examples (max_examples {PLANNED.get(name)})")
-    path = os.environ.get("WORKBENCH_HYPOTHESIS_REPORT")
-    if path:
-        Path(path).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    report_examples(terminalreporter, RAN, PLANNED)

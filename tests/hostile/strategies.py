@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
+from support import ci_run
 
 from workbench import redact
 from workbench.wire.envelope import FLAG_COMPRESSED, FLAG_END_STREAM, encode
@@ -53,9 +54,12 @@ MIB = 1024 * 1024
 
 
 def example_count(base: int) -> int:
+    """``base`` examples in CI (``support.ci_run``), half of them (at least one) on a developer's run
+    (README command 2: most of these examples start a process); ``$WORKBENCH_HYPOTHESIS_EXAMPLES``
+    (a count, or a factor of ``base``) decides when set."""
     raw = os.environ.get(ENV_EXAMPLES, "").strip()
     if not raw:
-        return base
+        return base if ci_run() else max(1, (base + 1) // 2)
     value = float(raw)
     if value >= 10 and value.is_integer():
         return int(value)

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from support import query_rows
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 NODE_CLIENT = ROOT / "tests" / "clients" / "node_agent_client.mjs"
@@ -146,18 +148,8 @@ def import_pcap(pcap: Path, db: Path, keylog: Path | None, *extra: str) -> subpr
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
-def query(db: Path, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
-    from workbench.store import open_reader
-
-    r = open_reader(db)
-    try:
-        return r.query(sql, params).to_pylist()
-    finally:
-        r.close()
-
-
 def frames_of(db: Path, session_id: str) -> list[dict[str, Any]]:
-    return query(db, "SELECT * FROM frames WHERE session_id = ? ORDER BY seq", [session_id])
+    return query_rows(db, "SELECT * FROM frames WHERE session_id = ? ORDER BY seq", [session_id])
 
 
 def unanswered_append(r: dict[str, Any]) -> bool:

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import base64
 import gzip
-import importlib.util
 import json
 import math
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
-from support import WORKBENCH, run_workbench
+from support import WORKBENCH, load_benchmark, run_workbench
 
 from workbench.decode.classify import default_decoder
 from workbench.ingest.exchange import decode_exchange, exchange_meta
@@ -29,23 +27,13 @@ from workbench.redact import marker
 from workbench.wire.envelope import FLAG_COMPRESSED, FLAG_END_STREAM, encode
 from workbench.wire.inflate import MIB, InflateBudget, use_budget
 
-ROOT = Path(__file__).resolve().parents[2]
 RUN = "/agent.v1.AgentService/Run"
 # Well above what an import of a tiny file costs (~200 MiB: Python, DuckDB, mitmproxy), well
 # below what the bombs cost without the budget (1.4 GB for the .zhar, > 5.9 GB for the flow file).
 RSS_BOUND_KIB = 600 * 1024
 
 
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("memory_bench_hostile", ROOT / "benchmarks" / "memory.py")
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-MEM = _bench()
+MEM = load_benchmark("memory")
 
 
 def _flow(path: Path, *, body: bytes = b"", resp_body: bytes | None = None,

@@ -9,18 +9,10 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from support import query_rows
 
 from workbench.cli import main
 from workbench.ingest import detect_format
-from workbench.store import open_reader
-
-
-def _q(db: Path, sql: str, params: list | None = None) -> list[dict]:
-    r = open_reader(db)
-    try:
-        return r.query(sql, params).to_pylist()
-    finally:
-        r.close()
 
 
 def _import(db: Path, *files: Path, extra: tuple[str, ...] = ()) -> int:
@@ -56,7 +48,7 @@ def test_flow_import_sessions(tmp_path: Path, ingest_recorded: tuple[Path, Path]
     assert "flow 9" in streamed_lines[0]
 
     m = ingest_traffic_mod
-    rows = {r["request_id"] + ":" + r["transport"]: r for r in _q(db, "SELECT * FROM sessions")}
+    rows = {r["request_id"] + ":" + r["transport"]: r for r in query_rows(db, "SELECT * FROM sessions")}
     ok = rows[f"{m.RID_OK}:runsse"]
     assert (ok["source"], ok["status"], ok["model"], ok["conversation_id"]) == (
         "import:flow", "complete", "claude-4.5-sonnet", "conv-7f3e")
@@ -86,7 +78,7 @@ def test_bidi_append_join_and_reorder(tmp_path: Path, ingest_recorded: tuple[Pat
     db = tmp_path / "f.duckdb"
     assert _import(db, flows) == 0
     m = ingest_traffic_mod
-    frames = _q(db, "SELECT f.* FROM frames f JOIN sessions s USING (session_id) "
+    frames = query_rows(db, "SELECT f.* FROM frames f JOIN sessions s USING (session_id) "
                     "WHERE s.request_id = ? AND s.transport = 'runsse' ORDER BY seq", [m.RID_OK])
     got = [(f["direction"], f["transport"], f["kind"], f["append_seqno"]) for f in frames]
     # causal order: each answer right after what it answers, appends by seqno whatever their capture order
@@ -103,7 +95,7 @@ def test_bidi_append_join_and_reorder(tmp_path: Path, ingest_recorded: tuple[Pat
         ("server", "runsse", "interaction_update.turn_ended", None),
         ("server", "runsse", "end_stream", None),
     ]
-    (session,) = _q(db, "SELECT meta FROM sessions WHERE request_id = ? AND transport = 'runsse'", [m.RID_OK])
+    (session,) = query_rows(db, "SELECT meta FROM sessions WHERE request_id = ? AND transport = 'runsse'", [m.RID_OK])
     assert json.loads(session["meta"])["order"] == "causal"
     # body order stays recoverable: the stream's client frames, the appends by seqno, the server frames
     metas = [json.loads(f["meta"]) for f in frames]
@@ -125,7 +117,7 @@ def test_bidi_append_join_and_reorder(tmp_path: Path, ingest_recorded: tuple[Pat
     assert all(f["raw"] for f in frames if f["transport"] == "bidi_append")
     assert len({f["stream"] for f in frames if f["transport"] == "bidi_append"}) == 3
 
-    poll = _q(db, "SELECT f.* FROM frames f JOIN sessions s USING (session_id) "
+    poll = query_rows(db, "SELECT f.* FROM frames f JOIN sessions s USING (session_id) "
                   "WHERE s.request_id = ? AND s.transport = 'runpoll' ORDER BY seq", [m.RID_POLL])
     # the append was captured after the poll's response; the poll records keep their seqno
     assert [(f["transport"], f["kind"], f["append_seqno"]) for f in poll] == [
@@ -147,7 +139,7 @@ def test_secrets_never_stored(tmp_path: Path, ingest_recorded: tuple[Path, Path]
     # DuckDB may compress strings on disk, so also look at every stored value.
     values = b""
     for table in ("sessions", "frames"):
-        for row in _q(db, f"SELECT * FROM {table}"):
+        for row in query_rows(db, f"SELECT * FROM {table}"):
             for v in row.values():
                 values += v if isinstance(v, bytes) else str(v).encode()
     assert b"[redacted sha256:" in values
@@ -157,10 +149,10 @@ def test_secrets_never_stored(tmp_path: Path, ingest_recorded: tuple[Path, Path]
                 assert form not in blob, piece
                 assert form not in values, piece
     # the model key was in the run requests (Run body and BidiAppend seqno 0): they are kept, redacted
-    runs = _q(db, "SELECT payload FROM frames WHERE kind = 'run_request'")
+    runs = query_rows(db, "SELECT payload FROM frames WHERE kind = 'run_request'")
     assert len(runs) >= 4
     assert all(b"[redacted sha256:" in r["payload"] for r in runs)
-    rows = _q(db, "SELECT DISTINCT auth_hash FROM sessions")
+    rows = query_rows(db, "SELECT DISTINCT auth_hash FROM sessions")
     assert len(rows) == 1
     assert len(rows[0]["auth_hash"]) == 12
 
@@ -176,7 +168,7 @@ def test_har_matches_flow_import(tmp_path: Path, ingest_recorded: tuple[Path, Pa
                       "(1 entry without bodies: streamed; 1 entry not agent traffic, skipped)")
     per_source = {}
     for src in ("import:flow", "import:har"):
-        per_source[src] = _q(db, "SELECT s.request_id, s.transport, s.status, f.seq, f.kind, f.payload, "
+        per_source[src] = query_rows(db, "SELECT s.request_id, s.transport, s.status, f.seq, f.kind, f.payload, "
                                  "f.append_seqno FROM frames f JOIN sessions s USING (session_id) "
                                  "WHERE s.source = ? ORDER BY s.request_id, s.transport, f.seq", [src])
     assert per_source["import:flow"] == per_source["import:har"]
@@ -205,7 +197,7 @@ def test_har_base64_bodies(tmp_path: Path, ingest_recorded: tuple[Path, Path], i
     edited.write_text(json.dumps(doc))
     db = tmp_path / "b.duckdb"
     assert _import(db, edited) == 0
-    kinds = [r["kind"] for r in _q(db, "SELECT f.kind FROM frames f JOIN sessions s USING (session_id) "
+    kinds = [r["kind"] for r in query_rows(db, "SELECT f.kind FROM frames f JOIN sessions s USING (session_id) "
                                        "WHERE s.request_id = ? AND s.transport = 'runsse' ORDER BY seq",
                                    [ingest_traffic_mod.RID_OK])]
     assert kinds[-1] == "end_stream"
@@ -229,11 +221,11 @@ def test_har_mangled_binary_body_is_reported(tmp_path: Path, ingest_recorded: tu
     assert "mangled in HAR text form" in cap.err
     assert "entry 7" in cap.err
     assert "1 body unusable" in cap.out
-    (s,) = _q(db, "SELECT * FROM sessions WHERE request_id = ? AND transport = 'runsse'",
+    (s,) = query_rows(db, "SELECT * FROM sessions WHERE request_id = ? AND transport = 'runsse'",
               [ingest_traffic_mod.RID_OK])
     assert s["status"] == "error"
     assert "mangled" in s["error"]
-    server = _q(db, "SELECT kind, payload, error FROM frames WHERE session_id = ? AND direction = 'server'",
+    server = query_rows(db, "SELECT kind, payload, error FROM frames WHERE session_id = ? AND direction = 'server'",
                 [s["session_id"]])
     assert len(server) == 1
     assert server[0]["kind"] == "malformed"
@@ -254,8 +246,8 @@ def test_truncated_flow_file_imports_nothing(tmp_path: Path, ingest_recorded: tu
     assert str(cut) in err
     assert "cannot be read" in err
     assert "nothing imported" in err
-    assert _q(db, "SELECT count(*) AS n FROM sessions")[0]["n"] == 0
-    assert _q(db, "SELECT count(*) AS n FROM frames")[0]["n"] == 0
+    assert query_rows(db, "SELECT count(*) AS n FROM sessions")[0]["n"] == 0
+    assert query_rows(db, "SELECT count(*) AS n FROM frames")[0]["n"] == 0
 
 
 @pytest.mark.slow
@@ -273,7 +265,7 @@ def test_bad_har_entry_names_it(tmp_path: Path, ingest_recorded: tuple[Path, Pat
     err = capsys.readouterr().err
     assert f"{bad}: entry 4: request has no url" in err
     assert f"{not_har}: JSON without log.entries" in err
-    assert _q(db, "SELECT count(*) AS n FROM frames")[0]["n"] == 0
+    assert query_rows(db, "SELECT count(*) AS n FROM frames")[0]["n"] == 0
 
 
 def test_format_override_on_wrong_file(tmp_path: Path, ingest_sample: Path,
@@ -298,10 +290,10 @@ def test_appends_without_their_stream(tmp_path: Path, ingest_recorded: tuple[Pat
     db = tmp_path / "o.duckdb"
     assert _import(db, edited) == 0
     assert "1 BidiAppend group without a stream" in capsys.readouterr().out
-    (s,) = _q(db, "SELECT * FROM sessions WHERE request_id = ?", [rid])
+    (s,) = query_rows(db, "SELECT * FROM sessions WHERE request_id = ?", [rid])
     assert (s["transport"], s["status"]) == ("bidi_append", "incomplete")
     assert "no RunSSE/RunPoll stream" in s["error"]
-    frames = _q(db, "SELECT kind, append_seqno FROM frames WHERE session_id = ?", [s["session_id"]])
+    frames = query_rows(db, "SELECT kind, append_seqno FROM frames WHERE session_id = ?", [s["session_id"]])
     assert frames == [{"kind": "run_request", "append_seqno": 0}]
 
 
@@ -318,7 +310,7 @@ def test_har_request_body_left_out(tmp_path: Path, ingest_recorded: tuple[Path, 
     assert _import(db, edited) == 0
     assert "entry 7 (POST /agent.v1.AgentService/RunSSE): request body not recorded in the HAR" in \
         capsys.readouterr().err
-    (s,) = _q(db, "SELECT status, error FROM sessions WHERE meta->>'exchange' = 'entry 7'")
+    (s,) = query_rows(db, "SELECT status, error FROM sessions WHERE meta->>'exchange' = 'entry 7'")
     assert s["status"] == "incomplete"
     assert "request body not recorded" in s["error"]
 

@@ -11,12 +11,12 @@ import duckdb
 import pytest
 from import_rig import Recording
 from mitmproxy import io
+from support import query_rows
 
 from workbench.cli import main
 from workbench.decode.classify import Frame
 from workbench.export.parquet import export_parquet, import_parquet
 from workbench.ingest import identity
-from workbench.store import open_reader
 from workbench.store.db import FrameBatch, Store, now_us
 from workbench.store.recorder import Recorder
 from workbench.store.schema import MIGRATIONS
@@ -24,18 +24,10 @@ from workbench.store.schema import MIGRATIONS
 SESSION_COLS = "session_id, source, transport, request_id, status, error, frame_count, started_at, ended_at, http_status"
 
 
-def _q(db: Path, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
-    r = open_reader(db)
-    try:
-        return r.query(sql, params).to_pylist()
-    finally:
-        r.close()
-
-
 def tables(db: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every column of every frame, and the sessions (without the file-specific meta)."""
-    return (_q(db, "SELECT * FROM frames ORDER BY session_id, seq"),
-            _q(db, f"SELECT {SESSION_COLS} FROM sessions ORDER BY session_id"))
+    return (query_rows(db, "SELECT * FROM frames ORDER BY session_id, seq"),
+            query_rows(db, f"SELECT {SESSION_COLS} FROM sessions ORDER BY session_id"))
 
 
 def _import(db: Path, path: Path, capsys: pytest.CaptureFixture[str]) -> str:
@@ -103,7 +95,7 @@ def test_grown_flow_file_adds_only_what_is_new(ingest_live: Recording, tmp_path:
     assert "already imported, skipped" in second and "joined to its stream" in second
     _import(clean, ingest_live.flows, capsys)
     assert tables(db) == tables(clean)
-    (absorbed,) = [json.loads(r["meta"]) for r in _q(db, "SELECT meta FROM sessions")
+    (absorbed,) = [json.loads(r["meta"]) for r in query_rows(db, "SELECT meta FROM sessions")
                    if "absorbed_sessions" in json.loads(r["meta"])]
     assert len(absorbed["absorbed_sessions"]) == 1
     # the old snapshot again: everything in it is stored (its appends now inside their stream)
@@ -167,7 +159,7 @@ def test_ndjson_grown_file_and_resumed_lines(ingest_sample: Path, tmp_path: Path
     grown, db, clean = tmp_path / "cli.ndjson", tmp_path / "grown.duckdb", tmp_path / "clean.duckdb"
     grown.write_bytes(b"".join(lines[:10]))
     assert _import(db, grown, capsys) == f"imported {grown}: 1 session, 10 frames"
-    assert _q(db, "SELECT status FROM sessions")[0]["status"] == "incomplete"  # no result line yet
+    assert query_rows(db, "SELECT status FROM sessions")[0]["status"] == "incomplete"  # no result line yet
     grown.write_bytes(b"".join(lines))
     second = _import(db, grown, capsys)
     assert second == f"imported {grown}: 1 session, 10 frames (resumed: 10 lines already imported, skipped)"

@@ -16,25 +16,17 @@ from typing import Any
 import pytest
 from import_rig import Recording, closes_follow_results, wire_view
 from mitmproxy import http, io
+from support import query_rows
 
 from workbench.cli import main
 from workbench.schema import pb
-from workbench.store import open_reader
 from workbench.wire.envelope import encode, split_frames
 
 pytestmark = pytest.mark.slow  # every test uses the live recording (workbench sim, mitmdump, our client)
 
 
-def _q(db: Path, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
-    r = open_reader(db)
-    try:
-        return r.query(sql, params).to_pylist()
-    finally:
-        r.close()
-
-
 def _frames(db: Path, sid: str) -> list[dict[str, Any]]:
-    return _q(db, "SELECT * FROM frames WHERE session_id = ? ORDER BY seq", [sid])
+    return query_rows(db, "SELECT * FROM frames WHERE session_id = ? ORDER BY seq", [sid])
 
 
 def _diagnose(db: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, list[str]]:
@@ -57,7 +49,7 @@ def test_imports_match_the_live_capture(ingest_live: Recording, source: str, tmp
     assert capsys.readouterr().out.startswith(f"imported {file}: {len(ingest_live.runs)} sessions")
     live_findings = _diagnose(ingest_live.live_db, capsys)
     imported_findings = _diagnose(db, capsys)
-    sessions = {(r["request_id"], r["transport"]): r for r in _q(db, "SELECT * FROM sessions")}
+    sessions = {(r["request_id"], r["transport"]): r for r in query_rows(db, "SELECT * FROM sessions")}
     for (scenario, transport), rid in ingest_live.runs.items():
         s = sessions[(rid, transport)]
         meta = json.loads(s["meta"])
@@ -98,8 +90,8 @@ def test_appends_saved_in_any_order_give_the_same_sessions(ingest_live: Recordin
     assert main(["import", str(ingest_live.flows), "--db", str(a)]) == 0
     assert main(["import", str(shuffled), "--db", str(b)]) == 0
     cols = "session_id, seq, direction, transport, kind, payload, append_seqno, ts"
-    assert _q(a, f"SELECT {cols} FROM frames ORDER BY session_id, seq") == \
-        _q(b, f"SELECT {cols} FROM frames ORDER BY session_id, seq")
+    assert query_rows(a, f"SELECT {cols} FROM frames ORDER BY session_id, seq") == \
+        query_rows(b, f"SELECT {cols} FROM frames ORDER BY session_id, seq")
 
 
 def _rewrite_client_body(flow: http.HTTPFlow, edit: Any) -> None:
@@ -129,7 +121,7 @@ def test_damaged_ids_keep_body_order(ingest_live: Recording, tmp_path: Path, cap
         io.FlowWriter(fh).add(flow)
     db = tmp_path / "d.duckdb"
     assert main(["import", str(damaged), "--db", str(db)]) == 0
-    (s,) = _q(db, "SELECT * FROM sessions")
+    (s,) = query_rows(db, "SELECT * FROM sessions")
     meta = json.loads(s["meta"])
     assert meta["order"] == "body" and "exec 99" in meta["order_note"] and "never asked" in meta["order_note"]
     rows = _frames(db, s["session_id"])

@@ -33,9 +33,9 @@ from pcap_rig import (
     node_turn,
     packets_matching,
     python_turns,
-    query,
     unanswered_append,
 )
+from support import query_rows
 
 from workbench.analysis import analyze
 from workbench.client.events import ExecRequest
@@ -76,7 +76,7 @@ def _record_python(tmp_path: Path, sim: SimThread, prompts: list[str], *, transp
 
 
 def _session(db: Path, request_id: str) -> dict[str, Any]:
-    rows = query(db, "SELECT * FROM sessions WHERE request_id = ? AND transport <> 'bidi_append'", [request_id])
+    rows = query_rows(db, "SELECT * FROM sessions WHERE request_id = ? AND transport <> 'bidi_append'", [request_id])
     assert len(rows) == 1, rows
     return rows[0]
 
@@ -230,14 +230,14 @@ def test_keys_missing_for_some_connections(pcap_sim: SimThread, tmp_path: Path) 
     assert f"{hidden} TLS connections could not be decrypted" in done.stderr
     assert f"localhost ({hidden})" in done.stderr and str(keys) in done.stderr
     assert done.stdout.startswith(f"imported {pcap}: 1 session,") and f"{hidden} TLS connections undecryptable" in done.stdout
-    assert [r["request_id"] for r in query(db, "SELECT request_id FROM sessions")] == turns.request_ids
+    assert [r["request_id"] for r in query_rows(db, "SELECT request_id FROM sessions")] == turns.request_ids
 
     bare = tmp_path / "bare.duckdb"
     done = import_pcap(pcap, bare, None)
     assert done.returncode == 1
     assert f"{hidden + 1} TLS connections could not be decrypted" in done.stderr and "no --keylog given" in done.stderr
-    assert query(bare, "SELECT count(*) AS n FROM sessions") == [{"n": 0}]
-    assert query(bare, "SELECT count(*) AS n FROM frames") == [{"n": 0}]
+    assert query_rows(bare, "SELECT count(*) AS n FROM sessions") == [{"n": 0}]
+    assert query_rows(bare, "SELECT count(*) AS n FROM frames") == [{"n": 0}]
 
 
 @pytest.fixture(scope="module")
@@ -253,14 +253,14 @@ def test_reimport_adds_nothing(pcap_full: tuple[Path, Path, Any], tmp_path: Path
     db = tmp_path / "pcap.duckdb"
     first = import_pcap(pcap, db, keylog)
     assert first.returncode == 0, first.stderr
-    before = query(db, "SELECT session_id, seq, payload, ts, source_key FROM frames ORDER BY session_id, seq")
+    before = query_rows(db, "SELECT session_id, seq, payload, ts, source_key FROM frames ORDER BY session_id, seq")
     copy = tmp_path / "renamed.pcap"
     shutil.copyfile(pcap, copy)
     for again in (pcap, copy):
         done = import_pcap(again, db, keylog)
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(f"skipped {again}: already imported (1 session, {len(before)} frames)"), done.stdout
-    assert query(db, "SELECT session_id, seq, payload, ts, source_key FROM frames ORDER BY session_id, seq") == before
+    assert query_rows(db, "SELECT session_id, seq, payload, ts, source_key FROM frames ORDER BY session_id, seq") == before
     assert all(r["source_key"].startswith("pcap:") for r in before)
 
 
@@ -297,8 +297,8 @@ def test_capture_cut_mid_stream(pcap_full: tuple[Path, Path, Any], tmp_path: Pat
     done = import_pcap(pcap, db, keylog)
     assert done.returncode == 0 and "1 session completed with new frames" in done.stdout, done.stdout
     cols = "seq, direction, kind, payload, ts, source_key"
-    assert query(db, f"SELECT {cols} FROM frames ORDER BY seq") == \
-        query(full_db, f"SELECT {cols} FROM frames ORDER BY seq")
+    assert query_rows(db, f"SELECT {cols} FROM frames ORDER BY seq") == \
+        query_rows(full_db, f"SELECT {cols} FROM frames ORDER BY seq")
     assert _session(db, rid)["status"] == "complete"
 
 

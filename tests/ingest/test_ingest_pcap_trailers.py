@@ -16,7 +16,8 @@ from pathlib import Path
 
 import packet_capture_env
 import pytest
-from pcap_rig import Tcpdump, import_pcap, query
+from pcap_rig import Tcpdump, import_pcap
+from support import query_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hostile"))
 from live import HostileUpstream, send  # noqa: E402
@@ -57,7 +58,7 @@ def test_response_ending_in_trailers_keeps_every_server_frame(upstream: HostileU
     r = import_pcap(pcap, db, keys, "--json")
     assert r.returncode == 0, r.stderr[-1500:]
     assert "Traceback" not in r.stderr
-    rows = query(db, "SELECT f.direction, f.payload FROM frames f JOIN sessions s USING (session_id) "
+    rows = query_rows(db, "SELECT f.direction, f.payload FROM frames f JOIN sessions s USING (session_id) "
                      "WHERE s.request_id = ? ORDER BY f.seq", [rid])
     server = [bytes(row["payload"] or b"") for row in rows if row["direction"] == "server"]
     # three text deltas and the end-of-stream envelope, whatever ended the HTTP/2 stream
@@ -65,7 +66,7 @@ def test_response_ending_in_trailers_keeps_every_server_frame(upstream: HostileU
     assert all(f"text {i}".encode() in p for i, p in enumerate(server[:3]))
     client = [row for row in rows if row["direction"] == "client"]
     assert len(client) == len(ex.client_sites)
-    meta = query(db, "SELECT CAST(s.meta AS VARCHAR) AS meta FROM sessions s WHERE s.request_id = ?", [rid])
+    meta = query_rows(db, "SELECT CAST(s.meta AS VARCHAR) AS meta FROM sessions s WHERE s.request_id = ?", [rid])
     assert "do not line up" not in str(meta) and "no payload" not in str(meta)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 from ending_server import ENDINGS, EndingServer
-from support import free_port, wait_port
+from support import free_port, stop_popen, wait_port
 
 from workbench.cli import main
 from workbench.schema import pb
@@ -92,13 +92,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], 
                 except httpx.HTTPError:
                     assert ending == "reset", f"{ending}: the request failed"
     finally:
-        if mitm.poll() is None:
-            mitm.send_signal(signal.SIGINT)
-        try:
-            mitm.wait(90)
-        except subprocess.TimeoutExpired:
-            mitm.kill()
-            mitm.wait()
+        stop_popen(mitm, signal.SIGINT, 90)
         server.close()
     assert sorted(server.answered) == sorted(ENDINGS)
     return rids, live_db, flows

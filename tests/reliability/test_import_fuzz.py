@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from import_files import DATA, SAMPLE_FLOWS, SAMPLE_NDJSON
 from mitmproxy import io
+from support import query_rows
 
 from workbench.cli import main
 from workbench.ingest.har import entry_hash
-from workbench.store import open_reader
 
 CASES = 30
 AGENT_PREFIXES = ("/agent.v1.", "/aiserver.v1.")
@@ -62,22 +62,14 @@ def _import(path: Path, db: Path, capsys: pytest.CaptureFixture[str], fmt: str |
     return rc, err
 
 
-def _q(db: Path, sql: str) -> list[dict[str, Any]]:
-    r = open_reader(db)
-    try:
-        return r.query(sql).to_pylist()
-    finally:
-        r.close()
-
-
 def _consistent(db: Path) -> None:
     """Whatever was imported is whole: counts agree, keys are unique, bad frames keep bytes and say why."""
-    rows = _q(db, "SELECT s.session_id, s.frame_count, count(f.seq) AS n FROM sessions s "
+    rows = query_rows(db, "SELECT s.session_id, s.frame_count, count(f.seq) AS n FROM sessions s "
                   "LEFT JOIN frames f USING (session_id) GROUP BY ALL")
     assert all(r["frame_count"] == r["n"] for r in rows)
-    keys = [r["source_key"] for r in _q(db, "SELECT source_key FROM frames")]
+    keys = [r["source_key"] for r in query_rows(db, "SELECT source_key FROM frames")]
     assert len(set(keys)) == len(keys)
-    for r in _q(db, "SELECT kind, error, payload, raw FROM frames WHERE kind = 'malformed'"):
+    for r in query_rows(db, "SELECT kind, error, payload, raw FROM frames WHERE kind = 'malformed'"):
         assert r["error"] and (r["payload"] or r["raw"])
 
 
@@ -90,7 +82,7 @@ def test_mutated_flow_file_bytes(seed: int, tmp_path: Path, capsys: pytest.Captu
     rc, err = _import(path, db, capsys, fmt="flow")
     if rc == 2:
         assert ("flow " in err and "nothing imported" in err) or "empty file" in err, err
-        assert _q(db, "SELECT count(*) AS n FROM frames")[0]["n"] == 0  # a file is imported whole or not at all
+        assert query_rows(db, "SELECT count(*) AS n FROM frames")[0]["n"] == 0  # a file is imported whole or not at all
     else:
         _consistent(db)
 
@@ -127,7 +119,7 @@ def test_mutated_flow_bodies(seed: int, tmp_path: Path, capsys: pytest.CaptureFi
     rc, err = _import(path, db, capsys)
     assert rc == 0, err
     _consistent(db)
-    units = {r["u"] for r in _q(db, "SELECT DISTINCT regexp_replace(source_key, '#[0-9]+$', '') AS u FROM frames")}
+    units = {r["u"] for r in query_rows(db, "SELECT DISTINCT regexp_replace(source_key, '#[0-9]+$', '') AS u FROM frames")}
     for f in flows:
         has_body = bool(f.request.raw_content) or bool(f.response is not None and f.response.raw_content)
         if f.request.path.startswith(AGENT_PREFIXES) and has_body:
@@ -166,7 +158,7 @@ def _mutate_json(rng: random.Random, node: Any, depth: int = 0) -> Any:
 def _exchanges_recorded(db: Path) -> set[str]:
     """Every HAR entry a session names: its own exchange, or an append joined to a stream."""
     out = set()
-    for r in _q(db, "SELECT meta FROM sessions"):
+    for r in query_rows(db, "SELECT meta FROM sessions"):
         meta = json.loads(r["meta"])
         out.add(meta.get("exchange"))
         out.update(a.get("exchange") for a in meta.get("appends", []))
@@ -186,7 +178,7 @@ def test_mutated_har_structure(seed: int, tmp_path: Path, capsys: pytest.Capture
     rc, err = _import(path, db, capsys, fmt="har")
     if rc == 2:
         assert any(w in err for w in ("entry ", "log.entries", "not valid JSON", "not a HAR")), err
-        assert _q(db, "SELECT count(*) AS n FROM frames")[0]["n"] == 0
+        assert query_rows(db, "SELECT count(*) AS n FROM frames")[0]["n"] == 0
         return
     _consistent(db)
     entries = doc["log"]["entries"]  # imported: the file still has a log.entries list
@@ -248,8 +240,8 @@ def test_mutated_stream_json(seed: int, tmp_path: Path, capsys: pytest.CaptureFi
     rc, err = _import(path, db, capsys, fmt="ndjson")
     assert rc == 0, err
     _consistent(db)
-    stored = Counter(r["payload"] for r in _q(db, "SELECT payload FROM frames"))
+    stored = Counter(r["payload"] for r in query_rows(db, "SELECT payload FROM frames"))
     kept = [ln for ln in lines if ln.rstrip(b"\r").strip()]
     assert stored == Counter(kept)
-    for r in _q(db, "SELECT summary, error FROM frames WHERE kind = 'malformed'"):
+    for r in query_rows(db, "SELECT summary, error FROM frames WHERE kind = 'malformed'"):
         assert r["error"].startswith("line ")

@@ -10,36 +10,24 @@ inflated when somebody looks at it.
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import WORKBENCH, run_workbench
+from support import WORKBENCH, load_benchmark, run_workbench
 
 from workbench.decode import fields_of
 from workbench.decode.classify import default_decoder
 from workbench.wire.envelope import FLAG_COMPRESSED, encode
 from workbench.wire.inflate import MIB, InflateBudget, InflateOverBudget, inflate_limited, use_budget
 
-ROOT = Path(__file__).resolve().parents[2]
 GIB_KIB = 1024 * 1024
 
 
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("memory_bench", ROOT / "benchmarks" / "memory.py")
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-MEM = _bench()
+MEM = load_benchmark("memory")
 
 
 @pytest.fixture(scope="module")

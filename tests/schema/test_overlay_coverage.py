@@ -9,28 +9,14 @@ and every frame kind the classifier could name before still exists.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from support import load_benchmark
 
 from workbench.decode.tree import VALUE_BYTES
 
-
-def _coverage() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "overlay_coverage.py"
-    spec = importlib.util.spec_from_file_location("overlay_coverage", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["overlay_coverage"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-OC = _coverage()
+OC = load_benchmark("overlay_coverage")
 
 # Reachable fields that stay ``bytes``: the public extractions type them ``bytes`` as well, except the
 # three google.protobuf.Value ones, which the decoder turns into JSON (decode/tree.py VALUE_BYTES).

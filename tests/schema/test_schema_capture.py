@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 from next_build import ADDON, Mitmdump
+from support import stop_popen
 
 from workbench.client.agent import AgentClient
 from workbench.store import open_reader
@@ -36,12 +36,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = proc.stdout.readline().strip()
     assert url.startswith("https://127.0.0.1:"), url
     yield url
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_popen(proc)
 
 
 def _wb(config: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -131,15 +131,22 @@ def in_append_order(frames: list[PlannedFrame], seqno_of: dict[int, int],
     fills, at most as long as live capture waits (``workbench.capture.appends``); then it follows
     the frame that released it, at that frame's time, with its own arrival kept in
     ``frames.meta.arrived_us`` (``packet`` stays the packet that completed it). Times never go back.
+
+    Only a held append gets ``arrived_us``. A frame emitted in capture order can still carry a
+    packet time a few microseconds before the previous packet's: on loopback the kernel stamps a
+    packet before it queues it for tcpdump, so two packets sent at once from two CPUs (the client
+    and the server, or two connections) can be queued in the other order. That frame did not wait
+    for anything; its time is raised to the previous one and nothing else is claimed about it.
     """
     out: list[PlannedFrame] = []
     held: dict[int, list[PlannedFrame]] = {}
     oldest = 0
     expected = 0
 
-    def emit(pf: PlannedFrame) -> None:
+    def emit(pf: PlannedFrame, *, was_held: bool = False) -> None:
         if out and pf.ts_us < out[-1].ts_us:
-            pf.frame.meta = {**(pf.frame.meta or {}), "arrived_us": pf.ts_us}
+            if was_held:
+                pf.frame.meta = {**(pf.frame.meta or {}), "arrived_us": pf.ts_us}
             pf.ts_us = out[-1].ts_us
         out.append(pf)
 
@@ -147,7 +154,7 @@ def in_append_order(frames: list[PlannedFrame], seqno_of: dict[int, int],
         nonlocal expected
         for n in sorted(held):
             for pf in held.pop(n):
-                emit(pf)
+                emit(pf, was_held=True)
             expected = max(expected, n + 1)
 
     for pf in frames:
@@ -168,7 +175,7 @@ def in_append_order(frames: list[PlannedFrame], seqno_of: dict[int, int],
             expected += 1
             while expected in held:
                 for h in held.pop(expected):
-                    emit(h)
+                    emit(h, was_held=True)
                 expected += 1
     give_up()
     return out
