@@ -16,6 +16,7 @@ from typing import Any, cast
 from google.protobuf.message import DecodeError
 
 from workbench.analysis.facts import CLIENT_CLS, SERVER_CLS
+from workbench.analysis.ndjson import tool_rows as ndjson_tool_rows
 from workbench.analysis.records import CallState, ExecReq, SessionFacts
 from workbench.analysis.rows import CallRecord, ToolCallRow
 from workbench.decode.tree import message_to_tree
@@ -56,8 +57,6 @@ def tool_rows(facts: SessionFacts) -> list[CallRecord]:
     rows = [_call_row(facts.session_id, c, exec_of.get(c.call_id)) for c in calls]
     rows += [_exec_only_row(facts.session_id, req) for req in still if req.member not in _NOT_TOOLS]
     if facts.ndjson:
-        from workbench.analysis.ndjson import tool_rows as ndjson_tool_rows
-
         rows += [CallRecord(**r, _delta_seqs=[], _deltas=[], _started_seq=None, _completed_seq=r["result_seq"],
                             _close_seq=None, _exec_args=None, _case=None, _echo=[])
                  for r in ndjson_tool_rows(facts.session_id, facts.ndjson)]
