@@ -326,6 +326,10 @@ def _ending(v: SessionView) -> tuple[str, str]:
     return str(v.facts.get("status") or "?"), last
 
 
+# the names the ending comparison gives the two kinds it looks for (text and JSON keys)
+_END, _TURN = kinds.END_STREAM, kinds.member(kinds.TURN_ENDED)
+
+
 def _compare_ending(d: Diff) -> None:
     (sa, la), (sb, lb) = _ending(d.a), _ending(d.b)
     if sa != sb:
@@ -336,11 +340,11 @@ def _compare_ending(d: Diff) -> None:
     turn_b = any(f.kind == kinds.TURN_ENDED for f in d.b.frames)
     if (ea, turn_a) != (eb, turn_b) or la != lb:
         def says(end: bool, turn: bool, last: str) -> str:
-            return f"{'turn_ended' if turn else 'no turn_ended'}, {'end_stream' if end else 'no end_stream'}, last {last}"
+            return f"{'' if turn else 'no '}{_TURN}, {'' if end else 'no '}{_END}, last {last}"
 
         _add(d, "ending", f"ending: {says(ea, turn_a, la)} in A; {says(eb, turn_b, lb)} in B",
-             a={"end_stream": ea, "turn_ended": turn_a, "last_kind": la},
-             b={"end_stream": eb, "turn_ended": turn_b, "last_kind": lb})
+             a={_END: ea, _TURN: turn_a, "last_kind": la},
+             b={_END: eb, _TURN: turn_b, "last_kind": lb})
 
 
 def _compare_findings(d: Diff) -> None:
