@@ -37,8 +37,9 @@ class HeartbeatRun:
         return (self.last_ts_us - self.first_ts_us) / 1e6
 
 
-class StallDoc(TypedDict):
-    """A stall as the session diff and the JSON outputs write it."""
+class StallDoc(TypedDict, total=False):
+    """A stall as the session diff and the JSON outputs write it (``Stall.as_dict`` gives every key;
+    not total, so that a session diff's ``Difference`` of type stall can extend it)."""
 
     first_seq: int
     last_seq: int

@@ -80,9 +80,10 @@ class FieldChange(TypedDict):
     b: str | None
 
 
-class Difference(TypedDict, total=False):
+class Difference(StallDoc, total=False):
     """One difference, as ``workbench diff --json`` lists it: ``type`` and ``text`` always; the
-    frames of the item on each side when it has them; then what its type adds (see ``_add`` calls)."""
+    frames of the item on each side when it has them; then what its type adds (see ``_add`` calls;
+    a stall adds the keys of ``StallDoc``)."""
 
     type: Required[str]   # only_in_a, only_in_b, count, changed_fields, timing, exec, tool_call, ...
     text: Required[str]
@@ -108,15 +109,6 @@ class Difference(TypedDict, total=False):
     code: str                          # finding
     severity: str
     side: str                          # finding, stall
-    first_seq: int                     # stall: the keys of report.shape.StallDoc
-    last_seq: int
-    heartbeats: int
-    span_s: float
-    start_offset_s: float
-    after_seq: int | None
-    after_kind: str | None
-    last_client_seq: int | None
-    last_client_kind: str | None
 
 
 @dataclass
