@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,8 +20,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from workbench.analysis.report import print_report
 from workbench.errors import CliError
+from workbench.protocol.labels import store_labels
 from workbench.store.queries import meta_keys_and_rows
 
 DEMO_DB = "captures/demo.duckdb"
@@ -86,6 +90,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             Path(str(db) + suffix).unlink(missing_ok=True)
     mark_demo(db)
 
+    # deferred: the simulator (h2, protobuf) loads when the demo runs, not for `demo --help`
     from workbench.sim.runner import SimThread
 
     say("[1/5] starting the simulated agent backend")
@@ -109,6 +114,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if failed:
         raise CliError(f"scenario(s) {', '.join(failed)} did not behave as the demo expects")
     if not args.no_tui and sys.stdin.isatty() and sys.stdout.isatty():
+        # deferred: Textual loads only when the demo opens the TUI (a terminal on both ends)
         from workbench.tui.app import run_app
 
         run_app(str(db))
@@ -118,6 +124,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _live_writer(db: Path) -> int | None:
     """The pid of a capture proved to be writing ``db`` (``live.live_pid``: its sidecar passes the
     handshake), or None. A stale sidecar's pid may name any running process (PID 1 in a container)."""
+    # deferred: the store (duckdb, pyarrow) loads when the demo runs, not for `demo --help`
     from workbench.store.live import live_pid
 
     return live_pid(db)
@@ -139,9 +146,9 @@ def check_replaceable(db: Path) -> None:
         if Path(str(db) + ".spool").exists():
             raise CliError(f"--db {db}: frames of a capture wait in {db}.spool to be merged into it{force}")
         return
-    import duckdb
+    import duckdb  # deferred, as the store below: when the demo runs, not for `demo --help`
 
-    from workbench.store.reader import ConnectionReader
+    from workbench.store.reader import ConnectionReader  # deferred: duckdb, pyarrow
 
     try:
         con = duckdb.connect(str(db), read_only=True)
@@ -168,7 +175,7 @@ def check_replaceable(db: Path) -> None:
 
 def mark_demo(db: Path) -> None:
     """Mark ``db`` as the demo's before the capture writes into it, so a later demo may replace it."""
-    from workbench.store.db import Store
+    from workbench.store.db import Store  # deferred: duckdb loads when the demo runs, not for `demo --help`
 
     with Store(db) as store:
         store.set_meta(DEMO_MARK, json.dumps({"created_by": "workbench demo"}))
@@ -215,9 +222,6 @@ class CaptureProcess:
 
 
 def _wait_for_port(url: str, proc: subprocess.Popen[str]) -> None:
-    import socket
-    from urllib.parse import urlsplit
-
     parts = urlsplit(url)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -234,6 +238,7 @@ def _wait_for_port(url: str, proc: subprocess.Popen[str]) -> None:
 async def run_suite(sim_url: str, capture: CaptureProcess,
                     labels: dict[str, str] | None = None) -> list[tuple[str, str]]:
     """Drive every scenario through the capture; ``labels`` collects session id → scenario name."""
+    # deferred: the agent client (httpx, h2, protobuf) loads when the demo runs, not for `demo --help`
     from workbench.client.agent import AgentClient
 
     # The built-in client honours HTTPS_PROXY like any other client: that is how it is captured.
@@ -258,6 +263,7 @@ async def run_suite(sim_url: str, capture: CaptureProcess,
 
 async def _drive(client: Any, sc: Scenario, sessions: list[str]) -> str:
     """Run the scenario's turns; ``sessions`` gets the id of each run it started (its request id)."""
+    # deferred: loaded by run_suite already; not for `demo --help`
     from workbench.client.agent import AgentError
 
     on_exec: Callable[[Any], Awaitable[Any]] = _answer_exec
@@ -292,9 +298,8 @@ async def _answer_exec(ev: Any) -> Any:
 
 def diagnose(db: Path, labels: dict[str, str] | None = None) -> int:
     """Label the demo's sessions with their scenario names, then analyse and report."""
+    # deferred: the analysis engine and the store (duckdb, protobuf) load when the demo runs, not for `demo --help`
     from workbench.analysis import analyze
-    from workbench.analysis.report import print_report
-    from workbench.protocol.labels import store_labels
     from workbench.store.db import Store
 
     with Store(db) as store:

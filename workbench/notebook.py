@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from workbench.errors import WorkbenchError
+from workbench.overview import top_findings
 from workbench.store import notebook_db, paths
 from workbench.store.notebook_db import FAMILY_SQL, VIEWS
 from workbench.store.queries import finding_rows
@@ -111,8 +112,6 @@ def session_overview(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """One row per session: id, label, source, transport, status, frames, start, the number of
     findings (errors and warnings) and of notes, and the top finding with its message (root cause
     first, ``workbench.overview``)."""
-    from workbench.overview import top_findings
-
     df = notebook_db.session_counts(con)
     top = top_findings(finding_rows(ConnectionReader(con)))
     df["top_finding"] = [f.code if (f := top.get(sid)) is not None else None for sid in df.session_id]

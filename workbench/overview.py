@@ -57,6 +57,7 @@ class FindingState:
 
 def finding_states(reader: Reader, statuses: Mapping[str, object]) -> dict[str, FindingState]:
     """session_id → ``FindingState`` for the sessions in ``statuses`` (session_id → status)."""
+    # deferred: the stamp loads the store (duckdb); `decode` imports this module, only `sessions` needs the stamp
     from workbench.analysis.stamp import analysis_state, stamps
 
     have = stamps(reader)

@@ -6,9 +6,8 @@ this module only adapts stored frames to it and picks the evidence.
 
 from __future__ import annotations
 
-from typing import Any
-
 from workbench.analysis.rows import ToolCallRow
+from workbench.jsontypes import JsonObject
 from workbench.protocol.stream_json import (
     DELTA,
     FULL,
@@ -25,14 +24,14 @@ from workbench.protocol.stream_json import (
 _SEAM = 12
 
 
-def _event(payload: bytes | None, decoded: str | None) -> dict[str, Any] | None:
+def _event(payload: bytes | None, decoded: str | None) -> JsonObject | None:
     """The stored event: its line as recorded, else the decoded JSON the importer kept."""
     return parse_event(payload) or parse_event(decoded)
 
 
 def assistant_texts(events: list[tuple[int, str, bytes | None, str | None]]) -> tuple[str, str, list[int]]:
     """(correct text, naive text, seqs of the assistant events that repeat text: snapshots and full)."""
-    parsed: list[dict[str, Any]] = []
+    parsed: list[JsonObject] = []
     repeats: list[int] = []
     first_delta: int | None = None
     for seq, kind, payload, decoded in events:
@@ -60,7 +59,7 @@ def duplicated_final(events: list[tuple[int, str, bytes | None, str | None]]) ->
     (else the last full assistant message); it is duplicated when it equals the naive
     concatenation, or holds a seam of it (the end of the text so far glued to the start of a
     snapshot or full message that repeats it) that the correct text does not hold."""
-    parsed: list[dict[str, Any]] = []
+    parsed: list[JsonObject] = []
     seams: list[str] = []
     so_far = ""
     final: tuple[int, str] | None = None
@@ -93,7 +92,7 @@ def duplicated_final(events: list[tuple[int, str, bytes | None, str | None]]) ->
     return None
 
 
-def error_results(events: list[tuple[int, str, bytes | None, str | None]]) -> list[tuple[int, dict[str, Any]]]:
+def error_results(events: list[tuple[int, str, bytes | None, str | None]]) -> list[tuple[int, JsonObject]]:
     """``result`` events that report an error (is_error or subtype error)."""
     out = []
     for seq, kind, payload, decoded in events:

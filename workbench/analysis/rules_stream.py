@@ -6,6 +6,7 @@ from __future__ import annotations
 from workbench.analysis.context import Context, rule
 from workbench.analysis.facts import COMPLETED, TURN_ENDED
 from workbench.analysis.model import Finding
+from workbench.analysis.ndjson import assistant_texts, duplicated_final, error_results
 from workbench.analysis.records import HttpError, RunRequest
 from workbench.protocol import kinds
 from workbench.protocol.status import (
@@ -238,8 +239,6 @@ def server_error(ctx: Context) -> list[Finding]:
             [last] if last is not None else [],
             ERROR_FIX.get(ecode, DEFAULT_FIX)))
     if ctx.facts.ndjson:
-        from workbench.analysis.ndjson import error_results
-
         for seq, ev in error_results(ctx.facts.ndjson):
             nerr = ev.get("error")
             msg = nerr.get("message") if isinstance(nerr, dict) else nerr
@@ -262,8 +261,6 @@ def ndjson_duplicate_text(ctx: Context) -> list[Finding]:
     events = ctx.facts.ndjson
     if not events:
         return []
-    from workbench.analysis.ndjson import assistant_texts, duplicated_final
-
     dup = duplicated_final(events)
     if dup is None:
         return []

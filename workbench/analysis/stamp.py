@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 import workbench
+from workbench.schema.loader import BUILTIN_FILES, PROTO_ROOT
 from workbench.store import analysis_reads as reads
 from workbench.store.analysis_reads import Source
 from workbench.store.db import Store
@@ -33,8 +34,6 @@ KEY_PREFIX = "analysis:"
 def analysis_stamp() -> str:
     """The identity of today's analysis: ``a2 wb0.1.0 db3 overlay:<hash12>`` (the overlay's .proto
     files hashed: the rules parse payloads with it)."""
-    from workbench.schema.loader import BUILTIN_FILES, PROTO_ROOT
-
     digest = hashlib.sha256()
     for name in BUILTIN_FILES:
         try:

@@ -21,12 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
 from workbench.analysis.conversations import Conversations
 from workbench.analysis.engine import analyze_session, write_results
 from workbench.analysis.model import AnalysisResult, Config
 from workbench.analysis.stamp import analysis_stamp, stamps
 from workbench.store import analysis_reads as reads
 from workbench.store.db import Store
+from workbench.store.live import sidecar_path
+from workbench.store.schema import SCHEMA_VERSION, current_version
 
 log = logging.getLogger("workbench.analysis")
 
@@ -160,14 +164,9 @@ def refresh_listing(db_path: str, session_ids: Sequence[str]) -> list[str]:
     """For ``workbench sessions``: store the findings of finished sessions an upgrade made stale or
     nobody analysed, when the file can be written (no capture holds it) and is already at today's
     schema (a listing never migrates a file). Returns the sessions stored; [] when it could not."""
-    from workbench.store.reader import sidecar_path
-    from workbench.store.schema import SCHEMA_VERSION, current_version
-
     if not session_ids or sidecar_path(db_path).exists():
         return []
     try:
-        import duckdb
-
         con = duckdb.connect(db_path, read_only=True)
         try:
             version = current_version(con)

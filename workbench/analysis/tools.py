@@ -16,9 +16,11 @@ from typing import Any, cast
 from google.protobuf.message import DecodeError
 
 from workbench.analysis.facts import CLIENT_CLS, SERVER_CLS
+from workbench.analysis.ndjson import tool_rows as ndjson_tool_rows
 from workbench.analysis.records import CallState, ExecReq, SessionFacts
 from workbench.analysis.rows import CallRecord, ToolCallRow
 from workbench.decode.tree import message_to_tree
+from workbench.jsontypes import JsonObject
 from workbench.protocol.args import merge_mcp_args, naive_concat, parse_json
 from workbench.store.db import us_to_datetime
 
@@ -56,8 +58,6 @@ def tool_rows(facts: SessionFacts) -> list[CallRecord]:
     rows = [_call_row(facts.session_id, c, exec_of.get(c.call_id)) for c in calls]
     rows += [_exec_only_row(facts.session_id, req) for req in still if req.member not in _NOT_TOOLS]
     if facts.ndjson:
-        from workbench.analysis.ndjson import tool_rows as ndjson_tool_rows
-
         rows += [CallRecord(**r, _delta_seqs=[], _deltas=[], _started_seq=None, _completed_seq=r["result_seq"],
                             _close_seq=None, _exec_args=None, _case=None, _echo=[])
                  for r in ndjson_tool_rows(facts.session_id, facts.ndjson)]
@@ -83,30 +83,30 @@ def _tool_call_of(payload: bytes | None) -> Any:
     return inner.tool_call
 
 
-def _case_tree(tool_call: Any) -> tuple[str | None, dict[str, Any]]:
+def _case_tree(tool_call: Any) -> tuple[str | None, JsonObject]:
     case = tool_call.WhichOneof("tool") if tool_call is not None else None
     if not case:
         return None, {}
     return case, message_to_tree(getattr(tool_call, case))
 
 
-def _args_of(case: str | None, tree: dict[str, Any]) -> Any:
+def _args_of(case: str | None, tree: JsonObject) -> Any:
     args = tree.get("args")
     if case == "mcp_tool_call" and isinstance(args, dict):
         return args.get("args", {})
     return args
 
 
-def _mcp_name(tree: dict[str, Any]) -> str | None:
+def _mcp_name(tree: JsonObject) -> str | None:
     args = tree.get("args")
     if isinstance(args, dict):
         return args.get("tool_name") or args.get("name")
     return None
 
 
-def exec_tree(req: ExecReq) -> tuple[dict[str, Any], Any]:
+def exec_tree(req: ExecReq) -> tuple[JsonObject, Any]:
     """(args tree, result tree) of an exec request and the client's first answer."""
-    args: dict[str, Any] = {}
+    args: JsonObject = {}
     try:
         msg = SERVER_CLS.FromString(req.payload).exec_server_message
         if req.member != "unknown":

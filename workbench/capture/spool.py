@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from workbench.decode.classify import Frame
+from workbench.jsontypes import JsonObject
 from workbench.store.db import SessionInfo, Store
 from workbench.store.gate import wire_text
 from workbench.store.queries import frame_identities
@@ -57,7 +58,7 @@ def spool_candidates(db_path: str | Path) -> list[Path]:
     return [Path(str(db) + ".spool"), state / f"{db.name}-{key}.spool"]
 
 
-def _session_json(info: SessionInfo) -> dict[str, Any]:
+def _session_json(info: SessionInfo) -> JsonObject:
     d = asdict(info)
     for k in ("started_at", "ended_at"):
         v = d[k]
@@ -65,16 +66,16 @@ def _session_json(info: SessionInfo) -> dict[str, Any]:
     return d
 
 
-def _session_from(d: dict[str, Any]) -> SessionInfo:
+def _session_from(d: JsonObject) -> SessionInfo:
     for k in ("started_at", "ended_at"):
         if d.get(k):
             d[k] = datetime.fromisoformat(d[k])
     return SessionInfo(**d)
 
 
-def _frame_json(rec: FrameRecord) -> dict[str, Any]:
+def _frame_json(rec: FrameRecord) -> JsonObject:
     f = rec.frame
-    fd: dict[str, Any] = {}
+    fd: JsonObject = {}
     for name in _FRAME_FIELDS:
         v = getattr(f, name)
         fd[name] = v.hex() if name in _BYTES_FIELDS and v is not None else v
@@ -82,7 +83,7 @@ def _frame_json(rec: FrameRecord) -> dict[str, Any]:
             "direction": rec.direction, "transport": rec.transport, "stream": rec.stream, "frame": fd}
 
 
-def _frame_from(d: dict[str, Any]) -> FrameRecord:
+def _frame_from(d: JsonObject) -> FrameRecord:
     fd = d["frame"]
     for name in _BYTES_FIELDS:
         if fd.get(name) is not None:

@@ -23,6 +23,7 @@ from typing import Any
 from workbench.client._pb import pb
 from workbench.decode.classify import Frame, default_decoder, http_error_frame
 from workbench.errors import WorkbenchError
+from workbench.jsontypes import JsonObject
 from workbench.protocol import kinds
 from workbench.protocol.append_meta import answer_grpc
 from workbench.protocol.status import GRPC_WEB, ExchangeEnd, session_status
@@ -33,7 +34,7 @@ from workbench.wire.envelope import Envelope, split_frames
 class TransportError(WorkbenchError):
     """The upstream refused or broke the exchange; ``code`` follows Connect (lower_snake)."""
 
-    def __init__(self, code: str, message: str, details: list[dict[str, Any]] | None = None,
+    def __init__(self, code: str, message: str, details: list[JsonObject] | None = None,
                  http_status: int | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
@@ -60,7 +61,7 @@ def error_from_http(status: int, body: bytes, what: str) -> TransportError:
     """A non-200 answer: Connect puts a JSON error in the body (docs/protocol.md §2)."""
     code = _HTTP_CODES.get(status, "unknown")
     message = f"HTTP {status} from {what}"
-    details: list[dict[str, Any]] = []
+    details: list[JsonObject] = []
     try:
         doc = json.loads(body.decode("utf-8")) if body.strip() else None
     except (UnicodeDecodeError, ValueError):
@@ -86,13 +87,13 @@ def end_of(env: Envelope) -> EndStream:
         return EndStream(code="internal", message=str(exc))
 
 
-def _status_details(raw: bytes) -> dict[str, Any]:
+def _status_details(raw: bytes) -> JsonObject:
     """grpc-status-details-bin (a google.rpc.Status) → Connect-style ``details`` with decoded values."""
     status = pb.RpcStatus.FromString(raw)
     details = []
     for anything in status.details:
         type_name = anything.type_url.rsplit("/", 1)[-1]
-        entry: dict[str, Any] = {"type": type_name, "value_hex": bytes(anything.value).hex()}
+        entry: JsonObject = {"type": type_name, "value_hex": bytes(anything.value).hex()}
         if type_name == "aiserver.v1.ErrorDetails":
             entry["value"] = default_decoder().error_details(bytes(anything.value))
         details.append(entry)

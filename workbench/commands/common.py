@@ -65,7 +65,7 @@ _INFINITE = {2**63 - 1: "infinity", -(2**63 - 1): "-infinity", 2**31 - 1: "infin
 
 def _temporal_text(s: pa.Scalar) -> str:
     """A date or time Python cannot hold (past year 9999, before year 1, ±infinity) as DuckDB prints it."""
-    import numpy as np
+    import numpy as np  # loaded already, by pyarrow (this module stays light for `decode`)
     import pyarrow as pa  # a table to print was read with pyarrow: loaded already
 
     t = s.type

@@ -21,6 +21,7 @@ from workbench.commands.common import (
 )
 from workbench.decode.frame import DIRECTIONS, TRANSPORTS
 from workbench.errors import CliError
+from workbench.overview import finding_states, query_top_findings
 from workbench.store.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_S
 from workbench.store.queries import Reader, Row, frames_after, session_list, session_status
 
@@ -185,8 +186,8 @@ def _decode_batch(args: argparse.Namespace, dec: Decoder) -> int:
 # sessions / frames / sql ----------------------------------------------------------------------
 
 def cmd_sessions(args: argparse.Namespace) -> int:
-    from workbench.analysis.bridge_join import listing_links  # deferred with the findings below
-    from workbench.overview import finding_states, query_top_findings
+    # deferred: the analysis package loads DuckDB and pyarrow, which `workbench decode` (this module) must not
+    from workbench.analysis.bridge_join import listing_links
 
     reader = reader_from(args)
     try:
@@ -197,6 +198,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         # analysed, e.g. written by an older workbench) get theirs now, when the file is free.
         due = [sid for sid, st in states.items() if st.analysis in ("stale", "not analysed")]
         if due and not reader.live:
+            # deferred: the analysis engine (protobuf, rules) loads only when a listing has sessions to refresh
             from workbench.analysis.stored import refresh_listing
 
             reader.close()

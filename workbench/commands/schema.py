@@ -11,6 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from workbench.commands import schema_choice
+from workbench.errors import CliError
+from workbench.schema.extract import ExtractError, extract, report, write
+
 DEFAULT_OUT = "extracted_schema"
 _SHOW_PROBLEMS = 20
 
@@ -36,16 +40,11 @@ def register(sub: Any) -> None:
                    help="also write a FileDescriptorSet (self-contained; usable with --proto FILE)")
     e.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
     e.set_defaults(func=_extract)
-    from workbench.commands import schema_choice
-
     schema_choice.register(ssub)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
 def _extract(args: argparse.Namespace) -> int:
-    from workbench.errors import CliError
-    from workbench.schema.extract import ExtractError, extract, report, write
-
     try:
         ex = extract(args.paths)
     except ExtractError as exc:

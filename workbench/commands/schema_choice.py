@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
-from workbench.commands.common import add_db_arg
+from workbench.commands.common import add_db_arg, reader_from
+from workbench.errors import CliError
+from workbench.schema.active import BUILTIN, active_schema, choose, config_path, reset, schema_of, use
+from workbench.schema.diff import change_line, counts, diff, load_side
 from workbench.schema.loader import Schema
 
 
@@ -74,9 +78,6 @@ def _identity(schema: Schema) -> dict[str, Any]:
 # use / show ----------------------------------------------------------------------------------
 
 def _use(args: argparse.Namespace) -> int:
-    from workbench.errors import CliError
-    from workbench.schema.active import BUILTIN, config_path, reset, use
-
     if args.paths == [BUILTIN]:  # `schema use builtin` is a reset
         args.reset, args.paths = True, []
     if args.reset:
@@ -112,8 +113,6 @@ def _show_doc(choice: Any, schema: Schema) -> dict[str, Any]:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from workbench.schema.active import choose, config_path, schema_of
-
     choice = choose(args.proto)
     schema = schema_of(choice)
     if args.json:
@@ -140,8 +139,6 @@ def _show(args: argparse.Namespace) -> int:
 # diff ----------------------------------------------------------------------------------------
 
 def _diff(args: argparse.Namespace) -> int:
-    from workbench.schema.diff import change_line, counts, diff, load_side
-
     a, b = load_side(args.a), load_side(args.b)
     changes = diff(a.files, b.files)
     if args.json:
@@ -174,17 +171,12 @@ def _diff(args: argparse.Namespace) -> int:
 # drift ---------------------------------------------------------------------------------------
 
 def _drift(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    # deferred: only drift reads a database (duckdb, pyarrow); use, show and diff need neither
     from workbench.analysis.schema_drift import drift
-    from workbench.commands.common import reader_from
-    from workbench.errors import CliError
-    from workbench.schema.active import active_schema
+    from workbench.store.live import sidecar_path
 
     if args.sample is not None and args.sample < 1:
         raise CliError(f"--sample must be at least 1, not {args.sample}")
-    from workbench.store.reader import sidecar_path
-
     if not Path(args.db).exists() and not sidecar_path(args.db).exists():
         raise CliError(f"--db {args.db}: no such capture database")
     base = active_schema(args.base)

@@ -16,6 +16,7 @@ from workbench.decode.classify import (
 )
 from workbench.decode.lenient import MAX_FOUND
 from workbench.decode.tree import TREE_LIMIT, cut_tree, decode_unknown, hex_tree, message_to_tree, place_all
+from workbench.jsontypes import JsonObject
 from workbench.protocol.kinds import is_end_stream
 from workbench.wire.endstream import parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import FLAG_COMPRESSED
@@ -24,7 +25,7 @@ __all__ = ["fields_of", "frame_to_json"]
 
 
 def fields_of(decoder: Decoder, kind: str, payload: bytes, msg_type: str | None, flags: int = 0,
-              found: list[dict[str, Any]] | None = None) -> Any:
+              found: list[JsonObject] | None = None) -> Any:
     """The named tree of one stored or freshly classified frame.
 
     A frame kept compressed over an inflate budget (kind ``compressed``) is inflated now, up to
@@ -82,9 +83,9 @@ def fields_of(decoder: Decoder, kind: str, payload: bytes, msg_type: str | None,
     return decode_unknown(payload)
 
 
-def frame_to_json(decoder: Decoder, f: Frame) -> dict[str, Any]:
-    found: list[dict[str, Any]] = []
-    out: dict[str, Any] = {"kind": f.kind, "summary": f.summary,
+def frame_to_json(decoder: Decoder, f: Frame) -> JsonObject:
+    found: list[JsonObject] = []
+    out: JsonObject = {"kind": f.kind, "summary": f.summary,
                            "fields": fields_of(decoder, f.kind, f.payload, f.msg_type, f.flags, found),
                            "flags": f.flags, "size": len(f.payload)}
     if f.msg_type:

@@ -25,7 +25,7 @@ import json
 import os
 import zlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
@@ -33,6 +33,7 @@ from google.protobuf.message import DecodeError
 from workbench.decode.frame import COMPRESSED
 from workbench.decode.render import fields_of
 from workbench.decode.tree import _WELL_KNOWN, VALUE_BYTES
+from workbench.jsontypes import JsonObject
 from workbench.protocol.kinds import TEXT_DELTA, THINKING_DELTA
 from workbench.wire.envelope import FLAG_COMPRESSED, LOOK_LIMIT
 
@@ -225,7 +226,7 @@ def _gzip_size(payload: bytes) -> int:
 
 
 def _streamed_fields(decoder: Decoder, kind: str, payload: bytes, msg_type: str | None,
-                     flags: int) -> tuple[dict[str, Any], dict[str, tuple[int, int]]] | None:
+                     flags: int) -> tuple[JsonObject, dict[str, tuple[int, int]]] | None:
     """The tree (long strings as markers) and where each marker's string is, or None."""
     if kind != COMPRESSED or not flags & FLAG_COMPRESSED or not msg_type or _gzip_size(payload) < STREAM_FROM:
         return None
@@ -241,7 +242,7 @@ def _streamed_fields(decoder: Decoder, kind: str, payload: bytes, msg_type: str 
 
 
 def _finish(decoder: Decoder, walk: _Walk, marked: bytes, headed: bytes,
-            msg_type: str) -> tuple[dict[str, Any], dict[str, tuple[int, int]]] | None:
+            msg_type: str) -> tuple[JsonObject, dict[str, tuple[int, int]]] | None:
     try:
         decoder.info(msg_type).cls.FromString(marked)
     except DecodeError:
@@ -254,7 +255,7 @@ def _finish(decoder: Decoder, walk: _Walk, marked: bytes, headed: bytes,
     return ({**head, **tree} if isinstance(tree, dict) else {**head, "$value": tree}), walk.spans
 
 
-def dump_frame(decoder: Decoder, row: dict[str, Any], kind: str, payload: bytes, msg_type: str | None,
+def dump_frame(decoder: Decoder, row: JsonObject, kind: str, payload: bytes, msg_type: str | None,
                flags: int, out: TextIO) -> None:
     """Write ``{**row, "fields": <named tree>}`` as ``json.dump(..., ensure_ascii=False, default=str)``
     would, streaming the long strings of a big compressed frame."""

@@ -17,6 +17,7 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from workbench.decode.lenient import WIRE_NAMES, Mismatch, type_name
+from workbench.jsontypes import JsonObject
 
 # (message full name, field name) that hold google.protobuf.Value on the wire, whatever type a schema
 # declares for them (public extractions say map<string, bytes> or map<string, Value>; ours bytes).
@@ -76,14 +77,14 @@ def _scalar(fd: FieldDescriptor, value: Any, owner: str) -> Any:
     return value
 
 
-def message_to_tree(msg: Message, found: list[dict[str, Any]] | None = None, path: str = "") -> dict[str, Any]:
+def message_to_tree(msg: Message, found: list[JsonObject] | None = None, path: str = "") -> JsonObject:
     """Named dict of set fields plus unknown fields by number (never raises on odd input).
 
     A field the schema knows that came with another wire type (the runtime files it among the
     unknown fields) is shown schemaless under its name and flagged (``$schema_mismatch``); with
     ``found`` each such field is also listed there with its dotted ``path``.
     """
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     owner = msg.DESCRIPTOR.full_name
     for fd, value in msg.ListFields():
         here = f"{path}.{fd.name}" if path else fd.name
@@ -147,7 +148,7 @@ def _has_unknown(msg: Message) -> bool:
         return False
 
 
-def _add_unknown(msg: Message, out: dict[str, Any], found: list[dict[str, Any]] | None, path: str) -> None:
+def _add_unknown(msg: Message, out: JsonObject, found: list[JsonObject] | None, path: str) -> None:
     """Unknown fields by number; known numbers with an unexpected wire type as schema mismatches."""
     by_number = msg.DESCRIPTOR.fields_by_number
     unknown = UnknownFieldSet(msg)
@@ -211,19 +212,19 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def cut_tree(data: bytes, what: str) -> dict[str, Any]:
+def cut_tree(data: bytes, what: str) -> JsonObject:
     """What a tree shows of a payload past ``TREE_LIMIT``: its size and first bytes, with a note."""
     return {"$cut": f"{what} of {len(data)} bytes not shown: over the {TREE_LIMIT >> 10} KiB tree limit; "
                     f"the first {HEAD_BYTES} bytes are in $head_hex",
             "$size": len(data), "$head_hex": data[:HEAD_BYTES].hex()}
 
 
-def hex_tree(data: bytes) -> dict[str, Any]:
+def hex_tree(data: bytes) -> JsonObject:
     """``{"$hex": …}`` of a payload, cut past ``TREE_LIMIT``."""
     return {"$hex": data.hex()} if len(data) <= TREE_LIMIT else cut_tree(data, "hex dump")
 
 
-def decode_unknown(data: bytes) -> dict[str, Any]:
+def decode_unknown(data: bytes) -> JsonObject:
     """Schemaless decode of a whole message: blackboxprotobuf, numbers as keys (cut past ``TREE_LIMIT``)."""
     if not data:
         return {}
@@ -245,11 +246,11 @@ def schemaless(m: Mismatch) -> Any:
     return m.value
 
 
-def _marker(m: Mismatch, value: Any) -> dict[str, Any]:
+def _marker(m: Mismatch, value: Any) -> JsonObject:
     return {"$schema_mismatch": f"schema has {m.expected}, frame has {m.found}", "$schemaless": value}
 
 
-def place(node: dict[str, Any], name: str, m: Mismatch, value: Any, index: int | None = None) -> None:
+def place(node: JsonObject, name: str, m: Mismatch, value: Any, index: int | None = None) -> None:
     """Show a mismatched field at its place in a named tree: under its name, where the repaired
     message left an empty placeholder or nothing; else under its number, as unknown fields are."""
     cur = node.get(name)
@@ -278,7 +279,7 @@ def _is_default(value: Any) -> bool:
     return value is None or (not isinstance(value, list) and value in ({}, "", 0))
 
 
-def place_all(tree: dict[str, Any], found: list[Mismatch]) -> None:
+def place_all(tree: JsonObject, found: list[Mismatch]) -> None:
     """Put each mismatch ``repair`` recorded into the tree of the repaired message (schemaless).
 
     A path the tree cannot be walked along (inside a map entry) goes to ``$schema_mismatch`` at the top.

@@ -9,6 +9,7 @@ from typing import Any
 
 from workbench.commands.common import add_db_arg, reader_from, resolve_session
 from workbench.errors import CliError
+from workbench.ingest import ImportResult, IngestError, register_importer
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,20 +29,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_import_format() -> None:
-    from workbench.ingest import register_importer
-
     register_importer("parquet", _detect, _run_import)
 
 
 def _detect(path: Path, head: bytes) -> bool:
-    from workbench.export.parquet import is_parquet_export
+    from workbench.export.parquet import is_parquet_export  # deferred: pyarrow loads only when tried
 
     return is_parquet_export(path, head)
 
 
 def _run_import(ctx: Any) -> Any:
-    from workbench.export.parquet import ParquetError, import_parquet
-    from workbench.ingest import ImportResult, IngestError
+    from workbench.export.parquet import ParquetError, import_parquet  # deferred: pyarrow, when importing one
 
     try:
         res = import_parquet(ctx.path, ctx.store)
@@ -58,6 +56,7 @@ def _run_import(ctx: Any) -> Any:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    # deferred: duckdb and pyarrow load when exporting, not for `export --help` or `import` of other formats
     from workbench.export.parquet import ParquetError, export_parquet
 
     sessions = None

@@ -29,6 +29,7 @@ from workbench.decode.classify import Decoder
 from workbench.ingest import ImportResult, IngestError
 from workbench.ingest.exchange import Exchange
 from workbench.ingest.exchange_import import write_exchanges
+from workbench.jsontypes import JsonObject
 from workbench.protocol.status import STREAM_TRANSPORTS, http_ok
 from workbench.wire.inflate import InflateOverBudget, inflate_document
 
@@ -53,7 +54,7 @@ def detect(path: Path, head: bytes) -> bool:
     return b'"log"' in text[:4096] or b'"entries"' in text[:65536]
 
 
-def load(path: Path) -> dict[str, Any]:
+def load(path: Path) -> JsonObject:
     data = path.read_bytes()
     if data[:1] == b"\x78":
         # The whole document is inflated before anything is parsed: it is charged to the import's
@@ -91,7 +92,7 @@ def _epoch(value: Any) -> float | None:
         return None
 
 
-def _ms(timings: dict[str, Any], key: str) -> float:
+def _ms(timings: JsonObject, key: str) -> float:
     v = timings.get(key)
     return float(v) / 1000 if isinstance(v, int | float) and v > 0 else 0.0
 
@@ -136,9 +137,9 @@ def text_body(dec: Decoder, text: str, encoding: str | None, size: int | None, t
     return candidates[-1], None
 
 
-def entry_hash(entry: dict[str, Any]) -> str:
+def entry_hash(entry: JsonObject) -> str:
     """16 hex digits identifying what an entry records (exporter-specific extras left out)."""
-    def obj(d: dict[str, Any], key: str) -> dict[str, Any]:
+    def obj(d: JsonObject, key: str) -> JsonObject:
         v = d.get(key)
         return v if isinstance(v, dict) else {}
 
@@ -155,7 +156,7 @@ def to_exchange(dec: Decoder, entry: Any, n: int) -> Exchange:
     if not isinstance(entry, dict) or not isinstance(entry.get("request"), dict):
         raise IngestError(f"{where}: no request object")
     req = entry["request"]
-    resp: dict[str, Any] = entry["response"] if isinstance(entry.get("response"), dict) else {}
+    resp: JsonObject = entry["response"] if isinstance(entry.get("response"), dict) else {}
     url = req.get("url")
     if not isinstance(url, str) or not url:
         raise IngestError(f"{where}: request has no url")
@@ -180,7 +181,7 @@ def to_exchange(dec: Decoder, entry: Any, n: int) -> Exchange:
         ex.req_body = b""
     status = resp.get("status")
     ex.status = status if isinstance(status, int) and status > 0 else None
-    content: dict[str, Any] = resp["content"] if isinstance(resp.get("content"), dict) else {}
+    content: JsonObject = resp["content"] if isinstance(resp.get("content"), dict) else {}
     text = content.get("text")
     if ex.status is None:
         ex.resp_body = None
@@ -199,7 +200,7 @@ def to_exchange(dec: Decoder, entry: Any, n: int) -> Exchange:
     if isinstance(err, str) and err:
         ex.error = err
     start = _epoch(entry.get("startedDateTime"))
-    timings: dict[str, Any] = entry["timings"] if isinstance(entry.get("timings"), dict) else {}
+    timings: JsonObject = entry["timings"] if isinstance(entry.get("timings"), dict) else {}
     if start is not None:
         pre = _ms(timings, "blocked") + _ms(timings, "dns") + _ms(timings, "connect")
         ex.t_req_start = start

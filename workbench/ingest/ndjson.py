@@ -24,6 +24,7 @@ from workbench.decode.classify import Frame
 from workbench.decode.summary import quote
 from workbench.ingest import ImportResult
 from workbench.ingest.lineage import FileLines, Lineage, choose_lineage
+from workbench.jsontypes import JsonObject
 from workbench.protocol.labels import fill_label
 from workbench.protocol.stream_json import (
     assistant_form,
@@ -51,7 +52,7 @@ def _compact(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def summarize(kind: str, ev: dict[str, Any], tool: dict[str, Any] | None) -> str:
+def summarize(kind: str, ev: JsonObject, tool: JsonObject | None) -> str:
     if kind == "assistant":
         return f"{quote(message_text(ev), 120)} [{assistant_form(ev)}]"
     if kind == "user":
@@ -101,7 +102,7 @@ class ParsedLine:
     decoded: str | None
     session_id: str | None
     ts_us: int | None  # from timestamp_ms
-    event: dict[str, Any] | None
+    event: JsonObject | None
 
 
 def parse_line(raw: bytes, lineno: int) -> ParsedLine:
@@ -120,7 +121,7 @@ def parse_line(raw: bytes, lineno: int) -> ParsedLine:
                           None, None, None, None)
     kind = event_kind(ev)
     tool = tool_info(ev.get("tool_call")) if kind.startswith("tool_call") else None
-    extra: dict[str, Any] = {"$line": lineno}
+    extra: JsonObject = {"$line": lineno}
     if tool is not None:
         extra["$tool"] = tool
     if kind == "assistant":
@@ -160,7 +161,7 @@ class NdjsonRecorder:
     a file again, a grown file, or re-running a killed import adds only the lines not stored yet.
     """
 
-    def __init__(self, recorder: Recorder, source: str, meta: dict[str, Any], *,
+    def __init__(self, recorder: Recorder, source: str, meta: JsonObject, *,
                  fallback_session: Callable[[], str], fallback_ts: Callable[[], int],
                  live_clock: bool = False, lineage: Lineage | None = None) -> None:
         self.rec = recorder

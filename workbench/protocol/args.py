@@ -22,6 +22,8 @@ from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
+from workbench.jsontypes import JsonObject
+
 
 def accumulate_args_text(previous: str, delta: str) -> str:
     """One step of snapshot-aware accumulation.
@@ -77,7 +79,7 @@ def parse_json(text: str | None) -> Any:
         return None
 
 
-def parse_args_text(text: str) -> dict[str, Any] | None:
+def parse_args_text(text: str) -> JsonObject | None:
     """The streamed args as a dict, or None when the text is not a complete JSON object."""
     if not text.strip():
         return None
@@ -92,7 +94,7 @@ def _is_structured(value: Any) -> bool:
     return not isinstance(value, str)
 
 
-def merge_mcp_args(streamed: Mapping[str, Any] | None, completion: Mapping[str, Any] | None) -> dict[str, Any]:
+def merge_mcp_args(streamed: Mapping[str, Any] | None, completion: Mapping[str, Any] | None) -> JsonObject:
     """Merge the completion frame's McpArgs into the streamed args.
 
     - keys only the stream has are kept (the completion map omits oversized values);
@@ -103,7 +105,7 @@ def merge_mcp_args(streamed: Mapping[str, Any] | None, completion: Mapping[str, 
     """
     streamed = streamed or {}
     completion = completion or {}
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for key, value in streamed.items():
         if key not in completion:
             out[key] = value
@@ -160,7 +162,7 @@ def encode_value(value: Any) -> bytes:
     return bytes(msg.SerializeToString())
 
 
-def mcp_args_to_json(args: Mapping[str, bytes]) -> dict[str, Any]:
+def mcp_args_to_json(args: Mapping[str, bytes]) -> JsonObject:
     """Decode an ``McpArgs.args`` map (each value a serialized Value, fallback UTF-8)."""
     return {key: decode_value(bytes(raw)) for key, raw in args.items()}
 

@@ -45,11 +45,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.wire.endstream import CONNECT_CODE, b64decode_loose, parse_end_stream, parse_grpc_web_trailer
+from workbench.jsontypes import JsonObject
+from workbench.wire.endstream import (
+    CONNECT_CODE,
+    DetailsDecoder,
+    b64decode_loose,
+    parse_end_stream,
+    parse_grpc_web_trailer,
+)
 from workbench.wire.varint import top_level_fields
 
 STREAM_TRANSPORTS = ("run", "runsse", "runpoll")
@@ -306,7 +313,7 @@ class StreamError:
 
 
 def parse_stream_error(payload: bytes, flags: int,
-                       details: Callable[[bytes], dict[str, Any]] | None = None) -> StreamError:
+                       details: DetailsDecoder | None = None) -> StreamError:
     """Raises ValueError when a Connect end-stream is not the JSON Connect requires."""
     if flags & 0x80:
         t = parse_grpc_web_trailer(payload)
@@ -336,7 +343,7 @@ def error_facts(code: str, message: str, details: Iterable[Mapping[str, Any]] = 
     return err
 
 
-def _apply_detail(err: StreamError, value: dict[str, Any], debug: dict[str, Any]) -> None:
+def _apply_detail(err: StreamError, value: JsonObject, debug: JsonObject) -> None:
     err.label = err.label or str(value.get("error") or debug.get("error") or "")
     cd = value.get("details") or debug.get("details") or {}
     if isinstance(cd, dict):
@@ -346,7 +353,7 @@ def _apply_detail(err: StreamError, value: dict[str, Any], debug: dict[str, Any]
             err.retryable = bool(cd.get("is_retryable", cd.get("isRetryable")))
 
 
-def _apply_status_details(err: StreamError, text: str, details: Callable[[bytes], dict[str, Any]] | None) -> None:
+def _apply_status_details(err: StreamError, text: str, details: DetailsDecoder | None) -> None:
     """google.rpc.Status{1 code, 2 message, 3 details Any{1 type_url, 2 value}} in base64."""
     try:
         raw = b64decode_loose(text)

@@ -27,10 +27,12 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from workbench.jsontypes import JsonObject
+
 DELTA, SNAPSHOT, FULL = "delta", "snapshot", "full"
 
 
-def parse_event(data: bytes | str | None) -> dict[str, Any] | None:
+def parse_event(data: bytes | str | None) -> JsonObject | None:
     """One line (or stored payload) as an event object; None when it is not a JSON object."""
     if not data:
         return None
@@ -41,7 +43,7 @@ def parse_event(data: bytes | str | None) -> dict[str, Any] | None:
     return ev if isinstance(ev, dict) else None
 
 
-def event_kind(ev: dict[str, Any]) -> str:
+def event_kind(ev: JsonObject) -> str:
     t = ev.get("type")
     kind = t if isinstance(t, str) and t else "untyped"
     sub = ev.get("subtype")
@@ -50,19 +52,19 @@ def event_kind(ev: dict[str, Any]) -> str:
     return kind
 
 
-def call_id_of(ev: dict[str, Any]) -> str | None:
+def call_id_of(ev: JsonObject) -> str | None:
     """The ``call_id`` joining a tool call's started and completed events (None when absent)."""
     call_id = ev.get("call_id")
     return call_id if isinstance(call_id, str) else None
 
 
-def text_field(ev: dict[str, Any], name: str) -> str | None:
+def text_field(ev: JsonObject, name: str) -> str | None:
     """A string-valued top-level field (``session_id``, ``request_id``, …); None when absent or not text."""
     value = ev.get(name)
     return value if isinstance(value, str) and value else None
 
 
-def timestamp_us(ev: dict[str, Any]) -> int | None:
+def timestamp_us(ev: JsonObject) -> int | None:
     """``timestamp_ms`` in microseconds (None when absent, not a number, not positive, infinite or
     past year 9999, which no datetime holds: a time the store's readers could not show)."""
     try:
@@ -75,7 +77,7 @@ def timestamp_us(ev: dict[str, Any]) -> int | None:
 _MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999 UTC
 
 
-def message_text(ev: dict[str, Any]) -> str:
+def message_text(ev: JsonObject) -> str:
     """The text of a user/assistant event (``message.content[].text`` joined)."""
     msg = ev.get("message")
     if isinstance(msg, str):
@@ -95,7 +97,7 @@ def message_text(ev: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def assistant_form(ev: dict[str, Any]) -> str:
+def assistant_form(ev: JsonObject) -> str:
     """``delta`` (timestamp_ms, no model_call_id), ``snapshot`` (both) or ``full`` (no timestamp_ms)."""
     if ev.get("timestamp_ms") is None:
         return FULL
@@ -122,7 +124,7 @@ def _maybe_json(value: Any) -> Any:
     return value
 
 
-def tool_info(tool_call: Any) -> dict[str, Any] | None:
+def tool_info(tool_call: Any) -> JsonObject | None:
     """Name, args, result and error of a ``tool_call`` object (camelCase proto3-JSON of ToolCall)."""
     if not isinstance(tool_call, dict):
         return None
@@ -143,7 +145,7 @@ def tool_info(tool_call: Any) -> dict[str, Any] | None:
     return None
 
 
-def result_outcome(kind: str, ev: dict[str, Any]) -> tuple[str, str | None]:
+def result_outcome(kind: str, ev: JsonObject) -> tuple[str, str | None]:
     """(status, error) a ``result`` event gives its session: ``complete`` for a successful result,
     else ``error`` with the event's message."""
     if kind == "result.success" and not ev.get("is_error"):
@@ -153,14 +155,14 @@ def result_outcome(kind: str, ev: dict[str, Any]) -> tuple[str, str | None]:
     return "error", str(msg or ev.get("result") or kind)
 
 
-def is_error_result(kind: str, ev: dict[str, Any]) -> bool:
+def is_error_result(kind: str, ev: JsonObject) -> bool:
     """A ``result`` event that reports an error (subtype ``error``, or ``is_error``)."""
     return kind.startswith("result") and (kind == "result.error" or bool(ev.get("is_error")))
 
 
 # assistant text --------------------------------------------------------------------------------
 
-def assistant_events(events: Iterable[Any]) -> Iterable[dict[str, Any]]:
+def assistant_events(events: Iterable[Any]) -> Iterable[JsonObject]:
     """The assistant events among ``events`` (objects, or lines/payloads to parse)."""
     for e in events:
         if isinstance(e, bytes | str):

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from workbench.client.events import ExecRequest
+from workbench.jsontypes import JsonObject
 from workbench.protocol import args as tool_args
 from workbench.protocol.status import error_facts
 
@@ -45,9 +46,9 @@ class MappingError(ValueError):
     """The OpenAI request cannot be mapped (the message names the offending field)."""
 
 
-def tools_to_mcp(tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+def tools_to_mcp(tools: Sequence[Mapping[str, Any]] | None) -> list[JsonObject]:
     """OpenAI ``tools`` → McpToolDefinition dicts (``AgentClient`` accepts these)."""
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     for i, tool in enumerate(tools or ()):
         if not isinstance(tool, Mapping):
             raise MappingError(f"tools[{i}] must be an object")
@@ -60,9 +61,9 @@ def tools_to_mcp(tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, An
     return out
 
 
-def offered_schemas(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
+def offered_schemas(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, JsonObject]:
     """Tool name → its JSON-schema ``properties``."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JsonObject] = {}
     for tool in tools or ():
         fn = tool.get("function") if isinstance(tool, Mapping) else None
         if isinstance(fn, Mapping) and fn.get("name"):
@@ -79,7 +80,7 @@ def _pick(props: Mapping[str, Any], candidates: tuple[str, ...]) -> str:
     return candidates[0]
 
 
-def _named(tool: str, values: Mapping[str, Any], props: Mapping[str, Any]) -> dict[str, Any]:
+def _named(tool: str, values: Mapping[str, Any], props: Mapping[str, Any]) -> JsonObject:
     cands = _CANDIDATES[tool]
     return {_pick(props, cands[k]): v for k, v in values.items() if k in cands}
 
@@ -121,7 +122,7 @@ def exec_to_tool_call(req: ExecRequest, offered: Mapping[str, Mapping[str, Any]]
                 return name, call.args_text
             return name, json.dumps(tool_args.merge_mcp_args(streamed, exec_args), ensure_ascii=False)
         return name, json.dumps(exec_args, ensure_ascii=False)
-    values: dict[str, Any]
+    values: JsonObject
     if req.kind in ("shell", "shell_stream"):
         values = {"command": a.get("command", "")}
         if a.get("working_directory"):
@@ -259,7 +260,7 @@ def error_status(code: str) -> int:
     return HTTP_STATUS.get(code, 502)
 
 
-def error_body(code: str, message: str, details: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+def error_body(code: str, message: str, details: Sequence[Mapping[str, Any]] = ()) -> JsonObject:
     """An OpenAI error object in Cursor's words.
 
     The Connect message is often just "Error"; the words are in ``details[]`` (an
@@ -271,7 +272,7 @@ def error_body(code: str, message: str, details: Sequence[Mapping[str, Any]] = (
     facts = error_facts(code, message, details)
     oa_code, etype = CURSOR_ERRORS.get(facts.label, (code, ERROR_TYPES.get(code, "upstream_error")))
     text = facts.detail or facts.title or message or code
-    err: dict[str, Any] = {"message": text, "type": etype, "code": oa_code, "param": None}
+    err: JsonObject = {"message": text, "type": etype, "code": oa_code, "param": None}
     if facts.title:
         err["title"] = facts.title
     if facts.detail:

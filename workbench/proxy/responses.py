@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from workbench.jsontypes import JsonObject
 from workbench.proxy.mapping import MappingError, content_text
 from workbench.proxy.sse import SseStream, send_json
 from workbench.transport import Exchange
@@ -38,18 +39,18 @@ class ResponseStore:
 
     def __init__(self, keep: int = _KEPT) -> None:
         self.keep = keep
-        self._items: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        self._items: OrderedDict[str, list[JsonObject]] = OrderedDict()
 
-    def get(self, response_id: str) -> list[dict[str, Any]] | None:
+    def get(self, response_id: str) -> list[JsonObject] | None:
         return self._items.get(response_id)
 
-    def put(self, response_id: str, messages: list[dict[str, Any]]) -> None:
+    def put(self, response_id: str, messages: list[JsonObject]) -> None:
         self._items[response_id] = messages
         while len(self._items) > self.keep:
             self._items.popitem(last=False)
 
 
-def tools_to_chat(tools: Any) -> list[dict[str, Any]]:
+def tools_to_chat(tools: Any) -> list[JsonObject]:
     """Responses function tools (``{"type": "function", "name", "parameters"}``) → chat tools."""
     if tools is None:
         return []
@@ -67,13 +68,13 @@ def tools_to_chat(tools: Any) -> list[dict[str, Any]]:
     return out
 
 
-def input_to_messages(items: Any) -> list[dict[str, Any]]:
+def input_to_messages(items: Any) -> list[JsonObject]:
     """Responses ``input`` (a string or a list of items) → chat messages."""
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
         raise MappingError("input must be a string or a non-empty list of items")
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     for i, item in enumerate(items):
         if not isinstance(item, Mapping):
             raise MappingError(f"input[{i}] must be an object")
@@ -106,9 +107,9 @@ def input_to_messages(items: Any) -> list[dict[str, Any]]:
     return out
 
 
-def to_chat(req: Mapping[str, Any], store: ResponseStore) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def to_chat(req: Mapping[str, Any], store: ResponseStore) -> tuple[list[JsonObject], list[JsonObject]]:
     """(chat messages, chat tools) for a Responses request; raises MappingError naming the field."""
-    messages: list[dict[str, Any]] = []
+    messages: list[JsonObject] = []
     prev = req.get("previous_response_id")
     if prev:
         earlier = store.get(str(prev))
@@ -143,13 +144,13 @@ class ResponsesWriter:
         self.created = int(time.time())
         self.sse = SseStream(ex)
         self.seq = 0
-        self.output: list[dict[str, Any]] = []
-        self.open: dict[str, Any] | None = None  # the message or reasoning item being streamed
-        self.usage: dict[str, Any] | None = None
+        self.output: list[JsonObject] = []
+        self.open: JsonObject | None = None  # the message or reasoning item being streamed
+        self.usage: JsonObject | None = None
 
     # the response object -----------------------------------------------------------------------
 
-    def response(self, status: str, error: dict[str, Any] | None = None) -> dict[str, Any]:
+    def response(self, status: str, error: JsonObject | None = None) -> JsonObject:
         return {"id": self.id, "object": "response", "created_at": self.created, "status": status,
                 "model": self.model, "output": self.output, "output_text": self.text(),
                 "parallel_tool_calls": True, "tool_choice": self.req.get("tool_choice") or "auto",
@@ -162,9 +163,9 @@ class ResponsesWriter:
         return "".join(part["text"] for item in self.output if item["type"] == "message"
                        for part in item["content"] if part["type"] == "output_text")
 
-    def history(self) -> list[dict[str, Any]]:
+    def history(self) -> list[JsonObject]:
         """This response's output as chat messages (for the next ``previous_response_id``)."""
-        out: list[dict[str, Any]] = []
+        out: list[JsonObject] = []
         for item in self.output:
             if item["type"] == "message":
                 out.append({"role": "assistant", "content": self.text_of(item)})
@@ -213,12 +214,12 @@ class ResponsesWriter:
                            summary_index=0, part=summary)
                 + self._ev("response.output_item.done", output_index=index, item=item))
 
-    def _open(self, kind: str) -> tuple[dict[str, Any], bytes]:
+    def _open(self, kind: str) -> tuple[JsonObject, bytes]:
         if self.open is not None and self.open["type"] == kind:
             return self.open, b""
         out = self._close_open()
         if kind == "message":
-            item: dict[str, Any] = {"type": "message", "id": "msg_" + uuid.uuid4().hex, "status": "in_progress",
+            item: JsonObject = {"type": "message", "id": "msg_" + uuid.uuid4().hex, "status": "in_progress",
                                     "role": "assistant", "content": [{"type": "output_text", "text": "",
                                                                       "annotations": []}]}
         else:
@@ -280,7 +281,7 @@ class ResponsesWriter:
             return
         await send_json(self.ex, 200, self.response("completed"))
 
-    async def fail(self, status: int, body: dict[str, Any]) -> None:
+    async def fail(self, status: int, body: JsonObject) -> None:
         if not self.sse.started:
             await send_json(self.ex, status, body)
             return
@@ -290,6 +291,6 @@ class ResponsesWriter:
                          last=True)
 
 
-def history_after(messages: Sequence[Mapping[str, Any]], writer: ResponsesWriter) -> list[dict[str, Any]]:
+def history_after(messages: Sequence[Mapping[str, Any]], writer: ResponsesWriter) -> list[JsonObject]:
     """The conversation a finished response leaves for ``previous_response_id``."""
     return [dict(m) for m in messages] + writer.history()

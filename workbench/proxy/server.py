@@ -27,6 +27,7 @@ from workbench.client.events import Error, ExecRequest, TextDelta, ThinkingDelta
 from workbench.client.net import Verify
 from workbench.client.transport import list_usable_models
 from workbench.client.turn_end import error_from
+from workbench.jsontypes import JsonObject
 from workbench.proxy import mapping, responses
 from workbench.proxy.sse import SseStream, send_json
 from workbench.security.origin import AccessPolicy
@@ -78,9 +79,9 @@ class _Responder:
         self.sse = SseStream(ex, preamble=self._chunk({"role": "assistant", "content": ""}))
         self.text: list[str] = []
         self.reasoning: list[str] = []
-        self.tool_calls: list[dict[str, Any]] = []
+        self.tool_calls: list[JsonObject] = []
 
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+    def _chunk(self, delta: JsonObject, finish: str | None = None) -> bytes:
         doc = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
         return b"data: " + json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
@@ -114,7 +115,7 @@ class _Responder:
             out += b"data: [DONE]\n\n"
             await self.sse.send(out, last=True)
             return
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) if self.text or not
+        message: JsonObject = {"role": "assistant", "content": "".join(self.text) if self.text or not
                                    self.tool_calls else None}
         if self.reasoning:
             message["reasoning_content"] = "".join(self.reasoning)
@@ -124,7 +125,7 @@ class _Responder:
                "choices": [{"index": 0, "message": message, "finish_reason": reason}], "usage": usage}
         await send_json(self.ex, 200, doc)
 
-    async def fail(self, status: int, body: dict[str, Any]) -> None:
+    async def fail(self, status: int, body: JsonObject) -> None:
         if not self.sse.started:
             await send_json(self.ex, status, body)
             return
@@ -283,7 +284,7 @@ class ProxyServer:
             return
         await send_json(ex, 200, {"object": "list", "data": data})
 
-    async def _json_request(self, ex: Exchange, what: str) -> dict[str, Any] | None:
+    async def _json_request(self, ex: Exchange, what: str) -> JsonObject | None:
         """The POSTed JSON object, or None after answering 405/400."""
         if ex.method != "POST":
             await send_json(ex, 405, mapping.error_body("invalid_argument", "use POST"))

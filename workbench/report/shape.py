@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from workbench.protocol import kinds
 
@@ -37,6 +37,21 @@ class HeartbeatRun:
         return (self.last_ts_us - self.first_ts_us) / 1e6
 
 
+class StallDoc(TypedDict, total=False):
+    """A stall as the session diff and the JSON outputs write it (``Stall.as_dict`` gives every key;
+    not total, so that a session diff's ``Difference`` of type stall can extend it)."""
+
+    first_seq: int
+    last_seq: int
+    heartbeats: int
+    span_s: float
+    start_offset_s: float
+    after_seq: int | None
+    after_kind: str | None
+    last_client_seq: int | None
+    last_client_kind: str | None
+
+
 @dataclass
 class Stall:
     """A run of server heartbeats that nothing but the end followed: the session parked."""
@@ -48,7 +63,7 @@ class Stall:
     last_client_kind: str | None
     start_offset_s: float      # from the session's first frame
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> StallDoc:
         return {"first_seq": self.run.seqs[0], "last_seq": self.run.seqs[-1], "heartbeats": self.run.count,
                 "span_s": round(self.run.span_s, 3), "start_offset_s": round(self.start_offset_s, 3),
                 "after_seq": self.after_seq, "after_kind": self.after_kind,

@@ -31,6 +31,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2
 
+from workbench.jsontypes import JsonObject
 from workbench.schema.loader import Schema, SchemaError, load_schema
 
 BUILTIN = "builtin"
@@ -65,7 +66,7 @@ class Choice:
     copied_from: tuple[str, ...] | None = None
 
 
-def read_config(path: Path | None = None) -> dict[str, Any] | None:
+def read_config(path: Path | None = None) -> JsonObject | None:
     """The ``schema use`` configuration, None when there is none; SchemaError when it is unreadable."""
     path = path or config_path()
     try:
@@ -149,7 +150,7 @@ def use(paths: Sequence[str | Path], *, link: bool = False) -> tuple[Choice, Sch
     resolved = [str(Path(p).resolve()) for p in paths]
     schema = load_schema(resolved)
     cfg_dir = config_dir()
-    cfg: dict[str, Any] = {"version": CONFIG_VERSION, "hash": schema.identity.hash,
+    cfg: JsonObject = {"version": CONFIG_VERSION, "hash": schema.identity.hash,
                            "messages": schema.identity.messages,
                            "configured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     try:
@@ -186,7 +187,7 @@ def reset() -> bool:
     return True
 
 
-def _drop_copies(cfg: dict[str, Any], keep: Sequence[str]) -> None:
+def _drop_copies(cfg: JsonObject, keep: Sequence[str]) -> None:
     """Remove copies an older configuration made (only files inside our own ``schemas/`` folder)."""
     if not cfg.get("copied_from"):
         return

@@ -11,7 +11,7 @@ v1 carries custom ones).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Literal, TypedDict
 
 from google.protobuf import descriptor_pb2
 
@@ -19,6 +19,40 @@ FDP = descriptor_pb2.FieldDescriptorProto
 _PACKABLE = {FDP.TYPE_DOUBLE, FDP.TYPE_FLOAT, FDP.TYPE_INT64, FDP.TYPE_UINT64, FDP.TYPE_INT32, FDP.TYPE_FIXED64,
              FDP.TYPE_FIXED32, FDP.TYPE_BOOL, FDP.TYPE_UINT32, FDP.TYPE_ENUM, FDP.TYPE_SFIXED32,
              FDP.TYPE_SFIXED64, FDP.TYPE_SINT32, FDP.TYPE_SINT64}
+
+
+class FieldFacts(TypedDict, total=False):
+    """One field: a map field has ``map`` (key type, value type, value type name) instead of
+    ``type``/``type_name``/``label``/``packed``/``default``/``jstype``; ``optional`` or ``oneof``
+    when the field has either."""
+
+    name: str
+    json_name: str | None
+    map: tuple[str, str, str | None]
+    type: str
+    type_name: str | None
+    label: str
+    packed: bool | None
+    default: str | None
+    jstype: int | None
+    optional: bool
+    oneof: str
+
+
+# a method: input type, output type, client streaming, server streaming, idempotency level
+MethodFacts = tuple[str, str, bool, bool, int]
+
+
+class TypeFacts(TypedDict, total=False):
+    """One message (``fields`` by number, ``nested`` names, ``file`` when asked), enum (``values``:
+    name, number) or service (``methods`` by name)."""
+
+    kind: Literal["message", "enum", "service"]
+    fields: dict[int, FieldFacts]
+    nested: list[str]
+    file: str
+    values: list[tuple[str, int]]
+    methods: dict[str, MethodFacts]
 
 
 def _packed(f: descriptor_pb2.FieldDescriptorProto, syntax: str) -> bool | None:
@@ -30,8 +64,8 @@ def _packed(f: descriptor_pb2.FieldDescriptorProto, syntax: str) -> bool | None:
 
 
 def facts(files: Iterable[descriptor_pb2.FileDescriptorProto], *, skip_packages: tuple[str, ...] = ("google.protobuf",),
-          with_files: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+          with_files: bool = False) -> dict[str, TypeFacts]:
+    out: dict[str, TypeFacts] = {}
     for fd in files:
         if fd.package in skip_packages:
             continue
@@ -58,21 +92,23 @@ def _collect_maps(m: descriptor_pb2.DescriptorProto, scope: str, maps: dict[str,
 
 
 def _message(m: descriptor_pb2.DescriptorProto, scope: str, fd: descriptor_pb2.FileDescriptorProto,
-             maps: dict[str, descriptor_pb2.DescriptorProto], with_files: bool, out: dict[str, Any]) -> None:
+             maps: dict[str, descriptor_pb2.DescriptorProto], with_files: bool, out: dict[str, TypeFacts]) -> None:
     full = scope + m.name
     syntax = fd.syntax or "proto2"
-    fields: dict[int, Any] = {}
+    fields: dict[int, FieldFacts] = {}
     for f in m.field:
         entry = maps.get(f.type_name.lstrip(".")) if f.type == FDP.TYPE_MESSAGE else None
-        info: dict[str, Any] = {"name": f.name, "json_name": f.json_name or None}
+        info: FieldFacts = {"name": f.name, "json_name": f.json_name or None}
         if entry is not None and f.label == FDP.LABEL_REPEATED:
             k, v = entry.field[0], entry.field[1]
             info["map"] = (FDP.Type.Name(k.type), FDP.Type.Name(v.type), v.type_name or None)
         else:
-            info.update(type=FDP.Type.Name(f.type), type_name=f.type_name or None,
-                        label=FDP.Label.Name(f.label), packed=_packed(f, syntax),
-                        default=f.default_value if f.HasField("default_value") else None,
-                        jstype=f.options.jstype if f.options.HasField("jstype") else None)
+            info["type"] = FDP.Type.Name(f.type)
+            info["type_name"] = f.type_name or None
+            info["label"] = FDP.Label.Name(f.label)
+            info["packed"] = _packed(f, syntax)
+            info["default"] = f.default_value if f.HasField("default_value") else None
+            info["jstype"] = f.options.jstype if f.options.HasField("jstype") else None
         if f.HasField("oneof_index"):
             if f.proto3_optional:
                 info["optional"] = True
@@ -92,5 +128,5 @@ def _message(m: descriptor_pb2.DescriptorProto, scope: str, fd: descriptor_pb2.F
             _message(n, full + ".", fd, maps, with_files, out)
 
 
-def _enum(e: descriptor_pb2.EnumDescriptorProto) -> dict[str, Any]:
+def _enum(e: descriptor_pb2.EnumDescriptorProto) -> TypeFacts:
     return {"kind": "enum", "values": [(v.name, v.number) for v in e.value]}

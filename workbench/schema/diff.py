@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from google.protobuf import descriptor_pb2
 
-from workbench.schema.compare import facts
+from workbench.schema.compare import FieldFacts, MethodFacts, TypeFacts, facts
 from workbench.schema.loader import builtin_descriptor_set, descriptor_hash, load_schema, schema_files
 from workbench.schema.merge import count_types
 from workbench.schema.render import proto_camel_case
@@ -41,6 +41,16 @@ class Change:
         return {k: v for k, v in asdict(self).items() if v is not None or k in ("a", "b")}
 
 
+class SideIdentity(TypedDict):
+    """What ``schema diff`` says of each side: where it came from, its hash, its type counts."""
+
+    source: str
+    hash: str
+    messages: int
+    enums: int
+    services: int
+
+
 @dataclass(frozen=True)
 class Side:
     """One schema being compared: what was given, its own files, and a short identity."""
@@ -48,7 +58,7 @@ class Side:
     spec: str
     files: list[descriptor_pb2.FileDescriptorProto]
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> SideIdentity:
         """Source, hash (as sessions decoded with it record it) and counts of the compared types."""
         m, e, s = count_types(self.files)
         if self.spec == BUILTIN:
@@ -88,7 +98,7 @@ def diff(a: Sequence[descriptor_pb2.FileDescriptorProto], b: Sequence[descriptor
     return out
 
 
-def _type_summary(t: dict[str, Any]) -> str:
+def _type_summary(t: TypeFacts) -> str:
     if t["kind"] == "message":
         return f"{len(t['fields'])} fields"
     if t["kind"] == "enum":
@@ -96,12 +106,13 @@ def _type_summary(t: dict[str, Any]) -> str:
     return f"{len(t['methods'])} methods"
 
 
-def field_type(info: dict[str, Any]) -> str:
+def field_type(info: FieldFacts) -> str:
     """A field's type as it would read in a .proto file (``repeated agent.v1.X``, ``map<string, bytes>``)."""
     if "map" in info:
         k, v, vt = info["map"]
         return f"map<{_scalar(k)}, {vt.lstrip('.') if vt else _scalar(v)}>"
-    base = info["type_name"].lstrip(".") if info.get("type_name") else _scalar(info["type"])
+    type_name = info.get("type_name")
+    base = type_name.lstrip(".") if type_name else _scalar(info["type"])
     label = {"LABEL_REPEATED": "repeated ", "LABEL_REQUIRED": "required "}.get(info.get("label", ""), "")
     if info.get("optional"):
         label = "optional "
@@ -112,11 +123,11 @@ def _scalar(type_enum_name: str) -> str:
     return type_enum_name.removeprefix("TYPE_").lower()
 
 
-_FIELD_PROPS = (("json_name", "json_name_changed"), ("default", "default_changed"), ("packed", "packed_changed"),
+_FIELD_PROPS: tuple[tuple[Literal["json_name", "default", "packed", "jstype"], str], ...] = (("json_name", "json_name_changed"), ("default", "default_changed"), ("packed", "packed_changed"),
                 ("jstype", "jstype_changed"))
 
 
-def _message_changes(name: str, fa: dict[int, Any], fb: dict[int, Any]) -> list[Change]:
+def _message_changes(name: str, fa: dict[int, FieldFacts], fb: dict[int, FieldFacts]) -> list[Change]:
     out: list[Change] = []
     gone = {n: fa[n] for n in fa if n not in fb}
     new = {n: fb[n] for n in fb if n not in fa}
@@ -142,12 +153,12 @@ def _message_changes(name: str, fa: dict[int, Any], fb: dict[int, Any]) -> list[
     return out
 
 
-def _field_text(info: dict[str, Any]) -> str:
+def _field_text(info: FieldFacts) -> str:
     text = field_type(info)
     return f"{text} (oneof {info['oneof']})" if info.get("oneof") else text
 
 
-def _field_changes(msg: str, field: str, number: int, x: dict[str, Any], y: dict[str, Any]) -> list[Change]:
+def _field_changes(msg: str, field: str, number: int, x: FieldFacts, y: FieldFacts) -> list[Change]:
     out: list[Change] = []
     tx, ty = _type_only(x), _type_only(y)
     if tx != ty:
@@ -166,13 +177,14 @@ def _field_changes(msg: str, field: str, number: int, x: dict[str, Any], y: dict
     return out
 
 
-def _type_only(info: dict[str, Any]) -> str:
+def _type_only(info: FieldFacts) -> str:
     if "map" in info:
         return field_type(info)
-    return info["type_name"].lstrip(".") if info.get("type_name") else _scalar(info["type"])
+    type_name = info.get("type_name")
+    return type_name.lstrip(".") if type_name else _scalar(info["type"])
 
 
-def _label(info: dict[str, Any]) -> str:
+def _label(info: FieldFacts) -> str:
     if "map" in info:
         return "map"
     if info.get("optional"):
@@ -203,11 +215,12 @@ def _enum_changes(name: str, va: list[tuple[str, int]], vb: list[tuple[str, int]
     return out
 
 
-def _service_changes(name: str, ma: dict[str, Any], mb: dict[str, Any]) -> list[Change]:
+def _service_changes(name: str, ma: dict[str, MethodFacts], mb: dict[str, MethodFacts]) -> list[Change]:
     out: list[Change] = []
     for m in sorted(set(ma) | set(mb)):
         x, y = ma.get(m), mb.get(m)
         if x is None:
+            assert y is not None  # the name is in one of the two
             out.append(Change("method_added", name, m, b=_method_text(y)))
         elif y is None:
             out.append(Change("method_removed", name, m, a=_method_text(x)))
@@ -216,7 +229,7 @@ def _service_changes(name: str, ma: dict[str, Any], mb: dict[str, Any]) -> list[
     return out
 
 
-def _method_text(m: Any) -> str:
+def _method_text(m: MethodFacts) -> str:
     inp, outp, cs, ss, _idem = m
     return f"({'stream ' if cs else ''}{inp.lstrip('.')}) returns ({'stream ' if ss else ''}{outp.lstrip('.')})"
 

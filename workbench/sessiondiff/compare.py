@@ -19,11 +19,11 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Required, TypedDict, cast
 
 from workbench.protocol import kinds
 from workbench.report.session import LoadedFrame, SessionView
-from workbench.report.shape import Exec, execs, find_stall
+from workbench.report.shape import Exec, StallDoc, execs, find_stall
 
 # Names of fields that differ between any two runs: ids, content hashes, wall-clock times.
 IGNORED_FIELD = re.compile(
@@ -68,15 +68,58 @@ class Options:
     client_heartbeats: bool = False
 
 
+class FieldChange(TypedDict):
+    """One field that differs between two aligned frames of the same kind (``a``/``b``: the value,
+    shortened; None on the side without the field)."""
+
+    a_seq: int
+    b_seq: int
+    kind: str
+    path: str
+    a: str | None
+    b: str | None
+
+
+class Difference(StallDoc, total=False):
+    """One difference, as ``workbench diff --json`` lists it: ``type`` and ``text`` always; the
+    frames of the item on each side when it has them; then what its type adds (see ``_add`` calls;
+    a stall adds the keys of ``StallDoc``)."""
+
+    type: Required[str]   # only_in_a, only_in_b, count, changed_fields, timing, exec, tool_call, ...
+    text: Required[str]
+    a_seq: int
+    a_last_seq: int
+    a_count: int
+    b_seq: int
+    b_last_seq: int
+    b_count: int
+    kind: str
+    direction: str
+    fields: list[FieldChange]          # changed_fields
+    a_gap_s: float                     # timing
+    b_gap_s: float
+    exec: str                          # exec
+    a_ending: str | None
+    b_ending: str | None
+    missing: str | None
+    tool: str                          # tool_call, tool_args
+    field: str
+    a: Any                             # the value on each side (tool_args, tool_call, ending)
+    b: Any
+    code: str                          # finding
+    severity: str
+    side: str                          # finding, stall
+
+
 @dataclass
 class Diff:
     a: SessionView
     b: SessionView
-    differences: list[dict[str, Any]] = field(default_factory=list)
-    unaligned: list[dict[str, Any]] = field(default_factory=list)
-    first_divergence: dict[str, Any] | None = None
-    first_sequence_divergence: dict[str, Any] | None = None   # the first message in one session only
-    stall: dict[str, Any] = field(default_factory=dict)
+    differences: list[Difference] = field(default_factory=list)
+    unaligned: list[FieldChange] = field(default_factory=list)
+    first_divergence: Difference | None = None
+    first_sequence_divergence: Difference | None = None   # the first message in one session only
+    stall: dict[str, StallDoc | None] = field(default_factory=dict)
     aligned_items: int = 0
 
     @property
@@ -147,19 +190,19 @@ def flatten(tree: Any, opts: Options, prefix: str = "") -> Iterator[tuple[str, A
         yield prefix, tree, False
 
 
-def compare_trees(fa: LoadedFrame, fb: LoadedFrame, opts: Options) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def compare_trees(fa: LoadedFrame, fb: LoadedFrame, opts: Options) -> tuple[list[FieldChange], list[FieldChange]]:
     """(changed fields, unaligned fields) between two frames of the same kind."""
     la = {p: (v, odd) for p, v, odd in flatten(fa.tree, opts)}
     lb = {p: (v, odd) for p, v, odd in flatten(fb.tree, opts)}
     mismatched = set(_mismatch_paths(fa)) | set(_mismatch_paths(fb))
-    changed: list[dict[str, Any]] = []
-    unaligned: list[dict[str, Any]] = []
+    changed: list[FieldChange] = []
+    unaligned: list[FieldChange] = []
     for path in sorted(la.keys() | lb.keys()):
         va, oa = la.get(path, (None, False))
         vb, ob = lb.get(path, (None, False))
         if path in la and path in lb and va == vb:
             continue
-        row = {"a_seq": fa.seq, "b_seq": fb.seq, "kind": fa.kind, "path": path,
+        row: FieldChange = {"a_seq": fa.seq, "b_seq": fb.seq, "kind": fa.kind, "path": path,
                "a": _short(va) if path in la else None, "b": _short(vb) if path in lb else None}
         if oa or ob or any(path.startswith(m) for m in mismatched):
             unaligned.append(row)
@@ -204,14 +247,15 @@ def diff_sessions(a: SessionView, b: SessionView, opts: Options | None = None) -
 
 
 def _add(d: Diff, kind: str, text: str, *, x: Item | None = None, y: Item | None = None, **extra: Any) -> None:
-    row: dict[str, Any] = {"type": kind, "text": text}
+    fields: dict[str, Any] = {"type": kind, "text": text}  # keys in this order: the JSON output keeps it
     if x is not None:
-        row.update(a_seq=x.frames[0].seq, a_last_seq=x.frames[-1].seq, kind=x.kind, direction=x.direction,
+        fields.update(a_seq=x.frames[0].seq, a_last_seq=x.frames[-1].seq, kind=x.kind, direction=x.direction,
                    a_count=len(x.frames))
     if y is not None:
-        row.update(b_seq=y.frames[0].seq, b_last_seq=y.frames[-1].seq, kind=y.kind, direction=y.direction,
+        fields.update(b_seq=y.frames[0].seq, b_last_seq=y.frames[-1].seq, kind=y.kind, direction=y.direction,
                    b_count=len(y.frames))
-    row.update(extra)
+    fields.update(extra)
+    row = cast(Difference, fields)  # the keyword arguments of the callers are Difference's keys
     d.differences.append(row)
     # the first divergence: the earliest difference on the aligned message sequence
     if kind in ("only_in_a", "only_in_b", "changed_fields", "count", "timing") and d.first_divergence is None:
@@ -326,6 +370,10 @@ def _ending(v: SessionView) -> tuple[str, str]:
     return str(v.facts.get("status") or "?"), last
 
 
+# the names the ending comparison gives the two kinds it looks for (text and JSON keys)
+_END, _TURN = kinds.END_STREAM, kinds.member(kinds.TURN_ENDED)
+
+
 def _compare_ending(d: Diff) -> None:
     (sa, la), (sb, lb) = _ending(d.a), _ending(d.b)
     if sa != sb:
@@ -336,11 +384,11 @@ def _compare_ending(d: Diff) -> None:
     turn_b = any(f.kind == kinds.TURN_ENDED for f in d.b.frames)
     if (ea, turn_a) != (eb, turn_b) or la != lb:
         def says(end: bool, turn: bool, last: str) -> str:
-            return f"{'turn_ended' if turn else 'no turn_ended'}, {'end_stream' if end else 'no end_stream'}, last {last}"
+            return f"{'' if turn else 'no '}{_TURN}, {'' if end else 'no '}{_END}, last {last}"
 
         _add(d, "ending", f"ending: {says(ea, turn_a, la)} in A; {says(eb, turn_b, lb)} in B",
-             a={"end_stream": ea, "turn_ended": turn_a, "last_kind": la},
-             b={"end_stream": eb, "turn_ended": turn_b, "last_kind": lb})
+             a={_END: ea, _TURN: turn_a, "last_kind": la},
+             b={_END: eb, _TURN: turn_b, "last_kind": lb})
 
 
 def _compare_findings(d: Diff) -> None:

@@ -15,6 +15,7 @@ import os
 import uuid
 from typing import Any
 
+from workbench.jsontypes import JsonObject
 from workbench.schema import pb
 from workbench.sim.run_context import RunContext, Step
 
@@ -97,7 +98,7 @@ def system_prompt(model: str) -> str:
             f"<rules>\n{rules}\n</rules>\n")
 
 
-async def kv_set(run: RunContext, kind: str, step: dict[str, Any]) -> None:
+async def kv_set(run: RunContext, kind: str, step: JsonObject) -> None:
     blob_id = await set_blob(run, _json_bytes(blob_json(run, kind, step.get("text"))))
     if kind == "system":
         run.system_id = blob_id
@@ -105,7 +106,7 @@ async def kv_set(run: RunContext, kind: str, step: dict[str, Any]) -> None:
         run.user_id = blob_id
 
 
-async def kv_get(run: RunContext, which: str, step: dict[str, Any]) -> None:
+async def kv_get(run: RunContext, which: str, step: JsonObject) -> None:
     if which == "missing":
         if await get_blob(run, os.urandom(32), "unknown id") is not None:
             run.rec.faults.append("client returned data for a blob id nobody set")
@@ -121,7 +122,7 @@ async def kv_get(run: RunContext, which: str, step: dict[str, Any]) -> None:
         await get_blob(run, blob_id, label)
 
 
-async def checkpoint(run: RunContext, _value: Any, step: dict[str, Any], pending: list[str] | None = None) -> None:
+async def checkpoint(run: RunContext, _value: Any, step: JsonObject, pending: list[str] | None = None) -> None:
     """Store the turn so far as blobs and send the checkpoint (``pending``: pending_tool_calls)."""
     um_id = await set_blob(run, pb.UserMessage(text=run.user_text).SerializeToString())
     step_ids = [await set_blob(run, s) for s in run.turn_steps]

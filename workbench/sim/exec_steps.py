@@ -13,6 +13,7 @@ import json
 import uuid
 from typing import Any
 
+from workbench.jsontypes import JsonObject
 from workbench.protocol.args import snapshots
 from workbench.schema import pb
 from workbench.sim import history
@@ -62,7 +63,7 @@ async def await_exec(run: RunContext, er: ExecRecord, policy: str,
     return w.results, er.thrown
 
 
-async def request_context(run: RunContext, _value: Any, step: dict[str, Any]) -> None:
+async def request_context(run: RunContext, _value: Any, step: JsonObject) -> None:
     """Ask the client for its context. The service does not hold the turn for the answer (clients
     that put their context in the run request never send one, and their turns complete), so by
     default neither does this step: the answer is taken whenever it comes (``context_tools``).
@@ -81,7 +82,7 @@ async def request_context(run: RunContext, _value: Any, step: dict[str, Any]) ->
     run.context_waits.append(w)
 
 
-def waits_for_context(run: RunContext, step: dict[str, Any], policy: str) -> bool:
+def waits_for_context(run: RunContext, step: JsonObject, policy: str) -> bool:
     """Whether this request_context step holds the run until the answer: the step's ``wait``, the
     scenario's ``wait_for_request_context``, the server's ``strict_request_context``; else only under
     the ``required`` stream_close policy — the December 2025 service, which stalled on a
@@ -129,7 +130,7 @@ async def context_tools(run: RunContext) -> None:
         _take_context(run, fresh)
 
 
-async def web_search(run: RunContext, term: str, step: dict[str, Any]) -> None:
+async def web_search(run: RunContext, term: str, step: JsonObject) -> None:
     """An interaction query the client must answer (same id) before the run goes on."""
     run.exec_seq += 1  # queries and execs draw ids from separate spaces upstream; one is enough here
     qid = run.exec_seq
@@ -154,7 +155,7 @@ async def web_search(run: RunContext, term: str, step: dict[str, Any]) -> None:
     run.last_tool = {"name": "WebSearch", "call_id": call_id, "args": {"search_term": term}, "result": result}
 
 
-async def tool(run: RunContext, spec: dict[str, Any], step: dict[str, Any]) -> None:
+async def tool(run: RunContext, spec: JsonObject, step: JsonObject) -> None:
     if run.resume:
         # Handed out by an earlier run of this turn: the "model" reads the result from the prompt.
         done = run.resume.pop(0)

@@ -16,6 +16,7 @@ import logging
 import time
 from typing import Any
 
+from workbench.jsontypes import JsonObject
 from workbench.protocol import kinds
 from workbench.schema import pb
 from workbench.sim import blob_steps, exec_steps, history, stream_steps
@@ -63,9 +64,9 @@ class ScenarioRun:
         self.turn_steps: list[bytes] = []
         self.text_out = ""
         self.tokens_out = 0
-        self.last_tool: dict[str, Any] = {}
-        self.handed_out: list[dict[str, Any]] = []  # tool calls of this (possibly resumed) turn
-        self.resume: list[dict[str, Any]] = []  # of those, the ones a previous run already handed out
+        self.last_tool: JsonObject = {}
+        self.handed_out: list[JsonObject] = []  # tool calls of this (possibly resumed) turn
+        self.resume: list[JsonObject] = []  # of those, the ones a previous run already handed out
         self.history: history.History | None = None  # the answered tool calls a fresh run's request carried
 
     # lifecycle --------------------------------------------------------------------------------
@@ -115,11 +116,11 @@ class ScenarioRun:
             self.rec.finished.set()
             self.backend.run_finished(self.rec)
 
-    async def fail(self, doc: dict[str, Any]) -> None:
+    async def fail(self, doc: JsonObject) -> None:
         self.rec.outcome = f"error:{doc.get('code')}"
         await self.conn.end(doc)
 
-    async def _open(self) -> list[dict[str, Any]] | None:
+    async def _open(self) -> list[JsonObject] | None:
         """Read up to the run_request and validate it; the steps to play, or None after an error."""
         while True:
             raw = await self.conn.receive()
@@ -178,12 +179,12 @@ class ScenarioRun:
             self.rec.path = "resumed"
         return scenario.steps
 
-    async def _play_turn(self, steps: list[dict[str, Any]]) -> None:
+    async def _play_turn(self, steps: list[JsonObject]) -> None:
         if self.rec.path == "steps":
             steps = await self._from_history(steps)
         await self.play(steps)
 
-    async def _from_history(self, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def _from_history(self, steps: list[JsonObject]) -> list[JsonObject]:
         """A fresh run whose request carries answered tool calls continues after them.
 
         The prompt is read first (flattened history); without one there, the JSON messages of the
@@ -214,7 +215,7 @@ class ScenarioRun:
         self.last_tool = {"name": last.name or "tool", "call_id": last.call_id, "args": {}, "result": last.result}
         return plan
 
-    async def play(self, steps: list[dict[str, Any]]) -> None:
+    async def play(self, steps: list[JsonObject]) -> None:
         table = step_table()
         try:
             for step in steps:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from workbench.jsontypes import JsonObject
 from workbench.sim.client_link import ClientLink
 from workbench.sim.exec_completion import ExecWait, StreamClosePolicy
 from workbench.sim.scenario import Scenario
@@ -64,15 +65,15 @@ class RunContext(Protocol):
     turn_steps: list[bytes]
     system_id: bytes | None
     user_id: bytes | None
-    last_tool: dict[str, Any]
-    handed_out: list[dict[str, Any]]
-    resume: list[dict[str, Any]]
+    last_tool: JsonObject
+    handed_out: list[JsonObject]
+    resume: list[JsonObject]
     client_tools: list[Any]
     context_waits: list[ExecWait]
     context_taken: dict[int, int]
     context_grace_spent: bool
 
-    async def fail(self, doc: dict[str, Any]) -> None:
+    async def fail(self, doc: JsonObject) -> None:
         """End the run with an error end-stream."""
 
     async def reuse(self) -> None:
@@ -85,4 +86,4 @@ class RunContext(Protocol):
         """A scenario string with its ``{placeholders}`` filled in."""
 
 
-Step = Callable[[RunContext, Any, dict[str, Any]], Awaitable[None]]
+Step = Callable[[RunContext, Any, JsonObject], Awaitable[None]]

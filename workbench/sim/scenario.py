@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
+from workbench.jsontypes import JsonObject
 from workbench.protocol.labels import scenario_in
 from workbench.sim.exec_completion import POLICIES, StreamClosePolicy, parse_policy
 
@@ -61,21 +62,21 @@ class ScenarioError(WorkbenchError):
 class Scenario:
     name: str
     description: str
-    steps: list[dict[str, Any]]
-    continuation: list[dict[str, Any]] | None = None
-    on_reuse: list[dict[str, Any]] | None = None
+    steps: list[JsonObject]
+    continuation: list[JsonObject] | None = None
+    on_reuse: list[JsonObject] | None = None
     stream_close: StreamClosePolicy | None = None  # None: the server's policy
     prelude: int | None = None  # None: the leading kv_set/kv_get steps
     wait_for_request_context: bool | None = None  # None: the server's (--strict-request-context)
     path: Path | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
 
 
 def verb_of(step: Mapping[str, Any]) -> str:
     return next(iter(step))
 
 
-def _check_steps(steps: Any, where: str) -> list[dict[str, Any]]:
+def _check_steps(steps: Any, where: str) -> list[JsonObject]:
     if not isinstance(steps, list):
         raise ScenarioError(f"{where}: must be a list of steps")
     out = []

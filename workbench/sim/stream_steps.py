@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from workbench.jsontypes import JsonObject
 from workbench.schema import pb
 from workbench.sim.error_docs import error_doc
 from workbench.sim.run_context import RunContext, Step, StopSteps
@@ -24,7 +25,7 @@ def chunks(text: str, n: int) -> list[str]:
     return [text[i:i + size] for i in range(0, len(text), size)] if text else [""]
 
 
-async def thinking(run: RunContext, text: str, step: dict[str, Any]) -> None:
+async def thinking(run: RunContext, text: str, step: JsonObject) -> None:
     text = run.fmt(text)
     for part in chunks(text, int(step.get("chunks", 3))):
         await run.link.update("thinking_delta", text=part)
@@ -35,7 +36,7 @@ async def thinking(run: RunContext, text: str, step: dict[str, Any]) -> None:
         text=text, duration_ms=duration)).SerializeToString())
 
 
-async def text(run: RunContext, value: str, step: dict[str, Any]) -> None:
+async def text(run: RunContext, value: str, step: JsonObject) -> None:
     value = run.fmt(value)
     link = run.link
     for part in chunks(value, int(step.get("chunks", 3))):
@@ -49,30 +50,30 @@ async def text(run: RunContext, value: str, step: dict[str, Any]) -> None:
         text=value)).SerializeToString())
 
 
-async def heartbeats(run: RunContext, n: int, step: dict[str, Any]) -> None:
+async def heartbeats(run: RunContext, n: int, step: JsonObject) -> None:
     for _ in range(n):
         await asyncio.sleep(run.cfg.heartbeat_interval)
         await run.link.heartbeat()
 
 
-async def pause(run: RunContext, seconds: float, step: dict[str, Any]) -> None:
+async def pause(run: RunContext, seconds: float, step: JsonObject) -> None:
     await asyncio.sleep(seconds)
 
 
-async def step_completed(run: RunContext, _value: Any, step: dict[str, Any]) -> None:
+async def step_completed(run: RunContext, _value: Any, step: JsonObject) -> None:
     run.step_seq += 1
     await run.link.update("step_completed", step_id=run.step_seq,
                           step_duration_ms=int((time.monotonic() - run.started) * 1000))
 
 
-async def turn_ended(run: RunContext, _value: Any, step: dict[str, Any]) -> None:
+async def turn_ended(run: RunContext, _value: Any, step: JsonObject) -> None:
     await run.link.update("turn_ended")
     run.rec.outcome = "turn_ended"
     if run.request.conversation_id:
         run.backend.state.open_tools.pop(run.request.conversation_id, None)
 
 
-async def await_followup(run: RunContext, _value: Any, step: dict[str, Any]) -> None:
+async def await_followup(run: RunContext, _value: Any, step: JsonObject) -> None:
     def followup(m: Any) -> bool:
         k = m.WhichOneof("message")
         return k == "run_request" or (k == "conversation_action"
@@ -89,12 +90,12 @@ async def await_followup(run: RunContext, _value: Any, step: dict[str, Any]) -> 
     await run.reuse()
 
 
-async def park(run: RunContext, _value: Any, step: dict[str, Any]) -> None:
+async def park(run: RunContext, _value: Any, step: JsonObject) -> None:
     run.rec.outcome = "parked"
     await run.link.wait(lambda m: False, "nothing (parked by the scenario)")
 
 
-async def end_stream_error(run: RunContext, spec: dict[str, Any], step: dict[str, Any]) -> None:
+async def end_stream_error(run: RunContext, spec: JsonObject, step: JsonObject) -> None:
     doc = error_doc(spec["code"], spec.get("message", "Error"), spec.get("error"), spec.get("title", ""),
                     spec.get("detail", ""), bool(spec.get("is_retryable", False)),
                     bool(spec.get("is_expected", True)))
@@ -102,7 +103,7 @@ async def end_stream_error(run: RunContext, spec: dict[str, Any], step: dict[str
     raise StopSteps
 
 
-async def end(run: RunContext, how: str, step: dict[str, Any]) -> None:
+async def end(run: RunContext, how: str, step: JsonObject) -> None:
     conn = run.conn
     if run.rec.outcome != "turn_ended":
         run.rec.outcome = {"eof": "eof without end-stream", "reset": "stream reset"}.get(

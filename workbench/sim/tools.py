@@ -15,6 +15,7 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
+from workbench.jsontypes import JsonObject
 from workbench.schema import pb
 
 _SHELL_HINTS = ("shell", "bash", "terminal", "exec", "command", "run")
@@ -40,7 +41,7 @@ def pick_tool(tools: list[Any], kind: str, mcp_name: str) -> Any:
     return tools[0]
 
 
-def tool_schema(tool: Any) -> dict[str, Any]:
+def tool_schema(tool: Any) -> JsonObject:
     try:
         if tool.input_schema_json:
             doc = json.loads(tool.input_schema_json)
@@ -53,7 +54,7 @@ def tool_schema(tool: Any) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def fit_args(args: dict[str, Any], tool: Any) -> dict[str, Any]:
+def fit_args(args: JsonObject, tool: Any) -> JsonObject:
     """The scenario's arguments reshaped to the client tool's JSON schema (by property name)."""
     schema = tool_schema(tool)
     props = schema.get("properties")
@@ -69,21 +70,21 @@ def fit_args(args: dict[str, Any], tool: Any) -> dict[str, Any]:
     return out or args
 
 
-def mcp_args(args: dict[str, Any], call_id: str, name: str, provider: str, tool_name: str) -> Any:
+def mcp_args(args: JsonObject, call_id: str, name: str, provider: str, tool_name: str) -> Any:
     return pb.McpArgs(name=name, args={k: value_bytes(v) for k, v in args.items()}, tool_call_id=call_id,
                       provider_identifier=provider, tool_name=tool_name)
 
 
-def shell_args(args: dict[str, Any], call_id: str) -> Any:
+def shell_args(args: JsonObject, call_id: str) -> Any:
     return pb.ShellArgs(command=str(args.get("command", "")), working_directory=str(args.get("working_directory", "")),
                         timeout=int(args.get("timeout", 30000)), tool_call_id=call_id)
 
 
-def file_text(args: dict[str, Any]) -> str:
+def file_text(args: JsonObject) -> str:
     return str(args.get("file_text", args.get("contents", args.get("content", ""))))
 
 
-def tool_call(kind: str, args: dict[str, Any], call_id: str, name: str, provider: str, tool_name: str,
+def tool_call(kind: str, args: JsonObject, call_id: str, name: str, provider: str, tool_name: str,
                args_only_name: bool = False) -> Any:
     """The ToolCall of partial/started/completed updates (skeleton: the type, no arguments)."""
     tc = pb.ToolCall(tool_call_id=call_id)
@@ -109,7 +110,7 @@ def tool_call(kind: str, args: dict[str, Any], call_id: str, name: str, provider
     return tc
 
 
-def exec_message(kind: str, args: dict[str, Any], call_id: str, name: str, provider: str, tool_name: str) -> Any:
+def exec_message(kind: str, args: JsonObject, call_id: str, name: str, provider: str, tool_name: str) -> Any:
     m = pb.ExecServerMessage()
     if kind == "shell":
         m.shell_args.CopyFrom(shell_args(args, call_id))

@@ -24,12 +24,13 @@ import pyarrow as pa
 from workbench.analysis.findings import session_findings, stored_findings
 from workbench.analysis.model import Finding
 from workbench.decode import fields_of
-from workbench.decode.classify import COMPRESSED, ENVELOPED, WIRE_LENGTH, Decoder
+from workbench.decode.classify import COMPRESSED, ENVELOPED, WIRE_LENGTH, Decoder, default_decoder
 from workbench.decode.frame import StoredFrame, stored_meta
 from workbench.overview import finding_states, top_findings
 from workbench.store import queries
 from workbench.store import view_reads as reads
 from workbench.store.db import StoreError
+from workbench.store.live import pid_alive
 from workbench.store.reader import LocalReader, RemoteReader, open_reader
 from workbench.store.view_reads import BlobView, ToolCallView
 from workbench.tui.rows import HEARTBEAT_KINDS, MIN_FOLD, FrameFilter, FrameIndex, RowRef, blob_needle
@@ -142,8 +143,6 @@ class TuiData:
     def decoder(self) -> Decoder:
         with self._lock:
             if self._decoder is None:
-                from workbench.decode.classify import default_decoder
-
                 self._decoder = default_decoder()
             return self._decoder
 
@@ -152,8 +151,6 @@ class TuiData:
         """A capture is writing this database right now: the reader in use (in follow mode, the last
         one opened) is its live service, which ``open_reader`` trusted only after the handshake, and
         that capture is still running. A sidecar alone proves nothing: a stale one may name a live pid."""
-        from workbench.store.live import pid_alive
-
         reader = self._reader if self._reader is not None else self._last
         return isinstance(reader, RemoteReader) and (reader.pid is None or pid_alive(reader.pid))
 

@@ -188,7 +188,7 @@ def build_sample_db(path: str | Path, decoder: Decoder | None = None) -> Path:
                  message="partial_tool_call args_text_delta is cumulative for toolu_01",
                  first_seq=partials[0], last_seq=partials[-1], evidence=partials,
                  suggested_fix="append only the new suffix", created_at=created),
-            dict(session_id=ERR_SESSION, code="end_stream_error", severity="error",
+            dict(session_id=ERR_SESSION, code="server_error", severity="error",
                  message="resource_exhausted: ERROR_RATE_LIMITED_CHANGEABLE", first_seq=1, last_seq=1,
                  evidence=[1], suggested_fix="usage limit reached; wait or change plan", created_at=created),
         ]

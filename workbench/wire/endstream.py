@@ -12,7 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-DetailsDecoder = Callable[[bytes], dict[str, Any]]
+from workbench.jsontypes import JsonObject
+
+DetailsDecoder = Callable[[bytes], JsonObject]
 
 
 @dataclass(slots=True)
@@ -21,16 +23,16 @@ class EndStream:
 
     code: str | None = None
     message: str | None = None
-    details: list[dict[str, Any]] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
+    details: list[JsonObject] = field(default_factory=list)
+    metadata: JsonObject = field(default_factory=dict)
     raw: Any = None
 
     @property
     def is_error(self) -> bool:
         return self.code is not None
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {}
         if self.code is not None:
             out["error"] = {"code": self.code, "message": self.message, "details": self.details}
         if self.metadata:
@@ -71,14 +73,14 @@ def end_stream_payload(error: Mapping[str, Any] | None = None) -> bytes:
     ``error`` is the error object (``{"code": …, "message": …, "details": […]}``) or the whole
     document (``{"error": …, "metadata": …}``).
     """
-    doc: dict[str, Any] = {}
+    doc: JsonObject = {}
     if error:
         doc = dict(error) if ("error" in error or "metadata" in error) else {"error": dict(error)}
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def _detail(d: dict[str, Any], decode_details: DetailsDecoder | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": d.get("type")}
+def _detail(d: JsonObject, decode_details: DetailsDecoder | None) -> JsonObject:
+    out: JsonObject = {"type": d.get("type")}
     if "debug" in d:
         out["debug"] = d["debug"]
     value = d.get("value")
