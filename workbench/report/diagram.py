@@ -10,19 +10,26 @@ argument pieces), so a 1,000-frame session stays readable. Each exec gets a bar 
 its request to its ``stream_close`` (or to the end, dashed, when none came); the stall (see
 ``shape.find_stall``) is a red band over its row.
 
+The other side of a bridge: when the session is linked (``SessionView.links``), an agent run gains
+an "OpenAI client" lane left of its client (the bridge), an OpenAI request an "agent service" lane
+right of its server (the bridge); the linked sessions' messages are placed among the session's own
+by time, collapsed the same way, and drawn without a link (their frames are in their own reports).
+
 Timeline: frames binned over time, per direction (client above, server below), stacked by family;
 gaps (no frame but heartbeats for a while) shaded; each finding's span outlined.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.analysis.bridge_join import JOINED
 from workbench.protocol import kinds
-from workbench.report.session import LoadedFrame, SessionView
+from workbench.report.session import LinkedFrame, LinkedSession, LoadedFrame, SessionView
 from workbench.report.shape import COLLAPSE_MIN, Stall, execs, find_stall, heartbeat_runs
 
 # streamed pieces of one answer: a run of them is one row
@@ -68,8 +75,9 @@ class Row:
     colour: str
     run: bool = False             # a collapsed run
     stall: bool = False
-    ref: str = ""                 # "exec 2" on exec rows
+    ref: str = ""                 # "exec 2" on exec rows, "openai_chat c4153c0d" on a linked session's
     seqs: str = ""                # "16–31" for a run
+    side: str = ""                # a linked session's id: the row draws its message (its frame is not here)
 
 
 @dataclass
@@ -91,9 +99,11 @@ class Diagram:
     lanes: dict[str, int] = field(default_factory=lambda: dict(LANE_X))
     stall: Stall | None = None
     heartbeat_runs: int = 0
+    names: dict[str, str] = field(default_factory=dict)   # a lane's shown name, when not its key
+    exec_x0: int = EXEC_X0
 
 
-def _run_label(frames: Sequence[LoadedFrame]) -> str:
+def _run_label(frames: Sequence[LoadedFrame] | Sequence[LinkedFrame]) -> str:
     counts = Counter(kinds.member(f.kind) or f.kind for f in frames)
     return "stream: " + ", ".join(f"{n}× {k}" for k, n in counts.most_common())
 
@@ -110,23 +120,23 @@ def sequence_diagram(view: SessionView) -> Diagram:
         in_run.update(i for i in range(r.first, r.last + 1)
                       if frames[i].direction == "server" or kinds.is_client_heartbeat(frames[i].kind))
     d = Diagram(stall=stall, heartbeat_runs=len(runs))
-    y = TOP
-    row_of_seq: dict[int, int] = {}
+    ends = _bridge_lanes(d, view) if view.links else None
+    cx, sx = d.lanes["client"], d.lanes["server"]
+    # rows before placement: (time, row, height in rows, the seqs it stands for)
+    own: list[tuple[int, Row, int, list[int]]] = []
     i = 0
     while i < len(frames):
         f = frames[i]
-        x1, x2 = (LANE_X["client"], LANE_X["server"]) if f.direction == "client" else (LANE_X["server"], LANE_X["client"])
+        x1, x2 = (cx, sx) if f.direction == "client" else (sx, cx)
         off = f"+{(f.ts_us - t0) / 1e6:.3f}s"
         if i in run_at:
             r = run_at[i]
             client_beats = sum(1 for j in range(r.first, r.last + 1) if kinds.is_client_heartbeat(frames[j].kind))
             extra = f" (+{client_beats} client keep-alive{'s' if client_beats != 1 else ''})" if client_beats else ""
             is_stall = stall is not None and stall.run.first == r.first
-            d.rows.append(Row(y, x1, x2, f"heartbeat ×{r.count} over {r.span_s:.3f} s{extra}", f.seq, off,
-                              HEARTBEAT_COLOUR, run=True, stall=is_stall, seqs=f"{r.seqs[0]}–{r.seqs[-1]}"))
-            for j in range(r.first, r.last + 1):
-                row_of_seq[frames[j].seq] = y
-            y += ROW_H * (2 if is_stall else 1)
+            own.append((f.ts_us, Row(0, x1, x2, f"heartbeat ×{r.count} over {r.span_s:.3f} s{extra}", f.seq, off,
+                                     HEARTBEAT_COLOUR, run=True, stall=is_stall, seqs=f"{r.seqs[0]}–{r.seqs[-1]}"),
+                        2 if is_stall else 1, [frames[j].seq for j in range(r.first, r.last + 1)]))
             i += 1
             continue
         if i in in_run:
@@ -138,28 +148,105 @@ def sequence_diagram(view: SessionView) -> Diagram:
                 j += 1
             if j > i:
                 group = frames[i:j + 1]
-                d.rows.append(Row(y, x1, x2, _run_label(group), f.seq, off, colour(f.kind), run=True,
-                                  seqs=f"{f.seq}–{frames[j].seq}"))
-                for g in group:
-                    row_of_seq[g.seq] = y
-                y += ROW_H
+                own.append((f.ts_us, Row(0, x1, x2, _run_label(group), f.seq, off, colour(f.kind), run=True,
+                                         seqs=f"{f.seq}–{frames[j].seq}"), 1, [g.seq for g in group]))
                 i = j + 1
                 continue
         ref = f"exec {f.ref_id}" if f.ref_id is not None and kinds.in_family(
             f.kind, kinds.EXEC_SERVER, kinds.EXEC_CLIENT, kinds.EXEC_CLIENT_CONTROL, kinds.EXEC_SERVER_CONTROL) else ""
-        d.rows.append(Row(y, x1, x2, f.kind, f.seq, off, colour(f.kind), ref=ref))
-        row_of_seq[f.seq] = y
-        y += ROW_H
+        own.append((f.ts_us, Row(0, x1, x2, f.kind, f.seq, off, colour(f.kind), ref=ref), 1, [f.seq]))
         i += 1
+    placed = own
+    if ends is not None:
+        # the other side's messages by time among this session's (on a tie this session's come first)
+        other = sorted((row for lk in view.links for row in _linked_rows(lk, t0, ends)), key=lambda r: r[0])
+        placed = list(heapq.merge(own, other, key=lambda r: r[0]))
+    y = TOP
+    row_of_seq: dict[int, int] = {}
+    for _ts, row, height, seqs in placed:
+        row.y = y
+        d.rows.append(row)
+        if not row.side:
+            for seq in seqs:
+                row_of_seq[seq] = y
+        y += ROW_H * height
     end_y = y
     for n, e in enumerate(execs(frames)):
         y1 = row_of_seq.get(e.request_seq, TOP)
         last = e.close_seq or e.throw_seq or e.abort_seq
         y2 = row_of_seq.get(last, end_y) if last is not None else end_y
-        d.bars.append(ExecBar(EXEC_X0 + (n % 8) * EXEC_DX, y1, y2, f"exec {e.ref_id} {e.name}", last is not None,
+        d.bars.append(ExecBar(d.exec_x0 + (n % 8) * EXEC_DX, y1, y2, f"exec {e.ref_id} {e.name}", last is not None,
                               e.ending))
     d.height = end_y + ROW_H
     return d
+
+
+# --- the other side of a bridge ---------------------------------------------------------------
+
+BRIDGE_DX = 300          # room for the extra lane: the diagram widens by this much
+
+
+def _bridge_lanes(d: Diagram, view: SessionView) -> tuple[int, int]:
+    """Add the other side's lane; returns the x of the linked sessions' client and server ends.
+
+    An agent run: its client is the bridge, so the OpenAI client goes left of it and the run's
+    lanes move right. An OpenAI request: its server is the bridge, so the agent service goes right.
+    """
+    d.width = WIDTH + BRIDGE_DX
+    if view.facts.get("transport") in JOINED:
+        d.lanes["agent service"] = LANE_X["server"] + BRIDGE_DX
+        d.names = {"client": "OpenAI client", "server": "bridge"}
+        return d.lanes["server"], d.lanes["agent service"]
+    d.lanes = {"OpenAI client": LANE_X["client"], "client": LANE_X["client"] + BRIDGE_DX,
+               "server": LANE_X["server"] + BRIDGE_DX}
+    d.names = {"client": "client (bridge)"}
+    d.exec_x0 = EXEC_X0 + BRIDGE_DX
+    return d.lanes["OpenAI client"], d.lanes["client"]
+
+
+def _is_openai_delta(kind: str) -> bool:
+    return kinds.family(kind) == kinds.OPENAI and kind.startswith(kinds.OPENAI + ".delta.")
+
+
+def _linked_rows(lk: LinkedSession, t0: int, ends: tuple[int, int]) -> list[tuple[int, Row, int, list[int]]]:
+    """One row per message of a linked session; heartbeats (either way) and deltas of one kind in a
+    row collapse into one row with their count and span, as this session's own do."""
+    frames = lk.frames
+    cx, sx = ends
+    side = f"{lk.transport} {lk.session_id[:8]}"
+    out: list[tuple[int, Row, int, list[int]]] = []
+    i = 0
+    while i < len(frames):
+        f = frames[i]
+        j = i
+        if kinds.is_heartbeat(f.kind):
+            while j + 1 < len(frames) and kinds.is_heartbeat(frames[j + 1].kind):
+                j += 1
+        elif f.kind in STREAM_KINDS and f.direction == "server":  # a run's pieces, mixed as its own rows are
+            while j + 1 < len(frames) and frames[j + 1].kind in STREAM_KINDS and frames[j + 1].direction == "server":
+                j += 1
+        elif _is_openai_delta(f.kind):
+            while j + 1 < len(frames) and (frames[j + 1].kind, frames[j + 1].direction) == (f.kind, f.direction):
+                j += 1
+        group = frames[i:j + 1]
+        server = any(g.direction == "server" for g in group) if kinds.is_heartbeat(f.kind) else f.direction == "server"
+        x1, x2 = (sx, cx) if server else (cx, sx)
+        off = f"{(f.ts_us - t0) / 1e6:+.3f}s"
+        if j > i:
+            span = (group[-1].ts_us - f.ts_us) / 1e6
+            if kinds.is_heartbeat(f.kind):
+                label, tint = f"heartbeat ×{len(group)} over {span:.3f} s", HEARTBEAT_COLOUR
+            elif f.kind in STREAM_KINDS:
+                label, tint = f"{_run_label(group)} over {span:.3f} s", colour(f.kind)
+            else:
+                label, tint = f"{f.kind} ×{len(group)} over {span:.3f} s", colour(f.kind)
+            row = Row(0, x1, x2, label, f.seq, off, tint, run=True, ref=side, seqs=f"{f.seq}–{group[-1].seq}",
+                      side=lk.session_id)
+        else:
+            row = Row(0, x1, x2, f.kind, f.seq, off, colour(f.kind), ref=side, side=lk.session_id)
+        out.append((f.ts_us, row, 1, [g.seq for g in group]))
+        i = j + 1
+    return out
 
 
 # --- timeline --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from workbench import __version__
+from workbench.analysis.bridge_join import JOINED
 from workbench.protocol import kinds
 from workbench.report.diagram import colour, is_stall_finding, sequence_diagram, timeline
 from workbench.report.session import SessionView
@@ -78,7 +79,17 @@ def _facts(view: SessionView) -> list[tuple[str, Any]]:
             ("duration", f"{view.duration_s:.3f} s"), ("frames", len(view.frames)),
             ("error", f.get("error") or "—"),
             # the file's name only: a shared report need not tell where the sender keeps captures
-            ("from", Path(view.where).name), ("redaction", view.redact)]
+            ("from", Path(view.where).name), ("redaction", view.redact)] + _link_facts(view)
+
+
+def _link_facts(view: SessionView) -> list[tuple[str, Any]]:
+    """One fact per linked session on the other side of a bridge: who, its role, how it was linked."""
+    openai = view.facts.get("transport") in JOINED
+    says = {  # the stored role is seen from the OpenAI side; said here from the reported session's
+        ("caused", True): "this request caused that run", ("asked", True): "this request answers that run's tool call",
+        ("caused", False): "that request caused this run", ("asked", False): "that request answers this run's tool call"}
+    return [("bridge link", f"{lk.session_id} ({lk.transport}): {lk.role}, {says.get((lk.role, openai), lk.role)}; "
+                            f"linked by {'+'.join(lk.by) or '?'}") for lk in view.links]
 
 
 def session_context(view: SessionView, index: int, max_frames: int) -> dict[str, Any]:

@@ -10,6 +10,11 @@ payload, so content hidden in the payload is hidden in the tree too.
 ``open_source`` turns what a user names on the command line into a reader and a session id: a
 session (or a unique prefix) in a capture database, or a replay fixture file, which is read into
 a throwaway in-memory database through the same write gate as an import.
+
+``load_links`` reads the other side of a bridge (docs/bridge.md): the OpenAI requests an agent run
+is linked to, or the runs an OpenAI request is linked to, each with its role, how it was linked and
+its frames' kinds and times (no payloads: the report draws them as arrows, their content stays in
+their own reports).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.analysis import analyze_session
+from workbench.analysis.bridge_join import listing_links
 from workbench.decode import fields_of
 from workbench.decode.classify import Frame, default_decoder
 from workbench.decode.frame import StoredFrame, stored_meta
@@ -31,7 +37,7 @@ from workbench.fixtures.export import fixture_to_store
 from workbench.fixtures.format import load
 from workbench.protocol import kinds
 from workbench.redact import marker, redact_frame
-from workbench.store import queries
+from workbench.store import bridge_reads, queries
 from workbench.store.db import Store
 from workbench.store.reader import open_reader
 
@@ -72,6 +78,27 @@ class LoadedFrame(StoredFrame):
 
 
 @dataclass
+class LinkedFrame:
+    """A frame of a linked session as the diagram draws it: when, which way, what kind."""
+
+    seq: int
+    ts_us: int
+    direction: str
+    kind: str
+
+
+@dataclass
+class LinkedSession:
+    """A session on the other side of a bridge, linked to the reported one (``analysis.bridge_join``)."""
+
+    session_id: str
+    transport: str
+    role: str                     # caused | asked, seen from the OpenAI side
+    by: list[str]
+    frames: list[LinkedFrame]
+
+
+@dataclass
 class SessionView:
     """A session as a view shows it: facts, frames (redacted), analysis results."""
 
@@ -83,6 +110,7 @@ class SessionView:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     blobs: list[dict[str, Any]] = field(default_factory=list)
     redact: str = "secrets"
+    links: list[LinkedSession] = field(default_factory=list)
 
     @property
     def t0_us(self) -> int:
@@ -142,7 +170,7 @@ def load_session(src: Reader, session_id: str, *, redact: str = "secrets", decod
     if content:
         facts["label"] = _safe_label(facts.get("label"), prompt_bytes)
         facts["error"] = facts.get("error")  # transport and server errors: codes, no user content
-    view = SessionView(session_id, src.path, facts, frames, redact=redact)
+    view = SessionView(session_id, src.path, facts, frames, redact=redact, links=load_links(src, session_id))
     if analyse:
 
         result = analyze_session(src, session_id)
@@ -156,6 +184,21 @@ def load_session(src: Reader, session_id: str, *, redact: str = "secrets", decod
                     if fd.get(key):
                         fd[key] = scrub_text(str(fd[key]), hidden)
     return view
+
+
+def load_links(src: Reader, session_id: str) -> list[LinkedSession]:
+    """The sessions on the other side of a bridge linked to this one, in start order ([] when none)."""
+    out: list[LinkedSession] = []
+    for link in listing_links(src, [session_id]).get(session_id, []):
+        other = str(link.get("session_id"))
+        window = bridge_reads.session_window(src, other)
+        if window is None:  # a stored link to a session no longer in the database
+            continue
+        frames = [LinkedFrame(int(r["seq"]), int(r["ts"] or 0), r["direction"] or "", r["kind"] or "")
+                  for r in bridge_reads.frame_lines(src, other)]
+        out.append(LinkedSession(other, window["transport"] or "", str(link.get("role") or ""),
+                                 [str(b) for b in link.get("by") or []], frames))
+    return sorted(out, key=lambda lk: (lk.frames[0].ts_us if lk.frames else 0, lk.session_id))
 
 
 _MIN_HIDDEN = 4   # shorter strings (a flag, a digit) would blank words in every message
