@@ -1,7 +1,7 @@
 """Start-up: a command imports only what it uses (issue 24).
 
-``workbench --help`` lists a static table of commands (``workbench.cli.COMMANDS``) instead of
-importing every command module; ``decode`` needs protobuf but no database; ``sessions`` reads a
+``workbench --help`` lists a static table of commands (``workbench.commands.table.COMMANDS``,
+re-exported as ``workbench.cli.COMMANDS``) instead of importing every command module; ``decode`` needs protobuf but no database; ``sessions`` reads a
 database but has no use for pandas. Each case runs the real command line in a fresh interpreter
 and looks at ``sys.modules`` once it has finished.
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from workbench import cli
+from workbench.commands import table
 
 HEAVY = ("duckdb", "pyarrow", "pandas", "textual", "httpx", "mitmproxy")
 
@@ -51,11 +52,27 @@ def _loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
 
 
 def test_the_command_table_is_what_the_modules_register() -> None:
-    """The static table says what the full parser says: same commands, same order, same help."""
+    """The static table says what the full parser says: same commands, same order, same help.
+
+    The help of a stub comes from the table and so does the help a module's register() gives
+    (table.add_command): a command a module added any other way, or one the table lacks, shows here."""
     full = cli.build_parser()
     sub = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction))
     registered = [(c.dest, c.help) for c in sub._choices_actions]
     assert registered == [(name, help_text) for name, help_text, _ in cli.COMMANDS]
+
+
+def test_the_cli_table_is_the_one_in_commands() -> None:
+    assert cli.COMMANDS is table.COMMANDS
+    assert cli.COMMAND_MODULES == table.COMMAND_MODULES
+
+
+def test_a_command_the_table_lacks_cannot_be_added() -> None:
+    sub = argparse.ArgumentParser().add_subparsers()
+    with pytest.raises(LookupError, match="'nosuch' is not in workbench.commands.table.COMMANDS"):
+        table.add_command(sub, "nosuch")
+    assert table.add_command(sub, "decode", description="d").description == "d"
+    assert [c.help for c in sub._choices_actions] == ["decode frames given as hex, a file or stdin"]
 
 
 @pytest.mark.parametrize("module", cli.COMMAND_MODULES)

@@ -7,9 +7,10 @@ printed as ``workbench <cmd>: <message>`` with exit 2, the message naming the in
 option at fault. Nothing else imports this module.
 
 Start-up is what a user waits for on every call, so the parser is built lazily: ``COMMANDS``
-names each command, its one-line help and the module that registers it. ``workbench --help``
-lists the table without importing any command module; ``workbench <cmd> …`` imports only the
-module of ``<cmd>``; shell completion (argcomplete, ``_ARGCOMPLETE`` set) builds everything.
+(in ``workbench.commands.table``, re-exported here) names each command, its one-line help and the
+module that registers it. ``workbench --help`` lists the table without importing any command
+module; ``workbench <cmd> …`` imports only the module of ``<cmd>``; shell completion (argcomplete,
+``_ARGCOMPLETE`` set) builds everything.
 """
 
 from __future__ import annotations
@@ -21,45 +22,11 @@ import sys
 from collections.abc import Collection, Sequence
 
 from workbench import __version__
+from workbench.commands.table import COMMAND_MODULES, COMMANDS, add_command
 from workbench.errors import CliError, WorkbenchError
 from workbench.store.files import private_files
 
-__all__ = ["COMMANDS", "CliError", "WorkbenchError", "build_parser", "main"]
-
-# (command, one-line help, module that registers it), in the order `workbench --help` lists them.
-# The help must be the module's own (tests/test_startup.py compares them with the full parser).
-COMMANDS: list[tuple[str, str, str]] = [
-    ("demo", "run the demo: simulator, live capture, broken sessions, diagnosis, TUI", "workbench.demo"),
-    ("decode", "decode frames given as hex, a file or stdin", "workbench.commands.core"),
-    ("sessions", "list captured sessions", "workbench.commands.core"),
-    ("frames", "list the frames of one session", "workbench.commands.core"),
-    ("sql", "run a read-only SQL query against the capture database", "workbench.commands.core"),
-    ("tui", "browse captures in a terminal UI", "workbench.tui.cli"),
-    ("web", "browse captures in a browser (the TUI, served on 127.0.0.1)", "workbench.web.cli"),
-    ("capture", "record agent traffic through mitmproxy (mitmdump + the capture addon)", "workbench.capture.cli"),
-    ("sim", "run a simulated Cursor agent backend on loopback (h2 + HTTP/1.1, TLS)", "workbench.sim.cli"),
-    ("proxy", "OpenAI-compatible server in front of the agent backend", "workbench.proxy.cli"),
-    ("client", "run one agent turn with the built-in client and print the answer", "workbench.proxy.cli"),
-    ("import", "import mitmproxy flow files, HAR files, cursor-agent stream-json NDJSON or packet captures",
-     "workbench.ingest.cli"),
-    ("run", "run a CLI (cursor-agent … --output-format stream-json) and record its NDJSON live",
-     "workbench.ingest.cli"),
-    ("export-fixture", "write a session as a scrubbed, self-contained replay fixture", "workbench.fixtures.cli"),
-    ("replay", "serve a fixture as an agent backend for any client", "workbench.fixtures.cli"),
-    ("export", "export the capture database as Parquet (partitioned by date and session)", "workbench.export.cli"),
-    ("diagnose", "diagnose sessions; exit 1 when a warning or error is found", "workbench.analysis.cli"),
-    ("blobs", "the KV blobs of a session (set/get, content, checkpoint refs)", "workbench.analysis.cli"),
-    ("tools", "the tool calls of a session, args rebuilt (streamed/completion/merged/naive)",
-     "workbench.analysis.cli"),
-    ("diff", "compare two sessions (kinds, fields, execs, tool args, timing, ending); exit 1 when they differ",
-     "workbench.sessiondiff.cli"),
-    ("report", "write a self-contained HTML report of sessions (sequence diagram, timeline, findings, frames)",
-     "workbench.report.cli"),
-    ("schema", "extract, choose, compare protobuf schemas; find drift in captures", "workbench.commands.schema"),
-]
-
-# Modules that add subcommands, in the order `workbench --help` lists them.
-COMMAND_MODULES = list(dict.fromkeys(module for _, _, module in COMMANDS))
+__all__ = ["COMMANDS", "COMMAND_MODULES", "CliError", "WorkbenchError", "build_parser", "main"]
 
 # Modules whose register() also adds formats to `workbench import` (ingest.register_importer):
 # a command that imports files loads them with its own module.
@@ -79,9 +46,9 @@ def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser
     )
     parser.add_argument("--version", action="version", version=f"workbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, help_text, module in COMMANDS:
+    for name, _, module in COMMANDS:
         if load is not None and module not in load:
-            sub.add_parser(name, help=help_text)
+            add_command(sub, name)
         elif name not in sub.choices:  # a module registers all its commands at once
             importlib.import_module(module).register(sub)
     return parser

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from workbench.analysis.report import print_report
+from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.protocol.labels import store_labels
 from workbench.store.queries import meta_keys_and_rows
@@ -67,7 +68,7 @@ DEMO_TOOLS = [
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run the demo: simulator, live capture, broken sessions, diagnosis, TUI")
+    p = add_command(sub, "demo")
     p.add_argument("--db", default=DEMO_DB, help=f"capture database to (re)create (default {DEMO_DB})")
     p.add_argument("--no-tui", action="store_true", help="do not open the TUI at the end")
     p.add_argument("--keep", action="store_true", help="append to an existing demo database")

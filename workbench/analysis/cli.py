@@ -21,6 +21,7 @@ from workbench.analysis.engine import analyze_session, write_results
 from workbench.analysis.model import AnalysisResult, Config, FindingJson
 from workbench.analysis.report import print_report
 from workbench.commands.common import add_db_arg, resolve_session
+from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.protocol.args import parse_json
 from workbench.store import analysis_reads as reads
@@ -29,9 +30,9 @@ from workbench.store.reader import live_pid, open_reader
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("diagnose", help="diagnose sessions; exit 1 when a warning or error is found",
-                       description="Analyse sessions (KV blobs, tool calls, findings) and print a report. "
-                       "Exit 0 = clean, 1 = any warning or error finding, 2 = usage error.")
+    p = add_command(sub, "diagnose",
+                    description="Analyse sessions (KV blobs, tool calls, findings) and print a report. "
+                    "Exit 0 = clean, 1 = any warning or error finding, 2 = usage error.")
     p.add_argument("session", nargs="?", help="session id (a unique prefix is enough)")
     p.add_argument("--all", action="store_true", help="every session in the database")
     p.add_argument("--json", action="store_true", help="one JSON object per session")
@@ -45,13 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_db_arg(p)
     p.set_defaults(func=cmd_diagnose)
 
-    p = sub.add_parser("blobs", help="the KV blobs of a session (set/get, content, checkpoint refs)")
+    p = add_command(sub, "blobs")
     p.add_argument("session", help="session id (a unique prefix is enough)")
     p.add_argument("--json", action="store_true", help="one JSON object per blob request")
     add_db_arg(p)
     p.set_defaults(func=cmd_blobs)
 
-    p = sub.add_parser("tools", help="the tool calls of a session, args rebuilt (streamed/completion/merged/naive)")
+    p = add_command(sub, "tools")
     p.add_argument("session", help="session id (a unique prefix is enough)")
     p.add_argument("--json", action="store_true", help="one JSON object per tool call")
     add_db_arg(p)

@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 from workbench.commands.common import add_db_arg, add_proto_arg
+from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.protocol.routes import DEFAULT_HOSTS, DEFAULT_PATHS
 
@@ -29,8 +30,8 @@ CLI_CONFIG_HINT = '"network": {"useHttp1ForAgent": true}'
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "capture", help="record agent traffic through mitmproxy (mitmdump + the capture addon)",
+    p = add_command(
+        sub, "capture",
         description="Run mitmdump with the workbench capture addon. Prints the proxy URL first, then the "
                     "CA certificate and the environment lines a client needs (in reverse mode, the base URL "
                     "clients use instead of a proxy). Arguments after -- go to mitmdump unchanged (e.g. "

@@ -19,6 +19,7 @@ from workbench.commands.common import (
     resolve_session,
     table_rows,
 )
+from workbench.commands.table import add_command
 from workbench.decode.frame import DIRECTIONS, TRANSPORTS
 from workbench.errors import CliError
 from workbench.overview import finding_states, query_top_findings
@@ -32,9 +33,9 @@ MIB = 1024 * 1024
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("decode", help="decode frames given as hex, a file or stdin",
-                       description="Decode bytes exactly as a transport carries them: the enveloped "
-                       "frame(s) for run/runsse/runpoll, the request body for bidi_append and unary.")
+    p = add_command(sub, "decode",
+                    description="Decode bytes exactly as a transport carries them: the enveloped "
+                    "frame(s) for run/runsse/runpoll, the request body for bidi_append and unary.")
     p.add_argument("hex", nargs="?", help="hex bytes (whitespace allowed); omit to read --file or stdin")
     p.add_argument("--file", "-f", help="read raw bytes from this file ('-' = stdin as raw bytes)")
     p.add_argument("--direction", choices=DIRECTIONS, default="server",
@@ -49,17 +50,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_proto_arg(p)
     p.set_defaults(func=cmd_decode)
 
-    p = sub.add_parser("sessions", help="list captured sessions",
-                       description="One row per session: id, label (scenario name or an excerpt of the "
-                       "first prompt), source, transport, model, start, duration, frames, status, the number "
-                       "of findings and the top finding (the root cause, when one finding explains others).")
+    p = add_command(sub, "sessions",
+                    description="One row per session: id, label (scenario name or an excerpt of the "
+                    "first prompt), source, transport, model, start, duration, frames, status, the number "
+                    "of findings and the top finding (the root cause, when one finding explains others).")
     add_db_arg(p)
     p.add_argument("--json", action="store_true",
                    help="one JSON object per session (id, status, label, times, counts, top_finding and "
                    "top_finding_message)")
     p.set_defaults(func=cmd_sessions)
 
-    p = sub.add_parser("frames", help="list the frames of one session")
+    p = add_command(sub, "frames")
     p.add_argument("session", help="session id (a unique prefix is enough)")
     add_db_arg(p)
     p.add_argument("--kind", action="append", default=[],
@@ -73,10 +74,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_proto_arg(p)
     p.set_defaults(func=cmd_frames)
 
-    p = sub.add_parser("sql", help="run a read-only SQL query against the capture database",
-                       description="Run read-only SQL (SELECT, or EXPLAIN [ANALYZE] of a SELECT) on the capture "
-                       "database, or through a running capture's live read service. SQL cannot read or write "
-                       "files or the network, change settings, or write the database.")
+    p = add_command(sub, "sql",
+                    description="Run read-only SQL (SELECT, or EXPLAIN [ANALYZE] of a SELECT) on the capture "
+                    "database, or through a running capture's live read service. SQL cannot read or write "
+                    "files or the network, change settings, or write the database.")
     p.add_argument("query", help="one SELECT (or EXPLAIN [ANALYZE] SELECT …) statement")
     add_db_arg(p)
     p.add_argument("--json", action="store_true", help="one JSON object per row")

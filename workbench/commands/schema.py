@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.commands import schema_choice
+from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.schema.extract import ExtractError, extract, report, write
 
@@ -20,12 +21,12 @@ _SHOW_PROBLEMS = 20
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("schema", help="extract, choose, compare protobuf schemas; find drift in captures",
-                       description="Work with protobuf schemas: `schema extract` recovers every message, enum "
-                                   "and service that protobuf-es generated code defines; `schema use` makes one "
-                                   "the default for decoding, `schema show` says which is active; `schema diff` "
-                                   "compares two; `schema drift` lists what captures carry that a schema does "
-                                   "not name.")
+    p = add_command(sub, "schema",
+                    description="Work with protobuf schemas: `schema extract` recovers every message, enum "
+                                "and service that protobuf-es generated code defines; `schema use` makes one "
+                                "the default for decoding, `schema show` says which is active; `schema diff` "
+                                "compares two; `schema drift` lists what captures carry that a schema does "
+                                "not name.")
     ssub = p.add_subparsers(dest="schema_command", metavar="SUBCOMMAND")
     e = ssub.add_parser("extract", help="recover .proto files from protobuf-es generated JavaScript",
                         description="Read .js/.mjs/.cjs files or folders (minified or not, ESM or CommonJS, one "
@@ -41,7 +42,12 @@ def register(sub: Any) -> None:
     e.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
     e.set_defaults(func=_extract)
     schema_choice.register(ssub)
-    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+    def usage(args: argparse.Namespace) -> int:  # `workbench schema` with no subcommand
+        p.print_help()
+        return 2
+
+    p.set_defaults(func=usage)
 
 
 def _extract(args: argparse.Namespace) -> int:

@@ -8,16 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from workbench.commands.common import add_db_arg, reader_from, resolve_session
+from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.ingest import ImportResult, IngestError, register_importer
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="export the capture database as Parquet (partitioned by date and session)",
-                       description="Write sessions, frames, blobs, tool_calls and findings as Hive-partitioned "
-                       "Parquet (DIR/<table>/date=YYYY-MM-DD/session_id=<id>/part-0.parquet) for DuckDB, "
-                       "Spark, Polars or any Parquet engine. `workbench import DIR` reads it back. "
-                       "Re-exporting a session replaces its files.")
+    p = add_command(sub, "export",
+                    description="Write sessions, frames, blobs, tool_calls and findings as Hive-partitioned "
+                    "Parquet (DIR/<table>/date=YYYY-MM-DD/session_id=<id>/part-0.parquet) for DuckDB, "
+                    "Spark, Polars or any Parquet engine. `workbench import DIR` reads it back. "
+                    "Re-exporting a session replaces its files.")
     p.add_argument("--parquet", required=True, metavar="DIR", help="output directory")
     p.add_argument("--session", action="append", default=[], metavar="ID",
                    help="only this session (unique prefix; repeatable); default: all")

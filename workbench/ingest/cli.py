@@ -8,14 +8,15 @@ import json
 import sys
 
 from workbench.commands.common import add_db_arg, add_proto_arg, decoder_from
+from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.ingest import IMPORTERS, IngestError, Progress, import_file, open_store
 from workbench.wire.inflate import MIB, InflateBudget
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "import", help="import mitmproxy flow files, HAR files, cursor-agent stream-json NDJSON or packet captures",
+    p = add_command(
+        sub, "import",
         description="Import recorded traffic into the capture database. The format is detected from "
         "the content: mitmproxy flow files (mitmdump -w), HAR (log.entries), cursor-agent "
         "--output-format stream-json NDJSON, pcap/pcapng packet captures (decrypted by tshark with "
@@ -41,8 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "past it is stored compressed and inflated when viewed")
     p.set_defaults(func=cmd_import)
 
-    p = sub.add_parser(
-        "run", help="run a CLI (cursor-agent … --output-format stream-json) and record its NDJSON live",
+    p = add_command(
+        sub, "run",
         description="Runs CMD with its output passed through unchanged, recording each stdout line "
         "as a cli_ndjson frame as it arrives. Exits with CMD's exit code. "
         "Example: workbench run -- cursor-agent -p --output-format stream-json 'fix the test'")

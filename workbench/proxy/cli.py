@@ -15,6 +15,7 @@ from typing import Any
 from workbench.client.agent import CLOSE_POLICIES, END_TIMEOUT_S, FAULTS, AgentClient
 from workbench.client.events import Error, ExecRequest, StreamEndMissing, TextDelta, ToolCall, TurnEnded
 from workbench.client.transport import FRAMINGS, TRANSPORTS
+from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.proxy.server import DEFAULT_PORT, DEFAULT_UPSTREAM, ProxyConfig, ProxyServer
 from workbench.security.origin import AccessPolicy
@@ -63,9 +64,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("proxy", help="OpenAI-compatible server in front of the agent backend",
-                       description="Serve /v1/models and /v1/chat/completions, translating to Cursor's agent "
-                                   "protocol. Prints the URL it listens on as the first line.")
+    p = add_command(sub, "proxy",
+                    description="Serve /v1/models and /v1/chat/completions, translating to Cursor's agent "
+                                "protocol. Prints the URL it listens on as the first line.")
     _common(p)
     p.add_argument("--host", default="127.0.0.1",
                    help="listen address (default 127.0.0.1, loopback only)")
@@ -76,8 +77,8 @@ def register(sub: Any) -> None:
                    help="model id to list on /v1/models instead of asking GetUsableModels (repeatable)")
     p.set_defaults(func=run_proxy)
 
-    c = sub.add_parser("client", help="run one agent turn with the built-in client and print the answer",
-                       description="Send PROMPT to the agent backend and stream the answer to stdout.")
+    c = add_command(sub, "client",
+                    description="Send PROMPT to the agent backend and stream the answer to stdout.")
     _common(c)
     c.add_argument("prompt", help="the user message of the turn")
     c.add_argument("--model", default="default", help="model id sent in the run request (default: default)")

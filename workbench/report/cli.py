@@ -7,15 +7,15 @@ import json
 from pathlib import Path
 
 from workbench.commands.common import add_db_arg
+from workbench.commands.table import add_command
 from workbench.errors import CliError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="write a self-contained HTML report of sessions (sequence diagram, timeline, "
-                                      "findings, frames)",
-                       description="One HTML file, nothing fetched from the network: session facts, findings with "
-                                   "links to their evidence frames, a sequence diagram, a timeline, tool calls, KV "
-                                   "blobs and every frame with its decoded tree. Secrets are always redacted.")
+    p = add_command(sub, "report",
+                    description="One HTML file, nothing fetched from the network: session facts, findings with "
+                                "links to their evidence frames, a sequence diagram, a timeline, tool calls, KV "
+                                "blobs and every frame with its decoded tree. Secrets are always redacted.")
     p.add_argument("sessions", nargs="+", metavar="SESSION",
                    help="session ids (unique prefixes are enough) in --db, or replay fixture files")
     p.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the HTML file to write")

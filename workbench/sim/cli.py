@@ -8,6 +8,7 @@ import signal
 import sys
 from typing import Any
 
+from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.sim.exec_completion import DEFAULT_POLICY, EXEC_TYPES, POLICIES, REQUIRED, server_policy
 from workbench.sim.models import LISTING_CHOICES
@@ -16,8 +17,8 @@ from workbench.sim.state import DEFAULT_MODELS, RunRecord, SimConfig
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "sim", help="run a simulated Cursor agent backend on loopback (h2 + HTTP/1.1, TLS)",
+    p = add_command(
+        sub, "sim",
         description="Serve /agent.v1.AgentService/Run (h2 bidi), RunSSE + BidiAppend, RunPoll and both "
                     "GetUsableModels, each in the caller's framing (Connect, gRPC-Web, gRPC). Prints the URL "
                     "first, then the certificate path. A request picks a scenario with [scenario:NAME] in the "

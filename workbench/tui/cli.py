@@ -7,13 +7,14 @@ import sys
 from pathlib import Path
 
 from workbench.commands.common import add_db_arg, add_proto_arg, decoder_from
+from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.store.reader import sidecar_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "tui", help="browse captures in a terminal UI",
+    p = add_command(
+        sub, "tui",
         description="Open a Textual app over a capture database: sessions, a frame timeline with "
         "decoded detail, findings with their evidence frames, tool calls, KV blobs, replay at the "
         "recorded pace. Press ? inside for keys.")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from workbench.commands.common import add_db_arg, add_proto_arg
+from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.store.reader import sidecar_path
 
@@ -16,8 +17,8 @@ DEFAULT_PORT = 8765
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "web", help="browse captures in a browser (the TUI, served on 127.0.0.1)",
+    p = add_command(
+        sub, "web",
         description="Serve the TUI to a web browser with textual-serve: the same sessions list, "
         "timeline, decoded frames, findings and replay as 'workbench tui', one TUI process per open "
         "page. Listens on 127.0.0.1 only; requests whose Host is not a loopback name or that come "
