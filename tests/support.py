@@ -424,3 +424,16 @@ def run_measured(argv: Sequence[str], *, env: Mapping[str, str] | None = None, t
         raise AssertionError(f"measuring {list(argv)} failed: {r.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(r.stdout)
     return result
+
+
+def demo_sessions(db: Path | str) -> dict[str, str]:
+    """A recorded demo database's sessions: demo scenario name → session id."""
+    from workbench.store.reader import open_reader
+
+    reader = open_reader(db)
+    try:
+        rows = reader.query("SELECT session_id, json_extract_string(meta, '$.demo_scenario') AS sc "
+                            "FROM sessions").to_pylist()
+    finally:
+        reader.close()
+    return {r["sc"]: r["session_id"] for r in rows}

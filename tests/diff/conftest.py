@@ -11,6 +11,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from support import demo_sessions
 
 SCENARIOS = ("healthy_text", "tool_flow", "heartbeat_loop", "kv_only_answer")
 
@@ -19,7 +20,6 @@ def record_demo(db: Path, scenarios: tuple[str, ...] = SCENARIOS) -> dict[str, s
     """Record ``scenarios`` into ``db``; scenario name → session id."""
     from workbench.fixtures.scenarios import BY_NAME, run_demo_suite
     from workbench.sim.runner import running_sim
-    from workbench.store.reader import open_reader
 
     async def record() -> list[str]:
         async with running_sim(heartbeat_interval=0.05, park_timeout=30) as sim:
@@ -27,13 +27,7 @@ def record_demo(db: Path, scenarios: tuple[str, ...] = SCENARIOS) -> dict[str, s
                                         scenarios=[BY_NAME[n] for n in scenarios])
 
     assert len(asyncio.run(record())) == len(scenarios)
-    reader = open_reader(db)
-    try:
-        rows = reader.query("SELECT session_id, json_extract_string(meta, '$.demo_scenario') AS sc "
-                            "FROM sessions").to_pylist()
-    finally:
-        reader.close()
-    return {r["sc"]: r["session_id"] for r in rows}
+    return demo_sessions(db)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@ healthy tool flow, its heartbeat loop and a text turn, recorded from the simulat
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -22,11 +21,6 @@ def report_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[st
 
 @pytest.fixture
 def need_chromium() -> str:
-    from web_rig import chromium_path
+    from web_rig import require_chromium
 
-    path = chromium_path()
-    if path is None:
-        if os.environ.get("CI"):  # .ci/run installs it: a missing browser there is a failure, not a skip
-            pytest.fail("Debian's chromium is not installed; .ci/run should have installed it")
-        pytest.skip("Debian's chromium is not installed (.ci/run installs it: apt-get install -y chromium)")
-    return path
+    return require_chromium()

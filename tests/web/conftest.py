@@ -8,11 +8,10 @@ the same recording path the demo takes, minus mitmproxy.
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import pytest
-from web_rig import chromium_path
+from web_rig import require_chromium
 
 WEB_SCENARIOS = ("healthy_text", "tool_flow", "heartbeat_loop", "rate_limit")
 
@@ -35,9 +34,4 @@ def web_demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def need_chromium() -> str:
-    path = chromium_path()
-    if path is None:
-        if os.environ.get("CI"):  # .ci/run installs it: a missing browser there is a failure, not a skip
-            pytest.fail("Debian's chromium is not installed; .ci/run should have installed it")
-        pytest.skip("Debian's chromium is not installed (.ci/run installs it: apt-get install -y chromium)")
-    return path
+    return require_chromium()

@@ -41,6 +41,18 @@ def chromium_path() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def require_chromium() -> str:
+    """Debian's chromium, for a browser test: a skip on a developer's machine without it, a failure in CI."""
+    import pytest
+
+    path = chromium_path()
+    if path is None:
+        if os.environ.get("CI"):  # .ci/run installs it: a missing browser there is a failure, not a skip
+            pytest.fail("Debian's chromium is not installed; .ci/run should have installed it")
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it: apt-get install -y chromium)")
+    return path
+
+
 def plain(text: str) -> str:
     """Terminal output without escape sequences (cursor moves become gaps)."""
     return _ESC.sub(" ", text)
