@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from workbench.commands.common import print_table, resolve_session, table_rows
-from workbench.errors import CliError
+from workbench.errors import WorkbenchError
 from workbench.store import open_reader
 from workbench.store.db import SessionInfo, Store
 
@@ -37,13 +37,13 @@ def test_a_session_is_found_by_its_id_or_a_unique_prefix(capture: Path, wanted: 
 def test_an_unknown_or_ambiguous_prefix_is_a_clear_error(capture: Path) -> None:
     reader = open_reader(capture)
     try:
-        with pytest.raises(CliError, match=r"no session 'q' in .*c\.duckdb \(see 'workbench sessions --db "):
+        with pytest.raises(WorkbenchError, match=r"no session 'q' in .*c\.duckdb \(see 'workbench sessions --db "):
             resolve_session(reader, "q")
-        with pytest.raises(CliError, match=r"session prefix 'abd' is ambiguous: abd000, abd999"):
+        with pytest.raises(WorkbenchError, match=r"session prefix 'abd' in .*c\.duckdb is ambiguous: abd000, abd999"):
             resolve_session(reader, "abd")
-        with pytest.raises(CliError, match="no session"):  # '%' and '_' are not patterns here
+        with pytest.raises(WorkbenchError, match="no session"):  # '%' and '_' are not patterns here
             resolve_session(reader, "a%")
-        with pytest.raises(CliError, match="no session"):
+        with pytest.raises(WorkbenchError, match="no session"):
             resolve_session(reader, "ab_")
     finally:
         reader.close()
@@ -83,3 +83,27 @@ def test_print_table_aligns_columns_and_shortens_bytes_and_lines(capture: Path,
                      "1   two\\nlines  00112233445566778899aabbccddeeff…  x",
                      "22                                                 y",
                      "(2 rows)"]
+
+
+@pytest.mark.slow  # a workbench process
+def test_sessions_json_prints_a_start_past_year_9999_as_text(capture: Path) -> None:
+    """A session stamped past what Python's datetime holds (a hostile import's timestamp, kept as
+    DuckDB keeps it) is listed, not a traceback."""
+    import json
+    import subprocess
+    import sys
+
+    import duckdb
+
+    con = duckdb.connect(str(capture))
+    try:
+        con.execute("UPDATE sessions SET started_at = TIMESTAMPTZ '10000-01-01 00:00:00+00' WHERE session_id = 'zz'")
+    finally:
+        con.close()
+    r = subprocess.run([sys.executable, "-m", "workbench", "sessions", "--json", "--db", str(capture)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    rows = {d["session_id"]: d for d in map(json.loads, r.stdout.splitlines())}
+    assert str(rows["zz"]["started_at"]).startswith("10000-01-01")
+    assert set(rows) == {"abc123", "abd999", "abd000", "zz"}

@@ -218,7 +218,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         reader.close()
     codes = [f.code if (f := top.get(sid)) is not None else None for sid in ids]
     if args.json:
-        for row, code in zip(table.to_pylist(), codes, strict=True):
+        for row, code in zip(table_rows(table), codes, strict=True):  # times past year 9999 as text
             st = states[row["session_id"]]
             f = top.get(row["session_id"])
             row["findings"] = st.findings if st.analysed else None
