@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -28,6 +25,7 @@ from workbench.tui.modals import BlobScreen, KindPicker, ToolCallScreen
 from workbench.tui.panels import BlobsTable, FindingsTable, ToolCallsTable
 from workbench.tui.replay import ReplayClock
 from workbench.tui.replay_control import ReplayController
+from workbench.tui.session_loads import IndexLoad, PollResult, poll_session
 from workbench.tui.side import SessionSide
 from workbench.tui.timeline import Timeline
 from workbench.tui.timeline_strip import StripData, TimelineStrip, strip_data
@@ -38,26 +36,6 @@ FIRST_PAGE = 120   # rows fetched with the index, so the first paint needs no se
 # the whole index (a 1M-frame session's index alone took longer than the first-paint budget).
 PREFIX_SEQS = 20_000
 DETAIL_DELAY_S = 0.05
-
-
-@dataclass
-class IndexLoad:
-    t0: int
-    index: FrameIndex
-    max_seq: int
-    summary: SessionSummary | None
-    rows: dict[int, dict[str, Any]]
-    complete: bool = True   # False: the index stops at PREFIX_SEQS, the rest is being read
-
-
-@dataclass
-class PollResult:
-    seqs: np.ndarray
-    hb: np.ndarray
-    up: np.ndarray
-    max_seq: int
-    findings: list[Finding]
-    summary: SessionSummary | None
 
 
 class SessionScreen(Loader, Screen[None]):
@@ -581,12 +559,7 @@ class SessionScreen(Loader, Screen[None]):
         live = self._live_findings_source()
 
         def fetch() -> PollResult:
-            upto = max(after, data.max_seq(sid))
-            seqs, hb, up = data.new_frames_since(sid, after, flt, upto_seq=upto)
-            findings = data.stored_findings(sid)
-            if findings is None:  # not analysed yet: the capture's frames so far, analysed as they come
-                findings = live.update(data) if live is not None else []
-            return PollResult(seqs, hb, up, upto, findings, data.session(sid))
+            return poll_session(data, sid, flt, after, live)
 
         def got(res: PollResult) -> None:
             self._polling = False
