@@ -167,6 +167,29 @@ def test_append_that_overtakes_its_runsse_body_is_recorded_after_it(tmp_path: Pa
     assert [x["kind"] for x in rows] == ["bidi_request_id", "run_request", "end_stream"]
 
 
+def test_append_on_another_connection_before_its_runsse_opens_is_recorded_after_it(tmp_path: Path) -> None:
+    """Over HTTP/1.1 the RunSSE and its first append travel on two connections whose hooks run in
+    any order: the append can even be opened and finished before the RunSSE's headers."""
+    w = _writer(tmp_path)
+    q = w.queue.put
+    now = time.time_ns() // 1000
+    q(_open("a0", "bidi_append", streaming=False, rid="sse-4"))
+    q(Body("a0", "client", now + 1, _append_body("sse-4", 0, _run_request())))
+    q(Done("a0", now + 2, None, {}))
+    time.sleep(0.2)  # several writer ticks: the append must still wait
+    q(_open("s", "runsse", rid="header-id"))
+    q(Chunk("s", "client", now + 3, encode(pb.BidiRequestId(request_id="sse-4").SerializeToString())))
+    q(Eof("s", "client", now + 3))
+    q(Response("s", now + 4, 200, [], "HTTP/1.1", None))
+    q(Chunk("s", "server", now + 5, encode(b"{}", FLAG_END_STREAM)))
+    q(Done("s", now + 6, None, {}))
+    w.stop()
+    r = open_reader(tmp_path / "cap.duckdb")
+    rows = r.query("SELECT seq, kind FROM frames WHERE session_id='sse-4' ORDER BY seq").to_pylist()
+    r.close()
+    assert [x["kind"] for x in rows] == ["bidi_request_id", "run_request", "end_stream"]
+
+
 def test_append_waits_for_a_bodyless_runsse_only_for_a_while(tmp_path: Path) -> None:
     from workbench.capture.appends import STREAM_WAIT_S
 

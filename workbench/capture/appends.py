@@ -10,10 +10,11 @@ small per-run window and releases them in seqno order; a gap that does not fill 
 
 Behind its stream: a client sends ``RunSSE`` (its body, the ``BidiRequestId``) and then appends.
 mitmproxy hands a streamed request's body over only once the upstream connection is open, while an
-append's whole body comes at once, so the first append can reach the writer before the RunSSE body
-it followed on the wire. An append that arrives while a RunSSE/RunPoll stream opened before it has
-shown no frame yet waits (``behind``) until that stream shows its first frame or ends, for at most
-``STREAM_WAIT_S``.
+append's whole body comes at once, and over HTTP/1.1 the two travel on different connections whose
+hooks run in any order; so the first append can reach the writer before the RunSSE body it
+followed. An append waits (``behind``) while any RunSSE/RunPoll stream has shown no frame yet, and
+the first append of a run that no stream has named yet waits for one to name it; each wait lasts
+until that stream shows its first frame or ends, at most ``STREAM_WAIT_S``.
 
 Evidence: each append frame is recorded where it arrived, and carries the facts of the HTTP
 exchange that carried it in ``Frame.meta`` (``frames.meta``), completed when the answer comes

@@ -131,8 +131,6 @@ class Flow:
     append_response: bytes | None = None
     done: bool = False
     secret: bool = False  # an RPC whose bodies are credentials: store markers only
-    # A BidiAppend: the RunSSE/RunPoll streams opened before it whose first frame had not come yet
-    behind: frozenset[str] = frozenset()
 
     def note_end(self, f: Frame) -> None:
         """A server frame; one that ends the response (end-stream, gRPC-Web trailer frame) is noted."""

@@ -106,6 +106,7 @@ class CaptureWriter:
         self._live_run_ids: dict[str, str] = {}
         # RunSSE/RunPoll flows whose first client frame has not come (see ``appends``: "Behind")
         self._unbound_streams: dict[str, None] = {}
+        self._stream_runs: set[str] = set()  # request ids a RunSSE/RunPoll body has named
         # session → (status, error, label) of the first append refused while its run was open
         self._refused: dict[str, tuple[str, str | None, str]] = {}
         self._thread = threading.Thread(target=self._run, name="workbench-capture-writer", daemon=True)
@@ -238,8 +239,7 @@ class CaptureWriter:
             self._bind(fl, str(uuid.uuid4()))
         elif fo.transport in ("runsse", "runpoll"):
             self._unbound_streams[fo.key] = None  # waits for the BidiRequestId in the body
-        elif fo.transport == "bidi_append":
-            fl.behind = frozenset(self._unbound_streams)  # joins its run by the body
+        # bidi_append joins its run by the body
 
     def _session_info(self, fl: Flow, sid: str) -> SessionInfo:
         fo = fl.open
@@ -309,6 +309,21 @@ class CaptureWriter:
         if key in self._unbound_streams:
             del self._unbound_streams[key]
             self.appends.settled(key)
+            fl = self.flows.get(key)
+            rid = fl.session_id if fl is not None else None
+            if rid is not None:
+                self._stream_runs.add(rid)
+                self.appends.settled(f"run:{rid}")
+
+    def _behind(self, rid: str, seqno: int | None) -> frozenset[str]:
+        """What an append of run ``rid`` waits for (``appends``: "Behind its stream"): every RunSSE/
+        RunPoll whose body has not come (its requestheaders may even have come after the append's,
+        on another connection); and the first append of a run no stream has named yet waits for one
+        to name it."""
+        behind = frozenset(self._unbound_streams)
+        if not behind and rid not in self._stream_runs and not seqno:
+            behind = frozenset({f"run:{rid}"})
+        return behind
 
     @staticmethod
     def _scrub(f: Frame) -> None:
@@ -455,7 +470,7 @@ class CaptureWriter:
                                client_version=fo.client_version, started_at=us_to_datetime(fo.ts_us),
                                host=fo.host, auth_hash=fo.auth_hash, meta=schema_stamp(self.decoder.schema))
             self.sink.open_session(info)
-        self.appends.add(rid, f.append_seqno, items, fl.behind.intersection(self._unbound_streams))
+        self.appends.add(rid, f.append_seqno, items, self._behind(rid, f.append_seqno))
 
     def _http_error_frame(self, fl: Flow, ts_us: int, body: bytes) -> None:
         status = fl.http_status
