@@ -58,6 +58,32 @@ class AppendOrder:
     def __init__(self, emit: Emit) -> None:
         self._emit = emit
         self._windows: dict[str, _Window] = {}
+        self._unbound: dict[str, None] = {}  # RunSSE/RunPoll streams whose first frame has not come
+        self._stream_runs: set[str] = set()  # request ids a RunSSE/RunPoll body has named
+
+    def stream_opened(self, stream: str) -> None:
+        """A RunSSE/RunPoll stream opened: it names its run with its first frame."""
+        self._unbound[stream] = None
+
+    def stream_settled(self, stream: str, rid: str | None) -> None:
+        """A RunSSE/RunPoll stream showed its first frame (naming run ``rid``) or ended: appends
+        behind it go on."""
+        if stream not in self._unbound:
+            return
+        del self._unbound[stream]
+        self._release_behind(stream)
+        if rid is not None:
+            self._stream_runs.add(rid)
+            self._release_behind(f"run:{rid}")
+
+    def append(self, rid: str, seqno: int | None, items: list[Held]) -> None:
+        """An append of run ``rid`` arrived. It waits (see "Behind its stream") behind every stream
+        whose first frame has not come (its headers may even come after the append's, on another
+        connection); the first append of a run no stream has named yet waits for one to name it."""
+        behind = frozenset(self._unbound)
+        if not behind and rid not in self._stream_runs and not seqno:
+            behind = frozenset({f"run:{rid}"})
+        self.add(rid, seqno, items, behind)
 
     def add(self, rid: str, seqno: int | None, items: list[Held], behind: frozenset[str] = frozenset()) -> None:
         ro = self._windows.get(rid)
@@ -101,8 +127,7 @@ class AppendOrder:
         held[1].append(item)
         return True
 
-    def settled(self, stream: str) -> None:
-        """A RunSSE/RunPoll stream showed its first frame (or ended): appends behind it go on."""
+    def _release_behind(self, stream: str) -> None:
         for rid, ro in list(self._windows.items()):
             if stream in ro.behind:
                 ro.behind.discard(stream)

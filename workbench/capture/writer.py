@@ -105,8 +105,6 @@ class CaptureWriter:
         self.appends = AppendOrder(self._emit)
         self._live_run_ids: dict[str, str] = {}
         # RunSSE/RunPoll flows whose first client frame has not come (see ``appends``: "Behind")
-        self._unbound_streams: dict[str, None] = {}
-        self._stream_runs: set[str] = set()  # request ids a RunSSE/RunPoll body has named
         # session → (status, error, label) of the first append refused while its run was open
         self._refused: dict[str, tuple[str, str | None, str]] = {}
         self._thread = threading.Thread(target=self._run, name="workbench-capture-writer", daemon=True)
@@ -238,7 +236,7 @@ class CaptureWriter:
         elif fo.transport == "unary" or is_openai_transport(fo.transport):
             self._bind(fl, str(uuid.uuid4()))
         elif fo.transport in ("runsse", "runpoll"):
-            self._unbound_streams[fo.key] = None  # waits for the BidiRequestId in the body
+            self.appends.stream_opened(fo.key)  # names its run with the BidiRequestId in its body
         # bidi_append joins its run by the body
 
     def _session_info(self, fl: Flow, sid: str) -> SessionInfo:
@@ -306,24 +304,8 @@ class CaptureWriter:
 
     def _settle(self, key: str) -> None:
         """A RunSSE/RunPoll stream showed its first frame or ended: appends behind it go on."""
-        if key in self._unbound_streams:
-            del self._unbound_streams[key]
-            self.appends.settled(key)
-            fl = self.flows.get(key)
-            rid = fl.session_id if fl is not None else None
-            if rid is not None:
-                self._stream_runs.add(rid)
-                self.appends.settled(f"run:{rid}")
-
-    def _behind(self, rid: str, seqno: int | None) -> frozenset[str]:
-        """What an append of run ``rid`` waits for (``appends``: "Behind its stream"): every RunSSE/
-        RunPoll whose body has not come (its requestheaders may even have come after the append's,
-        on another connection); and the first append of a run no stream has named yet waits for one
-        to name it."""
-        behind = frozenset(self._unbound_streams)
-        if not behind and rid not in self._stream_runs and not seqno:
-            behind = frozenset({f"run:{rid}"})
-        return behind
+        fl = self.flows.get(key)
+        self.appends.stream_settled(key, fl.session_id if fl is not None else None)
 
     @staticmethod
     def _scrub(f: Frame) -> None:
@@ -470,7 +452,7 @@ class CaptureWriter:
                                client_version=fo.client_version, started_at=us_to_datetime(fo.ts_us),
                                host=fo.host, auth_hash=fo.auth_hash, meta=schema_stamp(self.decoder.schema))
             self.sink.open_session(info)
-        self.appends.add(rid, f.append_seqno, items, self._behind(rid, f.append_seqno))
+        self.appends.append(rid, f.append_seqno, items)
 
     def _http_error_frame(self, fl: Flow, ts_us: int, body: bytes) -> None:
         status = fl.http_status
