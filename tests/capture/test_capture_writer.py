@@ -144,17 +144,23 @@ def test_runsse_appends_joined_and_reordered(tmp_path: Path) -> None:
     assert binascii.hexlify(API_KEY.encode()) not in data  # nor its hex form inside the BidiAppend wrapper
 
 
-def test_append_that_overtakes_its_runsse_body_is_recorded_after_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("runsse_opens", ["before_the_append", "after_the_append"])
+def test_an_append_that_overtakes_its_runsse_body_is_recorded_after_it(tmp_path: Path, runsse_opens: str) -> None:
     """mitmproxy hands a streamed RunSSE body over once the upstream connection is open, so the
-    first append's whole body can come first; the recording keeps the client's order."""
+    first append's whole body can come first; over HTTP/1.1 the two travel on two connections whose
+    hooks run in any order, so the append can even come before the RunSSE's headers. The recording
+    keeps the client's order."""
     w = _writer(tmp_path)
     q = w.queue.put
     now = time.time_ns() // 1000
-    q(_open("s", "runsse", rid="header-id"))
+    if runsse_opens == "before_the_append":
+        q(_open("s", "runsse", rid="header-id"))
     q(_open("a0", "bidi_append", streaming=False, rid="sse-2"))
     q(Body("a0", "client", now + 1, _append_body("sse-2", 0, _run_request())))
     q(Done("a0", now + 2, None, {}))
     time.sleep(0.2)  # several writer ticks: the append must still wait
+    if runsse_opens == "after_the_append":
+        q(_open("s", "runsse", rid="header-id"))
     q(Chunk("s", "client", now + 3, encode(pb.BidiRequestId(request_id="sse-2").SerializeToString())))
     q(Eof("s", "client", now + 3))
     q(Response("s", now + 4, 200, [], "HTTP/1.1", None))
@@ -163,29 +169,6 @@ def test_append_that_overtakes_its_runsse_body_is_recorded_after_it(tmp_path: Pa
     w.stop()
     r = open_reader(tmp_path / "cap.duckdb")
     rows = r.query("SELECT seq, kind FROM frames WHERE session_id='sse-2' ORDER BY seq").to_pylist()
-    r.close()
-    assert [x["kind"] for x in rows] == ["bidi_request_id", "run_request", "end_stream"]
-
-
-def test_append_on_another_connection_before_its_runsse_opens_is_recorded_after_it(tmp_path: Path) -> None:
-    """Over HTTP/1.1 the RunSSE and its first append travel on two connections whose hooks run in
-    any order: the append can even be opened and finished before the RunSSE's headers."""
-    w = _writer(tmp_path)
-    q = w.queue.put
-    now = time.time_ns() // 1000
-    q(_open("a0", "bidi_append", streaming=False, rid="sse-4"))
-    q(Body("a0", "client", now + 1, _append_body("sse-4", 0, _run_request())))
-    q(Done("a0", now + 2, None, {}))
-    time.sleep(0.2)  # several writer ticks: the append must still wait
-    q(_open("s", "runsse", rid="header-id"))
-    q(Chunk("s", "client", now + 3, encode(pb.BidiRequestId(request_id="sse-4").SerializeToString())))
-    q(Eof("s", "client", now + 3))
-    q(Response("s", now + 4, 200, [], "HTTP/1.1", None))
-    q(Chunk("s", "server", now + 5, encode(b"{}", FLAG_END_STREAM)))
-    q(Done("s", now + 6, None, {}))
-    w.stop()
-    r = open_reader(tmp_path / "cap.duckdb")
-    rows = r.query("SELECT seq, kind FROM frames WHERE session_id='sse-4' ORDER BY seq").to_pylist()
     r.close()
     assert [x["kind"] for x in rows] == ["bidi_request_id", "run_request", "end_stream"]
 
