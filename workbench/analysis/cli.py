@@ -20,7 +20,7 @@ from workbench.analysis.conversations import Conversations
 from workbench.analysis.engine import analyze_session, write_results
 from workbench.analysis.model import AnalysisResult, Config, FindingJson
 from workbench.analysis.report import print_report
-from workbench.commands.common import add_db_arg, resolve_session
+from workbench.commands.common import add_db_arg, add_json_arg, resolve_session
 from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.protocol.args import parse_json
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "Exit 0 = clean, 1 = any warning or error finding, 2 = usage error.")
     p.add_argument("session", nargs="?", help="session id (a unique prefix is enough)")
     p.add_argument("--all", action="store_true", help="every session in the database")
-    p.add_argument("--json", action="store_true", help="one JSON object per session")
+    add_json_arg(p, "one JSON object per session")
     p.add_argument("--no-write", action="store_true", help="do not write findings back to the database")
     p.add_argument("--heartbeats", type=int, default=Config.heartbeat_min_count, metavar="N",
                    help=f"heartbeat_loop: at least N consecutive server heartbeats (default {Config.heartbeat_min_count})")
@@ -48,13 +48,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = add_command(sub, "blobs")
     p.add_argument("session", help="session id (a unique prefix is enough)")
-    p.add_argument("--json", action="store_true", help="one JSON object per blob request")
+    add_json_arg(p, "one JSON object per blob request")
     add_db_arg(p)
     p.set_defaults(func=cmd_blobs)
 
     p = add_command(sub, "tools")
     p.add_argument("session", help="session id (a unique prefix is enough)")
-    p.add_argument("--json", action="store_true", help="one JSON object per tool call")
+    add_json_arg(p, "one JSON object per tool call")
     add_db_arg(p)
     p.set_defaults(func=cmd_tools)
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.store.paths import default_db, describe_rule
 from workbench.store.queries import resolve_session
 
-__all__ = ["add_db_arg", "add_proto_arg", "decoder_from", "print_table", "reader_from", "resolve_session",
+__all__ = ["add_db_arg", "add_json_arg", "add_proto_arg", "decoder_from", "print_table", "reader_from", "resolve_session",
            "table_rows"]
 
 if TYPE_CHECKING:
@@ -24,6 +24,12 @@ def add_db_arg(p: argparse.ArgumentParser) -> None:
     # --help shows the file a command would open.
     p.add_argument("--db", default=default_db(), metavar="PATH",
                    help=f"capture database (default: {describe_rule()}; here: %(default)s)")
+
+
+def add_json_arg(p: argparse.ArgumentParser, what: str) -> None:
+    """``--json``: the same flag on every command (machine-readable output instead of text); ``what``
+    says what the command prints then."""
+    p.add_argument("--json", action="store_true", help=what)
 
 
 def add_proto_arg(p: argparse.ArgumentParser) -> None:

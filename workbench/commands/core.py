@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.commands.common import (
     add_db_arg,
+    add_json_arg,
     add_proto_arg,
     decoder_from,
     print_table,
@@ -43,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--transport", choices=TRANSPORTS, default="run",
                    help="how the bytes travelled: run (default), runsse, runpoll (enveloped frames), "
                         "bidi_append (a BidiAppend request body), unary")
-    p.add_argument("--json", action="store_true", help="print JSON objects with kind, summary, fields")
+    add_json_arg(p, "print JSON objects with kind, summary, fields")
     p.add_argument("--batch", action="store_true",
                    help='read NDJSON lines {"hex", "direction", "transport"} (from the positional path, '
                    "--file, or stdin) and write one JSON result per line")
@@ -55,8 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "first prompt), source, transport, model, start, duration, frames, status, the number "
                     "of findings and the top finding (the root cause, when one finding explains others).")
     add_db_arg(p)
-    p.add_argument("--json", action="store_true",
-                   help="one JSON object per session (id, status, label, times, counts, top_finding and "
+    add_json_arg(p, "one JSON object per session (id, status, label, times, counts, top_finding and "
                    "top_finding_message)")
     p.set_defaults(func=cmd_sessions)
 
@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--direction", choices=DIRECTIONS,
                    help="only frames sent this way: server (server→client) or client (client→server)")
     p.add_argument("--limit", type=int, default=0, help="at most N frames (0 = all)")
-    p.add_argument("--json", action="store_true", help="one JSON object per line, with decoded fields")
+    add_json_arg(p, "one JSON object per line, with decoded fields")
     p.add_argument("--follow", action="store_true",
                    help="keep printing new frames while the capture is in progress (Ctrl-C to stop)")
     add_proto_arg(p)
@@ -80,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "files or the network, change settings, or write the database.")
     p.add_argument("query", help="one SELECT (or EXPLAIN [ANALYZE] SELECT …) statement")
     add_db_arg(p)
-    p.add_argument("--json", action="store_true", help="one JSON object per row")
+    add_json_arg(p, "one JSON object per row")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help=f"interrupt the query after this long (default {DEFAULT_TIMEOUT_S:g})")
     p.add_argument("--max-result-mb", type=float, default=DEFAULT_MAX_RESULT_BYTES / MIB, metavar="MB",

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.commands import schema_choice
+from workbench.commands.common import add_json_arg
 from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.schema.extract import ExtractError, extract, report, write
@@ -39,7 +40,7 @@ def register(sub: Any) -> None:
                         "--descriptor-set is given)")
     e.add_argument("--descriptor-set", metavar="FILE", type=Path, default=None,
                    help="also write a FileDescriptorSet (self-contained; usable with --proto FILE)")
-    e.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
+    add_json_arg(e, "print the report as JSON instead of text")
     e.set_defaults(func=_extract)
     schema_choice.register(ssub)
 

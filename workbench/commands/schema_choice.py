@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workbench.commands.common import add_db_arg, reader_from
+from workbench.commands.common import add_db_arg, add_json_arg, reader_from
 from workbench.errors import CliError
 from workbench.schema.active import BUILTIN, active_schema, choose, config_path, reset, schema_of, use
 from workbench.schema.diff import change_line, counts, diff, load_side
@@ -32,7 +32,7 @@ def register(ssub: Any) -> None:
     u.add_argument("paths", nargs="*", metavar="PATH", help="schema folder, .proto file or descriptor set")
     u.add_argument("--link", action="store_true", help="refer to PATH where it is instead of keeping a copy")
     u.add_argument("--reset", action="store_true", help="go back to the built-in overlay")
-    u.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_json_arg(u, "print the result as JSON")
     u.set_defaults(func=_use)
 
     s = ssub.add_parser("show", help="which schema is active, and where that is configured",
@@ -41,7 +41,7 @@ def register(ssub: Any) -> None:
                                     "overlay).")
     s.add_argument("--proto", action="append", default=[], metavar="PATH",
                    help="show what this --proto would make active instead")
-    s.add_argument("--json", action="store_true", help="print as JSON")
+    add_json_arg(s, "print as JSON")
     s.set_defaults(func=_show)
 
     d = ssub.add_parser("diff", help="what changed between two schemas (exit 0 same, 1 different, 2 error)",
@@ -51,7 +51,7 @@ def register(ssub: Any) -> None:
                                     "enum values. Exit 0 when they are the same, 1 when they differ, 2 on error.")
     d.add_argument("a", metavar="A", help="the older schema (or `builtin`)")
     d.add_argument("b", metavar="B", help="the newer schema (or `builtin`)")
-    d.add_argument("--json", action="store_true", help="print the changes as JSON")
+    add_json_arg(d, "print the changes as JSON")
     d.set_defaults(func=_diff)
 
     r = ssub.add_parser("drift", help="field paths the captures carry that a schema does not name",
@@ -67,7 +67,7 @@ def register(ssub: Any) -> None:
                    help="read the captures with this schema instead of the active one (`builtin`: the overlay)")
     r.add_argument("--sample", type=int, default=None, metavar="N",
                    help="walk at most N frames of each kind (numbered kinds are still counted exactly)")
-    r.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json_arg(r, "print the report as JSON")
     r.set_defaults(func=_drift)
 
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workbench.commands.common import add_db_arg, reader_from, resolve_session
+from workbench.commands.common import add_db_arg, add_json_arg, reader_from, resolve_session
 from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.ingest import ImportResult, IngestError, register_importer
@@ -22,8 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parquet", required=True, metavar="DIR", help="output directory")
     p.add_argument("--session", action="append", default=[], metavar="ID",
                    help="only this session (unique prefix; repeatable); default: all")
-    p.add_argument("--json", action="store_true",
-                   help="print what was written as one JSON object (directory, sessions, rows per table)")
+    add_json_arg(p, "print what was written as one JSON object (directory, sessions, rows per table)")
     add_db_arg(p)
     p.set_defaults(func=cmd_export)
     _register_import_format()

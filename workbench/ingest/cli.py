@@ -7,7 +7,7 @@ import dataclasses
 import json
 import sys
 
-from workbench.commands.common import add_db_arg, add_proto_arg, decoder_from
+from workbench.commands.common import add_db_arg, add_json_arg, add_proto_arg, decoder_from
 from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.ingest import IMPORTERS, IngestError, Progress, import_file, open_store
@@ -29,8 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_db_arg(p)
     p.add_argument("--format", default="auto",
                    help=f"auto (default) or one of: {', '.join(IMPORTERS)}")
-    p.add_argument("--json", action="store_true",
-                   help="one JSON object per file on stdout: format, sessions, frames, session_ids, notes, "
+    add_json_arg(p, "one JSON object per file on stdout: format, sessions, frames, session_ids, notes, "
                         "what was already stored, or the error")
     add_proto_arg(p)
     p.add_argument("--keylog", metavar="KEYS", default=None,

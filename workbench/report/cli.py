@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from workbench.commands.common import add_db_arg
+from workbench.commands.common import add_db_arg, add_json_arg
 from workbench.commands.table import add_command
 from workbench.errors import CliError
 
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "blobs and model text (default: secrets only)")
     p.add_argument("--max-frames", type=int, default=5000, metavar="N",
                    help="frames in the frame table, each with its tree (default 5000; the pictures show all)")
-    p.add_argument("--json", action="store_true", help="print what was written as one JSON object")
+    add_json_arg(p, "print what was written as one JSON object")
     p.set_defaults(func=cmd_report)
 
 

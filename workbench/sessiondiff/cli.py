@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from workbench.commands.common import add_db_arg
+from workbench.commands.common import add_db_arg, add_json_arg
 from workbench.commands.table import add_command
 from workbench.errors import CliError
 
@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                           "or a fixture file")
     add_db_arg(p)
     p.add_argument("--db-b", metavar="PATH", help="capture database of B when it is not --db")
-    p.add_argument("--json", action="store_true", help="one JSON document instead of text")
+    add_json_arg(p, "one JSON document instead of text")
     p.add_argument("--timing-threshold", type=float, default=0.5, metavar="SECONDS",
                    help="report a step whose delay after the previous frame differs by more than this (default 0.5)")
     p.add_argument("--compare-ids", action="store_true", help="compare ids, hashes and times too")
