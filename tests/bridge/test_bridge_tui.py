@@ -48,6 +48,8 @@ async def test_bridge_screen_side_by_side(bridge_db: Path) -> None:
         await wait_until_async(lambda: isinstance(app.screen, BridgeScreen), timeout=20, pause=lambda: pilot.pause(0.02))
         screen = app.screen
         assert isinstance(screen, BridgeScreen)
+        # Both sides are read in a worker; the tables fill when the read is done.
+        await wait_until_async(lambda: bool(screen.turns), timeout=20, pause=lambda: pilot.pause(0.02))
         assert len(screen.turns) == 2  # the tool call handed out, then the follow-up with its result
         left = screen.query_one("#bridge-openai", DataTable)
         right = screen.query_one("#bridge-agent", DataTable)

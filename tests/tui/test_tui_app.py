@@ -16,6 +16,7 @@ from workbench.store.db import SessionInfo, Store
 from workbench.store.reader import LiveService
 from workbench.store.recorder import Recorder
 from workbench.tui.app import WorkbenchApp
+from workbench.tui.bridge_screen import BridgeScreen
 from workbench.tui.detail import FrameDetailView
 from workbench.tui.modals import BlobScreen, HelpScreen, ToolCallScreen
 from workbench.tui.sample_db import BASE_US, ERR_SESSION, HANG_SESSION, _record, hang_turn, ok_turn
@@ -404,3 +405,20 @@ async def test_a_long_session_paints_from_a_prefix_then_reads_the_whole_index(
         await wait_for(pilot, lambda: tl.current is not None and tl.current.seq == 60, what="jump to 60")
         assert "61 frames" in _text(app, "#session-status")
         assert not app.errors
+
+
+async def test_bridge_screen_on_a_session_without_links_says_so(tui_sample_db: Path, wait_for: Wait) -> None:
+    """``B`` on a session without a bridge link opens the bridge screen, which reads in a worker and then
+    says the session is not linked, leaving both tables empty."""
+    app = WorkbenchApp(tui_sample_db)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.selected_id(),
+                       what="the sessions list")
+        sid = app.screen.selected_id()
+        await pilot.press("B")
+        await wait_for(pilot, lambda: isinstance(app.screen, BridgeScreen), what="the bridge screen")
+        info = app.screen.query_one("#bridge-info", Static)
+        await wait_for(pilot, lambda: "not linked" in str(info.render()), what="the not-linked message")
+        assert sid in str(info.render())
+        assert app.screen.query_one("#bridge-openai", DataTable).row_count == 0
+        assert app.screen.query_one("#bridge-agent", DataTable).row_count == 0

@@ -9,6 +9,7 @@ the same row on both sides. The bridge findings of those sessions are listed bel
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.text import Text
@@ -20,10 +21,12 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from workbench.analysis.bridge import bridge_findings
 from workbench.analysis.bridge_join import JOINED, Link, links_of
+from workbench.analysis.model import Finding
 from workbench.store import bridge_reads as reads
 from workbench.store.db import us_to_datetime
 from workbench.store.queries import Reader, Row
 from workbench.tui.context import TuiContext
+from workbench.tui.loading import Loader
 
 MAX_SESSIONS = 40   # a conversation of this many requests and runs is shown; the rest is left out
 _COLUMNS = ("seq", "time", "", "kind", "summary")
@@ -51,7 +54,30 @@ def _row(f: Row) -> tuple[Any, ...]:
     return (str(f["seq"]), t, arrow, f["kind"], Text(str(f["summary"] or "")[:120]))
 
 
-class BridgeScreen(Screen[None]):
+@dataclass
+class BridgeView:
+    """Everything the screen shows, read in one go off the UI thread."""
+
+    turns: list[tuple[str, list[Link]]]
+    frames: dict[str, list[Row]] = field(default_factory=dict)   # session id → its frame lines
+    findings: list[Finding] = field(default_factory=list)
+
+
+def read_bridge(data: Reader, session_id: str) -> BridgeView:
+    """The conversation ``session_id`` belongs to: its turns, each side's frames, its bridge findings."""
+    view = BridgeView(_turns(data, session_id))
+    requests = [req for req, _ in view.turns]
+    for req, links in view.turns:
+        view.frames[req] = reads.frame_lines(data, req)
+        for lk in links:
+            if lk.role == "caused" and lk.session_id not in view.frames:
+                view.frames[lk.session_id] = reads.frame_lines(data, lk.session_id)
+    sessions = sorted(set(requests) | {lk.session_id for _, links in view.turns for lk in links})
+    view.findings = [f for s in sessions if s in requests for f in bridge_findings(data, s)]
+    return view
+
+
+class BridgeScreen(Loader, Screen[None]):
     BINDINGS = [
         Binding("escape", "back", "Back", show=True),
         Binding("q", "back", "Back", show=False),
@@ -66,7 +92,7 @@ class BridgeScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         with Vertical():
-            yield Static(id="bridge-info")
+            yield Static(Text("reading both sides…", "dim"), id="bridge-info")
             with Horizontal(id="bridge-sides"):
                 yield DataTable(id="bridge-openai", cursor_type="row", zebra_stripes=True)
                 yield DataTable(id="bridge-agent", cursor_type="row", zebra_stripes=True)
@@ -75,43 +101,41 @@ class BridgeScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.title = f"bridge {self.session_id[:8]}"
-        data = self.ctx.data
-        left = self.query_one("#bridge-openai", DataTable)
-        right = self.query_one("#bridge-agent", DataTable)
-        left.add_columns(*_COLUMNS)
-        right.add_columns("run", *_COLUMNS)
-        self.turns = _turns(data, self.session_id)
-        if not self.turns:
+        self.query_one("#bridge-openai", DataTable).add_columns(*_COLUMNS)
+        self.query_one("#bridge-agent", DataTable).add_columns("run", *_COLUMNS)
+        data, sid = self.ctx.data, self.session_id
+        self.load(lambda: read_bridge(data, sid), self._show, group="bridge", what="both sides of the bridge")
+
+    def _show(self, view: BridgeView) -> None:
+        self.turns = view.turns
+        if not view.turns:
             self.query_one("#bridge-info", Static).update(
                 Text(f"session {self.session_id} is not linked to the other side of a bridge"))
             return
-        sessions: set[str] = set()
-        for n, (req, links) in enumerate(self.turns, 1):
+        left = self.query_one("#bridge-openai", DataTable)
+        right = self.query_one("#bridge-agent", DataTable)
+        for n, (req, links) in enumerate(view.turns, 1):
             caused = [lk for lk in links if lk.role == "caused"]
             lrows = [(Text(f"turn {n}", "bold"), "", "", Text(f"request {req[:8]}", "bold"), "")]
-            lrows += [_row(f) for f in reads.frame_lines(data, req)]
+            lrows += [_row(f) for f in view.frames.get(req, [])]
             rrows: list[tuple[Any, ...]] = []
             for lk in caused:
                 rrows.append((Text(lk.session_id[:8], "bold"), Text(f"turn {n}", "bold"), "", "",
                               Text(f"run caused, by {'+'.join(lk.by)}", "bold"), ""))
-                rrows += [(lk.session_id[:8], *_row(f)) for f in reads.frame_lines(data, lk.session_id)]
+                rrows += [(lk.session_id[:8], *_row(f)) for f in view.frames.get(lk.session_id, [])]
             height = max(len(lrows), len(rrows))
             for r in lrows + [("",) * len(_COLUMNS)] * (height - len(lrows)):
                 left.add_row(*r)
             for r in rrows + [("",) * (len(_COLUMNS) + 1)] * (height - len(rrows)):
                 right.add_row(*r)
-            sessions.add(req)
-            sessions.update(lk.session_id for lk in links)
         info = Text()
-        info.append(f"{len(self.turns)} request{'s' if len(self.turns) != 1 else ''}", "bold")
+        info.append(f"{len(view.turns)} request{'s' if len(view.turns) != 1 else ''}", "bold")
         info.append(" (left: what the OpenAI client sent and got) · runs (right: the agent side)")
         self.query_one("#bridge-info", Static).update(info)
-        found = [f for s in sorted(sessions) for f in bridge_findings(data, s)
-                 if s in {t[0] for t in self.turns}]
         text = Text()
-        if not found:
+        if not view.findings:
             text.append("no bridge finding", "green")
-        for f in found:
+        for f in view.findings:
             text.append(f"{f.severity.upper()} {f.code} ", "bold red" if f.severity == "error" else "yellow")
             text.append(f"request {f.session_id[:8]}: {f.message}\n")
         self.query_one("#bridge-findings", Static).update(text)
