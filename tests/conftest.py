@@ -108,6 +108,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = grouped + slow + quick
 
 
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    # What started between tests is no test's: pytest-xdist runs `uname -p` (platform.platform())
+    # when a worker reports in, which would otherwise be charged to that worker's first test.
+    _started.clear()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
     started = list(_started)
