@@ -54,6 +54,16 @@ def sniff_blob(data: bytes) -> tuple[str, str | None]:
     return "text", None
 
 
+def sniff_blob_at(p: bytes, start: int) -> tuple[str, str | None]:
+    """``sniff_blob(p[start:start + 4096])`` without copying 4 KiB for a JSON blob (the usual kind),
+    which needs only its first 512 bytes."""
+    head = p[start : start + 512].lstrip()
+    if head[:1] in (b"{", b"["):
+        m = _ROLE.search(head)
+        return "json", (m.group(1).decode() if m else None)
+    return sniff_blob(p[start : start + 4096])
+
+
 # Tag bytes of small field numbers with length-delimited or varint wire types: a plausible first
 # byte of a serialized message.
 _PROTO_FIRST = frozenset(
