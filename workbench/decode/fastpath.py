@@ -177,7 +177,15 @@ class FastPaths:
 
     def set_blob(self, p: bytes, n: int) -> Frame | None:
         """``22 L1 [08 id] 1a L2 [0a L blob_id] [12 L blob_data]`` → kv_server_message.set_blob_args."""
-        ln, i = _uvarint(p, 1)
+        # The three lengths that span the blob take two bytes for most blobs (128 B … 16 KiB):
+        # read inline like one-byte ones, the reader called only past that.
+        b = p[1]
+        if b < 0x80:
+            ln, i = b, 2
+        elif n > 2 and p[2] < 0x80:
+            ln, i = (b & 0x7F) | p[2] << 7, 3
+        else:
+            ln, i = _uvarint(p, 1)
         if i + ln != n or i >= n:
             return None
         kv_id = 0
@@ -191,7 +199,10 @@ class FastPaths:
                 return None
         if p[i] != 0x1A:
             return None
-        ln, i = _uvarint(p, i + 1)
+        if i + 2 < n and (b := p[i + 1]) >= 0x80 and p[i + 2] < 0x80:
+            ln, i = (b & 0x7F) | p[i + 2] << 7, i + 3
+        else:
+            ln, i = _uvarint(p, i + 1)
         if i + ln != n:
             return None
         short = "∅"  # summary.short_id of the blob id, without copying the id
@@ -207,14 +218,29 @@ class FastPaths:
             if ln:
                 short = p[k : k + min(ln, 2)].hex() + "…"
         start = n
-        if i < n and p[i] == 0x12:
+        if i + 2 < n and p[i] == 0x12:
+            b = p[i + 1]
+            if b < 0x80:
+                ln, start = b, i + 2
+            elif p[i + 2] < 0x80:
+                ln, start = (b & 0x7F) | p[i + 2] << 7, i + 3
+            else:
+                ln, start = _uvarint(p, i + 1)
+            if start + ln != n:
+                return None
+            i = n
+        elif i < n and p[i] == 0x12:  # a tag and at most one more byte: no room for the length
             ln, start = _uvarint(p, i + 1)
             if start + ln != n:
                 return None
             i = n
         if i != n:
             return None
-        ctype, role = summary.sniff_blob_at(p, start)
+        if start < n and p[start] in _JSON_FIRST:  # summary.sniff_blob's JSON case inlined (the usual blob)
+            m = _ROLE_SEARCH(p, start, start + 512)
+            ctype, role = "json", (m.group(1).decode() if m else None)
+        else:
+            ctype, role = summary.sniff_blob_at(p, start)
         size = n - start
         return Frame("kv_server_message.set_blob_args",
                      f"set_blob#{kv_id} {short} {f'{size} B' if size < 1024 else _human_size(size)} "
@@ -289,4 +315,6 @@ def _fast_tool_delta(p: bytes, j: int, n: int) -> Frame | None:
 _DELTA_TAGS = frozenset((0x0A, 0x12, 0x1A))
 _quote = summary.quote
 _human_size = summary.human_size
+_ROLE_SEARCH = summary.ROLE.search
+_JSON_FIRST = frozenset(b"{[")
 _SHORT_TEXT = summary.MAX_TEXT

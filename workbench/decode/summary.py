@@ -10,7 +10,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-_ROLE = re.compile(rb'"role"\s*:\s*"([A-Za-z_]+)"')
+ROLE = re.compile(rb'"role"\s*:\s*"([A-Za-z_]+)"')
+_ROLE = ROLE
 MAX_TEXT = 60  # characters a quoted text keeps (the last one becomes "…" past it)
 _MAX_TEXT = MAX_TEXT
 
