@@ -42,6 +42,8 @@ class FastPaths:
         # member number → (kind, summary prefix) of the InteractionUpdate text members, and whether
         # the PartialToolCall / ToolCallDelta layouts match the fast paths.
         self.text_members = text_members
+        # the same by tag byte (one-byte tags of wire type 2, i.e. ``tag & 0x87 == 0x02``): one lookup
+        self.text_tags = {number << 3 | 2: member for number, member in text_members.items() if number < 16}
         self.partial_ok = partial_ok
         self.delta_ok = delta_ok
 
@@ -79,8 +81,7 @@ class FastPaths:
         if 5 < n < 0x80 and p[1] == n - 2 and p[3] == n - 4 and p[4] == 0x0A and p[5] == n - 6:
             # ``0a L1 T L2 0a L3 text`` with every length one byte: the most frequent frame of all
             # (a short text delta), with the checks of the general path below folded into one test
-            tag = p[2]
-            text_member = self.text_members.get(tag >> 3) if tag & 0x87 == 0x02 else None
+            text_member = self.text_tags.get(p[2])
             if text_member is not None:
                 try:
                     text = p[6:].decode("utf-8")
@@ -104,7 +105,7 @@ class FastPaths:
             ln, j = _uvarint(p, i + 1)
         if j + ln != n:
             return None
-        text_member = self.text_members.get(tag >> 3) if tag & 0x87 == 0x02 else None
+        text_member = self.text_tags.get(tag)
         if text_member is not None:
             if ln == 0:
                 text = ""
