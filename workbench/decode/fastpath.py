@@ -93,6 +93,8 @@ class FastPaths:
         ln = p[1]  # single-byte lengths inline: most frames are short
         if ln < 0x80:
             i = 2
+        elif n > 2 and p[2] < 0x80:  # two bytes (a partial tool call's arguments) inline too
+            ln, i = (ln & 0x7F) | p[2] << 7, 3
         else:
             ln, i = _uvarint(p, 1)
         if i + ln != n or i + 1 >= n:
@@ -101,6 +103,8 @@ class FastPaths:
         ln = p[i + 1]
         if ln < 0x80:
             j = i + 2
+        elif i + 2 < n and p[i + 2] < 0x80:
+            ln, j = (ln & 0x7F) | p[i + 2] << 7, i + 3
         else:
             ln, j = _uvarint(p, i + 1)
         if j + ln != n:
@@ -146,7 +150,10 @@ class FastPaths:
                 except UnicodeDecodeError:
                     return None
             if j < n and p[j] == 0x1A:
-                ln, k = _uvarint(p, j + 1)
+                if j + 2 < n and (b := p[j + 1]) >= 0x80 and p[j + 2] < 0x80:
+                    ln, k = (b & 0x7F) | p[j + 2] << 7, j + 3
+                else:
+                    ln, k = _uvarint(p, j + 1)
                 j = k + ln
                 if j > n:
                     return None
