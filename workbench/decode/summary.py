@@ -10,7 +10,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-_ROLE = re.compile(rb'"role"\s*:\s*"([A-Za-z_]+)"')
+ROLE = re.compile(rb'"role"\s*:\s*"([A-Za-z_]+)"')
+_ROLE = ROLE
 MAX_TEXT = 60  # characters a quoted text keeps (the last one becomes "…" past it)
 _MAX_TEXT = MAX_TEXT
 
@@ -52,6 +53,16 @@ def sniff_blob(data: bytes) -> tuple[str, str | None]:
     if data[0] in _PROTO_FIRST and any(b < 0x09 for b in data[:64]):
         return "protobuf", None
     return "text", None
+
+
+def sniff_blob_at(p: bytes, start: int) -> tuple[str, str | None]:
+    """``sniff_blob(p[start:start + 4096])`` without copying 4 KiB for a JSON blob (the usual kind),
+    which needs only its first 512 bytes."""
+    head = p[start : start + 512].lstrip()
+    if head[:1] in (b"{", b"["):
+        m = _ROLE.search(head)
+        return "json", (m.group(1).decode() if m else None)
+    return sniff_blob(p[start : start + 4096])
 
 
 # Tag bytes of small field numbers with length-delimited or varint wire types: a plausible first

@@ -166,10 +166,12 @@ class EnvelopeParser:
             return [self._junk(bytes(data), "bytes after end-stream")]
         buf = self._buf
         if buf:
-            buf += data
-            if len(buf) < self._need:
+            if len(buf) + len(data) < self._need:
+                buf += data
                 return []
-            view = bytes(buf)
+            # one copy of both into the bytes the frames are sliced from (``buf += data`` and then
+            # ``bytes(buf)`` copied each chunk twice)
+            view = b"".join((buf, data))
             buf.clear()
         else:
             view = data if type(data) is bytes else bytes(data)
@@ -180,8 +182,16 @@ class EnvelopeParser:
         unpack = _HEADER.unpack_from
         cap = self._max
         need = HEADER_LEN
+        append = out.append
         while n - pos >= HEADER_LEN:
             flags, length = unpack(view, pos)
+            end = pos + HEADER_LEN + length
+            if not flags and plain and end <= n and length <= cap:
+                # the common case first (a plain, complete frame on the hot path): what the checks
+                # below would conclude for it, without reading the flag constants per frame
+                append(view[pos + HEADER_LEN : end])
+                pos = end
+                continue
             if length > cap:
                 self._offset = base + pos
                 self._desynced = True
@@ -193,7 +203,6 @@ class EnvelopeParser:
                 self._desynced = True
                 out.append(self._junk(view[pos:], f"reserved envelope flags 0x{flags:02x}"))
                 return out
-            end = pos + HEADER_LEN + length
             if end > n:
                 need = HEADER_LEN + length
                 break
@@ -212,7 +221,7 @@ class EnvelopeParser:
                 break
         self._offset = base + pos
         if pos < n:
-            buf += view[pos:]
+            buf += memoryview(view)[pos:]  # no intermediate slice of the partial frame
             self._need = need
         return out
 

@@ -40,6 +40,12 @@ def read_length_varint(p: bytes, i: int) -> tuple[int, int]:
         if b < 0x80:
             return b, i + 1
         value = b & 0x7F
+        # two bytes (lengths 128 B … 16 KiB: KV blobs, long deltas) without the loop: the fast
+        # paths read several such lengths per frame
+        if i + 1 < n:
+            b = p[i + 1]
+            if b < 0x80:
+                return value | b << 7, i + 2
         shift = 7
         for j in range(i + 1, min(i + 5, n)):
             b = p[j]
