@@ -21,11 +21,15 @@ class Usage:
 
 @dataclass(slots=True)
 class TextDelta:
+    """A piece of the model's answer as streamed (``interaction_update.text_delta``)."""
+
     text: str
 
 
 @dataclass(slots=True)
 class ThinkingDelta:
+    """A piece of the model's reasoning (``interaction_update.thinking_delta``), kept apart from the answer."""
+
     text: str
 
 
@@ -117,6 +121,8 @@ class KvSet:
 
 @dataclass(slots=True)
 class TurnEnded:
+    """The server ended the turn (``interaction_update.turn_ended``); ``usage`` as counted during it."""
+
     usage: Usage
 
 
