@@ -17,7 +17,11 @@ session of ``--rows`` frames in agent-traffic proportions (``benchmarks/diagnose
 tool calls, blobs, a final heartbeat loop) is analysed and its rows stored, timed against writing
 the same number of frames through the ``Recorder``.
 
-    python benchmarks/ingest.py [--rows N] [--batch B] [--payload BYTES]
+Each figure is a ratio to the arrow baseline of the same round (every path runs once per round,
+back to back, in alternating order): min / median / max over ``--repeat`` rounds (default 5), so
+a load spike on a shared machine moves one round, not the median.
+
+    python benchmarks/ingest.py [--rows N] [--batch B] [--payload BYTES] [--repeat R]
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 
 import duckdb
 import pyarrow as pa
@@ -111,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=300_000)
     ap.add_argument("--batch", type=int, default=20_000, help="frames per flush / insert")
     ap.add_argument("--payload", type=int, default=200, help="payload bytes per frame")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per path; the median is reported")
+    ap.add_argument("--repeat", type=int, default=5, help="rounds (every path once each); medians are reported")
     args = ap.parse_args(argv)
 
     frames = make_frames(args.rows, args.payload)
@@ -125,37 +130,45 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[float]] = {"arrow baseline (prebuilt table)": [], "Store.insert_frames(FrameBatch)": [],
                                        "Recorder.add + flush": [], "Recorder(background=True)": [],
                                        "Recorder, no unique keys": []}
+    names = list(results)
+    runners = [lambda p: run_arrow(p, table), lambda p: run_batches(p, frames, args.batch, ts0),
+               lambda p: run_recorder(p, frames, args.batch, ts0),
+               lambda p: run_recorder(p, frames, args.batch, ts0, background=True),
+               lambda p: run_recorder(p, frames, args.batch, ts0, unique_keys=False)]
     with tempfile.TemporaryDirectory(prefix="wb-ingest-") as tmp:
         for r in range(args.repeat):
-            # interleave the paths so machine load affects them alike
-            paths = {name: Path(tmp) / f"{k}-{r}.duckdb" for k, name in enumerate(results)}
-            names = list(results)
-            results[names[0]].append(run_arrow(paths[names[0]], table))
-            results[names[1]].append(run_batches(paths[names[1]], frames, args.batch, ts0))
-            results[names[2]].append(run_recorder(paths[names[2]], frames, args.batch, ts0))
-            results[names[3]].append(run_recorder(paths[names[3]], frames, args.batch, ts0, background=True))
-            results[names[4]].append(run_recorder(paths[names[4]], frames, args.batch, ts0, unique_keys=False))
+            # One round runs every path once, back to back, so each is paired with the baseline
+            # measured next to it (a shared machine's load drifts over seconds, not within a round);
+            # every other round runs them in reverse, so no path always goes first.
+            paths = {name: Path(tmp) / f"{k}-{r}.duckdb" for k, name in enumerate(names)}
+            order = list(range(len(names)))
+            for k in order if r % 2 == 0 else order[::-1]:
+                results[names[k]].append(runners[k](paths[names[k]]))
             for p in paths.values():
                 assert count(p) == n
         size_mb = sum(p.stat().st_size for p in Path(tmp).glob("*-0.duckdb")) / len(results) / 1e6
 
-    med = {k: sorted(v)[len(v) // 2] for k, v in results.items()}
-    base = med["arrow baseline (prebuilt table)"]
-    print(f"{n:,} frames, {args.payload}-byte payloads, batches of {args.batch:,}, median of {args.repeat}; "
+    med = {k: median(v) for k, v in results.items()}
+    base_runs = results[names[0]]
+    # the ratio of each round (baseline time / path time), then min/median/max over the rounds
+    paired = {k: sorted(b / t for b, t in zip(base_runs, v, strict=True)) for k, v in results.items()}
+    print(f"{n:,} frames, {args.payload}-byte payloads, batches of {args.batch:,}, {args.repeat} paired rounds; "
           f"~{size_mb:.0f} MB per file; duckdb {duckdb.__version__}, pyarrow {pa.__version__}")
     print()
-    print(f"{'path':36} {'frames/s':>12} {'vs arrow':>9}")
+    print(f"{'path':36} {'frames/s':>12} {'vs arrow, per round: min / median / max':>42}")
     for name, t in med.items():
-        print(f"{name:36} {n / t:12,.0f} {base / t:8.2f}x")
+        ratios = paired[name]
+        print(f"{name:36} {n / t:12,.0f}   {ratios[0]:6.2f}x / {median(ratios):6.2f}x / {ratios[-1]:6.2f}x")
     keyed, free = med["Recorder.add + flush"], med["Recorder, no unique keys"]
     print(f"unique keys (schema 3): Recorder.add + flush {n / keyed:,.0f} frames/s with them, {n / free:,.0f} "
           f"without: {keyed / free:.2f}x the time")
     print()
     for name in ("Recorder(background=True)", "Recorder.add + flush"):
         t = med[name]
+        ratio = median(paired[name])
         print(f"{name}:")
         print("  " + goal("ingest_rate").line(n / t, f"{n / t:,.0f} frames/s"))
-        print("  " + goal("ingest").line(base / t, f"{base / t:.2f}×"))
+        print("  " + goal("ingest").line(ratio, f"{ratio:.2f}× (median of {args.repeat} paired rounds)"))
     print()
     stored = run_findings(n)
     write = med["Recorder.add + flush"]

@@ -1,6 +1,6 @@
 """Packet-capture import throughput, and what it costs on top of tshark.
 
-    python benchmarks/pcap_import.py [--mb 100] [--dir DIR] [--keep]
+    python benchmarks/pcap_import.py [--mb 100] [--dir DIR] [--keep] [--rounds N] [--no-http1-reference]
 
 1. A capture of about ``--mb`` MB is recorded for real: ``workbench sim`` and built-in clients
    (four at a time; three HTTP/2 ``Run`` sessions for every HTTP/1.1 RunSSE + BidiAppend one) talk
@@ -18,7 +18,9 @@
    (tshark + reading its output + reassembling exchanges, no decoding or writing).
 
 Prints frames/s and MB/s (capture file size) for the import and the ratio of each time to the
-tshark baselines (our overhead on top of the dissector). Run it once; give ``uptime`` next to it.
+tshark baselines (our overhead on top of the dissector). Give ``uptime`` next to it. On a shared
+machine use ``--rounds 3`` or more: the import and the decrypt+dump baseline run again back to back and
+the goal is judged on the median of the per-round ratios.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -137,6 +140,10 @@ def main() -> int:
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "workbench-pcap-bench"),
                     help="where the capture and its key log are kept")
     ap.add_argument("--keep", action="store_true", help="keep the database too")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="import + baseline pairs; the goal is judged on the median ratio (default 1)")
+    ap.add_argument("--no-http1-reference", action="store_true",
+                    help="skip the tshark run with its HTTP/1.1 dissector (a reference only; the slowest step)")
     args = ap.parse_args()
     for tool in ("tshark", "tcpdump"):
         if shutil.which(tool) is None:
@@ -153,19 +160,35 @@ def main() -> int:
     dump_cmd = [exe, "-r", str(pcap), "-n", "-o", f"tls.keylog_file:{keylog}", "-T", "fields",
                 "-e", "http2.data.data", "-e", "data.data"]
     dump = _timed([*dump_cmd, "--disable-protocol", "http"])
-    dump_http = _timed(dump_cmd)
+    dump_http = None if args.no_http1_reference else _timed(dump_cmd)
     ours = _timed(command(exe, pcap, keylog))
     half, exchanges = _reassemble_only(pcap, keylog)
 
     db = folder / "bench.duckdb"
-    db.unlink(missing_ok=True)
-    t0 = time.perf_counter()
-    done = subprocess.run([str(Path(sys.executable).parent / "workbench"), "import", str(pcap), "--keylog",
-                           str(keylog), "--db", str(db)], capture_output=True, text=True)
-    total = time.perf_counter() - t0
+
+    def run_import() -> tuple[float, subprocess.CompletedProcess[str]]:
+        db.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        done = subprocess.run([str(Path(sys.executable).parent / "workbench"), "import", str(pcap), "--keylog",
+                               str(keylog), "--db", str(db)], capture_output=True, text=True)
+        return time.perf_counter() - t0, done
+
+    total, done = run_import()
     if done.returncode != 0:
         print(done.stdout, done.stderr, file=sys.stderr)
         return 1
+    # Later rounds: the import and the baseline again, back to back (alternating which goes first),
+    # so each ratio compares two runs made under the same load; the goal is judged on the median.
+    ratios = [total / dump]
+    for k in range(1, args.rounds):
+        if k % 2:
+            t, _ = run_import()
+            ratios.append(t / _timed([*dump_cmd, "--disable-protocol", "http"]))
+        else:
+            d = _timed([*dump_cmd, "--disable-protocol", "http"])
+            ratios.append(run_import()[0] / d)
+    ratios.sort()
+    ratio = statistics.median(ratios)
     from workbench.store import open_reader
 
     r = open_reader(db)
@@ -182,11 +205,15 @@ def main() -> int:
     rows = [("tshark decrypt+dump (fields)", dump), ("  the same with tshark's HTTP/1.1 dissector", dump_http),
             ("tshark, the importer's command", ours),
             ("tshark + read + reassemble (no decode/write)", half), ("workbench import (all)", total)]
-    for name, secs in rows:
+    for name, secs in ((n, t) for n, t in rows if t is not None):
         print(f"{name:<46}{secs:>9.1f}{size_mb / secs:>9.1f}{frames / secs:>11,.0f}{secs / dump:>9.2f}"
               f"{secs / ours:>14.2f}")
     print(f"\noverhead of the import on top of tshark's own decrypt-and-dump: {total / dump:.2f}×")
-    print(goal("pcap_import").line(total / dump, f"{total / dump:.2f}×"))
+    if len(ratios) > 1:
+        print(f"per round ({len(ratios)} rounds, each the import next to its own baseline run): "
+              f"min {ratios[0]:.2f}× / median {ratio:.2f}× / max {ratios[-1]:.2f}×")
+    print(goal("pcap_import").line(ratio, f"{ratio:.2f}×" + (f" (median of {len(ratios)} rounds)"
+                                                            if len(ratios) > 1 else "")))
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
     return 0
 

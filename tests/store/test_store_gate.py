@@ -21,7 +21,7 @@ from workbench.client.recording import Journal, RunWire
 from workbench.decode.classify import CLIENT_MSG, SERVER_MSG, Frame, default_decoder
 from workbench.schema import pb
 from workbench.store.db import SessionInfo, Store
-from workbench.store.gate import wire_bytes, wire_text
+from workbench.store.gate import SCRUB_LIMIT, wire_bytes, wire_text
 from workbench.store.recorder import Recorder
 from workbench.wire.envelope import encode
 
@@ -424,3 +424,62 @@ def test_text_holding_a_backslash_x_comes_back_whatever_its_neighbours(tmp_path:
     for r in rows:
         assert wire_bytes(r["summary"]) == b"C:\\x41 and C:\\Users"
         assert wire_bytes(json.loads(r["meta"])["p"]) == b"C:\\x41"
+
+
+# the gate's fast path ---------------------------------------------------------------------------
+
+_FAST_KINDS = ["interaction_update.text_delta", "exec_server_message.shell_args", "run_request", "end_stream",
+               "end_stream.error", "compressed", "malformed", "openai.chat_chunk", "unary", "empty"]
+_FAST_TYPES = [CLIENT_MSG, SERVER_MSG, None, "aiserver.v1.BidiAppendRequest", "aiserver.v1.BidiPollResponse",
+               "agent.v1.ModelDetails"]
+
+
+@st.composite
+def _any_frame(draw: st.DrawFn) -> Frame:
+    payload = draw(st.one_of(
+        st.binary(max_size=24),
+        st.builds(lambda head, rest: head + rest, st.sampled_from([b"\x0a", b"\x42", b"\x12", b"\x1a", b"["]),
+                  st.binary(max_size=24)),
+        st.builds(lambda rest: b"\x12" + rest + b"\xe2\x01", st.binary(max_size=12)),
+        st.sampled_from([_run_request(), _subagent_exec(), gzip.compress(_run_request())])))
+    meta = draw(st.one_of(st.none(), st.just({"request_headers": [["authorization", f"Bearer {CANARY}"],
+                                                                  ["x-other", "v"]], "http_status": 200})))
+    return Frame(draw(st.sampled_from(_FAST_KINDS)), "s", payload, draw(st.sampled_from([0, 1])),
+                 draw(st.sampled_from(_FAST_TYPES)), draw(st.sampled_from([None, "e"])),
+                 draw(st.one_of(st.none(), st.binary(max_size=8))), meta=meta)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_any_frame(), st.sampled_from([None, CLIENT_MSG, SERVER_MSG]))
+def test_the_gate_fast_path_stores_what_the_full_gate_stores(f: Frame, carried: str | None) -> None:
+    """``gate_frame`` skips the redaction chain for agent messages whose first bytes rule out a
+    credential; whatever the frame, the result is the one of the full chain."""
+    import copy
+    import dataclasses
+
+    from workbench.store.gate import _gate_frame_fully, gate_frame
+
+    fast = gate_frame(copy.deepcopy(f), carried=carried)
+    full = _gate_frame_fully(copy.deepcopy(f), carried, SCRUB_LIMIT)
+    assert dataclasses.astuple(fast) == dataclasses.astuple(full)
+
+
+@pytest.mark.parametrize("flush_first", [False, True], ids=["in-the-batch", "already-flushed"])
+def test_a_late_frame_meta_passes_the_gate(tmp_path: Path, flush_first: bool) -> None:
+    """``Recorder.patch_meta`` (a BidiAppend's answer, known after its frame was added) writes
+    around ``FrameBatch.add``: its credential headers are redacted all the same."""
+    db = tmp_path / "p.duckdb"
+    with Store(db) as store:
+        rec = Recorder(store)
+        seq = rec.add("s", 1, "client", "bidi_append", None, Frame("bidi_append", "append", b"\x0a\x00",
+                                                                     msg_type=CLIENT_MSG))
+        if flush_first:
+            rec.flush()
+        rec.patch_meta("s", seq, {"response_headers": [["set-cookie", f"session={CANARY}"], ["x-ok", "1"]],
+                                  "http_status": 200})
+        rec.flush()
+        [meta] = store.query("SELECT meta FROM frames").column(0).to_pylist()
+    assert CANARY not in meta
+    stored = json.loads(meta)
+    assert stored["http_status"] == 200 and ["x-ok", "1"] in stored["response_headers"]
+    assert CANARY.encode() not in db.read_bytes()

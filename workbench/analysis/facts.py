@@ -17,7 +17,8 @@ from __future__ import annotations
 from bisect import insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from types import MethodType
+from typing import Any, cast
 
 import pyarrow as pa
 from google.protobuf.message import DecodeError
@@ -132,7 +133,11 @@ class FactsBuilder(RequestPairing):
         self.neutral_seqs: list[int] = []       # client frames and empty polls: do not break a stretch
         self.input_seqs: list[int] = []         # new client input (see is_new_input, first exec results)
         self.server_kind_at: dict[int, str] = {}  # walked server frames (not heartbeats)
-        self._handlers: dict[str, Callable[[int, int, Any, Any, Any, str], None] | None] = {}
+        # kind -> the handler's function (called with the builder), not a bound method: a table of
+        # bound methods held by the builder puts it in a reference cycle, so the whole walk's facts
+        # (some 70,000 objects at 1M frames) outlived the analysis until the cyclic collector's next
+        # pass, which then had them all to traverse (a tenth of a 1M-frame diagnose).
+        self._handlers: dict[str, Callable[..., None] | None] = {}
         self._exec_open: dict[tuple[int, int], ExecReq] = {}
         self._kv_open: dict[tuple[int, int], KvOp] = {}
         self._query_open: dict[tuple[int, int], Query] = {}
@@ -196,6 +201,7 @@ class FactsBuilder(RequestPairing):
          grpcs) = (cols.get(name) or none for name in _OPTIONAL_COLUMNS)
         flags = cols.get("flags") or [0] * n
         handlers = self._handlers
+        end_stream = cast(MethodType, self._on_end_stream).__func__
         kind_counts = f.kinds
         layout = self.layout
         if f.first_seq is None:
@@ -241,20 +247,21 @@ class FactsBuilder(RequestPairing):
             if kind in handlers:
                 h = handlers[kind]
             else:
-                h = handlers[kind] = self._handler_for(kind)
+                bound = self._handler_for(kind)
+                h = handlers[kind] = cast(MethodType, bound).__func__ if bound is not None else None
             if h is not None:
-                if h == self._on_end_stream and transports[i] == "bidi_append":
+                if h is end_stream and transports[i] == "bidi_append":
                     # the answer to one BidiAppend (a gRPC-Web trailer, a Connect error), not the run's end
                     if kind == END_STREAM_ERROR:
                         f.http_errors.append(HttpError(seq, "bidi_append", "", rids[i], seqnos[i], None,
                                                        error_code(payloads[i] or b"", flags[i] or 0)))
                     continue
-                if h == self._on_end_stream:
+                if h is end_stream:
                     f.end_streams.append(EndStream(seq, ts, kind, payloads[i] or b"", flags[i] or 0))
                     f.after_end = []
                     f.after_end_count = 0
                     continue
-                h(seq, ts, refs[i], cids[i], payloads[i], kind)
+                h(self, seq, ts, refs[i], cids[i], payloads[i], kind)
         f.frame_count += n
         f.last_seq = seqs[n - 1]
         f.last_ts = tss[n - 1]

@@ -109,7 +109,8 @@ class FrameBatch:
         Every frame passes the write gate here (``workbench.store.gate``: credentials redacted,
         also inside compressed payloads), whichever source adds it.
         """
-        f = gate_frame(f, carried=CARRIED.get((transport, direction)))
+        # ``carried`` matters only to a malformed frame: no lookup for the others
+        f = gate_frame(f, carried=CARRIED.get((transport, direction)) if f.kind == "malformed" else None)
         self.session_id.append(session_id)
         self.seq.append(seq)
         self.ts.append(ts_us)
@@ -129,7 +130,7 @@ class FrameBatch:
         self.request_id.append(f.request_id)
         self.decoded.append(decoded)
         self.error.append(f.error)
-        self.meta.append(_json_text(f.meta) if f.meta else None)
+        self.meta.append(json_text(f.meta) if f.meta else None)
         self.source_key.append(source_key)
 
     def to_arrow(self) -> pa.Table:
@@ -141,7 +142,7 @@ class FrameBatch:
             col.clear()
 
 
-def _json_text(value: Any) -> str:
+def json_text(value: Any) -> str:
     """JSON of a frame's or session's meta, its strings stored by the gate's wire-text rule."""
     text = json.dumps(value)
     if "\\" in text:  # a backslash or a lone surrogate (bytes that were not UTF-8) in some string
@@ -151,12 +152,12 @@ def _json_text(value: Any) -> str:
 
 def _json_value_text(v: str) -> str:
     try:
-        return _json_text(json.loads(v))
+        return json_text(json.loads(v))
     except ValueError:  # not JSON after all: plain text then
         return wire_text(v)
 
 
-# Frame columns holding JSON documents: escaped inside (``_json_text``), never as text.
+# Frame columns holding JSON documents: escaped inside (``json_text``), never as text.
 _JSON_COLUMNS = frozenset({"meta", "decoded"})
 _ESCAPE_HINT = r"\\[\\x]"  # a backslash before a backslash or an x: the rule doubles its backslashes
 
@@ -215,7 +216,7 @@ class SessionInfo:
         wire text valid UTF-8)."""
         d = {k: wire_text(v) if isinstance(v, str) else v for k, v in asdict(self).items()}
         meta = gate_meta(self.meta)
-        d["meta"] = _json_text(meta) if meta else None  # escaped inside, by the same rule
+        d["meta"] = json_text(meta) if meta else None  # escaped inside, by the same rule
         return list(d.values())
 
 

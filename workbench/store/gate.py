@@ -45,6 +45,7 @@ _CHUNK = 1024 * 1024
 _HEADER_KEYS = ("request_headers", "response_headers", "trailers", "headers")
 _NEEDS_ESCAPE = re.compile(r"[\udc80-\udcff]|\\[\\x]|[\ud800-\udfff]")
 _UNESCAPE = re.compile(rb"\\(\\|x[0-9a-f]{2})")
+_AGENT_TYPES = frozenset({CLIENT_MSG, SERVER_MSG})  # gate_frame's fast path (see there)
 
 
 # text ----------------------------------------------------------------------------------------
@@ -207,6 +208,22 @@ def gate_frame(f: Frame, *, carried: str | None = None, limit: int = SCRUB_LIMIT
     ``carried``: the message type its transport carries in its direction, for a gzip payload that
     failed to inflate (kind ``malformed``, no ``msg_type``): what inflates of it is looked in too.
     """
+    kind = f.kind
+    payload = f.payload
+    # Nearly every frame of a capture is an agent message whose first bytes rule out a credential
+    # (``may_carry_credentials``, the same pre-check ``redact_payload`` makes first): the branches
+    # below would hand it back unchanged after a chain of calls that cost more than storing it.
+    # Kinds with a branch of their own (compressed, malformed, OpenAI JSON) never take this path.
+    if (payload and f.msg_type in _AGENT_TYPES and kind != COMPRESSED and kind != "malformed"
+            and not is_openai(kind) and not may_carry_credentials(payload, f.msg_type)):
+        if f.meta:
+            f.meta = gate_meta(f.meta)
+        return f
+    return _gate_frame_fully(f, carried, limit)
+
+
+def _gate_frame_fully(f: Frame, carried: str | None, limit: int) -> Frame:
+    """``gate_frame`` without its fast path (what the fast path is tested against)."""
     if f.kind == COMPRESSED:
         f = _gate_compressed(f, limit)
     elif f.kind == "malformed" and f.payload[:2] == b"\x1f\x8b" and (f.msg_type or carried):

@@ -24,7 +24,7 @@ from typing import Any
 from workbench.decode.classify import Frame
 from workbench.decode.frame import BIDI_APPEND, BIDI_POLL_RESP, CLIENT_MSG, SERVER_MSG
 from workbench.redact import SECRET_MESSAGE_TYPES
-from workbench.store.db import FrameBatch, SessionInfo, Store, us_to_datetime
+from workbench.store.db import FrameBatch, SessionInfo, Store, json_text, us_to_datetime
 from workbench.store.gate import gate_frame, gate_meta
 
 
@@ -115,11 +115,14 @@ class Recorder:
         """Add one frame (through the write gate); ``seq``: its place when the caller numbered it
         (a spool merge), else the session's next."""
         info = self.sessions.get(session_id) or self.open_session(SessionInfo(session_id))
+        nxt = self._next[session_id]
         if seq is None:
-            seq = self._next[session_id]
-        self._next[session_id] = max(self._next[session_id], seq + 1)
+            seq = nxt
+        if seq >= nxt:
+            self._next[session_id] = seq + 1
         self.batch.add(session_id, seq, ts_us, direction, transport, stream, frame, decoded, source_key)
-        info.frame_count = max(info.frame_count, seq + 1)
+        if seq >= info.frame_count:
+            info.frame_count = seq + 1
         # Time bounds are kept as integers here and turned into datetimes once per flush: the
         # conversion costs more than the rest of this method.
         bounds = self._bounds.get(session_id)
@@ -134,8 +137,11 @@ class Recorder:
 
     def patch_meta(self, session_id: str, seq: int, meta: dict[str, Any] | None) -> None:
         """Replace the ``meta`` of a frame already added (a BidiAppend whose answer came later):
-        in the pending batch when it is still there, else with the next flush's transaction."""
-        text = json.dumps(meta) if meta else None
+        in the pending batch when it is still there, else with the next flush's transaction.
+        Through the write gate like a frame's own meta (credential headers redacted, wire text
+        escaped): this write bypasses ``FrameBatch.add``."""
+        meta = gate_meta(meta)
+        text = json_text(meta) if meta else None
         batch = self.batch
         for i in range(len(batch.seq) - 1, -1, -1):
             if batch.seq[i] == seq and batch.session_id[i] == session_id:
