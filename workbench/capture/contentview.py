@@ -219,11 +219,14 @@ else:
 class _Kept:
     """A copy of one streamed body, handed to the message once the stream ends."""
 
-    __slots__ = ("buf", "limit", "truncated")
+    # The chunks themselves, joined once at the end: appending to one growing buffer would copy
+    # every chunk on the event loop (and the buffer again as it grows).
+    __slots__ = ("chunks", "limit", "room", "truncated")
 
     def __init__(self, limit: int) -> None:
-        self.buf = bytearray()
+        self.chunks: list[bytes] = []
         self.limit = limit
+        self.room = limit
         self.truncated = False
 
 
@@ -243,9 +246,10 @@ def keep_for_view(flow: http.HTTPFlow, direction: str, stream: Callable[[bytes],
     def wrapped(chunk: bytes) -> bytes:
         out = stream(chunk)
         if chunk:
-            room = kept.limit - len(kept.buf)
+            room = kept.room
             if room > 0:
-                kept.buf += chunk[:room]
+                kept.chunks.append(chunk[:room])  # the chunk itself when it fits (no copy)
+                kept.room = room - len(chunk)
             if len(chunk) > room:
                 kept.truncated = True
         else:
@@ -264,7 +268,7 @@ def _publish(flow: http.HTTPFlow, direction: str, kept: _Kept) -> None:
         _kept.pop(flow.id, None)
     message = flow.request if direction == "client" else flow.response
     if message is not None and not message.raw_content:
-        message.raw_content = bytes(kept.buf)
+        message.raw_content = b"".join(kept.chunks)
     if kept.truncated:
         flow.metadata[TRUNCATED] = sorted({*flow.metadata.get(TRUNCATED, ()), direction})
 

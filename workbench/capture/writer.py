@@ -46,6 +46,7 @@ from workbench.capture.flows import (
     Response,
     Stop,
 )
+from workbench.capture.pacing import Pacer
 from workbench.capture.sink import HOLD_BYTES, HOLD_FRAMES, Sink, SinkConfig
 from workbench.decode.classify import (
     CLIENT_MSG,
@@ -110,6 +111,7 @@ class CaptureWriter:
         self._thread = threading.Thread(target=self._run, name="workbench-capture-writer", daemon=True)
         self._stopped = threading.Event()
         self._wake = threading.Event()
+        self.pacer = Pacer(self.queue)
 
     # counters callers read (the database and the recorder stay the sink's) ------------------------
 
@@ -167,6 +169,7 @@ class CaptureWriter:
         interval = self.config.flush_interval
         get = self.queue.get_nowait
         handle = self._handle
+        pacer = self.pacer
         cost = 0.0
         next_tick = time.monotonic() + interval
         stop = False
@@ -177,6 +180,7 @@ class CaptureWriter:
             # commits keep coming (and a crash loses at most about one interval).
             drain_until = tick + interval * 0.8
             n = 0
+            pacer.begin()
             while True:
                 n += 1
                 if not n & 255 and time.monotonic() > drain_until and not stop:
@@ -193,6 +197,7 @@ class CaptureWriter:
                 except Exception as exc:  # keep recording whatever one bad event did
                     log.exception("capture writer: event failed")
                     self._loud(f"internal error on a capture event: {exc!r}")
+                pacer.step()  # lets a busy event loop have the GIL (pacing.py)
             self.appends.release_due(time.monotonic(), force=stop)
             if stop:
                 self._finish_all()
