@@ -24,15 +24,18 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from workbench.decode.classify import Decoder, Frame, default_decoder
+from workbench.decode.frame import Frame
 from workbench.protocol import kinds
 from workbench.protocol.args import map_leaves
 from workbench.wire.envelope import FLAG_COMPRESSED, encode, split_unary
+
+if TYPE_CHECKING:
+    from workbench.decode.classify import Decoder
 
 LEVELS = ("secrets", "content")
 
@@ -174,6 +177,10 @@ def secret_method(path: str | None) -> bool:
 # payloads --------------------------------------------------------------------------------------
 
 def _class(msg_type: str) -> type[Message] | None:
+    # deferred: the decoder brings the schema (≈ 20 ms); readers import the store, hence this
+    # module, and only a frame that may carry a credential gets here
+    from workbench.decode.classify import default_decoder
+
     schema = default_decoder().schema
     if not schema.has(msg_type):
         return None
@@ -497,6 +504,9 @@ def redact_frame(frame: Frame, *, content: bool = False, decoder: Decoder | None
     if content:
         dec = decoder
         if dec is None:
+            # deferred: as in _class, the decoder is loaded only when content is redacted
+            from workbench.decode.classify import default_decoder
+
             dec = default_decoder()
         if frame.msg_type in (_CLIENT_MSG, _SERVER_MSG):
             frame.summary = dec.classify_agent(new, frame.msg_type).summary

@@ -13,7 +13,6 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from workbench.decode.frame import CARRIED, Frame
 from workbench.errors import WorkbenchError
@@ -183,6 +182,9 @@ def _arrow_column(col: list[Any], typ: pa.DataType, name: str) -> pa.Array:
     data = arr.buffers()[2]
     if data is None or data.to_pybytes().find(b"\\") < 0:
         return arr
+    # deferred: pyarrow.compute costs ≈ 20 ms at start-up; only a column holding a backslash gets here
+    import pyarrow.compute as pc
+
     if pc.any(pc.match_substring_regex(arr, _ESCAPE_HINT)).as_py():
         return pa.array([wire_text(v) if isinstance(v, str) else v for v in col], type=typ)
     return arr

@@ -26,7 +26,6 @@ import re
 import zlib
 from typing import Any
 
-from workbench.decode.classify import default_decoder
 from workbench.decode.frame import BIDI_APPEND, BIDI_POLL_RESP, CLIENT_MSG, COMPRESSED, SERVER_MSG, Frame
 from workbench.protocol.kinds import is_end_stream, is_openai
 from workbench.redact import (
@@ -185,6 +184,10 @@ def _gate_compressed(f: Frame, limit: int) -> Frame:
         f.raw = None
         f.error = f"{f.error}; {note}" if f.error else note
         return f
+
+    # deferred: the decoder brings the schema (≈ 20 ms); only a compressed frame that may carry a
+    # credential needs it, and every reader that imports the store would pay it at start-up
+    from workbench.decode.classify import default_decoder
 
     plain = default_decoder().classify_carried(inner, f.msg_type)
     wrapped = plain.raw is not None  # a wrapper: its agent message in ``payload``, itself in ``raw``
