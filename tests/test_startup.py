@@ -132,6 +132,9 @@ def test_sessions_on_a_small_database_does_not_import_pandas(tmp_path: Path) -> 
     assert "top_finding" in proc.stdout.splitlines()[0]
     assert "(3 rows)" in proc.stdout
     assert _loaded(modules, ("pandas", "textual", "httpx", "mitmproxy")) == []
+    # a read decodes nothing: the decoder (and with it the compiled schema) and pyarrow.compute belong to
+    # the write path
+    assert _loaded(modules, ("workbench.decode.classify", "pyarrow.compute")) == []
 
 
 @pytest.mark.slow
