@@ -12,7 +12,6 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from workbench.decode.classify import Decoder
-from workbench.tui.bridge_screen import BridgeScreen
 from workbench.tui.context import TuiContext
 from workbench.tui.data import TuiData
 from workbench.tui.loading import LoadFailed
@@ -62,6 +61,10 @@ class WorkbenchApp(App[None]):
 
     def action_bridge(self) -> None:
         """Both sides of a bridge for the session shown or selected (``bridge_screen``)."""
+        # deferred: the bridge screen brings the bridge analysis (its rules, pyarrow.compute: ≈ 90 ms),
+        # which the first paint has no use for
+        from workbench.tui.bridge_screen import BridgeScreen
+
         screen = self.screen
         sid = getattr(screen, "session_id", None)
         if sid is None and isinstance(screen, SessionsScreen):

@@ -146,7 +146,6 @@ class SessionScreen(Loader, Screen[None]):
         self.sub_title = Path(self.ctx.data.path).name
         self.timeline.focus()
         self._load_index()
-        self._load_strip()
         if self.ctx.follow:
             self.set_interval(self.ctx.poll_interval, self._poll, name="session-follow")
 
@@ -191,6 +190,8 @@ class SessionScreen(Loader, Screen[None]):
             self._update_status()
             if first_load:
                 self.call_after_refresh(self._build_side)   # after the rows are drawn
+                # the strip reads every frame of the session: after the first rows, not beside them
+                self.call_after_refresh(self._load_strip)
             if not res.complete:
                 self._load_index(rest=True)
                 return   # a pending jump waits for the whole index
