@@ -43,16 +43,10 @@ class Pacer:
     def __init__(self, q: queue.SimpleQueue[Any], slice_s: float = SLICE, pause_s: float = PAUSE,
                  backlog: int = BACKLOG, busy_s: float = BUSY, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        self._q = q
-        self._slice = slice_s
-        self._pause = pause_s
-        self._backlog = backlog
-        self._busy = busy_s
-        self._clock = clock
-        self._sleep = sleep
-        self._end = 0.0
-        self._size = 0     # queue length at the start of the slice
-        self._got = 0      # events taken from the queue during the slice
+        self._q, self._clock, self._sleep = q, clock, sleep
+        self._slice, self._pause, self._backlog, self._busy = slice_s, pause_s, backlog, busy_s
+        # the slice: when it ends, the queue's length at its start, the events taken during it
+        self._end, self._size, self._got = 0.0, 0, 0
         self._last_put = float("-inf")  # when the writer last saw that events had been put
         self.pauses = 0
 
