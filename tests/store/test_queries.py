@@ -197,3 +197,28 @@ def test_the_writer_reads_through_the_same_reads(tmp_path: Path) -> None:
         assert info is not None and info.meta["file_sha256"] == "abc"
         store.set_meta("mark", "1")
         assert "mark" in queries.meta_keys_and_rows(store)[0]
+
+
+def test_a_time_past_year_9999_is_read_as_its_text(tmp_path: Path) -> None:
+    """DuckDB keeps a frame or session stamped past what Python's datetime holds (a hostile import's
+    timestamp); the named reads give it as DuckDB's text instead of raising (CI's hostile Parquet
+    property found `frames --json` ending in a traceback on one)."""
+    db = tmp_path / "far.duckdb"
+    with Store(db) as store:
+        _fill(store)
+        store.con.execute("UPDATE frames SET ts = TIMESTAMPTZ '10000-01-01 00:00:00+00' "
+                          "WHERE session_id = 'sess-b' AND seq = 1")
+        store.con.execute("UPDATE sessions SET started_at = TIMESTAMPTZ '10000-01-01 00:00:00+00' "
+                          "WHERE session_id = 'sess-b'")
+    r = LocalReader(db)
+    try:
+        rows = queries.frames_after(r, "sess-b", -1, 10)
+        assert [row["seq"] for row in rows] == [0, 1]
+        assert isinstance(rows[0]["ts"], datetime)
+        assert str(rows[1]["ts"]).startswith("10000-01-01")
+        assert str(queries.session_frames(r, "sess-b")[1]["ts"]).startswith("10000-01-01")
+        paged = queries.frames_after(r, "sess-b", -1, 10, payload_bytes=100)  # the page read with payloads
+        assert [p["seq"] for p in paged] == [0, 1] and str(paged[1]["ts"]).startswith("10000-01-01")
+        assert str(queries.session_row(r, "sess-b", ["started_at"])["started_at"]).startswith("10000-01-01")
+    finally:
+        r.close()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from workbench.errors import WorkbenchError
 from workbench.protocol import kinds
+from workbench.store.arrow_rows import table_rows
 
 if TYPE_CHECKING:  # only named in annotations: importing the reads loads no pyarrow
     import pyarrow as pa
@@ -39,6 +40,11 @@ class Reader(Protocol):
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table: ...
 
     def close(self) -> None: ...
+
+
+def _rows(reader: Reader, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
+    """The rows of a query as Python values; a time Python cannot hold comes as its text (``arrow_rows``)."""
+    return table_rows(reader.query(sql, params))
 
 
 def _column(t: pa.Table) -> list[Any]:
@@ -90,16 +96,16 @@ def resolve_session(reader: Reader, wanted: str) -> str:
 
 def session_row(reader: Reader, session_id: str, columns: Sequence[str]) -> Row | None:
     """One session's row (``columns`` of ``sessions``, as stored: ``meta`` is JSON text), or None."""
-    rows = reader.query(f"SELECT {', '.join(columns)} FROM sessions WHERE session_id = ?", [session_id]).to_pylist()
+    rows = _rows(reader, f"SELECT {', '.join(columns)} FROM sessions WHERE session_id = ?", [session_id])
     return rows[0] if rows else None
 
 
 def session_shown_whole(reader: Reader, session_id: str) -> list[Row]:
     """A session's facts for a view that shows it whole (report, diff): times as text."""
-    return reader.query(
+    return _rows(reader,
         "SELECT session_id, source, transport, model, client_version, label, status, error, "
         "CAST(started_at AS VARCHAR) AS started_at, CAST(ended_at AS VARCHAR) AS ended_at, frame_count, host, path, "
-        "http_status FROM sessions WHERE session_id = ?", [session_id]).to_pylist()
+        "http_status FROM sessions WHERE session_id = ?", [session_id])
 
 
 def session_status(reader: Reader, session_id: str) -> str | None:
@@ -133,13 +139,13 @@ def stored_units_of_sessions(reader: Reader, session_ids: Sequence[str]) -> list
     without their ``#n``) and how many frames have no key (``unkeyed``)."""
     if not session_ids:
         return []
-    return reader.query(
+    return _rows(reader,
         "SELECT s.session_id, s.label, "
         "coalesce(CAST(json_extract(s.meta, '$.appends_without_stream') AS BOOLEAN), false) AS absorbable, "
         "(SELECT list(DISTINCT regexp_replace(source_key, '#[0-9]+$', '')) FROM frames f "
         " WHERE f.session_id = s.session_id AND f.source_key IS NOT NULL) AS units, "
         "(SELECT count(*) FROM frames f WHERE f.session_id = s.session_id AND f.source_key IS NULL) AS unkeyed "
-        "FROM sessions s WHERE s.session_id IN (SELECT unnest(?))", [list(session_ids)]).to_pylist()
+        "FROM sessions s WHERE s.session_id IN (SELECT unnest(?))", [list(session_ids)])
 
 
 # frames ------------------------------------------------------------------------------------------
@@ -175,8 +181,8 @@ def frame_identities(reader: Reader, session_ids: Sequence[str]) -> list[Row]:
     a frame already stored from another one at the same seq (merging a capture's spool)."""
     if not session_ids:
         return []
-    return reader.query("SELECT session_id, seq, epoch_us(ts) AS ts_us, direction, kind FROM frames "
-                        "WHERE session_id IN (SELECT unnest(?))", [list(session_ids)]).to_pylist()
+    return _rows(reader, "SELECT session_id, seq, epoch_us(ts) AS ts_us, direction, kind FROM frames "
+                        "WHERE session_id IN (SELECT unnest(?))", [list(session_ids)])
 
 
 FIXTURE_FRAME_COLUMNS = ("seq, ts, direction, transport, stream, kind, payload, raw, flags, msg_type, ref_id, "
@@ -185,8 +191,8 @@ FIXTURE_FRAME_COLUMNS = ("seq, ts, direction, transport, stream, kind, payload, 
 
 def session_frames(reader: Reader, session_id: str) -> list[Row]:
     """Every frame of a session with its bytes, in seq order (what a fixture holds)."""
-    return reader.query(f"SELECT {FIXTURE_FRAME_COLUMNS} FROM frames WHERE session_id = ? ORDER BY seq",
-                        [session_id]).to_pylist()
+    return _rows(reader, f"SELECT {FIXTURE_FRAME_COLUMNS} FROM frames WHERE session_id = ? ORDER BY seq",
+                        [session_id])
 
 
 LIST_FRAME_COLUMNS = ("seq, ts, direction, transport, kind, summary, flags, msg_type, error, ref_id, call_id, "
@@ -195,11 +201,11 @@ LIST_FRAME_COLUMNS = ("seq, ts, direction, transport, kind, summary, flags, msg_
 
 def frames_shown_whole(reader: Reader, session_id: str) -> list[Row]:
     """Every frame of a session with its payload, times in µs, for a view that shows it whole."""
-    return reader.query(
+    return _rows(reader,
         "SELECT seq, epoch_us(ts) AS ts_us, direction, transport, kind, coalesce(summary, '') AS summary, msg_type, "
         "coalesce(flags, 0) AS flags, coalesce(size, 0) AS size, payload, raw, ref_id, call_id, append_seqno, "
         "request_id, error, CAST(meta AS VARCHAR) AS meta FROM frames WHERE session_id = ? ORDER BY seq",
-        [session_id]).to_pylist()
+        [session_id])
 
 
 def frame_timeline_flags(reader: Reader, session_id: str) -> pa.Table:
@@ -234,10 +240,10 @@ def frames_after(reader: Reader, session_id: str, after: int, limit: int, *, dir
         params += list(kind_prefixes)
     cond = " AND ".join(where)
     if payload_bytes is None:
-        return reader.query(f"SELECT {LIST_FRAME_COLUMNS} FROM frames WHERE {cond} ORDER BY seq LIMIT {int(limit)}",
-                            params).to_pylist()
-    sizes = reader.query(f"SELECT seq, coalesce(octet_length(payload), 0) AS n FROM frames WHERE {cond} "
-                         f"ORDER BY seq LIMIT {int(limit)}", params).to_pylist()
+        return _rows(reader, f"SELECT {LIST_FRAME_COLUMNS} FROM frames WHERE {cond} ORDER BY seq LIMIT {int(limit)}",
+                            params)
+    sizes = _rows(reader, f"SELECT seq, coalesce(octet_length(payload), 0) AS n FROM frames WHERE {cond} "
+                         f"ORDER BY seq LIMIT {int(limit)}", params)
     if not sizes:
         return []
     total, last = 0, sizes[0]["seq"]
@@ -246,8 +252,8 @@ def frames_after(reader: Reader, session_id: str, after: int, limit: int, *, dir
             break
         total += r["n"]
         last = r["seq"]
-    return reader.query(f"SELECT {LIST_FRAME_COLUMNS}, payload FROM frames WHERE {cond} AND seq <= ? ORDER BY seq",
-                        [*params, last]).to_pylist()
+    return _rows(reader, f"SELECT {LIST_FRAME_COLUMNS}, payload FROM frames WHERE {cond} AND seq <= ? ORDER BY seq",
+                        [*params, last])
 
 
 def source_keys_with_prefix(reader: Reader, prefix: str) -> list[str]:
@@ -278,20 +284,20 @@ FINDING_COLUMNS = "session_id, code, severity, coalesce(message, '') AS message,
 def finding_rows(reader: Reader, session_ids: Sequence[str] | None = None) -> list[Row]:
     """Stored findings (``FINDING_COLUMNS``) of every session, or of ``session_ids``."""
     if session_ids is None:
-        return reader.query(f"SELECT {FINDING_COLUMNS} FROM findings").to_pylist()
-    return reader.query(f"SELECT {FINDING_COLUMNS} FROM findings WHERE session_id IN (SELECT unnest(?))",
-                        [list(session_ids)]).to_pylist()
+        return _rows(reader, f"SELECT {FINDING_COLUMNS} FROM findings")
+    return _rows(reader, f"SELECT {FINDING_COLUMNS} FROM findings WHERE session_id IN (SELECT unnest(?))",
+                        [list(session_ids)])
 
 
 def finding_counts(reader: Reader) -> list[Row]:
     """(session_id, severity, n): how many stored findings each session has of each severity."""
-    return reader.query("SELECT session_id, severity, count(*) AS n FROM findings GROUP BY ALL").to_pylist()
+    return _rows(reader, "SELECT session_id, severity, count(*) AS n FROM findings GROUP BY ALL")
 
 
 def session_findings(reader: Reader, session_id: str) -> list[Row]:
     """A session's stored findings in full (evidence, suggested fix), in the order they occurred."""
-    return reader.query("SELECT code, severity, message, first_seq, last_seq, evidence, suggested_fix FROM findings "
-                        "WHERE session_id = ? ORDER BY first_seq NULLS LAST, code", [session_id]).to_pylist()
+    return _rows(reader, "SELECT code, severity, message, first_seq, last_seq, evidence, suggested_fix FROM findings "
+                        "WHERE session_id = ? ORDER BY first_seq NULLS LAST, code", [session_id])
 
 
 def has_derived_rows(reader: Reader, session_id: str) -> bool:
