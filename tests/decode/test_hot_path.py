@@ -8,6 +8,7 @@ was left as it was when the hot path was made cheaper (issue 24, decode â‰¥ 0.2Ã
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from support import load_benchmark
 
 from workbench.decode import frame_to_json
 from workbench.decode.classify import SERVER_MSG, Decoder, Frame, default_decoder
+from workbench.decode.frame import new_frame
 from workbench.schema import pb
 from workbench.store.db import SessionInfo, Store
 from workbench.store.recorder import Recorder
@@ -162,3 +164,14 @@ def test_the_edges_reach_every_fast_path() -> None:
         assert f is not None and f == SLOW.classify_agent(data, SERVER_MSG), n
         taken.add(f.kind)
     assert taken == FAST_KINDS - {"interaction_update.tool_call_delta"}
+
+
+def test_new_frame_builds_what_the_frame_class_builds() -> None:
+    """The hot paths' constructor sets every field as ``Frame(...)`` does: a field added to ``Frame``
+    and forgotten there is left unset, which the comparison below reports."""
+    args = ("interaction_update.text_delta", 'text "hi"', b"\x0a\x01", 3, SERVER_MSG, "oops", b"raw", 7, "toolu_1")
+    made, reference = new_frame(*args), Frame(*args)
+    for f in dataclasses.fields(Frame):
+        assert getattr(made, f.name) == getattr(reference, f.name), f.name
+    assert made == reference and type(made) is Frame
+    assert new_frame("k", "s", b"", 0, None) == Frame("k", "s", b"", 0, None)

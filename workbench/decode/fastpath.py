@@ -9,7 +9,7 @@ hard-code (``layout_is``); the ``Decoder`` holds the result and calls it first o
 from __future__ import annotations
 
 from workbench.decode import summary
-from workbench.decode.frame import SERVER_MSG, Frame
+from workbench.decode.frame import SERVER_MSG, Frame, new_frame
 from workbench.schema.loader import Schema
 from workbench.wire.varint import read_length_varint as _uvarint
 
@@ -88,8 +88,8 @@ class FastPaths:
                 except UnicodeDecodeError:
                     return None
                 if len(text) <= _SHORT_TEXT and not ('"' in text or "\\" in text or "\n" in text or "\r" in text):
-                    return Frame(text_member[0], f'{text_member[1]}"{text}"', p, 0, SERVER_MSG)
-                return Frame(text_member[0], text_member[1] + _quote(text), p, 0, SERVER_MSG)
+                    return new_frame(text_member[0], f'{text_member[1]}"{text}"', p, 0, SERVER_MSG)
+                return new_frame(text_member[0], text_member[1] + _quote(text), p, 0, SERVER_MSG)
         ln = p[1]  # single-byte lengths inline: most frames are short
         if ln < 0x80:
             i = 2
@@ -129,8 +129,8 @@ class FastPaths:
                     return None
             # quote() inlined for the most frequent frame: short text that needs no escape
             if len(text) <= _SHORT_TEXT and not ('"' in text or "\\" in text or "\n" in text or "\r" in text):
-                return Frame(text_member[0], f'{text_member[1]}"{text}"', p, 0, SERVER_MSG)
-            return Frame(text_member[0], text_member[1] + _quote(text), p, 0, SERVER_MSG)
+                return new_frame(text_member[0], f'{text_member[1]}"{text}"', p, 0, SERVER_MSG)
+            return new_frame(text_member[0], text_member[1] + _quote(text), p, 0, SERVER_MSG)
         if tag == 0x3A and self.partial_ok:
             # PartialToolCall: 1 call_id, 3 args_text_delta, 4 model_call_id, each at most once and
             # in that order (2 tool_call, a repeat or another order → protobuf path). Unrolled: a
@@ -176,7 +176,7 @@ class FastPaths:
                     return None
             if j != n:
                 return None
-            return Frame("interaction_update.partial_tool_call",
+            return new_frame("interaction_update.partial_tool_call",
                          f"partial {_quote(call_id, 24)} args {len(delta)} chars {_quote(delta[-40:], 40)}",
                          p, 0, SERVER_MSG, None, None, None, call_id or None)
         if tag == 0x7A and self.delta_ok:
@@ -250,7 +250,7 @@ class FastPaths:
         else:
             ctype, role = summary.sniff_blob_at(p, start)
         size = n - start
-        return Frame("kv_server_message.set_blob_args",
+        return new_frame("kv_server_message.set_blob_args",
                      f"set_blob#{kv_id} {short} {f'{size} B' if size < 1024 else _human_size(size)} "
                      f"{ctype + '/' + role if role else ctype}",
                      p, 0, SERVER_MSG, None, None, kv_id)
@@ -316,7 +316,7 @@ def _fast_tool_delta(p: bytes, j: int, n: int) -> Frame | None:
                 call_id = value
     if j != n:
         return None
-    return Frame("interaction_update.tool_call_delta", f"tool_call_delta {_quote(call_id, 24)} {inner}",
+    return new_frame("interaction_update.tool_call_delta", f"tool_call_delta {_quote(call_id, 24)} {inner}",
                  p, 0, SERVER_MSG, None, None, None, call_id or None)
 
 
