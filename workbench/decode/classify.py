@@ -153,8 +153,8 @@ class Decoder:
                     f2 = fp.update(payload, n)
                     if f2 is not None:
                         return f2
-                elif first == 0x22:
-                    f2 = fp.set_blob(payload, n)
+                elif first == 0x22 or first == 0x12:
+                    f2 = fp.set_blob(payload, n) if first == 0x22 else fp.exec_server(payload)
                     if f2 is not None:
                         return f2
         return self._classify(payload, msg_type)
@@ -497,7 +497,7 @@ class StreamDecoder:
         ``classify_agent`` (its memo); a frame the fast paths decline takes the protobuf path, as
         it would there."""
         dec = self._dec
-        update, set_blob, slow = fp.update, fp.set_blob, dec._classify
+        update, set_blob, exec_server, slow = fp.update, fp.set_blob, fp.exec_server, dec._classify
         memo = dec._small[SERVER_MSG]
         out: list[Frame] = []
         append = out.append
@@ -510,7 +510,8 @@ class StreamDecoder:
                            new_frame(hit[0], hit[1], e, 0, SERVER_MSG, hit[2], None, hit[3], hit[4]))
                     continue
                 first = e[0]
-                f = update(e, n) if first == 0x0A else set_blob(e, n) if first == 0x22 else None
+                f = (update(e, n) if first == 0x0A else set_blob(e, n) if first == 0x22 else
+                     exec_server(e) if first == 0x12 else None)
                 append(f if f is not None else slow(e, SERVER_MSG))
             else:
                 append(dec.frames_from_envelope(e, self.transport, self.direction))  # type: ignore[arg-type]
