@@ -273,8 +273,8 @@ class FastPaths:
             i = k + ln
             if i > n:
                 return None
-            if ln:
-                short = p[k : k + min(ln, 2)].hex() + "…"
+            if ln:  # short_id: the id's first two bytes in hex, from a table (no slice, no hex())
+                short = _HEX[p[k]] + _HEX[p[k + 1]] + "…" if ln > 1 else _HEX[p[k]] + "…"
         start = n
         if i + 2 < n and p[i] == 0x12:
             b = p[i + 1]
@@ -296,14 +296,17 @@ class FastPaths:
             return None
         if start < n and p[start] in _JSON_FIRST:  # summary.sniff_blob's JSON case inlined (the usual blob)
             m = _ROLE_SEARCH(p, start, start + 512)
-            ctype, role = "json", (m.group(1).decode() if m else None)
+            if m is None:
+                content = "json"
+            else:  # "json/<role>" remembered by role (a handful of them)
+                content = _JSON_ROLES.get(role := m.group(1)) or _json_role(role)
         else:
-            ctype, role = summary.sniff_blob_at(p, start)
+            ctype, role_str = summary.sniff_blob_at(p, start)
+            content = ctype + "/" + role_str if role_str else ctype
         size = n - start
         return new_frame("kv_server_message.set_blob_args",
-                     f"set_blob#{kv_id} {short} {f'{size} B' if size < 1024 else _human_size(size)} "
-                     f"{ctype + '/' + role if role else ctype}",
-                     p, 0, SERVER_MSG, None, None, kv_id)
+                         f"set_blob#{kv_id} {short} {f'{size} B' if size < 1024 else _human_size(size)} {content}",
+                         p, 0, SERVER_MSG, None, None, kv_id)
 
 
 def _one_string(p: bytes, i: int, end: int) -> bool:
@@ -373,6 +376,14 @@ def _fast_tool_delta(p: bytes, j: int, n: int) -> Frame | None:
                  p, 0, SERVER_MSG, None, None, None, call_id or None)
 
 
+def _json_role(role: bytes) -> str:
+    """``"json/" + role`` as ``summary.sniff_blob`` names a JSON blob with that role, remembered."""
+    if len(_JSON_ROLES) >= _QUOTED_IDS_MAX:
+        _JSON_ROLES.clear()
+    content = _JSON_ROLES[role] = "json/" + role.decode()
+    return content
+
+
 def _quote_id(call_id: str) -> str:
     """``quote(call_id, 24)``, remembered in ``_QUOTED_IDS``: a tool call's id recurs in every one
     of its deltas (tens to hundreds of frames), its quoting is then one lookup."""
@@ -382,6 +393,8 @@ def _quote_id(call_id: str) -> str:
     return q
 
 
+_JSON_ROLES: dict[bytes, str] = {}
+_HEX = tuple(f"{b:02x}" for b in range(256))
 _QUOTED_IDS: dict[str, str] = {}
 _QUOTED_IDS_MAX = 4096
 _DELTA_TAGS = frozenset((0x0A, 0x12, 0x1A))
