@@ -8,6 +8,7 @@ was left as it was when the hot path was made cheaper (issue 24, decode â‰¥ 0.2Ã
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from support import load_benchmark
 
 from workbench.decode import frame_to_json
 from workbench.decode.classify import SERVER_MSG, Decoder, Frame, default_decoder
+from workbench.decode.frame import new_frame
 from workbench.schema import pb
 from workbench.store.db import SessionInfo, Store
 from workbench.store.recorder import Recorder
@@ -109,9 +111,36 @@ def _text(draw: st.DrawFn) -> bytes:
     return S(interaction_update=U(**{member: delta})).SerializeToString()
 
 
+def _exec(draw: st.DrawFn) -> bytes:
+    """ExecServerMessages (the exec fast path parses them with the runtime, then skips the general
+    dispatch): each summarised member, one without a detail, none; ids; another member or an
+    unknown field after it (the last oneof member on the wire wins)."""
+    text = draw(_TEXT)
+    ex = pb.ExecServerMessage(id=draw(st.sampled_from([0, 1, 300, 2**32 - 1])),
+                              exec_id=draw(st.sampled_from(["", "exec-1"])))
+    member = draw(st.sampled_from(["shell_args", "read_args", "ls_args", "grep_args", "mcp_args",
+                                   "fetch_args", "diagnostics_args", None]))
+    if member == "shell_args":
+        ex.shell_args.CopyFrom(pb.ShellArgs(command=text, working_directory="/w"))
+    elif member == "grep_args":
+        ex.grep_args.CopyFrom(pb.GrepArgs(pattern=text, glob="*.py") if draw(st.booleans()) else
+                              pb.GrepArgs(glob=text))
+    elif member == "mcp_args":
+        ex.mcp_args.CopyFrom(pb.McpArgs(name=text, tool_name="t", args={"q": b"1", "r": b""}))
+    elif member == "fetch_args":
+        ex.fetch_args.CopyFrom(pb.FetchArgs(url=text))
+    elif member is not None:
+        getattr(ex, member).path = text
+    if draw(st.booleans()):
+        ex.span_context.trace_id = "t1"
+    data = S(exec_server_message=ex).SerializeToString()
+    return data + draw(st.sampled_from([b"", b"", S(interaction_update=U(heartbeat=pb.Heartbeat())).SerializeToString(),
+                                        b"\xf8\x07\x01", S(exec_server_message=pb.ExecServerMessage(id=5)).SerializeToString()]))
+
+
 @st.composite
 def _edge_frames(draw: st.DrawFn) -> bytes:
-    payload = draw(st.sampled_from([_blob, _partial, _text]))(draw)
+    payload = draw(st.sampled_from([_blob, _partial, _text, _exec]))(draw)
     # bytes near the start (tags and lengths, where the fast paths look): set, or nudged by a few
     # (a length one off is the mistake a hand-written reader makes)
     at = st.one_of(st.integers(0, 8), st.integers(0, 48))
@@ -162,3 +191,26 @@ def test_the_edges_reach_every_fast_path() -> None:
         assert f is not None and f == SLOW.classify_agent(data, SERVER_MSG), n
         taken.add(f.kind)
     assert taken == FAST_KINDS - {"interaction_update.tool_call_delta"}
+    for member in ("shell_args", "read_args", "mcp_args", "diagnostics_args"):
+        ex = pb.ExecServerMessage(id=rng.randint(0, 300), exec_id="exec-1")
+        getattr(ex, member).SetInParent()
+        data = S(exec_server_message=ex).SerializeToString()
+        f = fp.exec_server(data)
+        assert f is not None and f == SLOW.classify_agent(data, SERVER_MSG), member
+        assert f.kind == f"exec_server_message.{member}" and f.ref_id == ex.id
+    # another member last on the wire, no member, broken bytes: the protobuf path decides
+    tail = S(interaction_update=U(heartbeat=pb.Heartbeat())).SerializeToString()
+    for other in (data + tail, S(exec_server_message=pb.ExecServerMessage(id=3)).SerializeToString(), data[:-1]):
+        assert fp.exec_server(other) is None
+        assert dec.classify_agent(other, SERVER_MSG) == SLOW.classify_agent(other, SERVER_MSG)
+
+
+def test_new_frame_builds_what_the_frame_class_builds() -> None:
+    """The hot paths' constructor sets every field as ``Frame(...)`` does: a field added to ``Frame``
+    and forgotten there is left unset, which the comparison below reports."""
+    args = ("interaction_update.text_delta", 'text "hi"', b"\x0a\x01", 3, SERVER_MSG, "oops", b"raw", 7, "toolu_1")
+    made, reference = new_frame(*args), Frame(*args)
+    for f in dataclasses.fields(Frame):
+        assert getattr(made, f.name) == getattr(reference, f.name), f.name
+    assert made == reference and type(made) is Frame
+    assert new_frame("k", "s", b"", 0, None) == Frame("k", "s", b"", 0, None)

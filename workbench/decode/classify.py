@@ -36,6 +36,7 @@ from workbench.decode.frame import TRANSPORTS as TRANSPORTS
 from workbench.decode.frame import WIRE_LENGTH as WIRE_LENGTH
 from workbench.decode.frame import Frame as Frame
 from workbench.decode.frame import http_error_frame as http_error_frame
+from workbench.decode.frame import new_frame
 from workbench.decode.lenient import Found, Mismatch, WireError, known_unknowns, repair
 from workbench.decode.openai import OpenAIStream, decode_openai_body
 from workbench.protocol.kinds import END_STREAM, END_STREAM_ERROR, MALFORMED
@@ -145,15 +146,15 @@ class Decoder:
                                 cache.clear()
                             cache[bytes(payload)] = (f.kind, f.summary, f.error, f.ref_id, f.call_id)
                         return f
-                    return Frame(hit[0], hit[1], payload, 0, msg_type, hit[2], None, hit[3], hit[4])
+                    return new_frame(hit[0], hit[1], payload, 0, msg_type, hit[2], None, hit[3], hit[4])
             elif msg_type == SERVER_MSG and (fp := self.fast_paths) is not None:
                 first = payload[0]
                 if first == 0x0A:
                     f2 = fp.update(payload, n)
                     if f2 is not None:
                         return f2
-                elif first == 0x22:
-                    f2 = fp.set_blob(payload, n)
+                elif first == 0x22 or first == 0x12:
+                    f2 = fp.set_blob(payload, n) if first == 0x22 else fp.exec_server(payload)
                     if f2 is not None:
                         return f2
         return self._classify(payload, msg_type)
@@ -188,7 +189,7 @@ class Decoder:
         sub_oneof = ti.member_oneof.get(top)
         if sub_oneof is None:
             fn = _PLAIN_SUMMARIES.get(top)
-            return Frame(top, fn(sub) if fn is not None else top, payload, 0, msg_type)
+            return new_frame(top, fn(sub) if fn is not None else top, payload, 0, msg_type)
         member = sub.WhichOneof(sub_oneof)
         if member is None:
             unknown = _unknown_numbers(sub)
@@ -205,7 +206,7 @@ class Decoder:
             inner = getattr(sub, member)
             fn = _UPDATE_SUMMARIES.get(member)
             cid = inner.call_id if member in self._call_id_members else None
-            return Frame(kind, fn(inner) if fn is not None else member, payload, 0, msg_type,
+            return new_frame(kind, fn(inner) if fn is not None else member, payload, 0, msg_type,
                          None, None, None, cid or None)
         tfn = _TOP_SUMMARIES.get(top)
         if top in _HAS_ID:
@@ -214,7 +215,7 @@ class Decoder:
             ref = getattr(sub, member).id
         else:
             ref = None
-        return Frame(kind, tfn(sub, member) if tfn is not None else kind, payload, 0, msg_type, None, None, ref)
+        return new_frame(kind, tfn(sub, member) if tfn is not None else kind, payload, 0, msg_type, None, None, ref)
 
     def _lenient(self, payload: bytes, msg_type: str, ti: _TypeInfo, error: str | None) -> Frame:
         """An agent message the runtime rejected (``error``) or filed a known field of among the
@@ -496,7 +497,7 @@ class StreamDecoder:
         ``classify_agent`` (its memo); a frame the fast paths decline takes the protobuf path, as
         it would there."""
         dec = self._dec
-        update, set_blob, slow = fp.update, fp.set_blob, dec._classify
+        update, set_blob, exec_server, slow = fp.update, fp.set_blob, fp.exec_server, dec._classify
         memo = dec._small[SERVER_MSG]
         out: list[Frame] = []
         append = out.append
@@ -506,10 +507,11 @@ class StreamDecoder:
                 if n <= _SMALL:
                     hit = memo.get(e)
                     append(dec.classify_agent(e, SERVER_MSG) if hit is None else
-                           Frame(hit[0], hit[1], e, 0, SERVER_MSG, hit[2], None, hit[3], hit[4]))
+                           new_frame(hit[0], hit[1], e, 0, SERVER_MSG, hit[2], None, hit[3], hit[4]))
                     continue
                 first = e[0]
-                f = update(e, n) if first == 0x0A else set_blob(e, n) if first == 0x22 else None
+                f = (update(e, n) if first == 0x0A else set_blob(e, n) if first == 0x22 else
+                     exec_server(e) if first == 0x12 else None)
                 append(f if f is not None else slow(e, SERVER_MSG))
             else:
                 append(dec.frames_from_envelope(e, self.transport, self.direction))  # type: ignore[arg-type]

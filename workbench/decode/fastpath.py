@@ -8,8 +8,12 @@ hard-code (``layout_is``); the ``Decoder`` holds the result and calls it first o
 
 from __future__ import annotations
 
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
 from workbench.decode import summary
-from workbench.decode.frame import SERVER_MSG, Frame
+from workbench.decode.frame import SERVER_MSG, Frame, new_frame
 from workbench.schema.loader import Schema
 from workbench.wire.varint import read_length_varint as _uvarint
 
@@ -38,7 +42,8 @@ class FastPaths:
     input.
     """
 
-    def __init__(self, text_members: dict[int, tuple[str, str]], partial_ok: bool, delta_ok: bool) -> None:
+    def __init__(self, text_members: dict[int, tuple[str, str]], partial_ok: bool, delta_ok: bool,
+                 exec_server: tuple[Any, str, str] | None = None) -> None:
         # member number → (kind, summary prefix) of the InteractionUpdate text members, and whether
         # the PartialToolCall / ToolCallDelta layouts match the fast paths.
         self.text_members = text_members
@@ -46,6 +51,9 @@ class FastPaths:
         self.text_tags = {number << 3 | 2: member for number, member in text_members.items() if number < 16}
         self.partial_ok = partial_ok
         self.delta_ok = delta_ok
+        # AgentServerMessage's class, its oneof and ExecServerMessage's oneof (``exec_server``)
+        self._exec = exec_server
+        self._exec_kinds: dict[str, str] = {}
 
     @classmethod
     def for_schema(cls, schema: Schema) -> FastPaths | None:
@@ -74,7 +82,40 @@ class FastPaths:
             ("agent.v1.EditToolCallDelta", {1: "stream_content_delta"})))
         partial_ok = layout_is(schema, "agent.v1.PartialToolCall",
                                {1: "call_id", 2: "tool_call", 3: "args_text_delta", 4: "model_call_id"})
-        return cls(text_members, partial_ok, delta_ok)
+        exec_server = None
+        top = server.fields_by_name.get("exec_server_message")
+        if top is not None and top.number == 2 and top.containing_oneof is not None and top.message_type is not None:
+            args = next((o.name for o in top.message_type.oneofs if not o.name.startswith("_")), None)
+            if args is not None:
+                exec_server = (schema.message_class(SERVER_MSG), top.containing_oneof.name, args)
+        return cls(text_members, partial_ok, delta_ok, exec_server)
+
+    def exec_server(self, p: bytes) -> Frame | None:
+        """``12 …``: an ExecServerMessage (a tool the client is asked to run).
+
+        Its fields vary too much for a byte-level reader, so the runtime parses it as on the
+        protobuf path; only that path's dispatch (which cost a third of these frames' time) is
+        skipped, the summary being the same function's. Anything but a parsed exec message with a
+        member set (a parse error, another member last on the wire, no member) returns None and
+        takes the protobuf path.
+        """
+        spec = self._exec
+        if spec is None:
+            return None
+        try:
+            msg = spec[0].FromString(p)
+        except DecodeError:
+            return None
+        if msg.WhichOneof(spec[1]) != "exec_server_message":
+            return None
+        sub = msg.exec_server_message
+        member = sub.WhichOneof(spec[2])
+        if member is None:
+            return None
+        kind = self._exec_kinds.get(member)
+        if kind is None:
+            kind = self._exec_kinds[member] = f"exec_server_message.{member}"
+        return new_frame(kind, _exec_args(sub, member), p, 0, SERVER_MSG, None, None, sub.id)
 
     def update(self, p: bytes, n: int) -> Frame | None:
         """``0a L1 <member tag> L2 <member>`` → text_delta / thinking_delta / partial_tool_call."""
@@ -88,8 +129,8 @@ class FastPaths:
                 except UnicodeDecodeError:
                     return None
                 if len(text) <= _SHORT_TEXT and not ('"' in text or "\\" in text or "\n" in text or "\r" in text):
-                    return Frame(text_member[0], f'{text_member[1]}"{text}"', p, 0, SERVER_MSG)
-                return Frame(text_member[0], text_member[1] + _quote(text), p, 0, SERVER_MSG)
+                    return new_frame(text_member[0], f'{text_member[1]}"{text}"', p, 0, SERVER_MSG)
+                return new_frame(text_member[0], text_member[1] + _quote(text), p, 0, SERVER_MSG)
         ln = p[1]  # single-byte lengths inline: most frames are short
         if ln < 0x80:
             i = 2
@@ -129,8 +170,8 @@ class FastPaths:
                     return None
             # quote() inlined for the most frequent frame: short text that needs no escape
             if len(text) <= _SHORT_TEXT and not ('"' in text or "\\" in text or "\n" in text or "\r" in text):
-                return Frame(text_member[0], f'{text_member[1]}"{text}"', p, 0, SERVER_MSG)
-            return Frame(text_member[0], text_member[1] + _quote(text), p, 0, SERVER_MSG)
+                return new_frame(text_member[0], f'{text_member[1]}"{text}"', p, 0, SERVER_MSG)
+            return new_frame(text_member[0], text_member[1] + _quote(text), p, 0, SERVER_MSG)
         if tag == 0x3A and self.partial_ok:
             # PartialToolCall: 1 call_id, 3 args_text_delta, 4 model_call_id, each at most once and
             # in that order (2 tool_call, a repeat or another order → protobuf path). Unrolled: a
@@ -176,9 +217,18 @@ class FastPaths:
                     return None
             if j != n:
                 return None
-            return Frame("interaction_update.partial_tool_call",
-                         f"partial {_quote(call_id, 24)} args {len(delta)} chars {_quote(delta[-40:], 40)}",
-                         p, 0, SERVER_MSG, None, None, None, call_id or None)
+            qid = _QUOTED_IDS.get(call_id)
+            if qid is None:
+                qid = _quote_id(call_id)
+            # quote(delta[-40:], 40) inlined: 40 characters at most, so only the escapes can apply
+            tail = delta[-40:]
+            if '"' in tail or "\\" in tail or "\n" in tail or "\r" in tail:
+                tail = _quote(tail, 40)
+            else:
+                tail = f'"{tail}"'
+            return new_frame("interaction_update.partial_tool_call",
+                             f"partial {qid} args {len(delta)} chars {tail}",
+                             p, 0, SERVER_MSG, None, None, None, call_id or None)
         if tag == 0x7A and self.delta_ok:
             return _fast_tool_delta(p, j, n)
         return None
@@ -223,8 +273,8 @@ class FastPaths:
             i = k + ln
             if i > n:
                 return None
-            if ln:
-                short = p[k : k + min(ln, 2)].hex() + "…"
+            if ln:  # short_id: the id's first two bytes in hex, from a table (no slice, no hex())
+                short = _HEX[p[k]] + _HEX[p[k + 1]] + "…" if ln > 1 else _HEX[p[k]] + "…"
         start = n
         if i + 2 < n and p[i] == 0x12:
             b = p[i + 1]
@@ -246,14 +296,17 @@ class FastPaths:
             return None
         if start < n and p[start] in _JSON_FIRST:  # summary.sniff_blob's JSON case inlined (the usual blob)
             m = _ROLE_SEARCH(p, start, start + 512)
-            ctype, role = "json", (m.group(1).decode() if m else None)
+            if m is None:
+                content = "json"
+            else:  # "json/<role>" remembered by role (a handful of them)
+                content = _JSON_ROLES.get(role := m.group(1)) or _json_role(role)
         else:
-            ctype, role = summary.sniff_blob_at(p, start)
+            ctype, role_str = summary.sniff_blob_at(p, start)
+            content = ctype + "/" + role_str if role_str else ctype
         size = n - start
-        return Frame("kv_server_message.set_blob_args",
-                     f"set_blob#{kv_id} {short} {f'{size} B' if size < 1024 else _human_size(size)} "
-                     f"{ctype + '/' + role if role else ctype}",
-                     p, 0, SERVER_MSG, None, None, kv_id)
+        return new_frame("kv_server_message.set_blob_args",
+                         f"set_blob#{kv_id} {short} {f'{size} B' if size < 1024 else _human_size(size)} {content}",
+                         p, 0, SERVER_MSG, None, None, kv_id)
 
 
 def _one_string(p: bytes, i: int, end: int) -> bool:
@@ -316,12 +369,37 @@ def _fast_tool_delta(p: bytes, j: int, n: int) -> Frame | None:
                 call_id = value
     if j != n:
         return None
-    return Frame("interaction_update.tool_call_delta", f"tool_call_delta {_quote(call_id, 24)} {inner}",
+    qid = _QUOTED_IDS.get(call_id)
+    if qid is None:
+        qid = _quote_id(call_id)
+    return new_frame("interaction_update.tool_call_delta", f"tool_call_delta {qid} {inner}",
                  p, 0, SERVER_MSG, None, None, None, call_id or None)
 
 
+def _json_role(role: bytes) -> str:
+    """``"json/" + role`` as ``summary.sniff_blob`` names a JSON blob with that role, remembered."""
+    if len(_JSON_ROLES) >= _QUOTED_IDS_MAX:
+        _JSON_ROLES.clear()
+    content = _JSON_ROLES[role] = "json/" + role.decode()
+    return content
+
+
+def _quote_id(call_id: str) -> str:
+    """``quote(call_id, 24)``, remembered in ``_QUOTED_IDS``: a tool call's id recurs in every one
+    of its deltas (tens to hundreds of frames), its quoting is then one lookup."""
+    if len(_QUOTED_IDS) >= _QUOTED_IDS_MAX:
+        _QUOTED_IDS.clear()
+    q = _QUOTED_IDS[call_id] = _quote(call_id, 24)
+    return q
+
+
+_JSON_ROLES: dict[bytes, str] = {}
+_HEX = tuple(f"{b:02x}" for b in range(256))
+_QUOTED_IDS: dict[str, str] = {}
+_QUOTED_IDS_MAX = 4096
 _DELTA_TAGS = frozenset((0x0A, 0x12, 0x1A))
 _quote = summary.quote
+_exec_args = summary.TOP_SUMMARIES["exec_server_message"]
 _human_size = summary.human_size
 _ROLE_SEARCH = summary.ROLE.search
 _JSON_FIRST = frozenset(b"{[")
