@@ -62,6 +62,20 @@ def test_the_command_table_is_what_the_modules_register() -> None:
     assert registered == [(name, help_text) for name, help_text, _ in cli.COMMANDS]
 
 
+def test_every_command_says_what_it_does_in_its_own_help() -> None:
+    """Each command's ``--help`` opens with its paragraph from the table (``DESCRIPTIONS``), one per
+    command, none left without (``frames``, ``blobs``, ``tools`` and ``demo`` had none)."""
+    assert set(table.DESCRIPTIONS) == {name for name, _, _ in cli.COMMANDS}
+    full = cli.build_parser()
+    sub = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        assert parser.description == table.DESCRIPTIONS[name], name
+        assert len(parser.description) > 60, name   # a paragraph, not a stub
+        # argparse rewraps the paragraph (at spaces and after hyphens): compare without whitespace
+        flat = "".join(parser.format_help().split())
+        assert "".join(table.DESCRIPTIONS[name].split()) in flat, name
+
+
 def test_the_cli_table_is_the_one_in_commands() -> None:
     assert cli.COMMANDS is table.COMMANDS
     assert cli.COMMAND_MODULES == table.COMMAND_MODULES

@@ -30,9 +30,7 @@ from workbench.store.reader import live_pid, open_reader
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(sub, "diagnose",
-                    description="Analyse sessions (KV blobs, tool calls, findings) and print a report. "
-                    "Exit 0 = clean, 1 = any warning or error finding, 2 = usage error.")
+    p = add_command(sub, "diagnose")
     p.add_argument("session", nargs="?", help="session id (a unique prefix is enough)")
     p.add_argument("--all", action="store_true", help="every session in the database")
     add_json_arg(p, "one JSON object per session")

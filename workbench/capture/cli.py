@@ -30,16 +30,7 @@ CLI_CONFIG_HINT = '"network": {"useHttp1ForAgent": true}'
 
 
 def register(sub: Any) -> None:
-    p = add_command(
-        sub, "capture",
-        description="Run mitmdump with the workbench capture addon. Prints the proxy URL first, then the "
-                    "CA certificate and the environment lines a client needs (in reverse mode, the base URL "
-                    "clients use instead of a proxy). Arguments after -- go to mitmdump unchanged (e.g. "
-                    "-- --set ssl_insecure=true in front of the simulator). Exit status 3: frames were lost "
-                    "because neither the database nor any spool location took them. With --keylog: no proxy; "
-                    "packets (tcpdump or dumpcap) and the client's TLS key log are recorded and imported on "
-                    "Ctrl-C (docs/capture.md, \"Capturing without a proxy\"); exit status 1 then means a "
-                    "connection could not be decrypted.")
+    p = add_command(sub, "capture")
     add_db_arg(p)
     p.add_argument("--port", type=int, default=None,
                    help="listen port (0 = a free port; default 8080); with --keylog: the server port to "

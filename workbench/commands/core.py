@@ -34,9 +34,7 @@ MIB = 1024 * 1024
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(sub, "decode",
-                    description="Decode bytes exactly as a transport carries them: the enveloped "
-                    "frame(s) for run/runsse/runpoll, the request body for bidi_append and unary.")
+    p = add_command(sub, "decode")
     p.add_argument("hex", nargs="?", help="hex bytes (whitespace allowed); omit to read --file or stdin")
     p.add_argument("--file", "-f", help="read raw bytes from this file ('-' = stdin as raw bytes)")
     p.add_argument("--direction", choices=DIRECTIONS, default="server",
@@ -51,10 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_proto_arg(p)
     p.set_defaults(func=cmd_decode)
 
-    p = add_command(sub, "sessions",
-                    description="One row per session: id, label (scenario name or an excerpt of the "
-                    "first prompt), source, transport, model, start, duration, frames, status, the number "
-                    "of findings and the top finding (the root cause, when one finding explains others).")
+    p = add_command(sub, "sessions")
     add_db_arg(p)
     add_json_arg(p, "one JSON object per session (id, status, label, times, counts, top_finding and "
                    "top_finding_message)")
@@ -74,10 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_proto_arg(p)
     p.set_defaults(func=cmd_frames)
 
-    p = add_command(sub, "sql",
-                    description="Run read-only SQL (SELECT, or EXPLAIN [ANALYZE] of a SELECT) on the capture "
-                    "database, or through a running capture's live read service. SQL cannot read or write "
-                    "files or the network, change settings, or write the database.")
+    p = add_command(sub, "sql")
     p.add_argument("query", help="one SELECT (or EXPLAIN [ANALYZE] SELECT …) statement")
     add_db_arg(p)
     add_json_arg(p, "one JSON object per row")

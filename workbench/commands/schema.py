@@ -22,12 +22,7 @@ _SHOW_PROBLEMS = 20
 
 
 def register(sub: Any) -> None:
-    p = add_command(sub, "schema",
-                    description="Work with protobuf schemas: `schema extract` recovers every message, enum "
-                                "and service that protobuf-es generated code defines; `schema use` makes one "
-                                "the default for decoding, `schema show` says which is active; `schema diff` "
-                                "compares two; `schema drift` lists what captures carry that a schema does "
-                                "not name.")
+    p = add_command(sub, "schema")
     ssub = p.add_subparsers(dest="schema_command", metavar="SUBCOMMAND")
     e = ssub.add_parser("extract", help="recover .proto files from protobuf-es generated JavaScript",
                         description="Read .js/.mjs/.cjs files or folders (minified or not, ESM or CommonJS, one "

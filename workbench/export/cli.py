@@ -14,11 +14,7 @@ from workbench.ingest import ImportResult, IngestError, register_importer
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(sub, "export",
-                    description="Write sessions, frames, blobs, tool_calls and findings as Hive-partitioned "
-                    "Parquet (DIR/<table>/date=YYYY-MM-DD/session_id=<id>/part-0.parquet) for DuckDB, "
-                    "Spark, Polars or any Parquet engine. `workbench import DIR` reads it back. "
-                    "Re-exporting a session replaces its files.")
+    p = add_command(sub, "export")
     p.add_argument("--parquet", required=True, metavar="DIR", help="output directory")
     p.add_argument("--session", action="append", default=[], metavar="ID",
                    help="only this session (unique prefix; repeatable); default: all")

@@ -15,15 +15,7 @@ from workbench.wire.inflate import MIB, InflateBudget
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(
-        sub, "import",
-        description="Import recorded traffic into the capture database. The format is detected from "
-        "the content: mitmproxy flow files (mitmdump -w), HAR (log.entries), cursor-agent "
-        "--output-format stream-json NDJSON, pcap/pcapng packet captures (decrypted by tshark with "
-        "--keylog). Imports are idempotent: what a file holds is stored once "
-        "(importing it again, or a grown copy, adds only what is new), and an interrupted import is "
-        "completed by running it again. Exit status 1: a packet capture held TLS connections that "
-        "could not be decrypted (no key for them).")
+    p = add_command(sub, "import")
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="file or folder to import (format detected from its content; repeatable)")
     add_db_arg(p)
@@ -41,11 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "past it is stored compressed and inflated when viewed")
     p.set_defaults(func=cmd_import)
 
-    p = add_command(
-        sub, "run",
-        description="Runs CMD with its output passed through unchanged, recording each stdout line "
-        "as a cli_ndjson frame as it arrives. Exits with CMD's exit code. "
-        "Example: workbench run -- cursor-agent -p --output-format stream-json 'fix the test'")
+    p = add_command(sub, "run")
     add_db_arg(p)
     p.add_argument("--flush-ms", type=int, default=250, help="commit recorded frames at most this far apart")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",

@@ -64,9 +64,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Any) -> None:
-    p = add_command(sub, "proxy",
-                    description="Serve /v1/models and /v1/chat/completions, translating to Cursor's agent "
-                                "protocol. Prints the URL it listens on as the first line.")
+    p = add_command(sub, "proxy")
     _common(p)
     p.add_argument("--host", default="127.0.0.1",
                    help="listen address (default 127.0.0.1, loopback only)")
@@ -77,8 +75,7 @@ def register(sub: Any) -> None:
                    help="model id to list on /v1/models instead of asking GetUsableModels (repeatable)")
     p.set_defaults(func=run_proxy)
 
-    c = add_command(sub, "client",
-                    description="Send PROMPT to the agent backend and stream the answer to stdout.")
+    c = add_command(sub, "client")
     _common(c)
     c.add_argument("prompt", help="the user message of the turn")
     c.add_argument("--model", default="default", help="model id sent in the run request (default: default)")

@@ -12,10 +12,7 @@ from workbench.errors import CliError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(sub, "report",
-                    description="One HTML file, nothing fetched from the network: session facts, findings with "
-                                "links to their evidence frames, a sequence diagram, a timeline, tool calls, KV "
-                                "blobs and every frame with its decoded tree. Secrets are always redacted.")
+    p = add_command(sub, "report")
     p.add_argument("sessions", nargs="+", metavar="SESSION",
                    help="session ids (unique prefixes are enough) in --db, or replay fixture files")
     p.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the HTML file to write")

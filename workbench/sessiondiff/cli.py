@@ -11,11 +11,7 @@ from workbench.errors import CliError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(sub, "diff",
-                    description="Align two sessions by their message kinds and list what differs: messages in "
-                                "one only, changed decoded fields, execs answered or closed differently, tool "
-                                "arguments, timing past a threshold, the ending, findings and the stall. Ids, "
-                                "hashes and wall-clock times are ignored. Exit 0 same, 1 different, 2 bad input.")
+    p = add_command(sub, "diff")
     p.add_argument("a", metavar="A", help="a session id (or unique prefix) in --db, or a replay fixture file")
     p.add_argument("b", metavar="B", help="the session to compare with: an id or prefix in --db-b (default --db), "
                                           "or a fixture file")

@@ -17,12 +17,7 @@ from workbench.sim.state import DEFAULT_MODELS, RunRecord, SimConfig
 
 
 def register(sub: Any) -> None:
-    p = add_command(
-        sub, "sim",
-        description="Serve /agent.v1.AgentService/Run (h2 bidi), RunSSE + BidiAppend, RunPoll and both "
-                    "GetUsableModels, each in the caller's framing (Connect, gRPC-Web, gRPC). Prints the URL "
-                    "first, then the certificate path. A request picks a scenario with [scenario:NAME] in the "
-                    "user prompt; others get --scenario.")
+    p = add_command(sub, "sim")
     p.add_argument("--port", type=int, default=0, help="listen port (0 = a free port; default 0)")
     p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     p.add_argument("--token", default=None,

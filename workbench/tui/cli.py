@@ -13,11 +13,7 @@ from workbench.store.reader import sidecar_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(
-        sub, "tui",
-        description="Open a Textual app over a capture database: sessions, a frame timeline with "
-        "decoded detail, findings with their evidence frames, tool calls, KV blobs, replay at the "
-        "recorded pace. Press ? inside for keys.")
+    p = add_command(sub, "tui")
     p.add_argument("session", nargs="?", help="open this session directly (a unique prefix is enough)")
     add_db_arg(p)
     p.add_argument("--follow", action="store_true",

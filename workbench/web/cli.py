@@ -17,12 +17,7 @@ DEFAULT_PORT = 8765
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(
-        sub, "web",
-        description="Serve the TUI to a web browser with textual-serve: the same sessions list, "
-        "timeline, decoded frames, findings and replay as 'workbench tui', one TUI process per open "
-        "page. Listens on 127.0.0.1 only; requests whose Host is not a loopback name or that come "
-        "from another web page (Origin) are refused with 403. Prints the URL to open.")
+    p = add_command(sub, "web")
     add_db_arg(p)
     p.add_argument("--port", type=int, default=DEFAULT_PORT,
                    help=f"listen port (default {DEFAULT_PORT}; 0 = a free port)")
