@@ -15,6 +15,7 @@ import pytest
 from analysis_helpers import SessionBuilder
 
 from workbench.analysis import analyze_session
+from workbench.analysis.engine import collector_paused
 from workbench.analysis.facts import FactsBuilder
 from workbench.store.db import Store
 
@@ -22,14 +23,9 @@ from workbench.store.db import Store
 @pytest.fixture
 def collector_off() -> Iterator[None]:
     """The cyclic collector off, as during an analysis: what is freed here is freed by refcounts."""
-    was = gc.isenabled()
     gc.collect()
-    gc.disable()
-    try:
+    with collector_paused():
         yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _session(store: Store) -> str:
