@@ -428,12 +428,5 @@ def run_measured(argv: Sequence[str], *, env: Mapping[str, str] | None = None, t
 
 def demo_sessions(db: Path | str) -> dict[str, str]:
     """A recorded demo database's sessions: demo scenario name → session id."""
-    from workbench.store.reader import open_reader
-
-    reader = open_reader(db)
-    try:
-        rows = reader.query("SELECT session_id, json_extract_string(meta, '$.demo_scenario') AS sc "
-                            "FROM sessions").to_pylist()
-    finally:
-        reader.close()
+    rows = query_rows(db, "SELECT session_id, json_extract_string(meta, '$.demo_scenario') AS sc FROM sessions")
     return {r["sc"]: r["session_id"] for r in rows}

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 from ending_server import ENDINGS, EndingServer
-from support import free_port, stop_popen, wait_port
+from support import free_port, query_rows, stop_popen, wait_port
 
 from workbench.cli import main
 from workbench.schema import pb
@@ -134,12 +134,8 @@ def test_the_flow_file_holds_the_same_bytes(recorded: tuple[dict[str, str], Path
     rids, live_db, flows = recorded
     with flows.open("rb") as fh:
         saved = {f.request.headers.get("x-request-id"): f for f in io.FlowReader(fh).stream()}
-    r = open_reader(live_db)
-    try:
-        rows = r.query("SELECT session_id, direction, kind, payload FROM frames WHERE direction = 'server' "
-                       "AND kind = 'interaction_update.text_delta' ORDER BY session_id, seq").to_pylist()
-    finally:
-        r.close()
+    rows = query_rows(live_db, "SELECT session_id, direction, kind, payload FROM frames WHERE direction = 'server' "
+                      "AND kind = 'interaction_update.text_delta' ORDER BY session_id, seq")
     with_text = {row["session_id"] for row in rows}
     for ending, rid in rids.items():
         flow = saved[rid]
