@@ -21,6 +21,9 @@ from support import Process, free_port, start_process, start_server, start_workb
 HERE = Path(__file__).resolve().parent
 FAULT_BRIDGE = HERE / "fault_bridge.py"
 TOKEN = "sk-test-bridge-upstream-token"
+# how long the SDK waits for a byte: a bound for a hang, not a speed (CI saw a first turn wait over 60 s
+# while two suites shared the two cores)
+SDK_TIMEOUT_S = 300
 
 
 @dataclass
@@ -36,7 +39,7 @@ class BridgeRig:
 
     def sdk(self, **kw: Any) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.client_url + "/v1", api_key="sk-client-key-never-stored",
-                             max_retries=0, timeout=60, **kw)
+                             max_retries=0, timeout=SDK_TIMEOUT_S, **kw)
 
     def stop(self) -> None:
         self.bridge.stop()
@@ -102,7 +105,7 @@ class FaultRig:
 
     def sdk(self, fault: str) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.bridges[fault][1] + "/v1", api_key="sk-client-key-never-stored",
-                             max_retries=0, timeout=60)
+                             max_retries=0, timeout=SDK_TIMEOUT_S)
 
     def stop(self) -> None:
         for p, _ in self.bridges.values():
