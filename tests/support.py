@@ -99,6 +99,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def listening_socket() -> socket.socket:
+    """A listening TCP socket on 127.0.0.1, inheritable, for a child given its descriptor: unlike a
+    ``free_port`` number, nothing else can take the port between choosing it and the child serving it."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+    s.set_inheritable(True)
+    return s
+
+
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.5):
@@ -156,10 +166,10 @@ class Process:
     """
 
     def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-                 cwd: str | Path | None = None) -> None:
+                 cwd: str | Path | None = None, pass_fds: Sequence[int] = ()) -> None:
         self.argv = list(argv)
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, cwd=cwd,
+                                     stderr=subprocess.PIPE, text=True, cwd=cwd, pass_fds=tuple(pass_fds),
                                      env=dict(env) if env is not None else env_without_proxy())
         self.out: list[str] = []
         self.err: list[str] = []
@@ -227,8 +237,8 @@ class Process:
 
 
 def start_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-                  cwd: str | Path | None = None) -> Process:
-    return Process(argv, env=env, cwd=cwd)
+                  cwd: str | Path | None = None, pass_fds: Sequence[int] = ()) -> Process:
+    return Process(argv, env=env, cwd=cwd, pass_fds=pass_fds)
 
 
 P = TypeVar("P", bound=Process)

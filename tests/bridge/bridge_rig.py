@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import openai
-from support import Process, free_port, start_process, start_server, start_workbench, wait_port
+from support import (
+    Process,
+    free_port,
+    listening_socket,
+    start_process,
+    start_server,
+    start_workbench,
+    wait_port,
+)
 
 HERE = Path(__file__).resolve().parent
 FAULT_BRIDGE = HERE / "fault_bridge.py"
@@ -62,12 +70,17 @@ def start_bridge_rig(tmp: Path, kind: str = "proxy", fault: str = "none", transp
                      proxy_args: tuple[str, ...] = ()) -> BridgeRig:
     sim = start_server("sim", "--port", "0", "--heartbeat-interval", "0.05", "--cert-dir", str(tmp / "certs"),
                        *sim_args, want_cert=True)
-    port = free_port()
+    # a fault bridge serves on a socket bound here; ``workbench proxy`` binds the port itself and says
+    # so on its first line (it fails loudly, never silently, if another process took the port)
+    sock = listening_socket() if kind != "proxy" else None
+    port = int(sock.getsockname()[1]) if sock is not None else free_port()
     db = tmp / "bridge.duckdb"
     try:
         cap, lines = start_capture(tmp, port, db, mitm_args)
     except BaseException:
         sim.stop()
+        if sock is not None:
+            sock.close()
         raise
     proxy_url = lines[0].strip()
     ca = tmp / "mitm" / "mitmproxy-ca-cert.pem"
@@ -78,13 +91,19 @@ def start_bridge_rig(tmp: Path, kind: str = "proxy", fault: str = "none", transp
             bridge = start_server("proxy", "--port", str(port), "--upstream", sim.url, "--transport", transport,
                                   "--ca-file", str(ca), *proxy_args, env=env)
         else:
-            bridge = start_process([sys.executable, str(FAULT_BRIDGE), "--port", str(port), "--upstream", sim.url,
-                                    "--ca-file", str(ca), "--fault", fault], env={**_base_env(), **env})
+            assert sock is not None
+            bridge = start_process([sys.executable, str(FAULT_BRIDGE), "--port", str(port), "--fd", str(sock.fileno()),
+                                    "--upstream", sim.url, "--ca-file", str(ca), "--fault", fault],
+                                   env={**_base_env(), **env}, pass_fds=(sock.fileno(),))
             wait_port(port, bridge.proc)
+            assert bridge.next_line(90).strip() == f"http://127.0.0.1:{port}", bridge.err
     except BaseException:
         cap.stop(signal.SIGINT)
         sim.stop()
         raise
+    finally:
+        if sock is not None:
+            sock.close()  # the bridge holds its own copy
     return BridgeRig(sim, cap, bridge, db, client_url, proxy_url, ca, lines)
 
 
@@ -121,7 +140,8 @@ def start_fault_rig(tmp: Path, faults: list[str], scenarios: dict[str, Any]) -> 
         (folder / f"{name}.json").write_text(json.dumps(doc), encoding="utf-8")
     sim = start_server("sim", "--port", "0", "--heartbeat-interval", "0.05", "--pace", "0.02",
                        "--scenario-dir", str(folder), "--cert-dir", str(tmp / "certs"), want_cert=True)
-    ports = {f: free_port() for f in faults}
+    socks = {f: listening_socket() for f in faults}  # each bridge serves on a socket bound here
+    ports = {f: int(sk.getsockname()[1]) for f, sk in socks.items()}
     db = tmp / "faults.duckdb"
     args = ["capture", "--port", "0", "--db", str(db), "--confdir", str(tmp / "mitm"), "--flush-ms", "50"]
     for f in faults:
@@ -135,15 +155,22 @@ def start_fault_rig(tmp: Path, faults: list[str], scenarios: dict[str, Any]) -> 
         urls = [ln.split(": ", 1)[1].strip() for ln in lines if ln.startswith("bridge: ")]
         env = {**_base_env(), "HTTPS_PROXY": lines[0].strip(), "CURSOR_ACCESS_TOKEN": TOKEN}
         for f, url in zip(faults, urls, strict=True):
-            p = start_process([sys.executable, str(FAULT_BRIDGE), "--port", str(ports[f]), "--upstream", sim.url,
-                               "--ca-file", str(tmp / "mitm" / "mitmproxy-ca-cert.pem"), "--fault", f], env=env)
+            fd = socks[f].fileno()
+            p = start_process([sys.executable, str(FAULT_BRIDGE), "--port", str(ports[f]), "--fd", str(fd),
+                               "--upstream", sim.url,
+                               "--ca-file", str(tmp / "mitm" / "mitmproxy-ca-cert.pem"), "--fault", f], env=env,
+                              pass_fds=(fd,))
             bridges[f] = (p, url)
         for f, (p, _) in bridges.items():
             wait_port(ports[f], p.proc)
+            assert p.next_line(90).strip() == f"http://127.0.0.1:{ports[f]}", p.err  # serving, on the socket given
     except BaseException:
         for p, _ in bridges.values():
             p.stop()
         cap.stop(signal.SIGINT)
         sim.stop()
         raise
+    finally:
+        for sk in socks.values():  # each bridge holds its own copy now
+            sk.close()
     return FaultRig(sim, cap, db, bridges)

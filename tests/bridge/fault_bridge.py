@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import time
 import uuid
 from typing import Any
@@ -141,12 +142,16 @@ class Bridge:
 async def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--fd", type=int, help="serve on this inherited listening socket (bound to --port)")
     p.add_argument("--upstream", required=True)
     p.add_argument("--ca-file", required=True)
     p.add_argument("--fault", choices=FAULTS, default="none")
     args = p.parse_args()
     bridge = Bridge(args.upstream, args.ca_file, args.fault)
-    server = await asyncio.start_server(bridge.handle, "127.0.0.1", args.port)
+    if args.fd is not None:  # the test bound the port and holds it for us: no other process can take it meanwhile
+        server = await asyncio.start_server(bridge.handle, sock=socket.socket(fileno=args.fd))
+    else:
+        server = await asyncio.start_server(bridge.handle, "127.0.0.1", args.port)
     print(f"http://127.0.0.1:{args.port}", flush=True)
     async with server:
         await server.serve_forever()
