@@ -270,6 +270,21 @@ def test_sql_prints_what_python_dates_cannot_hold(capture_db: Path) -> None:
                                      "l": ["infinity"], "s": {"at": "infinity"}, "n": 7}
 
 
+def test_frames_prints_a_time_past_year_9999_as_its_text(capture_db: Path) -> None:
+    """A hostile import can stamp a frame past what Python's datetime holds; `workbench frames` prints
+    DuckDB's text for it and every other frame as before, never a traceback."""
+    with Store(capture_db) as store:
+        sid, seq = store.con.execute("SELECT session_id, max(seq) FROM frames GROUP BY session_id LIMIT 1").fetchone()
+        store.con.execute("UPDATE frames SET ts = TIMESTAMPTZ '10000-01-01 00:00:00+00' WHERE session_id = ? "
+                          "AND seq = ?", [sid, seq])
+    r, rj = wb_many([(["frames", sid, "--db", str(capture_db)], None, None),
+                     (["frames", sid, "--json", "--db", str(capture_db)], None, None)])
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    last = [ln for ln in r.stdout.splitlines() if ln.split() and ln.split()[0] == str(seq)]
+    assert last and "10000-01-01" in last[0], r.stdout
+    assert rj.returncode == 0 and json.loads(rj.stdout.splitlines()[-1])["ts"].startswith("10000-01-01"), rj.stdout
+
+
 def test_missing_db_is_a_clear_error(tmp_path: Path) -> None:
     missing = tmp_path / "none.duckdb"
     calls: list[Call] = [([*a, "--db", str(missing)], None, None)

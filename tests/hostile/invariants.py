@@ -220,6 +220,7 @@ def view_outputs(db: Path, out_dir: Path, *, max_sessions: int = 3) -> dict[str,
     ids = [s["session_id"] for s in _json_lines(view("sessions --json", "sessions", "--json"))]
     for sid in ids[:max_sessions]:
         view(f"frames --json {sid}", "frames", sid, "--json")
+        view(f"frames {sid}", "frames", sid)
     view("diagnose --all --json", "diagnose", "--all", "--json")
     if ids:
         view("export --parquet", "export", "--parquet", str(out_dir / "parquet"))

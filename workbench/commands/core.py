@@ -303,7 +303,8 @@ def _print_frame(row: dict[str, Any], dec: Decoder | None) -> None:
         sys.stdout.write("\n")
         return
     arrow = "→" if row["direction"] == "client" else "←"
-    ts = row["ts"].strftime("%H:%M:%S.%f")[:-3] if row["ts"] else ""
+    # a time past year 9999 (a hostile import's) is read as DuckDB's text: print that text
+    ts = row["ts"].strftime("%H:%M:%S.%f")[:-3] if hasattr(row["ts"], "strftime") else str(row["ts"] or "")
     err = f"  [error: {row['error']}]" if row["error"] else ""
     print(f"{row['seq']:>7} {ts} {arrow} {row['kind']:<44} {row['summary'] or ''}{err}")
 
