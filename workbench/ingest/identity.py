@@ -165,68 +165,140 @@ def _add_plan(rec: Recorder, plan: SessionPlan) -> None:
     info.frame_count = len(plan.frames)
 
 
+class PlanWriter:
+    """Writes SessionPlans through the store's write gate (``Recorder``), whole sessions per
+    transaction, deciding for each what is new (``_decide``). Plans may come in several calls to
+    ``write`` (a packet capture writes a session while tshark still reads the file): each call looks
+    up only what the calls before it did not, and what this import wrote counts as stored for every
+    plan after it, so the decisions are those one call with all the plans would make. ``close``
+    commits the last batch."""
+
+    def __init__(self, store: Store, *, warn: Callable[[str], None],
+                 progress: Callable[[int, int], None] = lambda _done, _skipped: None,
+                 batch_frames: int | None = None, batch_sessions: int | None = None) -> None:
+        self.store = store
+        self.warn = warn
+        self.progress = progress
+        self.batch_frames = batch_frames or BATCH_FRAMES
+        self.batch_sessions = batch_sessions or BATCH_SESSIONS
+        self.out = WriteOutcome()
+        self.rec = Recorder(store)
+        self.done = 0
+        # unit → session, as the database held it before this import, overlaid with what it wrote
+        self.present: dict[str, str] = {}
+        self.stored: dict[str, _Stored] = {}
+        # sessions looked up and not found, or deleted by this import: never looked up again (a
+        # deletion waits in the open batch, so the database would still show them)
+        self.absent: set[str] = set()
+        self._in_batch = 0
+        self._deletes: list[str] = []
+
+    def _look_up(self, plans: Sequence[SessionPlan]) -> None:
+        """What the database holds of ``plans``' units and sessions that no earlier call looked up.
+
+        A unit not in ``present`` is either not stored or stored by an earlier import in a session
+        this import has not deleted (a session it deletes has all its units rewritten, which puts
+        them in ``present``), so the database answers as it would have before this import began."""
+        units = [u for p in plans for u in p.units if u not in self.present]
+        self.present.update(stored_units(self.store, units))
+        involved = {p.info.session_id for p in plans} | {self.present[u] for p in plans for u in p.units
+                                                          if u in self.present}
+        new = sorted(s for s in involved if s not in self.stored and s not in self.absent)
+        found = _stored_sessions(self.store, new)
+        self.stored.update(found)
+        self.absent.update(s for s in new if s not in found)
+
+    def decide(self, plan: SessionPlan) -> tuple[str, str]:
+        """The action ``write`` would take for ``plan`` now (new | skip | rebuild | conflict), and its message."""
+        self._look_up([plan])
+        action, _deletes, message = _decide(plan, {u: self.present[u] for u in plan.units if u in self.present},
+                                            self.stored)
+        return action, message
+
+    def commit(self) -> None:
+        if not self._in_batch and not self._deletes:
+            return
+        with self.store.transaction():  # deletions, frames and session rows together
+            self.store.delete_sessions(self._deletes)
+            self.rec.flush()
+        self.rec.sessions.clear()
+        self._in_batch = 0
+        self._deletes.clear()
+
+    def write(self, plans: Sequence[SessionPlan]) -> None:
+        self._look_up(plans)
+        out, present, stored = self.out, self.present, self.stored
+        for plan in plans:
+            self.done += 1
+            sid = plan.info.session_id
+            mine = {u: present[u] for u in plan.units if u in present}
+            action, delete_first, message = _decide(plan, mine, stored)
+            if action == "skip":
+                out.skipped.append(sid)
+                out.skipped_frames += len(plan.frames)
+                if message:
+                    self.warn(f"{message}: {sid}")
+            elif action == "conflict":
+                out.conflicts.append(message)
+                self.warn(message)
+            else:
+                if sid in stored:
+                    plan.info.label = plan.info.label or stored[sid].label
+                    out.updated.append(sid)
+                else:
+                    out.written.append(sid)
+                out.absorbed.extend(s for s in delete_first if s != sid)
+                if any(s != sid for s in delete_first):
+                    plan.info.meta["absorbed_sessions"] = [s for s in delete_first if s != sid]
+                self._deletes.extend(delete_first)
+                _add_plan(self.rec, plan)
+                self._in_batch += 1
+                out.frames += len(plan.frames)
+                # what this import wrote now counts as stored for the plans after it
+                stored[sid] = _Stored(set(plan.units), 0, plan.info.label, plan.absorbable)
+                self.absent.discard(sid)
+                for u in plan.units:
+                    present[u] = sid
+                for s in delete_first:
+                    if s != sid:
+                        stored.pop(s, None)
+                        self.absent.add(s)
+            if len(self.rec.batch) >= self.batch_frames or self._in_batch >= self.batch_sessions:
+                self.commit()
+            self.progress(self.done, len(out.skipped))
+
+    def unwrite(self, plan: SessionPlan, action: str) -> None:
+        """Take back a plan written (``new``) or skipped by an earlier ``write``, as if it had never
+        come: a session a capture wrote early whose exchange changed after all (see
+        ``workbench.ingest.pcap``). Only ``new`` and ``skip`` can be taken back: they deleted nothing."""
+        sid = plan.info.session_id
+        self.done -= 1
+        if action == "skip":
+            self.out.skipped.remove(sid)
+            self.out.skipped_frames -= len(plan.frames)
+            return
+        assert action == "new", action
+        self.commit()
+        with self.store.transaction():
+            self.store.delete_sessions([sid])
+        self.out.written.remove(sid)
+        self.out.frames -= len(plan.frames)
+        self.stored.pop(sid, None)
+        self.absent.add(sid)
+        for u in plan.units:
+            if self.present.get(u) == sid:
+                del self.present[u]
+
+    def close(self) -> WriteOutcome:
+        self.commit()
+        return self.out
+
+
 def write_plans(store: Store, plans: Sequence[SessionPlan], *, warn: Callable[[str], None],
                 progress: Callable[[int, int], None] = lambda _done, _skipped: None,
                 batch_frames: int | None = None, batch_sessions: int | None = None) -> WriteOutcome:
     """Write what is new of ``plans`` through the store's write gate (``Recorder``); whole
     sessions per transaction."""
-    batch_frames = batch_frames or BATCH_FRAMES
-    batch_sessions = batch_sessions or BATCH_SESSIONS
-    out = WriteOutcome()
-    all_units = [u for p in plans for u in p.units]
-    present = stored_units(store, all_units)
-    involved = {p.info.session_id for p in plans} | set(present.values())
-    stored = _stored_sessions(store, sorted(involved))
-
-    rec = Recorder(store)
-    sessions_in_batch = 0
-    deletes: list[str] = []
-
-    def commit() -> None:
-        nonlocal sessions_in_batch
-        if not sessions_in_batch and not deletes:
-            return
-        with store.transaction():  # deletions, frames and session rows together
-            store.delete_sessions(deletes)
-            rec.flush()
-        rec.sessions.clear()
-        sessions_in_batch = 0
-        deletes.clear()
-
-    for done, plan in enumerate(plans, 1):
-        sid = plan.info.session_id
-        mine = {u: present[u] for u in plan.units if u in present}
-        action, delete_first, message = _decide(plan, mine, stored)
-        if action == "skip":
-            out.skipped.append(sid)
-            out.skipped_frames += len(plan.frames)
-            if message:
-                warn(f"{message}: {sid}")
-        elif action == "conflict":
-            out.conflicts.append(message)
-            warn(message)
-        else:
-            if sid in stored:
-                plan.info.label = plan.info.label or stored[sid].label
-                out.updated.append(sid)
-            else:
-                out.written.append(sid)
-            out.absorbed.extend(s for s in delete_first if s != sid)
-            if any(s != sid for s in delete_first):
-                plan.info.meta["absorbed_sessions"] = [s for s in delete_first if s != sid]
-            deletes.extend(delete_first)
-            _add_plan(rec, plan)
-            sessions_in_batch += 1
-            out.frames += len(plan.frames)
-            # what this import wrote now counts as stored for the plans after it
-            stored[sid] = _Stored(set(plan.units), 0, plan.info.label, plan.absorbable)
-            for u in plan.units:
-                present[u] = sid
-            for s in delete_first:
-                if s != sid:
-                    stored.pop(s, None)
-        if len(rec.batch) >= batch_frames or sessions_in_batch >= batch_sessions:
-            commit()
-        progress(done, len(out.skipped))
-    commit()
-    return out
+    writer = PlanWriter(store, warn=warn, progress=progress, batch_frames=batch_frames, batch_sessions=batch_sessions)
+    writer.write(plans)
+    return writer.close()
