@@ -26,10 +26,12 @@ came before.
 from __future__ import annotations
 
 import json
+import os
+import queue
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -287,6 +289,65 @@ def _drain(stream: IO[bytes], out: TsharkRun) -> None:
             out.messages.append(raw.decode("utf-8", "replace").strip())
 
 
+# tshark's output is read on a thread of its own, in large chunks, so that tshark never waits on a
+# full pipe while the importer decodes and writes the sessions already complete (on another core
+# tshark keeps dissecting). The pipe is widened where Linux allows (``F_SETPIPE_SZ``) so that a
+# chunk is large and the thread needs the GIL seldom; the queue bounds what waits in memory.
+PIPE_SIZE = 1 << 20
+READ_CHUNK = 1 << 20
+QUEUED_CHUNKS = 64
+
+
+def _widen_pipe(fd: int) -> None:
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
+    except (ImportError, OSError):
+        pass  # not Linux, or above /proc/sys/fs/pipe-max-size: the default pipe does, only slower
+
+
+def _pump(fd: int, chunks: queue.Queue[bytes | BaseException | None], stop: threading.Event) -> None:
+    try:
+        while not stop.is_set():
+            data = os.read(fd, READ_CHUNK)
+            if not data:
+                break
+            chunks.put(data)
+    except BaseException as exc:  # handed to the reader, which raises it
+        chunks.put(exc)
+    finally:
+        chunks.put(None)
+
+
+def _lines(fd: int) -> Generator[bytes, None, None]:
+    """The lines tshark writes to ``fd``, read ahead by a thread."""
+    chunks: queue.Queue[bytes | BaseException | None] = queue.Queue(QUEUED_CHUNKS)
+    stop = threading.Event()
+    pump = threading.Thread(target=_pump, args=(fd, chunks, stop), name="tshark-reader", daemon=True)
+    pump.start()
+    rest = b""
+    try:
+        while True:
+            data = chunks.get()
+            if data is None:
+                break
+            if isinstance(data, BaseException):
+                raise data
+            lines = (rest + data).split(b"\n") if rest else data.split(b"\n")
+            rest = lines.pop()
+            yield from lines
+        if rest:
+            yield rest
+    finally:
+        stop.set()
+        while pump.is_alive():  # unblock a put on a full queue; the read ends when tshark is gone
+            try:
+                chunks.get(timeout=0.05)
+            except queue.Empty:
+                pass
+
+
 def read_packets(path: Path, keylog: Path | None, run: TsharkRun, *, tshark: str | None = None,
                  tls_ports: tuple[int, ...] = ()) -> Iterator[Packet]:
     """Every TCP packet tshark reports, in capture order; ``run`` collects tshark's messages."""
@@ -296,9 +357,11 @@ def read_packets(path: Path, keylog: Path | None, run: TsharkRun, *, tshark: str
     assert proc.stdout is not None and proc.stderr is not None
     drain = threading.Thread(target=_drain, args=(proc.stderr, run), daemon=True)
     drain.start()
+    _widen_pipe(proc.stdout.fileno())
     finished = False
+    lines = _lines(proc.stdout.fileno())
     try:
-        for line in proc.stdout:
+        for line in lines:
             if line.startswith(b'{"index"'):
                 continue
             try:
@@ -312,6 +375,7 @@ def read_packets(path: Path, keylog: Path | None, run: TsharkRun, *, tshark: str
     finally:
         if not finished and proc.poll() is None:
             proc.terminate()  # the reader stopped early (an error): tshark need not finish the file
+        lines.close()
         proc.stdout.close()
         run.returncode = proc.wait()
         drain.join(5)
