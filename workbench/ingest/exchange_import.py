@@ -59,7 +59,7 @@ class ExchangeImporter:
 
     def __init__(self, store: Store, dec: Decoder, *, source: str, file_meta: dict[str, Any],
                  warn: Callable[[str], None], progress: Progress | None = None,
-                 builder: type[PlanBuilder] | None = None) -> None:
+                 builder: type[PlanBuilder] | None = None, prefixes: tuple[str, str] | None = None) -> None:
         self.dec = dec
         self.file_meta = file_meta
         self.warn = warn
@@ -70,7 +70,8 @@ class ExchangeImporter:
         self.appends: list[Part] = []
         self.singles: list[Part] = []
         self._counting = False  # the progress line counts sessions from ``finish`` on
-        self.writer = PlanWriter(store, warn=lambda msg: warn(f"{file_meta['file']}: {msg}"), progress=self._written)
+        self.writer = PlanWriter(store, warn=lambda msg: warn(f"{file_meta['file']}: {msg}"), progress=self._written,
+                                 prefixes=prefixes)
 
     def _written(self, done: int, skipped: int) -> None:
         if self.progress is not None and self._counting:

@@ -24,12 +24,13 @@ re-run resumes where it stopped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 
 from workbench.decode.classify import Frame
 from workbench.store.db import SessionInfo, Store
 from workbench.store.queries import (
+    holds_prefixed,
     sessions_of_source_keys,
     source_keys_of,
     stored_units_of_sessions,
@@ -175,8 +176,13 @@ class PlanWriter:
 
     def __init__(self, store: Store, *, warn: Callable[[str], None],
                  progress: Callable[[int, int], None] = lambda _done, _skipped: None,
-                 batch_frames: int | None = None, batch_sessions: int | None = None) -> None:
+                 batch_frames: int | None = None, batch_sessions: int | None = None,
+                 prefixes: tuple[str, str] | None = None) -> None:
         self.store = store
+        # (unit prefix, session id prefix) every plan of this import has: when the database holds
+        # nothing with either before the import begins, nothing needs looking up (a capture written
+        # while tshark reads looks up each session on its own, and a lookup reads the frames table)
+        self.fresh = prefixes if prefixes is not None and not holds_prefixed(store, *prefixes) else None
         self.warn = warn
         self.progress = progress
         self.batch_frames = batch_frames or BATCH_FRAMES
@@ -199,21 +205,17 @@ class PlanWriter:
         A unit not in ``present`` is either not stored or stored by an earlier import in a session
         this import has not deleted (a session it deletes has all its units rewritten, which puts
         them in ``present``), so the database answers as it would have before this import began."""
-        units = [u for p in plans for u in p.units if u not in self.present]
+        fresh = self.fresh
+        units = [u for p in plans for u in p.units
+                 if u not in self.present and not (fresh and u.startswith(fresh[0]))]
         self.present.update(stored_units(self.store, units))
         involved = {p.info.session_id for p in plans} | {self.present[u] for p in plans for u in p.units
                                                           if u in self.present}
-        new = sorted(s for s in involved if s not in self.stored and s not in self.absent)
+        new = sorted(s for s in involved
+                     if s not in self.stored and s not in self.absent and not (fresh and s.startswith(fresh[1])))
         found = _stored_sessions(self.store, new)
         self.stored.update(found)
         self.absent.update(s for s in new if s not in found)
-
-    def decide(self, plan: SessionPlan) -> tuple[str, str]:
-        """The action ``write`` would take for ``plan`` now (new | skip | rebuild | conflict), and its message."""
-        self._look_up([plan])
-        action, _deletes, message = _decide(plan, {u: self.present[u] for u in plan.units if u in self.present},
-                                            self.stored)
-        return action, message
 
     def commit(self) -> None:
         if not self._in_batch and not self._deletes:
@@ -225,14 +227,21 @@ class PlanWriter:
         self._in_batch = 0
         self._deletes.clear()
 
-    def write(self, plans: Sequence[SessionPlan]) -> None:
+    def write(self, plans: Sequence[SessionPlan], *, only: Container[str] | None = None) -> list[str | None]:
+        """Write what is new of ``plans``; the action taken for each. With ``only``, a plan whose
+        action is not among them (or comes with a warning) is left alone: None, nothing counted."""
         self._look_up(plans)
         out, present, stored = self.out, self.present, self.stored
+        actions: list[str | None] = []
         for plan in plans:
-            self.done += 1
             sid = plan.info.session_id
             mine = {u: present[u] for u in plan.units if u in present}
             action, delete_first, message = _decide(plan, mine, stored)
+            if only is not None and (action not in only or message):
+                actions.append(None)
+                continue
+            actions.append(action)
+            self.done += 1
             if action == "skip":
                 out.skipped.append(sid)
                 out.skipped_frames += len(plan.frames)
@@ -266,6 +275,7 @@ class PlanWriter:
             if len(self.rec.batch) >= self.batch_frames or self._in_batch >= self.batch_sessions:
                 self.commit()
             self.progress(self.done, len(out.skipped))
+        return actions
 
     def unwrite(self, plan: SessionPlan, action: str) -> None:
         """Take back a plan written (``new``) or skipped by an earlier ``write``, as if it had never

@@ -31,7 +31,7 @@ import queue
 import shutil
 import subprocess
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -300,7 +300,7 @@ QUEUED_CHUNKS = 64
 
 def _widen_pipe(fd: int) -> None:
     try:
-        import fcntl
+        import fcntl  # Unix only: imported where used, so that the module loads elsewhere
 
         fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
     except (ImportError, OSError):
@@ -320,8 +320,9 @@ def _pump(fd: int, chunks: queue.Queue[bytes | BaseException | None], stop: thre
         chunks.put(None)
 
 
-def _lines(fd: int) -> Generator[bytes, None, None]:
-    """The lines tshark writes to ``fd``, read ahead by a thread."""
+def _lines(fd: int, on_idle: Callable[[], object] | None = None) -> Generator[bytes, None, None]:
+    """The lines tshark writes to ``fd``, read ahead by a thread; ``on_idle`` is called when none
+    are waiting (before waiting for more)."""
     chunks: queue.Queue[bytes | BaseException | None] = queue.Queue(QUEUED_CHUNKS)
     stop = threading.Event()
     pump = threading.Thread(target=_pump, args=(fd, chunks, stop), name="tshark-reader", daemon=True)
@@ -329,6 +330,8 @@ def _lines(fd: int) -> Generator[bytes, None, None]:
     rest = b""
     try:
         while True:
+            if on_idle is not None and chunks.empty():
+                on_idle()
             data = chunks.get()
             if data is None:
                 break
@@ -349,8 +352,9 @@ def _lines(fd: int) -> Generator[bytes, None, None]:
 
 
 def read_packets(path: Path, keylog: Path | None, run: TsharkRun, *, tshark: str | None = None,
-                 tls_ports: tuple[int, ...] = ()) -> Iterator[Packet]:
-    """Every TCP packet tshark reports, in capture order; ``run`` collects tshark's messages."""
+                 tls_ports: tuple[int, ...] = (), on_idle: Callable[[], object] | None = None) -> Iterator[Packet]:
+    """Every TCP packet tshark reports, in capture order; ``run`` collects tshark's messages.
+    ``on_idle``: called whenever the reader has caught up with tshark (work that can wait for it)."""
     exe = find_tshark(tshark)
     proc = subprocess.Popen(command(exe, path, keylog, tls_ports), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
@@ -359,7 +363,7 @@ def read_packets(path: Path, keylog: Path | None, run: TsharkRun, *, tshark: str
     drain.start()
     _widen_pipe(proc.stdout.fileno())
     finished = False
-    lines = _lines(proc.stdout.fileno())
+    lines = _lines(proc.stdout.fileno(), on_idle)
     try:
         for line in lines:
             if line.startswith(b'{"index"'):

@@ -266,8 +266,19 @@ def sessions_of_source_keys(reader: Reader, keys: Sequence[str]) -> dict[str, st
     """source_key → session_id of the stored frames carrying one of ``keys``."""
     if not keys:
         return {}
-    t = reader.query("SELECT source_key, session_id FROM frames WHERE source_key IN (SELECT unnest(?))", [list(keys)])
+    # The range lets DuckDB skip the row groups whose keys lie outside it (zone maps): the keys of one
+    # session share a prefix, so looking up a session's keys reads only where they could be.
+    t = reader.query("SELECT source_key, session_id FROM frames WHERE source_key BETWEEN ? AND ? "
+                     "AND source_key IN (SELECT unnest(?))", [min(keys), max(keys), list(keys)])
     return {str(r["source_key"]): str(r["session_id"]) for r in t.to_pylist()}
+
+
+def holds_prefixed(reader: Reader, source_key_prefix: str, session_id_prefix: str) -> bool:
+    """Whether any frame's source_key or any session's id starts with the given prefix."""
+    t = reader.query("SELECT EXISTS (SELECT 1 FROM frames WHERE starts_with(source_key, ?)) "
+                     "OR EXISTS (SELECT 1 FROM sessions WHERE starts_with(session_id, ?))",
+                     [source_key_prefix, session_id_prefix])
+    return bool(_column(t)[0])
 
 
 def source_keys_of(reader: Reader, session_id: str) -> set[str]:
