@@ -266,10 +266,7 @@ def sessions_of_source_keys(reader: Reader, keys: Sequence[str]) -> dict[str, st
     """source_key → session_id of the stored frames carrying one of ``keys``."""
     if not keys:
         return {}
-    # The range lets DuckDB skip the row groups whose keys lie outside it (zone maps): the keys of one
-    # session share a prefix, so looking up a session's keys reads only where they could be.
-    t = reader.query("SELECT source_key, session_id FROM frames WHERE source_key BETWEEN ? AND ? "
-                     "AND source_key IN (SELECT unnest(?))", [min(keys), max(keys), list(keys)])
+    t = reader.query("SELECT source_key, session_id FROM frames WHERE source_key IN (SELECT unnest(?))", [list(keys)])
     return {str(r["source_key"]): str(r["session_id"]) for r in t.to_pylist()}
 
 
