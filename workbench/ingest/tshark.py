@@ -158,27 +158,32 @@ def _h2_frames(layers: dict[str, list[str]]) -> tuple[list[H2Frame], str | None]
         return [], "HTTP/2 frame fields do not line up"
     frames = [H2Frame(int(t), int(s), int(f, 16), int(n)) for t, s, f, n in zip(types, sids, flags, lengths, strict=True)]
     problem = None
-    pads = layers.get("http2_pad_length") or []
-    padded = [f for f in frames if f.type in (H2_DATA, H2_HEADERS, H2_PUSH_PROMISE)]
-    if len(pads) != len(padded):
-        padded = [f for f in frames if f.type in (H2_DATA, H2_HEADERS)]
-    if len(pads) == len(padded):
-        for f, p in zip(padded, pads, strict=True):
-            f.pad = int(p)
+    # Each optional field is looked at only when present: absent, it can give no frame anything
+    # (most packets carry DATA frames and nothing else, and this runs once per packet).
+    pads = layers.get("http2_pad_length")
+    if pads:
+        padded = [f for f in frames if f.type in (H2_DATA, H2_HEADERS, H2_PUSH_PROMISE)]
+        if len(pads) != len(padded):
+            padded = [f for f in frames if f.type in (H2_DATA, H2_HEADERS)]
+        if len(pads) == len(padded):
+            for f, p in zip(padded, pads, strict=True):
+                f.pad = int(p)
     if not _h2_data(frames, layers.get("http2_data_data") or []):
         problem = "HTTP/2 DATA payloads do not line up with their frames"
     _h2_headers(frames, layers)
     for name, kind in (("http2_rst_stream_error", H2_RST_STREAM), ("http2_goaway_error", H2_GOAWAY)):
-        codes = layers.get(name) or []
-        owners = [f for f in frames if f.type == kind]
-        if len(codes) == len(owners):
-            for f, c in zip(owners, codes, strict=True):
-                f.error_code = int(c, 0)
-    last = layers.get("http2_goaway_last_stream_id") or []
-    goaways = [f for f in frames if f.type == H2_GOAWAY]
-    if len(last) == len(goaways):
-        for f, v in zip(goaways, last, strict=True):
-            f.last_stream_id = int(v)
+        codes = layers.get(name)
+        if codes:
+            owners = [f for f in frames if f.type == kind]
+            if len(codes) == len(owners):
+                for f, c in zip(owners, codes, strict=True):
+                    f.error_code = int(c, 0)
+    last = layers.get("http2_goaway_last_stream_id")
+    if last:
+        goaways = [f for f in frames if f.type == H2_GOAWAY]
+        if len(last) == len(goaways):
+            for f, v in zip(goaways, last, strict=True):
+                f.last_stream_id = int(v)
     return frames, problem
 
 
@@ -229,6 +234,8 @@ def _h2_headers(frames: list[H2Frame], layers: dict[str, list[str]]) -> None:
     names = layers.get("http2_header_name") or []
     values = layers.get("http2_header_value") or []
     blocks = [f for f in frames if f.type in (H2_HEADERS, H2_PUSH_PROMISE, H2_CONTINUATION)]
+    if not (blocks or counts or names or values):
+        return  # no header block and no header field: nothing to give or to mark lost
     if len(counts) != len(blocks):
         blocks = [f for f in blocks if f.flags & H2_END_HEADERS]
     if len(counts) != len(blocks) or sum(counts) != len(names) or len(names) != len(values):
