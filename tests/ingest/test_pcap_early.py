@@ -144,6 +144,14 @@ def test_a_run_is_stored_when_its_connection_ends(tmp_path: Path) -> None:
     assert before_end == 1 and len(piped.session_ids) == 2
 
 
+def test_sessions_are_listed_in_request_order_whichever_ended_first(tmp_path: Path) -> None:
+    first = _connection(0, 0, client_random="ab" * 32)
+    second = _connection(1, len(first), client_random="cd" * 32, port=50001)
+    packets = first[:-2] + second + first[-2:]  # the second connection ends first
+    before_end, piped, _db = _both(tmp_path, packets)  # the same session_ids, in the same order
+    assert before_end == 2 and len(piped.session_ids) == 2
+
+
 @pytest.mark.parametrize("preloaded", [False, True])
 @pytest.mark.parametrize("late", ["rst", "rst_stream"])
 def test_a_packet_after_the_end_that_changes_the_run_is_taken_into_account(tmp_path: Path, late: str,

@@ -36,6 +36,7 @@ from workbench.ingest.identity import SessionPlan
 from workbench.ingest.pcap_streams import Connection, Reassembler, WireExchange, settle
 from workbench.ingest.progress import Progress
 from workbench.ingest.tshark import Packet
+from workbench.protocol.status import STREAM_TRANSPORTS
 
 
 @dataclass
@@ -107,7 +108,14 @@ class EarlyRuns:
             part = self.imp.decode(ex)
             if part is not None:
                 self.imp.add(part)
-        return self.imp.finish()
+        out = self.imp.finish()
+        # Sessions written early are listed where the whole-capture import lists them (the summary,
+        # --json, the order findings are stored in): the streams by request start, then the rest.
+        place = {ex.session_key: i for i, ex in enumerate(readable)
+                 if ex.route is not None and ex.route.transport in STREAM_TRANSPORTS}
+        out.result.written.sort(key=lambda sid: place.get(sid, len(place)))
+        out.session_ids = out.result.session_ids
+        return out
 
     def idle(self) -> None:
         """The reader has caught up with tshark: sessions written early are committed now rather
