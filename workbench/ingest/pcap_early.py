@@ -130,6 +130,8 @@ class EarlyRuns:
         self.early.clear()
 
     def ended(self, conn: Connection) -> None:
+        """``conn`` has ended: its HTTP/2 Runs are settled on copies, decoded and written when new
+        (or skipped when already imported); anything else waits for ``finish``."""
         if conn.http1 is not None:
             return
         for ex in conn.exchanges:
