@@ -9,6 +9,7 @@ pipelined (``EarlyRuns``, sessions written as their connection ends) and all at 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -176,7 +177,32 @@ def test_a_connection_seen_twice_is_written_in_capture_order(tmp_path: Path, pre
     # the first copy's connection ends after the second's: written early, the second would be stored
     packets = first[:-2] + again + first[-2:]
     before_end, piped, db = _both(tmp_path, packets, preloaded)
-    assert before_end == 1 + preloaded and piped.result.skipped == piped.session_ids == piped.result.written
+    # the second copy is a repeat within the file, not a session already imported
+    assert before_end == 1 + preloaded and not piped.result.skipped and piped.session_ids == piped.result.written
     packets_stored = [r["p"] for r in query_rows(db, "SELECT (meta->>'packet')::INT AS p FROM frames "
                                                      "WHERE session_id = ? ORDER BY seq", piped.session_ids)]
     assert max(packets_stored) <= len(first) - 2  # the first copy's frames
+
+
+@pytest.mark.parametrize("preloaded", [False, True])
+def test_a_connection_seen_again_in_full_is_stored_as_that_copy_alone(tmp_path: Path, preloaded: bool) -> None:
+    """The first copy cut off (its response never ends, no FINs), the second whole: one session, as
+    the whole copy alone gives (the second copy rebuilds the session the first wrote in this import)."""
+    first = _connection(0, 0, client_random="ab" * 32, ended=False)[:-2]
+    again = _connection(1, len(first), client_random="ab" * 32, port=50001)
+    _before_end, piped, db = _both(tmp_path, first + again, preloaded)
+    alone_db = tmp_path / "alone.duckdb"
+    alone = _at_the_end(alone_db, _renumbered(_connection(1, 0, client_random="ab" * 32, port=50001)))
+    assert piped.session_ids == alone.session_ids and piped.frames == alone.frames
+    assert piped.result.written == piped.session_ids and not piped.result.updated
+
+    def rows(path: Path, offset: int) -> list[dict[str, Any]]:
+        out = query_rows(path, "SELECT * FROM frames WHERE session_id = ? ORDER BY seq", piped.session_ids)
+        return [{**r, "ts": None, "meta": r["meta"].replace(f'"packet": {json.loads(r["meta"])["packet"]}',
+                                                            f'"packet": {json.loads(r["meta"])["packet"] - offset}')}
+                for r in out]
+
+    assert rows(db, len(first)) == rows(alone_db, 0)
+    cols = "session_id, transport, status, error, frame_count"
+    assert query_rows(db, f"SELECT {cols} FROM sessions WHERE session_id = ?", piped.session_ids) == \
+        query_rows(alone_db, f"SELECT {cols} FROM sessions")

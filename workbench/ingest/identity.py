@@ -198,6 +198,10 @@ class PlanWriter:
         self.absent: set[str] = set()
         self._in_batch = 0
         self._deletes: list[str] = []
+        # sessions this import wrote (→ their frames counted in ``out``), and those in the open batch
+        self._wrote: dict[str, int] = {}
+        self._batched: set[str] = set()
+        self._skips: dict[str, list[int]] = {}  # session → frames of each of its plans skipped
 
     def _look_up(self, plans: Sequence[SessionPlan]) -> None:
         """What the database holds of ``plans``' units and sessions that no earlier call looked up.
@@ -226,10 +230,12 @@ class PlanWriter:
         self.rec.sessions.clear()
         self._in_batch = 0
         self._deletes.clear()
+        self._batched.clear()
 
     def write(self, plans: Sequence[SessionPlan], *, only: Container[str] | None = None) -> list[str | None]:
         """Write what is new of ``plans``; the action taken for each. With ``only``, a plan whose
-        action is not among them (or comes with a warning) is left alone: None, nothing counted."""
+        action is not among them (or comes with a warning) is left alone: None, nothing counted.
+        ``repeat``: a skipped plan all of whose units this import wrote (the file holds them twice)."""
         self._look_up(plans)
         out, present, stored = self.out, self.present, self.stored
         actions: list[str | None] = []
@@ -237,31 +243,37 @@ class PlanWriter:
             sid = plan.info.session_id
             mine = {u: present[u] for u in plan.units if u in present}
             action, delete_first, message = _decide(plan, mine, stored)
+            if action == "skip" and plan.units and set(plan.units) <= mine.keys() and \
+                    all(s in self._wrote for s in mine.values()):
+                action = "repeat"  # a copy of what this import wrote from this file: nothing to count
             if only is not None and (action not in only or message):
                 actions.append(None)
                 continue
             actions.append(action)
             self.done += 1
             if action == "skip":
-                out.skipped.append(sid)
-                out.skipped_frames += len(plan.frames)
+                self._count_skip(sid, len(plan.frames))
                 if message:
                     self.warn(f"{message}: {sid}")
             elif action == "conflict":
                 out.conflicts.append(message)
                 self.warn(message)
-            else:
-                if sid in stored:
+            elif action != "repeat":
+                fresh = self._replace(delete_first)
+                if sid in stored and sid not in fresh:
                     plan.info.label = plan.info.label or stored[sid].label
                     out.updated.append(sid)
                 else:
                     out.written.append(sid)
-                out.absorbed.extend(s for s in delete_first if s != sid)
-                if any(s != sid for s in delete_first):
-                    plan.info.meta["absorbed_sessions"] = [s for s in delete_first if s != sid]
+                absorbed = [s for s in delete_first if s != sid and s not in fresh]
+                out.absorbed.extend(absorbed)
+                if absorbed:
+                    plan.info.meta["absorbed_sessions"] = absorbed
                 self._deletes.extend(delete_first)
                 _add_plan(self.rec, plan)
                 self._in_batch += 1
+                self._batched.add(sid)
+                self._wrote[sid] = len(plan.frames)
                 out.frames += len(plan.frames)
                 # what this import wrote now counts as stored for the plans after it
                 stored[sid] = _Stored(set(plan.units), 0, plan.info.label, plan.absorbable)
@@ -277,6 +289,40 @@ class PlanWriter:
             self.progress(self.done, len(out.skipped))
         return actions
 
+    def _count_skip(self, sid: str, frames: int, *, undo: bool = False) -> None:
+        """A session skipped counts once, with the most frames any of its plans has (a capture
+        holding a connection twice, imported again, skips the session once)."""
+        counts = self._skips.setdefault(sid, [])
+        before = max(counts, default=0)
+        if undo:
+            counts.remove(frames)
+        else:
+            counts.append(frames)
+        self.out.skipped_frames += max(counts, default=0) - before
+        if not counts:
+            del self._skips[sid]
+            self.out.skipped.remove(sid)
+        elif len(counts) == 1 and not undo:
+            self.out.skipped.append(sid)
+
+    def _replace(self, delete_first: Sequence[str]) -> set[str]:
+        """Before a plan rebuilds sessions this import wrote itself (a capture holding a connection
+        twice, the later copy fuller): their frames leave the open batch first (committed, so the
+        deletion in the plan's batch removes them: a batch inserts after it deletes, and the schema
+        keeps (session_id, seq) and source_key unique), and the outcome forgets them, as if only the
+        rebuilding plan had come. Returns those of them that were not stored before this import."""
+        mine = [s for s in delete_first if s in self._wrote]
+        if not mine:
+            return set()
+        if self._batched.intersection(mine):
+            self.commit()
+        out = self.out
+        fresh = {s for s in mine if s in out.written}
+        for s in mine:
+            out.frames -= self._wrote.pop(s)
+            (out.written if s in fresh else out.updated).remove(s)
+        return fresh
+
     def unwrite(self, plan: SessionPlan, action: str) -> None:
         """Take back a plan written (``new``) or skipped by an earlier ``write``, as if it had never
         come: a session a capture wrote early whose exchange changed after all (see
@@ -284,8 +330,7 @@ class PlanWriter:
         sid = plan.info.session_id
         self.done -= 1
         if action == "skip":
-            self.out.skipped.remove(sid)
-            self.out.skipped_frames -= len(plan.frames)
+            self._count_skip(sid, len(plan.frames), undo=True)
             return
         assert action == "new", action
         self.commit()
@@ -293,6 +338,7 @@ class PlanWriter:
             self.store.delete_sessions([sid])
         self.out.written.remove(sid)
         self.out.frames -= len(plan.frames)
+        self._wrote.pop(sid, None)
         self.stored.pop(sid, None)
         self.absent.add(sid)
         for u in plan.units:
