@@ -88,3 +88,34 @@ def test_siblings_still_count(analysis_store: Store) -> None:
     # the blob came from s1: no blob_miss; s1's checkpoint is not in s2's empty state: the context was lost
     assert [f.code for f in res.problems] == ["missing_conversation_state"]
     assert "seq 3" in res.problems[0].message or "s1" in res.problems[0].message
+
+
+class QueryCounter(RowCounter):
+    """A reader that counts its queries."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.queries = 0
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        self.queries += 1
+        return super().query(sql, params)
+
+
+def _queries(store: Store, ids: list[str]) -> int:
+    counter = QueryCounter(store)
+    convs = Conversations(counter)
+    for sid in ids:
+        analyze_session(counter, sid, conversations=convs)
+    return counter.queries
+
+
+def test_a_session_alone_in_its_conversation_reads_only_itself(analysis_store: Store) -> None:
+    """An import of many one-session conversations (a packet capture of Runs): per session, the walk
+    and its aggregates and the session row; no look for an earlier checkpoint (there is no earlier
+    session), no second read of the seq bounds, and whether OpenAI sessions exist once per batch."""
+    ids = [i for n in range(20) for i in _conversation(analysis_store, 1, f"lone{n:02}-")]
+    per_session = (_queries(analysis_store, ids) - _queries(analysis_store, ids[:10])) / 10
+    # the walk's one slice, the tallies, heartbeat/text marks, tool call spans, kind counts, bulk
+    # seqs, the session row
+    assert per_session <= 7, per_session

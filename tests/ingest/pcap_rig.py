@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import time
@@ -82,6 +83,30 @@ class Tcpdump:
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
         proc.wait(30)
+
+
+def replayed_later(src: Path, dst: Path, server_port: int, client_port: int, after_s: int) -> Path:
+    """``src`` (a classic pcap of loopback, Ethernet framing) as a second capture of the same
+    traffic would show it on another client port, ``after_s`` seconds later: what a capture
+    merged from two overlapping ones holds (the same TLS connection twice). Checksums are left
+    as they are (tshark does not check them)."""
+    data = bytearray(src.read_bytes())
+    assert data[:4] == b"\xd4\xc3\xb2\xa1" and struct.unpack_from("<I", data, 20)[0] == 1, "pcap of Ethernet"
+    off = 24
+    while off < len(data):
+        secs, _usecs, incl = struct.unpack_from("<III", data, off)
+        struct.pack_into("<I", data, off, secs + after_s)
+        ip = off + 16 + 14
+        if struct.unpack_from(">H", data, ip - 2)[0] == 0x0800 and data[ip + 9] == 6:  # IPv4, TCP
+            tcp = ip + (data[ip] & 0x0F) * 4
+            sport, dport = struct.unpack_from(">HH", data, tcp)
+            if dport == server_port:
+                struct.pack_into(">H", data, tcp, client_port)
+            elif sport == server_port:
+                struct.pack_into(">H", data, tcp + 2, client_port)
+        off += 16 + incl
+    dst.write_bytes(bytes(data))
+    return dst
 
 
 def keylog_context(cert: Path | str, keylog: Path, alpn: tuple[str, ...]) -> ssl.SSLContext:

@@ -33,6 +33,7 @@ from pcap_rig import (
     node_turn,
     packets_matching,
     python_turns,
+    replayed_later,
     unanswered_append,
 )
 from support import query_rows
@@ -305,6 +306,49 @@ def test_capture_cut_mid_stream(pcap_full: tuple[Path, Path, Any], tmp_path: Pat
     assert query_rows(db, f"SELECT {cols} FROM frames ORDER BY seq") == \
         query_rows(full_db, f"SELECT {cols} FROM frames ORDER BY seq")
     assert _session(db, rid)["status"] == "complete"
+
+
+def _without_packets(row: dict[str, Any], offset: int) -> dict[str, Any]:
+    """A frame row with its packet number as it is in a capture ``offset`` packets shorter."""
+    meta = json.loads(row["meta"])
+    meta["packet"] -= offset
+    return {**row, "meta": meta}
+
+
+def test_connection_held_twice_the_later_copy_fuller(pcap_full: tuple[Path, Path, Any], pcap_sim: SimThread,
+                                                     tmp_path: Path) -> None:
+    """Two overlapping captures merged: a connection cut off in the first, then all of it in the
+    second. Stored is the whole copy, as importing it alone stores it; a second import adds nothing."""
+    pcap, keylog, turns = pcap_full
+    whole_db = tmp_path / "whole.duckdb"
+    assert import_pcap(pcap, whole_db, keylog).returncode == 0
+    sid = _session(whole_db, turns.request_ids[0])["session_id"]
+    rows = frames_of(whole_db, sid)
+    cut_at = json.loads(next(r for r in rows[len(rows) // 2:] if r["direction"] == "server")["meta"])["packet"]
+    cut = _editcap(pcap, tmp_path / "cut.pcap", cut_at)
+    later = replayed_later(pcap, tmp_path / "later.pcap", pcap_sim.port, 20001, 60)
+    merged = tmp_path / "merged.pcap"
+    subprocess.run(["mergecap", "-F", "pcap", "-a", "-w", str(merged), str(cut), str(later)], check=True,
+                   capture_output=True)
+    alone_db, db = tmp_path / "alone.duckdb", tmp_path / "merged.duckdb"
+    assert import_pcap(later, alone_db, keylog).returncode == 0
+    alone = frames_of(alone_db, sid)
+    assert len(alone) == len(rows) and json.loads(_session(alone_db, turns.request_ids[0])["meta"])[
+        "connection"]["client"].endswith(":20001")
+
+    done = import_pcap(merged, db, keylog)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"imported {merged}: 1 session, {len(alone)} frames"), done.stdout
+    stored = frames_of(db, sid)
+    assert [_without_packets(r, cut_at) for r in stored] == [_without_packets(r, 0) for r in alone]
+    cols = "session_id, source, transport, request_id, status, error, frame_count, started_at, ended_at, http_status"
+    assert query_rows(db, f"SELECT {cols} FROM sessions") == query_rows(alone_db, f"SELECT {cols} FROM sessions")
+
+    again = import_pcap(merged, db, keylog)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith(f"skipped {merged}: already imported (1 session, {len(alone)} frames)"), \
+        again.stdout
+    assert frames_of(db, sid) == stored
 
 
 def test_capture_file_cut_inside_a_packet(pcap_full: tuple[Path, Path, Any], tmp_path: Path) -> None:

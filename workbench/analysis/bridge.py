@@ -450,11 +450,20 @@ def _settled(p: Pair) -> bool:
     return p.status != "open" and all(s.status != "open" for s in p.caused + p.asked)
 
 
-def bridge_findings(src: Reader, sid: str) -> list[Finding]:
-    """The bridge findings of a session on either side (the one registration in the engine)."""
+def any_bridge_sessions(src: Reader) -> bool:
+    """Whether the database holds an OpenAI session, so that a bridge can have findings at all."""
     try:
-        if not has_bridge_sessions(src):
-            return []
+        return has_bridge_sessions(src)
+    except Exception:  # a reader of an older or partial database: no bridge to judge
+        return False
+
+
+def bridge_findings(src: Reader, sid: str, *, bridged: bool | None = None) -> list[Finding]:
+    """The bridge findings of a session on either side (the one registration in the engine).
+    ``bridged``: ``any_bridge_sessions`` when the caller knows it already (a batch of sessions)."""
+    if not (any_bridge_sessions(src) if bridged is None else bridged):
+        return []
+    try:
         row = session_row(src, sid, ["transport"])
     except Exception:  # a reader of an older or partial database: no bridge to judge
         return []

@@ -34,6 +34,8 @@ class Conversations:
         self._blob_ids: dict[str, dict[str, set[bytes]]] = {}   # conversation -> session -> ids it set
         self._counts: dict[str, Counter[bytes]] = {}              # conversation -> id -> sessions setting it
         self._checkpoints: dict[str, dict[str, int]] = {}
+        # whether the database holds OpenAI sessions (bridge findings), read by the first session
+        self.bridged: bool | None = None
 
     def members(self, conversation_id: str) -> list[tuple[str, Any]]:
         """(session_id, started_at) of the conversation's sessions, in start order (unknown last)."""

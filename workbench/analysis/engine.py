@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from google.protobuf.message import DecodeError
 
 from workbench.analysis.blobs import blob_rows
-from workbench.analysis.bridge import bridge_findings
+from workbench.analysis.bridge import any_bridge_sessions, bridge_findings
 from workbench.analysis.bridge_join import store_links
 from workbench.analysis.causes import order_findings
 from workbench.analysis.conversations import Conversations
@@ -81,15 +81,18 @@ def _analyze_session(src: Reader, session_id: str, config: Config | None, final:
     conv = _conversation_id(src, facts)
     known: Container[bytes] = ()
     prior = None
+    convs = conversations or Conversations(src)
     if conv:
-        convs = conversations or Conversations(src)
         known = convs.known_blob_ids(conv, session_id)
-        prior = convs.prior_checkpoint(session_id, conv, reads.started_at(src, session_id))
+        if convs.siblings(session_id, conv):  # alone in its conversation: no earlier checkpoint to look for
+            prior = convs.prior_checkpoint(session_id, conv, reads.started_at(src, session_id))
     prompt = _first_prompt(src, prior[0]) if prior else None
     result = evaluate(builder, cfg, final=final, known_ids=known, prior_checkpoint=prior, session=info,
                       prior_prompt=prompt, later_payloads=_later_payloads(src, session_id))
     # the two sides of a bridge (analysis/bridge.py): findings that need the other side's session
-    result.findings = sort_findings(result.findings + bridge_findings(src, session_id))
+    if convs.bridged is None:  # read once per batch, like the conversations
+        convs.bridged = any_bridge_sessions(src)
+    result.findings = sort_findings(result.findings + bridge_findings(src, session_id, bridged=convs.bridged))
     return result
 
 

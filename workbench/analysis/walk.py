@@ -93,8 +93,8 @@ class _Bulk(NamedTuple):
     bulk_seqs: pa.Table
 
 
-def _bulk_reads(src: Reader, session_id: str) -> _Bulk:
-    return _Bulk(reads.frame_tallies(src, session_id), reads.server_marks(src, session_id, HEARTBEAT, TEXT_DELTA),
+def _bulk_reads(src: Reader, session_id: str, tallies: pa.Table) -> _Bulk:
+    return _Bulk(tallies, reads.server_marks(src, session_id, HEARTBEAT, TEXT_DELTA),
                  reads.call_spans(src, session_id, TOOL_DELTA), queries.kind_counts(src, session_id),
                  reads.server_seqs_of(src, session_id, [k for k in BULK_KINDS if k != HEARTBEAT], GEN_BULK_KINDS))
 
@@ -178,7 +178,10 @@ def load_facts(src: Reader, session_id: str, config: Config | None = None) -> Fa
     SQL aggregates for the bulk (deltas, heartbeats)."""
     cfg = config or Config()
     builder = FactsBuilder(session_id, layout=True)
-    lo, hi = reads.seq_bounds(src, session_id)
+    # the tallies hold the session's seq bounds: read first, they spare a query of their own
+    tallies = reads.frame_tallies(src, session_id)
+    bounds = tallies.to_pylist()[0]
+    lo, hi = bounds["first_seq"], bounds["last_seq"]
     if lo is None or hi is None:
         return builder
     # DuckDB runs without the GIL: one thread reads the next slice (then the aggregates) while this
@@ -192,7 +195,7 @@ def load_facts(src: Reader, session_id: str, config: Config | None = None) -> Fa
             ahead = pool.submit(reads.walk_frames, src, session_id, nxt, nxt + _SLICE, WALK)
             builder.feed_table(table)
         table = ahead.result()
-        aggregates = pool.submit(_bulk_reads, src, session_id)
+        aggregates = pool.submit(_bulk_reads, src, session_id, tallies)
         builder.feed_table(table)
         bulk = aggregates.result()
     _aggregates(src, session_id, builder, cfg.heartbeat_min_count, bulk)

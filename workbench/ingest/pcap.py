@@ -24,22 +24,29 @@ from __future__ import annotations
 
 import subprocess
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from workbench.analysis.context import ORDER_TIME
+from workbench.decode.classify import Decoder
 from workbench.ingest import ImportContext, ImportResult, IngestError
 from workbench.ingest.exchange import Part
-from workbench.ingest.exchange_import import write_exchanges
+from workbench.ingest.exchange_import import ExchangeImporter
 from workbench.ingest.identity import PlannedFrame, SessionPlan, frame_key
+from workbench.ingest.pcap_early import EarlyRuns
 from workbench.ingest.pcap_streams import Connection, Reassembler, WireExchange, agent_exchanges, frame_wires
+from workbench.ingest.progress import Progress
 from workbench.ingest.runs import PlanBuilder
 from workbench.ingest.tshark import TsharkRun, find_tshark, read_packets
 from workbench.protocol.append_meta import REORDER_AFTER_END_S, REORDER_WINDOW_S, append_answer
+from workbench.store.db import Store
 
 PCAP_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 SOURCE = "import:pcap"
+# what every unit and session id of a capture starts with (``pcap_streams.Connection.new_exchange``)
+UNIT_PREFIX, SESSION_PREFIX = "pcap:", "pcap-"
 TIMING_WIRE = ("frames are in capture order, both directions as they crossed the wire; ts is the capture time "
                "of the packet that completed each frame")
 
@@ -219,6 +226,13 @@ def _undecryptable_note(conns: list[Connection], path: Path, keylog: Path | None
             f"nothing was recorded for {'them' if n != 1 else 'it'}")
 
 
+def capture_importer(store: Store, dec: Decoder, file_meta: dict[str, Any], warn: Callable[[str], None],
+                     progress: Progress) -> ExchangeImporter:
+    """The exchange pipeline as a packet capture uses it: wire order and times, pcap identities."""
+    return ExchangeImporter(store, dec, source=SOURCE, file_meta=file_meta, warn=warn, progress=progress,
+                            builder=WirePlanBuilder, prefixes=(UNIT_PREFIX, SESSION_PREFIX))
+
+
 def run_import(ctx: ImportContext) -> ImportResult:
     path = ctx.path
     with path.open("rb") as fh:
@@ -228,30 +242,33 @@ def run_import(ctx: ImportContext) -> ImportResult:
         raise IngestError(f"{path}: not a packet capture ({problem}); nothing imported")
     keylog = _keylog(ctx)
     exe = find_tshark(ctx.options.get("tshark"))
+    fmt = "pcapng" if head[:4] == PCAPNG_MAGIC else "pcap"
+    file_meta: dict[str, Any] = {"file": str(path), "file_sha256": ctx.file_sha256, "format": fmt,
+                                 "dissector": _tshark_version(exe), "keylog": keylog is not None}
+    imp = capture_importer(ctx.store, ctx.decoder, file_meta, ctx.warn, ctx.progress)
+    early = EarlyRuns(imp)  # Runs of ended connections are written while tshark reads on
     run = TsharkRun()
     reassembler = Reassembler()
     ctx.progress.total, ctx.progress.unit = None, "packets read by tshark"
     try:
-        for pkt in read_packets(path, keylog, run, tshark=exe, tls_ports=tuple(ctx.options.get("tls_ports", ()))):
-            reassembler.feed(pkt)
-            if not reassembler.packets & 255:
-                ctx.progress.update(reassembler.packets)
+        packets = read_packets(path, keylog, run, tshark=exe, tls_ports=tuple(ctx.options.get("tls_ports", ())),
+                               on_idle=early.idle)
+        early.read(packets, reassembler, ctx.progress)
+        if run.returncode and not run.cut_short:
+            raise IngestError(f"{path}: tshark could not read it (exit {run.returncode}): "
+                              f"{run.complaint() or 'no message'}; nothing imported")
+    except IngestError:
+        early.take_back()  # "nothing imported" holds for the sessions written early too
+        raise
     finally:
         ctx.progress.finish()
-    if run.returncode and not run.cut_short:
-        raise IngestError(f"{path}: tshark could not read it (exit {run.returncode}): {run.complaint() or 'no message'}"
-                          f"; nothing imported")
     if run.cut_short:
         ctx.warn(f"{path}: the capture file was cut short in the middle of a packet; what came before is imported")
     conns = reassembler.finish(run.cut_short)
     exchanges = agent_exchanges(conns)
     unreadable = [ex for ex in exchanges if ex.headers_lost and not ex.path]
     readable = [ex for ex in exchanges if ex.path]
-    fmt = "pcapng" if head[:4] == PCAPNG_MAGIC else "pcap"
-    file_meta: dict[str, Any] = {"file": str(path), "file_sha256": ctx.file_sha256, "format": fmt,
-                                 "dissector": _tshark_version(exe), "keylog": keylog is not None}
-    res = write_exchanges(ctx.store, ctx.decoder, readable, source=SOURCE, file_meta=file_meta, warn=ctx.warn,
-                          progress=ctx.progress, builder=WirePlanBuilder)
+    res = early.finish(readable, ctx.progress)
     result = ImportResult(str(path), "pcap", sessions=len(res.session_ids), frames=res.frames,
                           session_ids=res.session_ids)
     undecryptable = [c for c in conns if c.undecryptable]

@@ -137,6 +137,7 @@ class Connection:
     exchanges: list[WireExchange] = field(default_factory=list)
     http1: Http1 | None = None
     problems: list[str] = field(default_factory=list)
+    ended: bool = False              # both sides sent FIN, or one RST: handed to ``Reassembler.ended``
 
     @property
     def key(self) -> str:
@@ -390,6 +391,9 @@ class Reassembler:
         self.packets = 0
         self.bytes = 0
         self.last: Wire = (0, 0)
+        # Connections that ended (both FINs, or an RST) since the reader last looked: their
+        # exchanges can be imported before the capture is read to its end (``workbench.ingest.pcap_early``).
+        self.ended: list[Connection] = []
 
     def feed(self, pkt: Packet) -> None:
         self.packets += 1
@@ -428,16 +432,20 @@ class Reassembler:
                 conn.http1.close(side, pkt)
         if flags & TCP_RST and conn.rst is None:
             conn.rst = (side, w)
+        if not conn.ended and (conn.rst is not None or len(conn.fin) == 2):
+            conn.ended = True
+            self.ended.append(conn)
 
     def finish(self, cut_short: bool = False) -> list[Connection]:
         for conn in self.connections.values():
             for ex in conn.exchanges:
-                _settle(conn, ex, cut_short)
+                settle(conn, ex)
         return list(self.connections.values())
 
 
-def _settle(conn: Connection, ex: WireExchange, cut_short: bool) -> None:
-    """How an exchange ended, once the capture is over; bodies joined for the decoder."""
+def settle(conn: Connection, ex: WireExchange) -> None:
+    """How an exchange ended, once the capture is over (or its connection, see ``pcap_early``);
+    bodies joined for the decoder."""
     closed = conn.rst or next(((s, w) for s, w in conn.fin.items()), None)
     if ex.resp_end is None and ex.error is None:
         goaway = conn.goaway

@@ -26,10 +26,12 @@ came before.
 from __future__ import annotations
 
 import json
+import os
+import queue
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -156,27 +158,32 @@ def _h2_frames(layers: dict[str, list[str]]) -> tuple[list[H2Frame], str | None]
         return [], "HTTP/2 frame fields do not line up"
     frames = [H2Frame(int(t), int(s), int(f, 16), int(n)) for t, s, f, n in zip(types, sids, flags, lengths, strict=True)]
     problem = None
-    pads = layers.get("http2_pad_length") or []
-    padded = [f for f in frames if f.type in (H2_DATA, H2_HEADERS, H2_PUSH_PROMISE)]
-    if len(pads) != len(padded):
-        padded = [f for f in frames if f.type in (H2_DATA, H2_HEADERS)]
-    if len(pads) == len(padded):
-        for f, p in zip(padded, pads, strict=True):
-            f.pad = int(p)
+    # Each optional field is looked at only when present: absent, it can give no frame anything
+    # (most packets carry DATA frames and nothing else, and this runs once per packet).
+    pads = layers.get("http2_pad_length")
+    if pads:
+        padded = [f for f in frames if f.type in (H2_DATA, H2_HEADERS, H2_PUSH_PROMISE)]
+        if len(pads) != len(padded):
+            padded = [f for f in frames if f.type in (H2_DATA, H2_HEADERS)]
+        if len(pads) == len(padded):
+            for f, p in zip(padded, pads, strict=True):
+                f.pad = int(p)
     if not _h2_data(frames, layers.get("http2_data_data") or []):
         problem = "HTTP/2 DATA payloads do not line up with their frames"
     _h2_headers(frames, layers)
     for name, kind in (("http2_rst_stream_error", H2_RST_STREAM), ("http2_goaway_error", H2_GOAWAY)):
-        codes = layers.get(name) or []
-        owners = [f for f in frames if f.type == kind]
-        if len(codes) == len(owners):
-            for f, c in zip(owners, codes, strict=True):
-                f.error_code = int(c, 0)
-    last = layers.get("http2_goaway_last_stream_id") or []
-    goaways = [f for f in frames if f.type == H2_GOAWAY]
-    if len(last) == len(goaways):
-        for f, v in zip(goaways, last, strict=True):
-            f.last_stream_id = int(v)
+        codes = layers.get(name)
+        if codes:
+            owners = [f for f in frames if f.type == kind]
+            if len(codes) == len(owners):
+                for f, c in zip(owners, codes, strict=True):
+                    f.error_code = int(c, 0)
+    last = layers.get("http2_goaway_last_stream_id")
+    if last:
+        goaways = [f for f in frames if f.type == H2_GOAWAY]
+        if len(last) == len(goaways):
+            for f, v in zip(goaways, last, strict=True):
+                f.last_stream_id = int(v)
     return frames, problem
 
 
@@ -227,6 +234,8 @@ def _h2_headers(frames: list[H2Frame], layers: dict[str, list[str]]) -> None:
     names = layers.get("http2_header_name") or []
     values = layers.get("http2_header_value") or []
     blocks = [f for f in frames if f.type in (H2_HEADERS, H2_PUSH_PROMISE, H2_CONTINUATION)]
+    if not (blocks or counts or names or values):
+        return  # no header block and no header field: nothing to give or to mark lost
     if len(counts) != len(blocks):
         blocks = [f for f in blocks if f.flags & H2_END_HEADERS]
     if len(counts) != len(blocks) or sum(counts) != len(names) or len(names) != len(values):
@@ -287,18 +296,83 @@ def _drain(stream: IO[bytes], out: TsharkRun) -> None:
             out.messages.append(raw.decode("utf-8", "replace").strip())
 
 
+# tshark's output is read on a thread of its own, in large chunks, so that tshark never waits on a
+# full pipe while the importer decodes and writes the sessions already complete (on another core
+# tshark keeps dissecting). The pipe is widened where Linux allows (``F_SETPIPE_SZ``) so that a
+# chunk is large and the thread needs the GIL seldom; the queue bounds what waits in memory.
+PIPE_SIZE = 1 << 20
+READ_CHUNK = 1 << 20
+QUEUED_CHUNKS = 64
+
+
+def _widen_pipe(fd: int) -> None:
+    try:
+        import fcntl  # Unix only: imported where used, so that the module loads elsewhere
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
+    except (ImportError, OSError):
+        pass  # not Linux, or above /proc/sys/fs/pipe-max-size: the default pipe does, only slower
+
+
+def _pump(fd: int, chunks: queue.Queue[bytes | BaseException | None], stop: threading.Event) -> None:
+    try:
+        while not stop.is_set():
+            data = os.read(fd, READ_CHUNK)
+            if not data:
+                break
+            chunks.put(data)
+    except BaseException as exc:  # handed to the reader, which raises it
+        chunks.put(exc)
+    finally:
+        chunks.put(None)
+
+
+def _lines(fd: int, on_idle: Callable[[], object] | None = None) -> Generator[bytes, None, None]:
+    """The lines tshark writes to ``fd``, read ahead by a thread; ``on_idle`` is called when none
+    are waiting (before waiting for more)."""
+    chunks: queue.Queue[bytes | BaseException | None] = queue.Queue(QUEUED_CHUNKS)
+    stop = threading.Event()
+    pump = threading.Thread(target=_pump, args=(fd, chunks, stop), name="tshark-reader", daemon=True)
+    pump.start()
+    rest = b""
+    try:
+        while True:
+            if on_idle is not None and chunks.empty():
+                on_idle()
+            data = chunks.get()
+            if data is None:
+                break
+            if isinstance(data, BaseException):
+                raise data
+            lines = (rest + data).split(b"\n") if rest else data.split(b"\n")
+            rest = lines.pop()
+            yield from lines
+        if rest:
+            yield rest
+    finally:
+        stop.set()
+        while pump.is_alive():  # unblock a put on a full queue; the read ends when tshark is gone
+            try:
+                chunks.get(timeout=0.05)
+            except queue.Empty:
+                pass
+
+
 def read_packets(path: Path, keylog: Path | None, run: TsharkRun, *, tshark: str | None = None,
-                 tls_ports: tuple[int, ...] = ()) -> Iterator[Packet]:
-    """Every TCP packet tshark reports, in capture order; ``run`` collects tshark's messages."""
+                 tls_ports: tuple[int, ...] = (), on_idle: Callable[[], object] | None = None) -> Iterator[Packet]:
+    """Every TCP packet tshark reports, in capture order; ``run`` collects tshark's messages.
+    ``on_idle``: called whenever the reader has caught up with tshark (work that can wait for it)."""
     exe = find_tshark(tshark)
     proc = subprocess.Popen(command(exe, path, keylog, tls_ports), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     assert proc.stdout is not None and proc.stderr is not None
     drain = threading.Thread(target=_drain, args=(proc.stderr, run), daemon=True)
     drain.start()
+    _widen_pipe(proc.stdout.fileno())
     finished = False
+    lines = _lines(proc.stdout.fileno(), on_idle)
     try:
-        for line in proc.stdout:
+        for line in lines:
             if line.startswith(b'{"index"'):
                 continue
             try:
@@ -312,6 +386,7 @@ def read_packets(path: Path, keylog: Path | None, run: TsharkRun, *, tshark: str
     finally:
         if not finished and proc.poll() is None:
             proc.terminate()  # the reader stopped early (an error): tshark need not finish the file
+        lines.close()
         proc.stdout.close()
         run.returncode = proc.wait()
         drain.join(5)

@@ -81,12 +81,6 @@ def unlabelled_run_requests(src: Source) -> pa.Table:
 
 # one session's frames ----------------------------------------------------------------------------
 
-def seq_bounds(src: Source, session_id: str) -> tuple[int | None, int | None]:
-    """The lowest and the highest seq of a session (None, None when it has no frame)."""
-    t = run(src, "SELECT min(seq), max(seq) FROM frames WHERE session_id = ?", [session_id])
-    return t.column(0)[0].as_py(), t.column(1)[0].as_py()
-
-
 @dataclass(frozen=True)
 class WalkSpec:
     """Which frames the analysis walk reads and which payloads it needs (the analysis decides)."""

@@ -270,6 +270,14 @@ def sessions_of_source_keys(reader: Reader, keys: Sequence[str]) -> dict[str, st
     return {str(r["source_key"]): str(r["session_id"]) for r in t.to_pylist()}
 
 
+def holds_prefixed(reader: Reader, source_key_prefix: str, session_id_prefix: str) -> bool:
+    """Whether any frame's source_key or any session's id starts with the given prefix."""
+    t = reader.query("SELECT EXISTS (SELECT 1 FROM frames WHERE starts_with(source_key, ?)) "
+                     "OR EXISTS (SELECT 1 FROM sessions WHERE starts_with(session_id, ?))",
+                     [source_key_prefix, session_id_prefix])
+    return bool(_column(t)[0])
+
+
 def source_keys_of(reader: Reader, session_id: str) -> set[str]:
     """Every ``source_key`` of one stored session."""
     t = reader.query("SELECT source_key FROM frames WHERE session_id = ? AND source_key IS NOT NULL", [session_id])
