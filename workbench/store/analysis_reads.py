@@ -308,3 +308,15 @@ def recording_schemas(src: Source) -> pa.Table:
                     "json_extract_string(meta, '$.schema.source') AS source, "
                     "CAST(json_extract(meta, '$.schema.messages') AS BIGINT) AS messages, count(*) AS sessions "
                     "FROM sessions GROUP BY ALL ORDER BY sessions DESC")
+
+
+def session_signatures(src: Source, session_ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+    """session_id → (a hash of its ``sessions`` row, its frame count, a sum of its frames' row hashes):
+    equal signatures when nothing of the session was written again (a session without a row is absent)."""
+    if not session_ids:
+        return {}
+    t = run(src, "SELECT s.session_id, hash(s) AS row, f.n, f.h FROM sessions s LEFT JOIN "
+                 "(SELECT session_id, count(*) AS n, sum(hash(f)) AS h FROM frames f "
+                 " WHERE session_id IN (SELECT unnest(?)) GROUP BY session_id) f USING (session_id) "
+                 "WHERE s.session_id IN (SELECT unnest(?))", [list(session_ids), list(session_ids)])
+    return {str(r[0]): tuple(r[1:]) for r in zip(*(t.column(i).to_pylist() for i in range(4)), strict=True)}
