@@ -247,9 +247,12 @@ _DERIVED = frozenset({"blobs", "tool_calls", "findings"})
 def write_stamp_values(store: Store, prefix: str, values: Sequence[tuple[str, str]]) -> None:
     """Set ``meta[prefix || session_id] = value`` (a ``Store``; one transaction). The one write here:
     the stamp goes with the reads of it."""
+    latest = {prefix + sid: value for sid, value in values}  # one row per key, the last value given
+    if not latest:
+        return
+    # one statement for all the rows: one INSERT per stamp took a third of a second for an import's 176
     with store.transaction():
-        store.con.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                              [[prefix + sid, value] for sid, value in values])
+        store.con.execute("INSERT OR REPLACE INTO meta SELECT unnest(?), unnest(?)", [list(latest), list(latest.values())])
 
 
 # schema drift (``analysis.schema_drift``) ----------------------------------------------------------
