@@ -134,3 +134,15 @@ def test_time_spent_ahead_counts_against_the_budget(analysis_store: Store) -> No
     # the result computed ahead is stored; nothing more is started past the budget
     assert list(done) == ids[:1]
     assert _rows(analysis_store)["stamps"] == [{"key": f"analysis:{ids[0]}", "value": analysis_stamp()}]
+
+
+def test_work_waits_for_a_batch(analysis_store: Store) -> None:
+    """Sessions are analysed ahead in batches: each call reads the conversations and signatures once."""
+    ids = [_sets_blob(analysis_store, f"b{i}", conversation=f"conv-b{i}") for i in range(3)]
+    ahead = FindingsAhead(analysis_store, batch=3)
+    ahead.add(ids[:2])
+    assert not ahead.due()
+    ahead.add(ids[2:])
+    assert ahead.due()
+    assert ahead.work(60) == ids
+    assert not ahead.due()

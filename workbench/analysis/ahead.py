@@ -46,10 +46,14 @@ class _Done:
 class FindingsAhead:
     """Sessions analysed ahead of the end of an import (see the module docstring)."""
 
-    def __init__(self, store: Store, config: Config | None = None, *, budget_s: float | None = None) -> None:
+    def __init__(self, store: Store, config: Config | None = None, *, budget_s: float | None = None,
+                 batch: int = 1) -> None:
         self.store = store
         self.config = config
         self.budget_s = budget_s  # what ``work`` may spend in all (the import's findings budget)
+        # sessions to wait for before working (``due``): each call of ``work`` reads the database's
+        # conversations and the signatures once, a cost that one session at a time paid again and again
+        self.batch = batch
         self.pending: list[str] = []
         self.done: dict[str, _Done] = {}
         self.spent = 0.0  # seconds spent analysing, counted against the import's budget at the end
@@ -58,6 +62,10 @@ class FindingsAhead:
     def add(self, session_ids: Iterable[str]) -> None:
         """Sessions written and committed, to analyse when there is time (``work``)."""
         self.pending.extend(s for s in session_ids if s not in self.done)
+
+    def due(self) -> bool:
+        """Whether enough sessions wait (``batch``) for ``work`` to be worth a call."""
+        return len(self.pending) >= self.batch and not self.failed
 
     def work(self, budget_s: float) -> list[str]:
         """Analyse pending sessions for about ``budget_s`` (one session is never cut short); returns

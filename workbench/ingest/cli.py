@@ -41,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_run)
 
 
+# sessions written early that wait to be analysed together (``FindingsAhead.due``)
+AHEAD_BATCH = 8
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     # DuckDB loads only when importing
     import duckdb
@@ -61,7 +65,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     undecryptable = 0
     imported: list[str] = []
     # sessions written while an import still reads (a packet capture) are analysed meanwhile
-    ahead = FindingsAhead(store, budget_s=IMPORT_BUDGET_S)
+    ahead = FindingsAhead(store, budget_s=IMPORT_BUDGET_S, batch=AHEAD_BATCH)
     try:
         for name in args.files:
             progress = Progress(name, stream=sys.stderr)

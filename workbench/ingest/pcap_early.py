@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 # How long each moment the reader has caught up with tshark may spend on findings: tshark's output
 # waits meanwhile (the read-ahead queue holds QUEUED_CHUNKS MiB), so the reader never falls far behind.
-FINDINGS_TICK_S = 0.25
+FINDINGS_TICK_S = 0.5
 
 
 @dataclass
@@ -137,7 +137,8 @@ class EarlyRuns:
         if self.findings is not None:
             self.findings.add(self.unanalysed)
             self.unanalysed.clear()
-            self.findings.work(FINDINGS_TICK_S)
+            if self.findings.due():
+                self.findings.work(FINDINGS_TICK_S)
 
     def take_back(self) -> None:
         """Undo every early write (the import failed: nothing of it stays)."""
