@@ -168,3 +168,38 @@ def test_diagnose_stores_findings_past_a_stale_sidecar(tmp_path: Path, capsys) -
     codes = reader.query("SELECT code FROM findings WHERE session_id = 'bad-1' ORDER BY code").column(0).to_pylist()
     reader.close()
     assert codes == ["heartbeat_loop", "missing_stream_close", "stream_ended_without_turn_end"]
+
+
+def test_diagnose_keeps_tool_call_times_past_year_9999(analysis_store: Store, capsys) -> None:
+    """A hostile import can stamp frames past what Python's datetime holds (CI's hostile Parquet
+    property found `diagnose --all` ending in a traceback in the tool-call rows): the tool calls are
+    stored with DuckDB's time, for a call the model announced and for an exec alone."""
+    b = SessionBuilder(analysis_store, "far-model")
+    b.run_request()
+    b.healthy_shell_turn()
+    b.turn_ended()
+    b.end_stream()
+    b.done()
+    alone = SessionBuilder(analysis_store, "far-exec")
+    alone.run_request()
+    alone.exec_shell(4, "ls")
+    alone.shell_result(4)
+    alone.stream_close(4)
+    alone.turn_ended()
+    alone.end_stream()
+    alone.done()
+    analysis_store.con.execute("UPDATE frames SET ts = TIMESTAMPTZ '10000-01-01 00:00:00+00' + to_microseconds(seq)")
+    analysis_store.con.execute("UPDATE sessions SET started_at = TIMESTAMP '10000-01-01 00:00:00', "
+                               "ended_at = TIMESTAMP '10000-01-01 00:00:01'")
+    db = analysis_store.path
+    analysis_store.close()
+    assert main(["diagnose", "--all", "--json", "--db", str(db)]) in (0, 1)
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err, captured.err
+    reader = open_reader(db)
+    rows = reader.query("SELECT session_id, CAST(started_at AS VARCHAR), CAST(ended_at AS VARCHAR) FROM tool_calls "
+                        "ORDER BY session_id").to_pylist()
+    reader.close()
+    assert [r["session_id"] for r in rows] == ["far-exec", "far-model"], rows
+    for r in rows:
+        assert all(str(v).startswith("10000-01-01 00:00:00") for k, v in r.items() if k != "session_id"), r

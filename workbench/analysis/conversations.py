@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Container
-from datetime import datetime
-from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -30,17 +28,17 @@ class Conversations:
 
     def __init__(self, src: Reader) -> None:
         self.src = src
-        self._members: dict[str, list[tuple[str, Any]]] | None = None
+        self._members: dict[str, list[tuple[str, int | None]]] | None = None
         self._blob_ids: dict[str, dict[str, set[bytes]]] = {}   # conversation -> session -> ids it set
         self._counts: dict[str, Counter[bytes]] = {}              # conversation -> id -> sessions setting it
         self._checkpoints: dict[str, dict[str, int]] = {}
         # whether the database holds OpenAI sessions (bridge findings), read by the first session
         self.bridged: bool | None = None
 
-    def members(self, conversation_id: str) -> list[tuple[str, Any]]:
-        """(session_id, started_at) of the conversation's sessions, in start order (unknown last)."""
+    def members(self, conversation_id: str) -> list[tuple[str, int | None]]:
+        """(session_id, start in epoch µs) of the conversation's sessions, in start order (unknown last)."""
         if self._members is None:
-            found: dict[str, dict[str, datetime | None]] = {}
+            found: dict[str, dict[str, int | None]] = {}
             for sid, conv, started in reads.session_conversations(self.src):
                 if conv:
                     found.setdefault(conv, {})[sid] = started
@@ -53,7 +51,7 @@ class Conversations:
                              for conv, by in found.items()}
         return self._members.get(conversation_id, [])
 
-    def siblings(self, session_id: str, conversation_id: str) -> list[tuple[str, Any]]:
+    def siblings(self, session_id: str, conversation_id: str) -> list[tuple[str, int | None]]:
         """The other sessions of the conversation, with their start time, in start order."""
         return [m for m in self.members(conversation_id) if m[0] != session_id]
 
@@ -76,7 +74,7 @@ class Conversations:
             counts = self._counts.setdefault(conversation_id, Counter(b for ids in sets.values() for b in ids))
         return _Others(counts, sets.get(session_id, set()))
 
-    def prior_checkpoint(self, session_id: str, conversation_id: str, started: Any) -> tuple[str, int] | None:
+    def prior_checkpoint(self, session_id: str, conversation_id: str, started: int | None) -> tuple[str, int] | None:
         """(session_id, seq) of the last checkpoint an earlier session of the conversation received:
         of the sessions that started before this one (or whose start is unknown), the latest one."""
         last = self._checkpoints.get(conversation_id)

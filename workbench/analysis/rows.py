@@ -87,8 +87,8 @@ class ToolCallRow(TypedDict):
     args_naive: str | None
     result: Any
     status: str
-    started_at: datetime | None
-    ended_at: datetime | None
+    started_at: datetime | str | None  # str: DuckDB's text of a time past year 9999 (db.us_to_time)
+    ended_at: datetime | str | None
 
 
 class CallRecord(ToolCallRow):

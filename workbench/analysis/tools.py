@@ -22,7 +22,7 @@ from workbench.analysis.rows import CallRecord, ToolCallRow
 from workbench.decode.tree import message_to_tree
 from workbench.jsontypes import JsonObject
 from workbench.protocol.args import merge_mcp_args, naive_concat, parse_json
-from workbench.store.db import us_to_datetime
+from workbench.store.db import us_to_time
 
 _STR_LIMIT = 2000
 # Keys that differ between identical calls and must not defeat tool-loop detection.
@@ -192,8 +192,8 @@ def _call_row(session_id: str, c: CallState, req: ExecReq | None) -> CallRecord:
         "args_naive": naive_concat(c.deltas) if c.deltas else None,
         "result": result,
         "status": _status(c, req),
-        "started_at": us_to_datetime(c.first_ts),
-        "ended_at": us_to_datetime(end_ts),
+        "started_at": us_to_time(c.first_ts),
+        "ended_at": us_to_time(end_ts),
         # not columns: used by the rules and the CLI
         "_delta_seqs": list(c.delta_seqs),
         "_deltas": list(c.deltas),
@@ -231,8 +231,8 @@ def _exec_only_row(session_id: str, req: ExecReq) -> CallRecord:
         "args_naive": None,
         "result": result,
         "status": _status(None, req),
-        "started_at": us_to_datetime(req.ts),
-        "ended_at": us_to_datetime(req.result_ts or req.ts),
+        "started_at": us_to_time(req.ts),
+        "ended_at": us_to_time(req.result_ts or req.ts),
         "_delta_seqs": [],
         "_deltas": [],
         "_started_seq": None,

@@ -62,20 +62,24 @@ def conversation_of(src: Source, session_id: str) -> str | None:
     return _first(run(src, "SELECT conversation_id FROM sessions WHERE session_id = ?", [session_id]))
 
 
-def started_at(src: Source, session_id: str) -> Any:
-    return _first(run(src, "SELECT started_at FROM sessions WHERE session_id = ?", [session_id]))
+# Start times for ordering sessions are epoch µs: every stored time is one (a TIMESTAMP past year
+# 9999, which a hostile import can store, is not a datetime); ±infinity reads as unknown (None).
+
+def started_at(src: Source, session_id: str) -> int | None:
+    """The session's start in epoch µs."""
+    return _first(run(src, "SELECT epoch_us(started_at) FROM sessions WHERE session_id = ?", [session_id]))
 
 
-def session_conversations(src: Source) -> list[tuple[str, str | None, Any]]:
-    """(session_id, conversation_id, started_at) of every session."""
-    t = run(src, "SELECT session_id, conversation_id, started_at FROM sessions")
+def session_conversations(src: Source) -> list[tuple[str, str | None, int | None]]:
+    """(session_id, conversation_id, start in epoch µs) of every session."""
+    t = run(src, "SELECT session_id, conversation_id, epoch_us(started_at) FROM sessions")
     return list(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), t.column(2).to_pylist(), strict=True))
 
 
 def unlabelled_run_requests(src: Source) -> pa.Table:
-    """(session_id, payload, started_at) of the run requests of sessions whose recorder did not
-    fill ``conversation_id`` (the caller reads the id from the payload)."""
-    return run(src, "SELECT f.session_id, f.payload, s.started_at FROM frames f JOIN sessions s USING (session_id) "
+    """(session_id, payload, started_at in epoch µs) of the run requests of sessions whose recorder
+    did not fill ``conversation_id`` (the caller reads the id from the payload)."""
+    return run(src, "SELECT f.session_id, f.payload, epoch_us(s.started_at) AS started_at FROM frames f JOIN sessions s USING (session_id) "
                     "WHERE f.kind = ? AND s.conversation_id IS NULL", [kinds.RUN_REQUEST])
 
 

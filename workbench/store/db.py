@@ -69,6 +69,18 @@ def us_to_datetime(us: int) -> datetime:
     return _EPOCH + timedelta(microseconds=us)
 
 
+def us_to_time(us: int) -> datetime | str:
+    """:func:`us_to_datetime`, or DuckDB's text of the time when no datetime holds it (past year 9999,
+    before year 1: a hostile import can stamp a frame so). DuckDB casts either to a TIMESTAMP column,
+    so a derived row (a tool call's start) keeps the frame's time instead of ending in a traceback."""
+    try:
+        return _EPOCH + timedelta(microseconds=us)
+    except OverflowError:
+        import numpy as np  # loaded already, with pyarrow
+
+        return str(np.datetime64(us, "us")).replace("T", " ")
+
+
 class FrameBatch:
     """Column lists for one Arrow insert; appending a frame is a handful of list appends."""
 

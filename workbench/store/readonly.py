@@ -232,6 +232,11 @@ def run_read(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | N
     finally:
         if timer is not None:
             timer.cancel()
+            # Joined, so no thread outlives the query holding the connection (``stop`` refers to
+            # it): a daemon thread that drops the last reference while the interpreter exits runs
+            # the connection's destructor, which takes the GIL back and is unwound through C++ by
+            # the exiting interpreter: SIGABRT, "FATAL: exception not rethrown".
+            timer.join()
         try:
             cur.execute("ROLLBACK")
         except duckdb.Error:

@@ -10,6 +10,7 @@ the same row on both sides. The bridge findings of those sessions are listed bel
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from rich.text import Text
@@ -23,7 +24,7 @@ from workbench.analysis.bridge import bridge_findings
 from workbench.analysis.bridge_join import JOINED, Link, links_of
 from workbench.analysis.model import Finding
 from workbench.store import bridge_reads as reads
-from workbench.store.db import us_to_datetime
+from workbench.store.db import us_to_time
 from workbench.store.queries import Reader, Row
 from workbench.tui.context import TuiContext
 from workbench.tui.loading import Loader
@@ -49,7 +50,9 @@ def _turns(data: Reader, sid: str) -> list[tuple[str, list[Link]]]:
 
 
 def _row(f: Row) -> tuple[Any, ...]:
-    t = us_to_datetime(f["ts"]).strftime("%H:%M:%S.%f")[:-3] if f["ts"] else ""
+    when = us_to_time(f["ts"]) if f["ts"] else ""
+    # a time past year 9999 (a hostile import) comes as DuckDB's text: its time of day, to the ms
+    t = when.strftime("%H:%M:%S.%f")[:-3] if isinstance(when, datetime) else when.split(" ")[-1][:12]
     arrow = "→" if f["direction"] == "client" else "←"
     return (str(f["seq"]), t, arrow, f["kind"], Text(str(f["summary"] or "")[:120]))
 

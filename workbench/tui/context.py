@@ -8,8 +8,9 @@ they ask the application for navigation with messages (``SessionsScreen.OpenSess
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
+from workbench.store.db import us_to_time
 from workbench.tui.data import TuiData
 
 # session status → style, in the sessions list and the session screen's status line
@@ -26,7 +27,8 @@ class TuiContext:
 def fmt_start(us: int | None) -> str:
     if us is None:
         return ""
-    return datetime.fromtimestamp(us / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    when = us_to_time(us)  # text past year 9999 (a hostile import), to the second like a datetime
+    return when.strftime("%Y-%m-%d %H:%M:%S") if isinstance(when, datetime) else when.split(".")[0]
 
 
 def fmt_duration(s: float | None) -> str:
