@@ -22,6 +22,9 @@ import pytest
 from pcap_rig import Tcpdump, import_pcap, keylog_context, python_turns
 from support import query_rows, wait_until
 
+from workbench.analysis.ahead import FindingsAhead
+from workbench.analysis.conversations import Conversations
+from workbench.analysis.stored import refresh_findings
 from workbench.ingest import ImportResult, IngestError, import_file
 from workbench.sim.runner import SimThread
 from workbench.store.db import Store
@@ -129,3 +132,62 @@ def test_a_failure_after_sessions_were_stored_early_leaves_nothing(two_connectio
         store.close()
     assert query_rows(db, "SELECT count(*) AS n FROM sessions") == [{"n": 0}]
     assert query_rows(db, "SELECT count(*) AS n FROM frames") == [{"n": 0}]
+
+
+def _analysis_rows(db: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every row the analysis stores, but the moment it was written."""
+    return {"findings": query_rows(db, "SELECT * EXCLUDE (created_at) FROM findings ORDER BY ALL"),
+            "blobs": query_rows(db, "SELECT * FROM blobs ORDER BY ALL"),
+            "tool_calls": query_rows(db, "SELECT * FROM tool_calls ORDER BY ALL"),
+            "meta": query_rows(db, "SELECT key, value FROM meta ORDER BY key")}
+
+
+def test_findings_of_sessions_stored_early_are_computed_while_tshark_still_reads(
+        two_connections: tuple[Path, Path], tmp_path: Path) -> None:
+    """The Runs written while tshark's output is still open are analysed then too; at the end their
+    results are stored as they are, and every row is what a refresh after the whole import stores."""
+    pcap, keylog = two_connections
+    wrapper, release = _held_tshark(tmp_path)
+    db = tmp_path / "ahead.duckdb"
+    store = Store(db)
+    ahead = FindingsAhead(store)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = import_file(pcap, store, options={"keylog": str(keylog), "tshark": str(wrapper)},
+                                            findings=ahead)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            outcome["error"] = exc
+
+    importer = threading.Thread(target=run, daemon=True)
+    importer.start()
+    try:
+        wait_until(lambda: len(ahead.done) == 2, timeout=120,
+                   what="both sessions analysed while tshark's output is still open")
+        assert importer.is_alive() and not release.exists()
+    finally:
+        release.touch()
+        importer.join(120)
+    assert "error" not in outcome, outcome
+    result: ImportResult = outcome["result"]
+    assert set(ahead.done) == set(result.session_ids)
+    # the second session's findings stand; the first one's rules read the inputs of the sessions
+    # that started after it (a client replaying a call's args), which the second one changed
+    valid = ahead.still_valid(result.session_ids, Conversations(store))
+    assert list(valid) == result.session_ids[1:], (list(valid), result.session_ids)
+    assert ahead.done[result.session_ids[0]].inputs.later == []  # none had started when it was analysed
+    assert set(refresh_findings(store, result.session_ids, ahead=ahead)) == set(result.session_ids)
+    store.close()
+
+    # the same capture, findings computed once the whole import is over
+    plain = tmp_path / "plain.duckdb"
+    other = Store(plain)
+    try:
+        ids = import_file(pcap, other, options={"keylog": str(keylog)}).session_ids
+        refresh_findings(other, ids)
+    finally:
+        other.close()
+    rows = _analysis_rows(db)
+    assert rows["blobs"] and rows["meta"]
+    assert rows == _analysis_rows(plain)

@@ -25,6 +25,7 @@ from workbench.analysis.causes import order_findings
 from workbench.analysis.conversations import Conversations
 from workbench.analysis.exchanges import link_http_errors
 from workbench.analysis.facts import RUN_REQUEST, FactsBuilder
+from workbench.analysis.inputs import Inputs
 from workbench.analysis.model import AnalysisResult, Config, Finding
 from workbench.analysis.records import SessionFacts
 from workbench.analysis.rows import BlobContent, SessionRecord
@@ -63,15 +64,17 @@ def session_final(src: Reader, session_id: str) -> bool:
 
 
 def analyze_session(store_or_reader: Reader, session_id: str, config: Config | None = None, *,
-                    final: bool | None = None, conversations: Conversations | None = None) -> AnalysisResult:
+                    final: bool | None = None, conversations: Conversations | None = None,
+                    inputs: Inputs | None = None) -> AnalysisResult:
     """Analyse one stored session (read only: nothing is written). ``conversations``: shared by the
-    sessions of one batch, so each reads its siblings once (``analysis.conversations``)."""
+    sessions of one batch, so each reads its siblings once (``analysis.conversations``). ``inputs``:
+    filled with what the analysis read of other sessions (``analysis.inputs``)."""
     with collector_paused():
-        return _analyze_session(store_or_reader, session_id, config, final, conversations)
+        return _analyze_session(store_or_reader, session_id, config, final, conversations, inputs)
 
 
 def _analyze_session(src: Reader, session_id: str, config: Config | None, final: bool | None,
-                     conversations: Conversations | None) -> AnalysisResult:
+                     conversations: Conversations | None, inputs: Inputs | None = None) -> AnalysisResult:
     cfg = config or Config()
     info = session_row(src, session_id)
     if final is None:
@@ -82,18 +85,32 @@ def _analyze_session(src: Reader, session_id: str, config: Config | None, final:
     known: Container[bytes] = ()
     prior = None
     convs = conversations or Conversations(src)
+    seen = inputs if inputs is not None else Inputs()
+    seen.conversation = conv
     if conv:
-        known = convs.known_blob_ids(conv, session_id)
-        if convs.siblings(session_id, conv):  # alone in its conversation: no earlier checkpoint to look for
-            prior = convs.prior_checkpoint(session_id, conv, reads.started_at(src, session_id))
+        known = seen.watch_blobs(convs.known_blob_ids(conv, session_id)) if inputs is not None \
+            else convs.known_blob_ids(conv, session_id)
+        prior = prior_of(src, convs, session_id, conv, seen)
     prompt = _first_prompt(src, prior[0]) if prior else None
+    seen.prior, seen.prompt = prior, prompt
+    later = _later_payloads(src, session_id)
     result = evaluate(builder, cfg, final=final, known_ids=known, prior_checkpoint=prior, session=info,
-                      prior_prompt=prompt, later_payloads=_later_payloads(src, session_id))
+                      prior_prompt=prompt, later_payloads=seen.watch_later(later) if inputs is not None else later)
     # the two sides of a bridge (analysis/bridge.py): findings that need the other side's session
     if convs.bridged is None:  # read once per batch, like the conversations
         convs.bridged = any_bridge_sessions(src)
+    seen.bridged = convs.bridged
     result.findings = sort_findings(result.findings + bridge_findings(src, session_id, bridged=convs.bridged))
     return result
+
+
+def prior_of(src: Reader, convs: Conversations, session_id: str, conv: str, seen: Inputs) -> tuple[str, int] | None:
+    """The checkpoint of an earlier session of the conversation (``Conversations.prior_checkpoint``)."""
+    if not convs.siblings(session_id, conv):  # alone in its conversation: no earlier checkpoint to look for
+        return None
+    if seen.started is None:
+        seen.started = reads.started_at(src, session_id)
+    return convs.prior_checkpoint(session_id, conv, seen.started)
 
 
 @contextmanager
@@ -142,7 +159,7 @@ def _conversation_id(src: Reader, facts: SessionFacts) -> str | None:
     return reads.conversation_of(src, facts.session_id)
 
 
-_LATER_LIMIT = 200
+LATER_LIMIT = 200
 
 
 def _later_payloads(src: Reader, session_id: str) -> Callable[[], list[tuple[str, int, bytes]]]:
@@ -152,7 +169,7 @@ def _later_payloads(src: Reader, session_id: str) -> Callable[[], list[tuple[str
 
     def get() -> list[tuple[str, int, bytes]]:
         if not memo:
-            memo.append(reads.later_client_inputs(src, session_id, _LATER_LIMIT))
+            memo.append(reads.later_client_inputs(src, session_id, LATER_LIMIT))
         return memo[0]
 
     return get

@@ -23,6 +23,7 @@ from typing import Any
 
 import duckdb
 
+from workbench.analysis.ahead import FindingsAhead
 from workbench.analysis.conversations import Conversations
 from workbench.analysis.engine import analyze_session, write_results
 from workbench.analysis.model import AnalysisResult, Config
@@ -36,11 +37,14 @@ log = logging.getLogger("workbench.analysis")
 
 
 def refresh_findings(store_or_path: Store | str | Path, session_ids: Sequence[str] | None = None,
-                     config: Config | None = None, budget_s: float | None = None) -> dict[str, AnalysisResult]:
+                     config: Config | None = None, budget_s: float | None = None,
+                     ahead: FindingsAhead | None = None) -> dict[str, AnalysisResult]:
     """Analyse finished sessions (all when None) and store their rows and stamps. Sessions still
     open are skipped (their findings are stored when they end). ``budget_s``: stop starting new
     sessions once that much time is spent (the others stay "not analysed", shown as such; one
-    session is never cut short). Returns what was stored; {} on failure (logged)."""
+    session is never cut short). ``ahead``: results computed while an import ran, taken as they are
+    where still valid (``analysis.ahead``); the time they took counts against ``budget_s``.
+    Returns what was stored; {} on failure (logged)."""
     own = not isinstance(store_or_path, Store)
     try:
         store = Store(str(store_or_path)) if own else store_or_path
@@ -57,16 +61,26 @@ def refresh_findings(store_or_path: Store | str | Path, session_ids: Sequence[st
             ids = [s for s in wanted if s in finished]
         results: dict[str, AnalysisResult] = {}
         convs = Conversations(store)  # the siblings of the sessions, read once for all of them
-        deadline = None if budget_s is None else time.monotonic() + budget_s
+        spent = ahead.spent if ahead is not None else 0.0
+        deadline = None if budget_s is None else time.monotonic() + budget_s - spent
+        valid = ahead.still_valid(ids, convs) if ahead is not None and ahead.config is config else {}
+        if ahead is not None:
+            log.debug("findings: %d of %d sessions analysed ahead still valid", len(valid), len(ids))
+        left = 0
         for sid in ids:
-            if deadline is not None and time.monotonic() > deadline:
-                log.info("findings of %d of %d sessions stored within %.0f s; the others are not analysed "
-                         "(workbench diagnose --all stores them)", len(results), len(ids), budget_s)
-                break
+            if sid in valid:
+                results[sid] = valid[sid]
+                continue
+            if left or (deadline is not None and time.monotonic() > deadline):
+                left += 1
+                continue
             try:
                 results[sid] = analyze_session(store, sid, config, final=True, conversations=convs)
             except Exception as exc:  # one session the rules cannot read must not cost the others
                 log.warning("session %s: findings not stored: %s", sid, exc)
+        if left:
+            log.info("findings of %d of %d sessions stored within %.0f s; the others are not analysed "
+                     "(workbench diagnose --all stores them)", len(results), len(ids), budget_s)
         write_results(store, list(results.values()))
         return results
     except Exception as exc:

@@ -82,6 +82,9 @@ class ImportContext:
     file_sha256: str = ""
     # format-specific inputs from the command line, e.g. {"keylog": Path} for packet captures
     options: dict[str, Any] = field(default_factory=dict)
+    # ``analysis.ahead.FindingsAhead``: the sessions an importer writes while it still reads (a
+    # packet capture) are handed to it, analysed when the importer has time to spare
+    findings: Any = None
     _decoder: Decoder | None = None
 
     @property
@@ -189,11 +192,12 @@ def import_file(path: str | Path, store: Store, fmt: str = "auto", *,
                 progress: Progress | None = None,
                 warn: Callable[[str], None] | None = None,
                 inflate: InflateBudget | None = None,
-                options: dict[str, Any] | None = None) -> ImportResult:
+                options: dict[str, Any] | None = None, findings: Any = None) -> ImportResult:
     """Import one file (or directory, for plug-in formats) into ``store``.
 
     Gzip frames are inflated within ``inflate`` (default: ``InflateBudget.for_import()``).
-    ``options`` are format-specific (``{"keylog": PATH}`` for packet captures).
+    ``options`` are format-specific (``{"keylog": PATH}`` for packet captures). ``findings``: a
+    ``workbench.analysis.ahead.FindingsAhead`` for the sessions written before the import ends.
     """
     p = Path(path)
     if fmt == "auto":
@@ -214,7 +218,7 @@ def import_file(path: str | Path, store: Store, fmt: str = "auto", *,
                             f"session {', '.join(earlier[:3])}{'…' if len(earlier) > 3 else ''}")
     ctx = ImportContext(path=p, store=store, progress=progress or Progress(str(p), enabled=False),
                         warn=warn or (lambda _msg: None), decoder_factory=decoder_factory, file_sha256=sha,
-                        options=dict(options or {}))
+                        options=dict(options or {}), findings=findings)
     with use_budget(inflate or InflateBudget.for_import()):
         return IMPORTERS[fmt].run(ctx)
 

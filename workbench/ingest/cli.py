@@ -41,11 +41,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_run)
 
 
+# sessions written early that wait to be analysed together (``FindingsAhead.due``)
+AHEAD_BATCH = 8
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     # DuckDB loads only when importing
     import duckdb
 
     # the analysis engine loads only when importing
+    from workbench.analysis.ahead import FindingsAhead
     from workbench.analysis.stored import IMPORT_BUDGET_S, refresh_findings
 
     sizes = {}
@@ -59,6 +64,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     failed = 0
     undecryptable = 0
     imported: list[str] = []
+    # sessions written while an import still reads (a packet capture) are analysed meanwhile
+    ahead = FindingsAhead(store, budget_s=IMPORT_BUDGET_S, batch=AHEAD_BATCH)
     try:
         for name in args.files:
             progress = Progress(name, stream=sys.stderr)
@@ -71,7 +78,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                                      progress=progress, warn=warn,
                                      inflate=InflateBudget.for_import(sizes["frame"], sizes["session"],
                                                                       sizes["import"]),
-                                     options=options)
+                                     options=options, findings=ahead)
             except IngestError as exc:
                 failed += 1
                 print(f"workbench import: {exc}", file=sys.stderr)
@@ -93,7 +100,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             if result.format != "parquet":  # a Parquet export brings its own findings rows, kept as exported
                 imported.extend(result.session_ids)
         # Findings stored with the sessions, so `workbench sessions` shows them without a diagnose run.
-        done = refresh_findings(store, imported, budget_s=IMPORT_BUDGET_S)
+        done = refresh_findings(store, imported, budget_s=IMPORT_BUDGET_S, ahead=ahead)
         if len(done) < len(set(imported)) and not args.json:
             print(f"findings stored for {len(done)} of {len(set(imported))} sessions within {IMPORT_BUDGET_S:.0f} s; "
                   f"`workbench diagnose --all --db {args.db}` stores the others", file=sys.stderr)

@@ -246,7 +246,7 @@ def run_import(ctx: ImportContext) -> ImportResult:
     file_meta: dict[str, Any] = {"file": str(path), "file_sha256": ctx.file_sha256, "format": fmt,
                                  "dissector": _tshark_version(exe), "keylog": keylog is not None}
     imp = capture_importer(ctx.store, ctx.decoder, file_meta, ctx.warn, ctx.progress)
-    early = EarlyRuns(imp)  # Runs of ended connections are written while tshark reads on
+    early = EarlyRuns(imp, ctx.findings)  # Runs of ended connections are written while tshark reads on
     run = TsharkRun()
     reassembler = Reassembler()
     ctx.progress.total, ctx.progress.unit = None, "packets read by tshark"

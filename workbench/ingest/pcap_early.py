@@ -29,7 +29,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.ingest.exchange_import import ExchangeImport, ExchangeImporter
 from workbench.ingest.identity import SessionPlan
@@ -37,6 +37,14 @@ from workbench.ingest.pcap_streams import Connection, Reassembler, WireExchange,
 from workbench.ingest.progress import Progress
 from workbench.ingest.tshark import Packet
 from workbench.protocol.status import STREAM_TRANSPORTS
+
+if TYPE_CHECKING:
+    from workbench.analysis.ahead import FindingsAhead
+
+
+# How long each moment the reader has caught up with tshark may spend on findings: tshark's output
+# waits meanwhile (the read-ahead queue holds QUEUED_CHUNKS MiB), so the reader never falls far behind.
+FINDINGS_TICK_S = 0.5
 
 
 @dataclass
@@ -65,11 +73,10 @@ def fingerprint(ex: WireExchange) -> tuple[Any, ...]:
     for f in fields(ex):
         v = getattr(ex, f.name)
         if f.name in ("req_chunks", "resp_chunks"):
-            h = hashlib.blake2b()
-            for _pkt, _ts, data in v:
-                h.update(len(data).to_bytes(8, "little"))
-                h.update(data)
-            v = (tuple((pkt, ts) for pkt, ts, _ in v), h.digest())
+            # each chunk's length is in the tuple, so one digest of the bodies joined tells them
+            # apart (a streamed answer has thousands of chunks: one digest update each cost more)
+            v = (tuple((pkt, ts, len(data)) for pkt, ts, data in v),
+                 hashlib.blake2b(b"".join(data for _pkt, _ts, data in v)).digest())
         elif isinstance(v, bytes):
             v = hashlib.blake2b(v).digest()
         else:
@@ -82,9 +89,11 @@ class EarlyRuns:
     """Decodes and writes the HTTP/2 Runs of ended connections through ``imp`` as the capture is
     read (``read``), then everything else (``finish``)."""
 
-    def __init__(self, imp: ExchangeImporter) -> None:
+    def __init__(self, imp: ExchangeImporter, findings: FindingsAhead | None = None) -> None:
         self.imp = imp
         self.early: dict[int, _Early] = {}  # id(original exchange) →
+        self.findings = findings
+        self.unanalysed: list[str] = []  # sessions written early, not yet handed to ``findings``
 
     def read(self, packets: Iterable[Packet], reassembler: Reassembler, progress: Progress) -> None:
         """Feed ``packets`` (in capture order) to ``reassembler``, writing Runs as connections end."""
@@ -120,8 +129,16 @@ class EarlyRuns:
     def idle(self) -> None:
         """The reader has caught up with tshark: sessions written early are committed now rather
         than when a batch fills (an import stopped halfway keeps them; each commit has a cost, so
-        not after every session while tshark's output is waiting)."""
+        not after every session while tshark's output is waiting). Then the findings of the sessions
+        committed are computed for a while (``FINDINGS_TICK_S``): tshark keeps dissecting on the
+        other core, its output waits in the read-ahead queue, and the end of the import has that
+        much less to do (``analysis.ahead``)."""
         self.imp.writer.commit()
+        if self.findings is not None:
+            self.findings.add(self.unanalysed)
+            self.unanalysed.clear()
+            if self.findings.due():
+                self.findings.work(FINDINGS_TICK_S)
 
     def take_back(self) -> None:
         """Undo every early write (the import failed: nothing of it stays)."""
@@ -149,6 +166,8 @@ class EarlyRuns:
                 self.imp.forget(work)  # decoded again at the end, in its place among the others
                 continue
             self.early[id(ex)] = _Early(work, fp, plan, action)
+            if action == "new":
+                self.unanalysed.append(plan.info.session_id)
 
     def written(self, ex: WireExchange, same_session: int, same_unit: int) -> bool:
         """Whether ``ex`` (settled with the whole capture read) was written early as it is now.

@@ -251,9 +251,12 @@ _DERIVED = frozenset({"blobs", "tool_calls", "findings"})
 def write_stamp_values(store: Store, prefix: str, values: Sequence[tuple[str, str]]) -> None:
     """Set ``meta[prefix || session_id] = value`` (a ``Store``; one transaction). The one write here:
     the stamp goes with the reads of it."""
+    latest = {prefix + sid: value for sid, value in values}  # one row per key, the last value given
+    if not latest:
+        return
+    # one statement for all the rows: one INSERT per stamp took a third of a second for an import's 176
     with store.transaction():
-        store.con.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                              [[prefix + sid, value] for sid, value in values])
+        store.con.execute("INSERT OR REPLACE INTO meta SELECT unnest(?), unnest(?)", [list(latest), list(latest.values())])
 
 
 # schema drift (``analysis.schema_drift``) ----------------------------------------------------------
@@ -312,3 +315,15 @@ def recording_schemas(src: Source) -> pa.Table:
                     "json_extract_string(meta, '$.schema.source') AS source, "
                     "CAST(json_extract(meta, '$.schema.messages') AS BIGINT) AS messages, count(*) AS sessions "
                     "FROM sessions GROUP BY ALL ORDER BY sessions DESC")
+
+
+def session_signatures(src: Source, session_ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+    """session_id → (a hash of its ``sessions`` row, its frame count, a sum of its frames' row hashes):
+    equal signatures when nothing of the session was written again (a session without a row is absent)."""
+    if not session_ids:
+        return {}
+    t = run(src, "SELECT s.session_id, hash(s) AS row, f.n, f.h FROM sessions s LEFT JOIN "
+                 "(SELECT session_id, count(*) AS n, sum(hash(f)) AS h FROM frames f "
+                 " WHERE session_id IN (SELECT unnest(?)) GROUP BY session_id) f USING (session_id) "
+                 "WHERE s.session_id IN (SELECT unnest(?))", [list(session_ids), list(session_ids)])
+    return {str(r[0]): tuple(r[1:]) for r in zip(*(t.column(i).to_pylist() for i in range(4)), strict=True)}
