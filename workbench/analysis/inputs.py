@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass
 class Inputs:
     conversation: str | None = None
-    started: Any = None
+    started: int | None = None  # epoch µs (analysis_reads.started_at)
     # blob id -> whether another session of the conversation set it, for each id a rule asked about
     asked_blobs: dict[bytes, bool] = field(default_factory=dict)
     prior: tuple[str, int] | None = None
