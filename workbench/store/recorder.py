@@ -4,9 +4,11 @@ The recorder owns sequence numbers (``seq`` counts a session's frames in wire or
 directions together) and session bookkeeping (frame_count, time bounds). It is not thread-safe:
 one writer thread, or one importing process, drives it.
 
-With ``background=True`` the DuckDB inserts run on a worker thread: DuckDB releases the GIL while
-it writes, so classifying and batching the next frames overlaps with storing the last batch
-(about twice the throughput on two cores). ``flush()`` then hands the batch over and returns;
+With ``background=True`` the DuckDB inserts run on a worker thread. It buys a caller that must not
+wait for a write (``flush()`` returns at once), not throughput: DuckDB's Python client takes the GIL
+back between the tasks of an insert, so an insert runs several times slower while another Python
+thread is busy, and ``benchmarks/ingest.py`` measures no gain over writing in line (nothing in the
+product uses it). ``flush()`` then hands the batch over and returns;
 ``wait()`` blocks until everything handed over is stored, and re-raises a write error, as does
 the next ``flush()``.
 """
