@@ -110,6 +110,25 @@ def run_recorder(path: Path, frames: list[Frame], batch: int, ts0: int, backgrou
     return _closed(s, t0, time.perf_counter())
 
 
+def run_python(frames: list[Frame], batch: int, ts0: int) -> tuple[float, float]:
+    """(seconds in ``Recorder.add``, seconds in ``FrameBatch.to_arrow``) for the frames, nothing stored:
+    the Python part of ``Recorder.add + flush``."""
+    with Store(":memory:") as s:
+        rec = Recorder(s)
+        add = rec.add
+        adding = converting = 0.0
+        for start in range(0, len(frames), batch):
+            t0 = time.perf_counter()
+            for i in range(start, min(start + batch, len(frames))):
+                add("bench", ts0 + i, "server", "run", "1", frames[i])
+            t1 = time.perf_counter()
+            rec.batch.to_arrow()
+            converting += time.perf_counter() - t1
+            adding += t1 - t0
+            rec.batch.clear()
+    return adding, converting
+
+
 def count(path: Path) -> int:
     con = duckdb.connect(str(path), read_only=True)
     try:
@@ -145,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                lambda p: run_recorder(p, frames, args.batch, ts0),
                lambda p: run_recorder(p, frames, args.batch, ts0, background=True),
                lambda p: run_recorder(p, frames, args.batch, ts0, unique_keys=False)]
+    python_only: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory(prefix="wb-ingest-") as tmp:
         for r in range(args.repeat):
             # One round runs every path once, back to back, so each is paired with the baseline
@@ -154,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             order = list(range(len(names)))
             for k in order if r % 2 == 0 else order[::-1]:
                 results[names[k]].append(runners[k](paths[names[k]]))
+            python_only.append(run_python(frames, args.batch, ts0))
             for p in paths.values():
                 assert count(p) == n
         size_mb = sum(p.stat().st_size for p in Path(tmp).glob("*-0.duckdb")) / len(results) / 1e6
@@ -179,6 +200,13 @@ def main(argv: list[str] | None = None) -> int:
         ratios = paired[name]
         print(f"{name:40} {n / t:10,.0f}   {ratios[0]:6.2f}x / {median(ratios):6.2f}x / {ratios[-1]:6.2f}x"
               f" {paired_written[name]:12.2f}x")
+    us = 1e6 / n
+    adding, converting = median(a for a, _ in python_only) * us, median(c for _, c in python_only) * us
+    rec_written, base_written = median(written["Recorder.add + flush"]) * us, median(written[names[0]]) * us
+    print(f"where the time goes, µs a frame (medians): arrow baseline {base_written:.2f} insert + "
+          f"{med[names[0]] * us - base_written:.2f} close; Recorder.add + flush {adding:.2f} Recorder.add + "
+          f"{converting:.2f} to_arrow + {rec_written - adding - converting:.2f} DuckDB inserts and session rows + "
+          f"{med['Recorder.add + flush'] * us - rec_written:.2f} close (the checkpoint)")
     keyed, free = med["Recorder.add + flush"], med["Recorder, no unique keys"]
     print(f"unique keys (schema 3): Recorder.add + flush {n / keyed:,.0f} frames/s with them, {n / free:,.0f} "
           f"without: {keyed / free:.2f}x the time")
