@@ -155,6 +155,28 @@ def test_frame_batch_round_trip_keeps_bytes(tmp_path: Path) -> None:
         assert s.insert_frames(FrameBatch()) == 0
 
 
+def test_frames_after_a_flush_update_their_session_row_at_the_next(tmp_path: Path) -> None:
+    """A session is written again by the flush after new frames (its count and end move on),
+    whether or not anything else about it changed, and left alone by a flush without any."""
+    t0 = now_us()
+    with Store(tmp_path / "again.duckdb") as s:
+        rec = Recorder(s)
+        for i in range(2):
+            rec.add("A", t0 + i * 1000, "server", "run", "1", frame(i))
+        rec.add("B", t0, "server", "run", "1", frame(9))
+        rec.flush()
+        s.con.execute("UPDATE sessions SET label = 'kept' WHERE session_id = 'B'")
+        rec.add("A", t0 + 9000, "server", "run", "1", frame(2))
+        rec.add("A", t0 - 1000, "server", "run", "1", frame(3))
+        rec.flush()
+        got, other = s.session("A"), s.session("B")
+    assert got is not None and other is not None
+    assert got.frame_count == 4
+    assert got.started_at is not None and got.ended_at is not None
+    assert (got.ended_at - got.started_at).total_seconds() == pytest.approx(0.010, abs=1e-6)
+    assert other.label == "kept"  # not rewritten: no frame of B since the first flush
+
+
 def test_recorder_seq_continues_across_reopen(tmp_path: Path) -> None:
     db = tmp_path / "rec.duckdb"
     t0 = now_us()

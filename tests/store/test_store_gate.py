@@ -483,3 +483,30 @@ def test_a_late_frame_meta_passes_the_gate(tmp_path: Path, flush_first: bool) ->
     stored = json.loads(meta)
     assert stored["http_status"] == 200 and ["x-ok", "1"] in stored["response_headers"]
     assert CANARY.encode() not in db.read_bytes()
+
+
+# a column holding one value throughout ----------------------------------------------------------
+
+_TEXTS = st.one_of(st.none(), st.text(max_size=12), st.sampled_from(["caf\udce9", "C:\\x41", "a\\\\b", "\ud800",
+                                                                   '{"k": "caf\udce9"}', '{"k": "C:\\\\x41"}']))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_TEXTS, st.integers(2, 5), st.sampled_from(["session_id", "summary", "meta", "decoded", "raw", "flags"]))
+def test_a_column_of_one_value_converts_as_value_by_value(value: Any, n: int, name: str) -> None:
+    """A batch column whose values are all one (converted once and repeated, for speed) is the
+    column the value-by-value conversion gives: same wire-text and JSON rules, same nulls."""
+    import pyarrow as pa
+
+    from workbench.store.db import FRAME_COLUMNS, _arrow_column, _arrow_values
+
+    typ = dict(FRAME_COLUMNS)[name]
+    if value is not None and typ != pa.string():
+        value = value.encode("utf-8", "surrogatepass") if typ == pa.binary() else len(value)
+    col = [value] * n
+    expected = _arrow_values(list(col), typ, name)
+    got = _arrow_column(col, typ, name)
+    assert got.type == expected.type and got.to_pylist() == expected.to_pylist()
+    # and one value apart from the others is converted with them, by the same rules
+    mixed = [*col, "x" if typ == pa.string() else None]
+    assert _arrow_column(mixed, typ, name).to_pylist() == _arrow_values(mixed, typ, name).to_pylist()

@@ -4,9 +4,11 @@ The recorder owns sequence numbers (``seq`` counts a session's frames in wire or
 directions together) and session bookkeeping (frame_count, time bounds). It is not thread-safe:
 one writer thread, or one importing process, drives it.
 
-With ``background=True`` the DuckDB inserts run on a worker thread: DuckDB releases the GIL while
-it writes, so classifying and batching the next frames overlaps with storing the last batch
-(about twice the throughput on two cores). ``flush()`` then hands the batch over and returns;
+With ``background=True`` the DuckDB inserts run on a worker thread. It buys a caller that must not
+wait for a write (``flush()`` returns at once), not throughput: DuckDB's Python client takes the GIL
+back between the tasks of an insert, so an insert runs several times slower while another Python
+thread is busy, and ``benchmarks/ingest.py`` measures no gain over writing in line (nothing in the
+product uses it). ``flush()`` then hands the batch over and returns;
 ``wait()`` blocks until everything handed over is stored, and re-raises a write error, as does
 the next ``flush()``.
 """
@@ -114,25 +116,29 @@ class Recorder:
             seq: int | None = None) -> int:
         """Add one frame (through the write gate); ``seq``: its place when the caller numbered it
         (a spool merge), else the session's next."""
-        info = self.sessions.get(session_id) or self.open_session(SessionInfo(session_id))
+        info = self.sessions.get(session_id)
+        if info is None:
+            info = self.open_session(SessionInfo(session_id))
         nxt = self._next[session_id]
         if seq is None:
             seq = nxt
-        if seq >= nxt:
+            self._next[session_id] = nxt + 1
+        elif seq >= nxt:
             self._next[session_id] = seq + 1
         self.batch.add(session_id, seq, ts_us, direction, transport, stream, frame, decoded, source_key)
         if seq >= info.frame_count:
             info.frame_count = seq + 1
         # Time bounds are kept as integers here and turned into datetimes once per flush: the
-        # conversion costs more than the rest of this method.
+        # conversion costs more than the rest of this method. A session with bounds pending has
+        # changed: it is marked for the next flush with its first frame, not with every frame.
         bounds = self._bounds.get(session_id)
         if bounds is None:
             self._bounds[session_id] = [ts_us, ts_us]
+            self._dirty.add(session_id)
         elif ts_us > bounds[1]:
             bounds[1] = ts_us
         elif ts_us < bounds[0]:
             bounds[0] = ts_us
-        self._dirty.add(session_id)
         return seq
 
     def patch_meta(self, session_id: str, seq: int, meta: dict[str, Any] | None) -> None:
