@@ -35,6 +35,7 @@ from typing import Any
 from mitmproxy import ctx, exceptions, http
 
 from workbench.capture import contentview, stream_end
+from workbench.capture.process import WriterProcess
 from workbench.capture.sink import HOLD_FRAMES
 from workbench.capture.writer import (
     Body,
@@ -87,7 +88,7 @@ class CursorCapture:
     """Records Cursor agent traffic into a workbench DuckDB database."""
 
     def __init__(self) -> None:
-        self.writer: CaptureWriter | None = None
+        self.writer: CaptureWriter | WriterProcess | None = None
         self.matcher = Matcher()
         self._routes: dict[str, Route] = {}
         self._answered: set[str] = set()
@@ -173,7 +174,8 @@ class CursorCapture:
         cfg = WriterConfig(db_path=opts.cursor_db, flush_interval=opts.cursor_flush_ms / 1000.0,
                            content=opts.cursor_redact == "content", live=opts.cursor_live,
                            stats_path=opts.cursor_stats_file or None, hold_frames=opts.cursor_hold_frames)
-        self.writer = CaptureWriter(cfg, Decoder(self._schema or schema_for_option(opts.cursor_schema)))
+        decoder = Decoder(self._schema or schema_for_option(opts.cursor_schema))
+        self.writer = WriterProcess(cfg, opts.cursor_schema, decoder)
         self.writer.start()
         ident = self.writer.decoder.schema.identity
         log.info("cursor capture: recording agent traffic into %s (redaction: %s), decoding with %s (hash %s)",

@@ -1,0 +1,134 @@
+"""The capture writer process: ``python -m workbench.capture.child FD`` (started by ``process.py``).
+
+Reads pickled batches of proxy events from the socket ``FD`` and feeds them to an ordinary
+``CaptureWriter``; after each commit it confirms the last batch handled, with the sink's counters.
+Its log records go to the parent (mitmproxy's log). SIGINT and SIGTERM are ignored: a Ctrl-C in
+the terminal reaches the whole process group, and the parent stops this process in order (a
+``None`` message) once mitmdump has let go of its flows; when the parent is gone (EOF) the child
+finishes what it received and exits too.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import signal
+import sys
+import threading
+from multiprocessing.connection import Connection
+from typing import Any, NamedTuple
+
+from workbench.capture.writer import CaptureWriter, Event, WriterConfig
+from workbench.decode.classify import Decoder
+from workbench.schema.active import schema_for_option
+from workbench.schema.loader import SchemaError
+
+
+class Mark(NamedTuple):
+    """The end of batch ``number`` in the writer's queue."""
+
+    number: int
+
+
+class _NoPacing:
+    """The writer has a GIL of its own here: nothing to yield to (``pacing.py``)."""
+
+    pauses = 0
+
+    def begin(self) -> None:
+        pass
+
+    def step(self) -> None:
+        pass
+
+
+class _Link:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+
+    def send(self, msg: Any) -> None:
+        data = pickle.dumps(msg, 5)
+        with self.lock:
+            try:
+                self.conn.send_bytes(data)
+            except OSError:
+                pass  # the parent is gone: the receiving loop sees EOF and ends
+
+
+class _Forward(logging.Handler):
+    def __init__(self, link: _Link) -> None:
+        super().__init__()
+        self.link = link
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = record.getMessage()
+            if record.exc_info:
+                msg += "\n" + logging.Formatter().formatException(record.exc_info)
+            self.link.send(("log", record.levelno, msg))
+        except Exception:
+            self.handleError(record)
+
+
+class ChildWriter(CaptureWriter):
+    """A ``CaptureWriter`` that confirms, after each commit, the last batch it has handled."""
+
+    def __init__(self, config: WriterConfig, decoder: Decoder, link: _Link) -> None:
+        super().__init__(config, decoder)
+        self.pacer = _NoPacing()  # type: ignore[assignment]
+        self._link = link
+        self._mark = 0
+
+    def _handle(self, ev: Event) -> None:
+        if type(ev) is Mark:
+            self._mark = ev.number  # type: ignore[union-attr]
+            return
+        super()._handle(ev)
+
+    def flush(self) -> None:
+        super().flush()
+        self._link.send(("ack", self._mark, self.stats()))
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    conn = Connection(int(argv[0]))
+    link = _Link(conn)
+    logger = logging.getLogger("workbench")
+    logger.addHandler(_Forward(link))
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    config, schema_option = pickle.loads(conn.recv_bytes())
+    try:
+        decoder = Decoder(schema_for_option(schema_option))
+    except SchemaError as exc:
+        link.send(("fatal", f"cursor_schema: {exc}"))
+        return 2
+    writer = ChildWriter(config, decoder, link)
+    writer.start()
+    ident = decoder.schema.identity
+    link.send(("ready", ident.source, ident.hash))
+    put = writer.queue.put
+    loads = pickle.loads
+    recv = conn.recv_bytes
+    while True:
+        try:
+            msg = loads(recv())
+        except (EOFError, OSError):
+            break  # the parent is gone: finish what arrived
+        if msg is None:
+            break
+        number, events = msg
+        for ev in events:
+            put(ev)
+        put(Mark(number))  # type: ignore[arg-type]
+    writer.stop()
+    link.send(("final", writer.stats()))
+    conn.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
