@@ -229,7 +229,9 @@ def test_unmarked_flows_ignore_a_recovered_reset() -> None:
 def addon(tmp_path: Path) -> Any:
     a = CursorCapture()
     with taddons.context(a) as tctx:
-        tctx.configure(a, cursor_db=str(tmp_path / "hooks.duckdb"), cursor_live=False, cursor_flush_ms=20)
+        # the hooks and the writer's state in this process (the process writer: test_capture_process.py)
+        tctx.configure(a, cursor_db=str(tmp_path / "hooks.duckdb"), cursor_live=False, cursor_flush_ms=20,
+                       cursor_writer="thread")
         a.running()
         yield a
         a.done()

@@ -73,6 +73,7 @@ class WriterProcess:
         self._dead = False
         self._lost_after = 0  # data events that came after the child died
         self._crash_lost = 0
+        self._status: int | None = None
         self._finished = threading.Event()
         self._sender = threading.Thread(target=self._send_loop, name="workbench-capture-sender", daemon=True)
         self._receiver = threading.Thread(target=self._recv_loop, name="workbench-capture-receiver", daemon=True)
@@ -89,10 +90,22 @@ class WriterProcess:
 
     @property
     def lost(self) -> int:
+        """Frames that are in neither the database nor a spool file; after the child died, also
+        the data events (chunks, bodies) it had not confirmed or never got: at least one frame each
+        or part of one."""
         if self._final is not None:
             return int(self._final.get("lost", 0))
         with self._lock:
             return self._crash_lost + self._lost_after if self._dead else int(self._stats.get("lost", 0))
+
+    @property
+    def failed(self) -> str | None:
+        """Why the recording stopped before ``stop`` (the child died), for the addon's exit report."""
+        if not self._dead:
+            return None
+        return (f"the capture writer process (pid {self.pid}) ended unexpectedly (status {self._status}): "
+                f"{self.lost:,} frames LOST (what it held uncommitted, the chunks handed over that it had "
+                "not confirmed, and every chunk that came after)")
 
     def stats(self) -> dict[str, Any]:
         return dict(self._final or self._stats)
@@ -224,9 +237,14 @@ class WriterProcess:
             pending = sum(self._unconfirmed.values())
             self._unconfirmed.clear()
             self._crash_lost = int(self._stats.get("lost", 0)) + max(0, held) + pending
-        status = self._proc.poll() if self._proc is not None else None
-        msg = (f"the capture writer process (pid {self.pid}) ended unexpectedly (status {status}): "
-               f"{self._crash_lost:,} frames or chunks of agent traffic it had not confirmed are LOST, "
-               "and nothing more is recorded in this run")
+        if self._proc is not None:
+            try:
+                self._status = self._proc.wait(5)
+            except subprocess.TimeoutExpired:  # its socket broke but it lives on: it must not write on
+                self._proc.kill()
+                self._status = self._proc.wait()
+        msg = (f"the capture writer process (pid {self.pid}) ended unexpectedly (status {self._status}): "
+               f"{self._crash_lost:,} frames LOST so far (what it held uncommitted and the chunks handed over "
+               "that it had not confirmed); mitmdump goes on proxying, but records nothing more")
         log.error("cursor capture: %s", msg)
         print(f"workbench capture: ERROR: {msg}", file=sys.stderr, flush=True)

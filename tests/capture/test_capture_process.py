@@ -1,0 +1,127 @@
+"""The recording runs in a child process of mitmdump (``cursor_writer=process``, the default):
+real mitmdump, real ``workbench sim``, the built-in client, real DuckDB files."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from capture_rig import Sim
+from support import session_row, wait_until
+
+from workbench.capture.addon import EXIT_FRAMES_LOST
+from workbench.client.agent import AgentClient
+from workbench.store import open_reader
+from workbench.store.live import live_pid, sidecar_path
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
+TOKEN = "wb-test-token-proc-5d2e"
+
+
+def _parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an exited child its parent has not reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _writer_pid(m: Any) -> int:
+    """The pid serving the database's live reads: the process that holds it."""
+    return wait_until(lambda: live_pid(m.db), timeout=60, what="the capture's live read service", proc=m.proc)
+
+
+def _stored(db: Path, sid: str) -> Counter[tuple[str, bytes]]:
+    rows = open_reader(db).query("SELECT direction, payload, kind FROM frames WHERE session_id = ? ORDER BY seq",
+                                 [sid]).to_pylist()
+    return Counter((r["direction"], r["payload"]) for r in rows if r["kind"] != "end_stream")
+
+
+def _log(m: Any) -> str:
+    return Path(str(m.db.parent / f"mitmdump-{m.port}.log")).read_text()
+
+
+async def test_the_database_is_written_by_a_child_process(capture_sim: Sim, capture_mitm: Any,
+                                                           capture_proxy_env: Any) -> None:
+    m = capture_mitm()
+    capture_proxy_env(m)
+    writer = _writer_pid(m)
+    assert writer != m.proc.pid
+    assert _parent_of(writer) == m.proc.pid
+    async with AgentClient(capture_sim.url, TOKEN, transport="run", verify=str(m.ca)) as c:
+        res = await asyncio.wait_for(c.run_turn("[scenario:text] hello", raise_on_error=False), 120)
+        log, sid = list(c.frame_log), c.last_request_id
+    assert res.error is None, res.error
+    assert res.text
+    assert m.stop() == 0
+    assert not _running(writer)
+    stored = _stored(m.db, sid)
+    missing = [e for e in log if stored[(e.direction, e.data)] == 0]
+    assert not missing, f"{len(missing)} of {len(log)} frames missing"
+    assert session_row(m.db, sid)["status"] == "complete"
+
+
+async def test_a_killed_writer_process_is_reported_and_mitmdump_exits_non_zero(
+        capture_sim: Sim, capture_mitm: Any, capture_proxy_env: Any) -> None:
+    m = capture_mitm()
+    capture_proxy_env(m)
+    writer = _writer_pid(m)
+    killed = False
+    async with AgentClient(capture_sim.url, TOKEN, transport="run", verify=str(m.ca)) as c:
+        seen = 0
+        async for ev in c.stream_turn("[scenario:long] go"):
+            seen += type(ev).__name__ == "TextDelta"
+            if seen == 40 and not killed:
+                os.kill(writer, signal.SIGKILL)
+                killed = True
+        deltas = seen
+    assert killed
+    assert deltas == 150  # the proxy forwarded the whole turn all the same
+    assert m.stop() == EXIT_FRAMES_LOST
+    out = _log(m)
+    assert f"capture writer process (pid {writer}) ended unexpectedly" in out
+    lost = re.findall(r"unexpectedly \(status -9\): ([\d,]+) frames LOST \(", out)
+    assert lost, out
+    # at least every text delta that came after the kill (one chunk each) is counted
+    assert int(lost[-1].replace(",", "")) >= 150 - 40
+    assert "Traceback" not in out
+
+
+async def test_the_child_finishes_and_exits_when_mitmdump_is_killed(capture_sim: Sim, capture_mitm: Any,
+                                                                     capture_proxy_env: Any) -> None:
+    m = capture_mitm()
+    capture_proxy_env(m)
+    writer = _writer_pid(m)
+    killed_at = 0
+    async with AgentClient(capture_sim.url, TOKEN, transport="run", verify=str(m.ca)) as c:
+        seen = 0
+        async for ev in c.stream_turn("[scenario:long] go"):
+            seen += type(ev).__name__ == "TextDelta"
+            if seen == 60 and not killed_at:
+                killed_at = time.time_ns() // 1000
+                m.proc.send_signal(signal.SIGKILL)
+                m.proc.wait()
+        log, sid = list(c.frame_log), c.last_request_id
+    assert killed_at
+    wait_until(lambda: not _running(writer), timeout=60, what="the writer process to exit after mitmdump")
+    assert not sidecar_path(m.db).exists()  # it stopped its live read service in order
+    stored = _stored(m.db, sid)
+    # Everything that had passed the proxy a moment before the kill was handed over and committed,
+    # not only what one flush interval had committed.
+    before = [e for e in log if e.ts_us < killed_at - 50_000]
+    assert len(before) > 40
+    missing = [e for e in before if stored[(e.direction, e.data)] == 0]
+    assert not missing, f"{len(missing)} frames that passed before the kill are missing"
+    assert session_row(m.db, sid)["status"] != "open"  # settled by the child, not left for the next capture
