@@ -250,6 +250,8 @@ def test_options_are_checked_whatever_sets_them(tmp_path: Path) -> None:
             tctx.configure(a, cursor_redact="contents")
         with pytest.raises(exceptions.OptionsError, match="cursor_flush_ms=0"):
             tctx.configure(a, cursor_flush_ms=0)
+        with pytest.raises(exceptions.OptionsError, match="cursor_writer='fork'.*process, thread"):
+            tctx.configure(a, cursor_writer="fork")
         tctx.configure(a, cursor_redact="content")
         assert tctx.options.cursor_redact == "content"
 

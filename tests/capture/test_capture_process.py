@@ -4,9 +4,12 @@ real mitmdump, real ``workbench sim``, the built-in client, real DuckDB files.""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
+import shutil
 import signal
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -14,10 +17,15 @@ from typing import Any
 
 import pytest
 from capture_rig import Sim
+from mitmproxy.test import taddons
 from support import session_row, wait_until
 
-from workbench.capture.addon import EXIT_FRAMES_LOST
+from workbench.capture.addon import EXIT_FRAMES_LOST, CursorCapture
+from workbench.capture.flows import Chunk, Done, Eof, FlowOpen, Open
+from workbench.capture.process import WriterProcess
+from workbench.capture.writer import CaptureWriter
 from workbench.client.agent import AgentClient
+from workbench.schema.loader import load_schema
 from workbench.store import open_reader
 from workbench.store.live import live_pid, sidecar_path
 
@@ -125,3 +133,60 @@ async def test_the_child_finishes_and_exits_when_mitmdump_is_killed(capture_sim:
     missing = [e for e in before if stored[(e.direction, e.data)] == 0]
     assert not missing, f"{len(missing)} frames that passed before the kill are missing"
     assert session_row(m.db, sid)["status"] != "open"  # settled by the child, not left for the next capture
+
+
+# the addon's choice of writer (mitmproxy's taddons: no proxy; the child process is real) ---------
+
+def test_running_starts_a_writer_process_and_done_collects_its_counters(tmp_path: Path) -> None:
+    addon = CursorCapture()
+    db = tmp_path / "proc.duckdb"
+    stats = tmp_path / "stats.json"
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, cursor_db=str(db), cursor_flush_ms=40, cursor_live=False, cursor_stats_file=str(stats))
+        addon.running()
+        writer = addon.writer
+        assert isinstance(writer, WriterProcess)
+        assert writer.pid is not None and writer.pid != os.getpid()
+        put = writer.queue.put
+        put(Open(FlowOpen("k", "run", True, "api2.cursor.sh", "/agent.v1.AgentService/Run", 1, request_id="rid-p")))
+        frame = b"\x00\x00\x00\x00\x04\x0a\x02\x6a\x00"
+        for i in range(500):
+            put(Chunk("k", "server", 2 + i, frame))
+        put(Eof("k", "server", 600))
+        put(Done("k", 601, None, {}))
+        wait_until(lambda: writer.frames_committed >= 500, timeout=60, what="the child's confirmation of 500 frames")
+        child = writer.pid
+        addon.done()
+        assert addon.writer is None
+    assert not _running(child)
+    assert writer.stats()["committed"] == writer.frames_committed == writer.frames_total == 500
+    assert writer.lost == 0
+    assert json.loads(stats.read_text())["committed"] == 500  # the child wrote the stats file
+    assert session_row(db, "rid-p")["frame_count"] == 500
+
+
+def test_a_writer_process_that_cannot_start_falls_back_to_a_thread(tmp_path: Path, monkeypatch: Any,
+                                                                   caplog: Any) -> None:
+    monkeypatch.setattr(sys, "executable", shutil.which("false"))  # the child exits at once
+    addon = CursorCapture()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, cursor_db=str(tmp_path / "fb.duckdb"), cursor_live=False)
+        addon.running()
+        try:
+            assert type(addon.writer) is CaptureWriter
+        finally:
+            addon.done()
+    assert "recording in a thread of this process instead" in caplog.text
+
+
+def test_a_schema_set_by_code_keeps_the_writer_in_this_process(tmp_path: Path) -> None:
+    addon = CursorCapture()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, cursor_db=str(tmp_path / "sc.duckdb"), cursor_live=False)
+        addon._schema = schema = load_schema()  # an object no option names: it cannot reach a child
+        addon.running()
+        try:
+            assert type(addon.writer) is CaptureWriter
+            assert addon.writer.decoder.schema is schema
+        finally:
+            addon.done()
