@@ -92,6 +92,10 @@ class ChildWriter(CaptureWriter):
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) != 1 or not argv[0].isdigit():
+        print("usage: python -m workbench.capture.child FD (started by the capture addon, not by hand)",
+              file=sys.stderr)
+        return 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     conn = Connection(int(argv[0]))
@@ -100,16 +104,29 @@ def main(argv: list[str]) -> int:
     logger.addHandler(_Forward(link))
     logger.setLevel(logging.INFO)
     logger.propagate = False
-    config, schema_option = pickle.loads(conn.recv_bytes())
     try:
-        decoder = Decoder(schema_for_option(schema_option))
-    except SchemaError as exc:
-        link.send(("fatal", f"cursor_schema: {exc}"))
+        config, schema_option = pickle.loads(conn.recv_bytes())
+        writer = ChildWriter(config, Decoder(schema_for_option(schema_option)), link)
+        writer.start()
+    except (SchemaError, EOFError, OSError) as exc:
+        link.send(("fatal", f"the capture writer process could not start: {exc}"))
         return 2
-    writer = ChildWriter(config, decoder, link)
-    writer.start()
-    ident = decoder.schema.identity
+    except Exception as exc:  # said to the parent (which falls back to a thread), not a traceback
+        link.send(("fatal", f"the capture writer process could not start: {exc!r}"))
+        return 1
+    ident = writer.decoder.schema.identity
     link.send(("ready", ident.source, ident.hash))
+    try:
+        return _serve(conn, writer, link)
+    except Exception as exc:
+        logging.getLogger("workbench.capture").error("cursor capture: the writer process failed: %r", exc)
+        # Commit what it can (each commit is still confirmed), but send no final counters: the
+        # parent reports the failure and counts what was not confirmed as lost.
+        writer.stop()
+        return 1
+
+
+def _serve(conn: Connection, writer: ChildWriter, link: _Link) -> int:
     put = writer.queue.put
     loads = pickle.loads
     recv = conn.recv_bytes

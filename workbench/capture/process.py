@@ -73,6 +73,7 @@ class WriterProcess:
         self._dead = False
         self._lost_after = 0  # data events that came after the child died
         self._crash_lost = 0
+        self._dropped = 0  # data events of a batch that could not be pickled
         self._status: int | None = None
         self._finished = threading.Event()
         self._sender = threading.Thread(target=self._send_loop, name="workbench-capture-sender", daemon=True)
@@ -93,10 +94,12 @@ class WriterProcess:
         """Frames that are in neither the database nor a spool file; after the child died, also
         the data events (chunks, bodies) it had not confirmed or never got: at least one frame each
         or part of one."""
-        if self._final is not None:
-            return int(self._final.get("lost", 0))
         with self._lock:
-            return self._crash_lost + self._lost_after if self._dead else int(self._stats.get("lost", 0))
+            if self._final is not None:
+                return int(self._final.get("lost", 0)) + self._dropped
+            if self._dead:
+                return self._crash_lost + self._lost_after + self._dropped
+            return int(self._stats.get("lost", 0)) + self._dropped
 
     @property
     def failed(self) -> str | None:
@@ -198,7 +201,16 @@ class WriterProcess:
                     continue
                 self._unconfirmed[number] = data
             try:
-                self._send(dumps((number, batch), 5))
+                payload = dumps((number, batch), 5)
+            except Exception as exc:  # not expected (our own event types); never let the thread die
+                with self._lock:
+                    del self._unconfirmed[number]
+                    self._dropped += data
+                log.error("cursor capture: a batch of %d events could not be handed to the writer process "
+                          "(%r): %d chunks LOST", len(batch), exc, data)
+                payload = dumps((number, []), 5)
+            try:
+                self._send(payload)
                 if stop:
                     self._send(dumps(None))
             except OSError:
