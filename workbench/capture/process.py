@@ -54,6 +54,38 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
+class Spawned:
+    """A child process waiting for its configuration; closing its socket ends it."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], conn: Connection) -> None:
+        self.proc, self.conn = proc, conn
+
+    def close(self) -> None:
+        self.conn.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def spawn() -> Spawned:
+    """Start ``python -m workbench.capture.child`` on one end of a socket pair."""
+    ours, theirs = socket.socketpair()
+    env = dict(os.environ)
+    # the workbench that runs here, also when the addon was loaded from a source checkout by path
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH")) if p)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "workbench.capture.child", str(theirs.fileno())],
+                                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
+    except OSError as exc:
+        ours.close()
+        raise WriterProcessError(f"cannot start the capture writer process: {exc}") from exc
+    finally:
+        theirs.close()
+    return Spawned(proc, Connection(ours.detach()))
+
+
 class WriterProcess:
     """A ``CaptureWriter`` in a child process, behind the interface the addon uses."""
 
@@ -115,26 +147,31 @@ class WriterProcess:
 
     # lifecycle -----------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        ours, theirs = socket.socketpair()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH")) if p)
+    def start(self, spawned: Spawned | None = None) -> None:
+        """Start the child (or take one ``spawned`` earlier), hand it its configuration and wait
+        until it holds the database; ``WriterProcessError`` when it cannot."""
+        child = spawned or spawn()
+        self._proc, self._conn, self.pid = child.proc, child.conn, child.proc.pid
         try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "workbench.capture.child", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
+            msg = self._handshake()
+        except WriterProcessError:
+            child.close()
+            raise
+        if msg[2] != self.decoder.schema.identity.hash:
+            log.warning("cursor capture: the writer process decodes with schema %s (hash %s), not %s",
+                        msg[1], msg[2], self.decoder.schema.identity.hash)
+        self._receiver.start()
+        self._sender.start()
+
+    def _handshake(self) -> tuple[Any, ...]:
+        assert self._conn is not None and self._proc is not None
+        try:
+            self._send(pickle.dumps((self.config, self.schema_option)))
         except OSError as exc:
-            ours.close()
-            raise WriterProcessError(f"cannot start the capture writer process: {exc}") from exc
-        finally:
-            theirs.close()
-        self.pid = self._proc.pid
-        self._conn = Connection(ours.detach())
-        self._send(pickle.dumps((self.config, self.schema_option)))
+            raise WriterProcessError(f"the capture writer process ended at start-up ({exc})") from exc
         deadline = time.monotonic() + READY_TIMEOUT
         while True:
             if not self._conn.poll(max(0.0, deadline - time.monotonic())):
-                self._proc.kill()
                 raise WriterProcessError(f"the capture writer process did not start within {READY_TIMEOUT:.0f} s")
             try:
                 msg = pickle.loads(self._conn.recv_bytes())
@@ -143,16 +180,10 @@ class WriterProcess:
                     f"the capture writer process ended at start-up (status {self._proc.wait()})") from exc
             if msg[0] == "log":
                 log.log(msg[1], msg[2])
-                continue
-            if msg[0] == "fatal":
-                self._proc.wait()
+            elif msg[0] == "fatal":
                 raise WriterProcessError(msg[1])
-            break  # ("ready", source, hash)
-        if msg[2] != self.decoder.schema.identity.hash:
-            log.warning("cursor capture: the writer process decodes with schema %s (hash %s), not %s",
-                        msg[1], msg[2], self.decoder.schema.identity.hash)
-        self._receiver.start()
-        self._sender.start()
+            else:
+                return tuple(msg)  # ("ready", schema source, schema hash)
 
     def stop(self, timeout: float | None = None) -> None:
         if not self._sender.is_alive() and not self._receiver.is_alive():
