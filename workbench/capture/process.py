@@ -41,8 +41,9 @@ from workbench.decode.classify import Decoder
 
 log = logging.getLogger("workbench.capture")
 
-BATCH_WAIT = 0.002   # seconds the sender lets events gather before it sends a batch
-BATCH_MAX = 4096     # events per batch at most
+SEND_INTERVAL = 0.005  # seconds between the sender's looks at the queue while traffic flows
+QUIET_TICKS = 20       # empty looks after which it blocks on the queue instead (0.1 s without traffic)
+BATCH_MAX = 4096       # events per batch at most
 READY_TIMEOUT = 120.0  # seconds for the child to import, open the database and say it is ready
 
 
@@ -213,14 +214,23 @@ class WriterProcess:
         dumps = pickle.dumps
         number = 0
         stop = False
+        quiet = QUIET_TICKS
         while not stop:
-            batch: list[Event] = [get()]
-            time.sleep(BATCH_WAIT)  # let a batch gather: one send (one GIL hand-over) per few ms
+            batch: list[Event] = []
+            if quiet >= QUIET_TICKS:
+                batch.append(get())  # quiet: sleep until the next event
+            # While traffic flows, look every SEND_INTERVAL instead: a thread woken by every put
+            # would take the GIL from the event loop once per chunk.
+            time.sleep(SEND_INTERVAL)
             while len(batch) < BATCH_MAX:
                 try:
                     batch.append(get_nowait())
                 except queue.Empty:
                     break
+            if not batch:
+                quiet += 1
+                continue
+            quiet = 0
             if type(batch[-1]) is Stop or any(type(ev) is Stop for ev in batch):
                 stop = True
                 batch = [ev for ev in batch if type(ev) is not Stop]
