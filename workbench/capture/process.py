@@ -265,6 +265,9 @@ class WriterProcess:
                 msg = pickle.loads(recv())
             except (EOFError, OSError):
                 break
+            except Exception as exc:  # not expected from our own child: treat it as gone
+                log.error("cursor capture: unreadable message from the writer process: %r", exc)
+                break
             kind = msg[0]
             if kind == "ack":
                 with self._lock:
@@ -285,11 +288,10 @@ class WriterProcess:
             if self._dead or self._final is not None:
                 return
             self._dead = True
-            held = int(self._stats.get("frames", 0)) - int(self._stats.get("committed", 0)) \
-                - int(self._stats.get("spooled", 0))
             pending = sum(self._unconfirmed.values())
             self._unconfirmed.clear()
-            self._crash_lost = int(self._stats.get("lost", 0)) + max(0, held) + pending
+            # lost already, held in its memory (no database or spool took them), not confirmed
+            self._crash_lost = int(self._stats.get("lost", 0)) + int(self._stats.get("held", 0)) + pending
         if self._proc is not None:
             try:
                 self._status = self._proc.wait(5)
