@@ -21,6 +21,7 @@ from mitmproxy.test import taddons
 from support import session_row, wait_until
 
 from workbench.capture.addon import EXIT_FRAMES_LOST, CursorCapture
+from workbench.capture.child import NICE
 from workbench.capture.flows import Chunk, Done, Eof, FlowOpen, Open
 from workbench.capture.process import WriterProcess
 from workbench.capture.writer import CaptureWriter
@@ -36,6 +37,10 @@ TOKEN = "wb-test-token-proc-5d2e"
 
 def _parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _nice(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
 
 
 def _running(pid: int) -> bool:
@@ -68,6 +73,7 @@ async def test_the_database_is_written_by_a_child_process(capture_sim: Sim, capt
     writer = _writer_pid(m)
     assert writer != m.proc.pid
     assert _parent_of(writer) == m.proc.pid
+    assert _nice(writer) == min(19, _nice(m.proc.pid) + NICE)  # forwarding goes first when CPUs are busy
     # A Ctrl-C in a terminal reaches the whole process group: the child leaves the stop to mitmdump.
     os.kill(writer, signal.SIGINT)
     async with AgentClient(capture_sim.url, TOKEN, transport="run", verify=str(m.ca)) as c:

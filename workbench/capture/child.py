@@ -2,7 +2,7 @@
 
 Reads pickled batches of proxy events from the socket ``FD`` and feeds them to an ordinary
 ``CaptureWriter``; after each commit it confirms the last batch handled, with the sink's counters.
-Its log records go to the parent (mitmproxy's log). SIGINT and SIGTERM are ignored: a Ctrl-C in
+Its log records go to the parent (mitmproxy's log). It runs at a lower priority (``NICE``). SIGINT and SIGTERM are ignored: a Ctrl-C in
 the terminal reaches the whole process group, and the parent stops this process in order (a
 ``None`` message) once mitmdump has let go of its flows; when the parent is gone (EOF) the child
 finishes what it received and exits too.
@@ -10,7 +10,9 @@ finishes what it received and exits too.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import pickle
 import signal
 import sys
@@ -22,6 +24,12 @@ from workbench.capture.writer import CaptureWriter, Event, WriterConfig
 from workbench.decode.classify import Decoder
 from workbench.schema.active import schema_for_option
 from workbench.schema.loader import SchemaError
+
+# Recording is background work: when the CPUs are all busy (a flood on a small machine), the
+# processes that forward (mitmdump, the client, the server) go first and the writer catches up as
+# soon as a CPU is free; with a CPU to spare it runs at full speed all the same. (In one process
+# the GIL and ``pacing.py`` gave the event loop that precedence.) Frames are only committed later.
+NICE = 10
 
 
 class Mark(NamedTuple):
@@ -98,6 +106,8 @@ def main(argv: list[str]) -> int:
         return 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
     conn = Connection(int(argv[0]))
     link = _Link(conn)
     logger = logging.getLogger("workbench")
