@@ -306,7 +306,7 @@ def test_running_starts_a_writer_from_the_options_and_done_stops_it(tmp_path: Pa
     stats = tmp_path / "stats.json"
     with taddons.context(addon) as tctx:
         tctx.configure(addon, cursor_db=str(db), cursor_flush_ms=40, cursor_redact="content", cursor_live=False,
-                       cursor_stats_file=str(stats))
+                       cursor_stats_file=str(stats), cursor_writer="thread")
         addon.running()
         writer = addon.writer
         assert writer is not None

@@ -161,7 +161,9 @@ async def test_twenty_concurrent_sessions(capture_sim: Sim, capture_mitm: Any, c
 
 
 async def test_kill_9_keeps_flushed_frames(capture_sim: Sim, capture_mitm: Any, capture_proxy_env: Any) -> None:
-    m = capture_mitm()
+    # The recording in mitmdump's own process dies with it: what was committed stays. (The child
+    # process of cursor_writer=process outlives it and keeps more: test_capture_process.py.)
+    m = capture_mitm(extra=("--set", "cursor_writer=thread"))
     capture_proxy_env(m)
     killed_at = 0
     async with AgentClient(capture_sim.url, TOKEN, transport="run", verify=str(m.ca)) as c:

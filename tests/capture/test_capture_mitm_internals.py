@@ -229,7 +229,9 @@ def test_unmarked_flows_ignore_a_recovered_reset() -> None:
 def addon(tmp_path: Path) -> Any:
     a = CursorCapture()
     with taddons.context(a) as tctx:
-        tctx.configure(a, cursor_db=str(tmp_path / "hooks.duckdb"), cursor_live=False, cursor_flush_ms=20)
+        # the hooks and the writer's state in this process (the process writer: test_capture_process.py)
+        tctx.configure(a, cursor_db=str(tmp_path / "hooks.duckdb"), cursor_live=False, cursor_flush_ms=20,
+                       cursor_writer="thread")
         a.running()
         yield a
         a.done()
@@ -248,6 +250,8 @@ def test_options_are_checked_whatever_sets_them(tmp_path: Path) -> None:
             tctx.configure(a, cursor_redact="contents")
         with pytest.raises(exceptions.OptionsError, match="cursor_flush_ms=0"):
             tctx.configure(a, cursor_flush_ms=0)
+        with pytest.raises(exceptions.OptionsError, match="cursor_writer='fork'.*process, thread"):
+            tctx.configure(a, cursor_writer="fork")
         tctx.configure(a, cursor_redact="content")
         assert tctx.options.cursor_redact == "content"
 

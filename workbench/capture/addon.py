@@ -4,7 +4,8 @@ Everything here runs on mitmproxy's event loop, so the hooks only decide whether
 turn on streaming (request side in ``requestheaders`` so a bidi ``Run`` does not deadlock, response
 side in ``responseheaders``), stamp each chunk with the time it passed and put it on the writer's
 queue. The chunk is returned as it came: the wire is never modified. Reassembly, decoding,
-redaction and the database live in the writer thread (``writer.py``).
+redaction and the database live in the writer (``writer.py``), which runs in a child process of
+its own (``process.py``) so that it never competes with the event loop for the GIL.
 
 Agent flows whose request body streams get a transparent end of stream (``stream_end.py``): the
 response's END_STREAM reaches the client the moment the server sends it, client frames keep being
@@ -16,7 +17,9 @@ Options (``--set name=value``): ``cursor_db``, ``cursor_hosts``, ``cursor_paths`
 ``cursor_stats_file``, ``cursor_schema`` (empty: the active schema, see ``workbench schema use``;
 ``builtin``; or schema paths joined by the path separator, as ``--proto`` gives them),
 ``cursor_hold_frames``, ``cursor_view_bytes`` (the copy of each streamed body kept for the "Cursor
-agent" contentview, which the addon registers: ``contentview.py``). Values are checked here,
+agent" contentview, which the addon registers: ``contentview.py``), ``cursor_writer`` (``process``:
+the recording runs in a child process, ``process.py``; ``thread``: in a thread of mitmdump's own
+process, as it did before). Values are checked here,
 whichever way they were given (mitmproxy itself
 does not enforce ``choices``): a bad one is an ``OptionsError`` naming it, logged as an error so
 mitmdump stops at start-up.
@@ -35,6 +38,7 @@ from typing import Any
 from mitmproxy import ctx, exceptions, http
 
 from workbench.capture import contentview, stream_end
+from workbench.capture.process import WriterProcess, WriterProcessError
 from workbench.capture.sink import HOLD_FRAMES
 from workbench.capture.writer import (
     Body,
@@ -59,6 +63,8 @@ from workbench.store.paths import default_db
 from workbench.wire.inflate import codings_of
 
 log = logging.getLogger("workbench.capture")
+
+WRITERS = ("process", "thread")  # the cursor_writer choices
 
 EXIT_FRAMES_LOST = 3  # the process exit status when frames were lost (see ``done``)
 
@@ -87,12 +93,13 @@ class CursorCapture:
     """Records Cursor agent traffic into a workbench DuckDB database."""
 
     def __init__(self) -> None:
-        self.writer: CaptureWriter | None = None
+        self.writer: CaptureWriter | WriterProcess | None = None
         self.matcher = Matcher()
         self._routes: dict[str, Route] = {}
         self._answered: set[str] = set()
         self._db: str | None = None
         self._schema: Schema | None = None
+        self._option_schema: Schema | None = None  # the schema ``cursor_schema`` named (a child rebuilds it)
         self._view_dec: Decoder | None = None
 
     # options -----------------------------------------------------------------------------------
@@ -119,6 +126,9 @@ class CursorCapture:
         loader.add_option("cursor_hold_frames", int, HOLD_FRAMES,
                           "frames held in memory when neither the database nor any spool location "
                           "takes writes; beyond this they are counted as lost")
+        loader.add_option("cursor_writer", str, "process",
+                          "where the recording runs: process (a child process, off mitmproxy's GIL) or "
+                          "thread (a thread of this process)", choices=list(WRITERS))
         loader.add_option("cursor_view_bytes", int, contentview.VIEW_BYTES,
                           "bytes of each streamed agent body kept for mitmproxy's views (the Cursor agent "
                           "contentview, -w flow files); 0 keeps none")
@@ -141,7 +151,7 @@ class CursorCapture:
             raise
         if "cursor_schema" in updated and self.writer is None:
             try:
-                self._schema = schema_for_option(opts.cursor_schema)
+                self._schema = self._option_schema = schema_for_option(opts.cursor_schema)
             except SchemaError as exc:
                 log.error("cursor capture: cursor_schema: %s", exc)
                 raise exceptions.OptionsError(f"cursor_schema: {exc}") from exc
@@ -162,6 +172,9 @@ class CursorCapture:
             raise exceptions.OptionsError(f"cursor_hold_frames={opts.cursor_hold_frames}: must be 0 or more")
         if "cursor_view_bytes" in updated and opts.cursor_view_bytes < 0:
             raise exceptions.OptionsError(f"cursor_view_bytes={opts.cursor_view_bytes}: must be 0 or more")
+        if "cursor_writer" in updated and opts.cursor_writer not in WRITERS:
+            raise exceptions.OptionsError(
+                f"cursor_writer={opts.cursor_writer!r} is not a writer; use one of: {', '.join(WRITERS)}")
         if "cursor_db" in updated and not opts.cursor_db.strip():
             raise exceptions.OptionsError("cursor_db is empty: give the capture database's path")
 
@@ -173,20 +186,39 @@ class CursorCapture:
         cfg = WriterConfig(db_path=opts.cursor_db, flush_interval=opts.cursor_flush_ms / 1000.0,
                            content=opts.cursor_redact == "content", live=opts.cursor_live,
                            stats_path=opts.cursor_stats_file or None, hold_frames=opts.cursor_hold_frames)
-        self.writer = CaptureWriter(cfg, Decoder(self._schema or schema_for_option(opts.cursor_schema)))
-        self.writer.start()
+        if self._schema is None:
+            self._schema = self._option_schema = schema_for_option(opts.cursor_schema)
+        self.writer = self._start_writer(cfg, Decoder(self._schema), opts.cursor_writer == "process")
         ident = self.writer.decoder.schema.identity
         log.info("cursor capture: recording agent traffic into %s (redaction: %s), decoding with %s (hash %s)",
                  os.path.abspath(os.path.expanduser(opts.cursor_db)), opts.cursor_redact, ident.source, ident.hash)
 
+    def _start_writer(self, cfg: WriterConfig, decoder: Decoder, process: bool) -> CaptureWriter | WriterProcess:
+        if process and self._schema is not self._option_schema:
+            # A Schema object handed in by code cannot cross the process boundary (the child
+            # rebuilds its schema from the option): record in this process then.
+            log.info("cursor capture: a schema set by code: recording in a thread of this process")
+            process = False
+        if process:
+            writer = WriterProcess(cfg, ctx.options.cursor_schema, decoder)
+            try:
+                writer.start()
+                return writer
+            except WriterProcessError as exc:
+                log.warning("cursor capture: %s; recording in a thread of this process instead", exc)
+        thread = CaptureWriter(cfg, decoder)
+        thread.start()
+        return thread
+
     def _view_decoder(self) -> Decoder:
-        """The contentview's decoder: its own (the writer's runs on the writer thread), with the
+        """The contentview's decoder: its own (the writer's runs on another thread or process), with the
         schema the writer decodes with."""
         if self.writer is not None:
             schema = self.writer.decoder.schema
         else:  # not capturing yet (or any more): the schema cursor_schema names
-            schema = self._schema or schema_for_option(ctx.options.cursor_schema)
-            self._schema = schema
+            if self._schema is None:
+                self._schema = self._option_schema = schema_for_option(ctx.options.cursor_schema)
+            schema = self._schema
         if self._view_dec is None or self._view_dec.schema is not schema:
             self._view_dec = Decoder(schema)
         return self._view_dec
@@ -198,9 +230,10 @@ class CursorCapture:
         writer, self.writer = self.writer, None
         writer.stop()
         stream_end.remove_listener(self._late_failure)
-        if writer.lost:
-            msg = (f"{writer.lost:,} frames LOST: neither the database {self._db} nor any spool location "
-                   "took them (see the errors above)")
+        failed = getattr(writer, "failed", None)
+        if writer.lost or failed:
+            msg = (failed or f"{writer.lost:,} frames LOST: neither the database {self._db} nor any spool "
+                   "location took them (see the errors above)")
             log.error("cursor capture: %s", msg)
             print(f"workbench capture: ERROR: {msg}", file=sys.stderr, flush=True)
             # mitmdump exits 0 whatever an addon's ``done`` does, and raising here would skip the

@@ -1,0 +1,201 @@
+"""The recording runs in a child process of mitmdump (``cursor_writer=process``, the default):
+real mitmdump, real ``workbench sim``, the built-in client, real DuckDB files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from capture_rig import Sim
+from mitmproxy.test import taddons
+from support import session_row, wait_until
+
+from workbench.capture.addon import EXIT_FRAMES_LOST, CursorCapture
+from workbench.capture.child import NICE
+from workbench.capture.flows import Chunk, Done, Eof, FlowOpen, Open
+from workbench.capture.process import WriterProcess
+from workbench.capture.writer import CaptureWriter
+from workbench.client.agent import AgentClient
+from workbench.schema.loader import load_schema
+from workbench.store import open_reader
+from workbench.store.live import live_pid, sidecar_path
+
+pytestmark = pytest.mark.slow  # starts subprocesses or servers
+
+TOKEN = "wb-test-token-proc-5d2e"
+
+
+def _parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _nice(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an exited child its parent has not reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _writer_pid(m: Any) -> int:
+    """The pid serving the database's live reads: the process that holds it."""
+    return wait_until(lambda: live_pid(m.db), timeout=60, what="the capture's live read service", proc=m.proc)
+
+
+def _stored(db: Path, sid: str) -> Counter[tuple[str, bytes]]:
+    rows = open_reader(db).query("SELECT direction, payload, kind FROM frames WHERE session_id = ? ORDER BY seq",
+                                 [sid]).to_pylist()
+    return Counter((r["direction"], r["payload"]) for r in rows if r["kind"] != "end_stream")
+
+
+def _log(m: Any) -> str:
+    return Path(str(m.db.parent / f"mitmdump-{m.port}.log")).read_text()
+
+
+async def test_the_database_is_written_by_a_child_process(capture_sim: Sim, capture_mitm: Any,
+                                                           capture_proxy_env: Any) -> None:
+    m = capture_mitm()
+    capture_proxy_env(m)
+    writer = _writer_pid(m)
+    assert writer != m.proc.pid
+    assert _parent_of(writer) == m.proc.pid
+    assert _nice(writer) == min(19, _nice(m.proc.pid) + NICE)  # forwarding goes first when CPUs are busy
+    # A Ctrl-C in a terminal reaches the whole process group: the child leaves the stop to mitmdump.
+    os.kill(writer, signal.SIGINT)
+    async with AgentClient(capture_sim.url, TOKEN, transport="run", verify=str(m.ca)) as c:
+        res = await asyncio.wait_for(c.run_turn("[scenario:text] hello", raise_on_error=False), 120)
+        log, sid = list(c.frame_log), c.last_request_id
+    assert res.error is None, res.error
+    assert res.text
+    assert _running(writer)
+    assert m.stop(signal.SIGTERM) == 0  # mitmdump's shutdown stops the child in order: no orphan
+    assert not _running(writer)
+    stored = _stored(m.db, sid)
+    missing = [e for e in log if stored[(e.direction, e.data)] == 0]
+    assert not missing, f"{len(missing)} of {len(log)} frames missing"
+    assert session_row(m.db, sid)["status"] == "complete"
+
+
+async def test_a_killed_writer_process_is_reported_and_mitmdump_exits_non_zero(
+        capture_sim: Sim, capture_mitm: Any, capture_proxy_env: Any) -> None:
+    m = capture_mitm()
+    capture_proxy_env(m)
+    writer = _writer_pid(m)
+    killed = False
+    async with AgentClient(capture_sim.url, TOKEN, transport="run", verify=str(m.ca)) as c:
+        seen = 0
+        async for ev in c.stream_turn("[scenario:long] go"):
+            seen += type(ev).__name__ == "TextDelta"
+            if seen == 40 and not killed:
+                os.kill(writer, signal.SIGKILL)
+                killed = True
+        deltas = seen
+    assert killed
+    assert deltas == 150  # the proxy forwarded the whole turn all the same
+    assert m.stop() == EXIT_FRAMES_LOST
+    out = _log(m)
+    assert f"capture writer process (pid {writer}) ended unexpectedly" in out
+    lost = re.findall(r"unexpectedly \(status -9\): ([\d,]+) frames LOST \(", out)
+    assert lost, out
+    # at least every text delta that came after the kill (one chunk each) is counted
+    assert int(lost[-1].replace(",", "")) >= 150 - 40
+    assert "Traceback" not in out
+
+
+async def test_the_child_finishes_and_exits_when_mitmdump_is_killed(capture_sim: Sim, capture_mitm: Any,
+                                                                     capture_proxy_env: Any) -> None:
+    m = capture_mitm()
+    capture_proxy_env(m)
+    writer = _writer_pid(m)
+    killed_at = 0
+    async with AgentClient(capture_sim.url, TOKEN, transport="run", verify=str(m.ca)) as c:
+        seen = 0
+        async for ev in c.stream_turn("[scenario:long] go"):
+            seen += type(ev).__name__ == "TextDelta"
+            if seen == 60 and not killed_at:
+                killed_at = time.time_ns() // 1000
+                m.proc.send_signal(signal.SIGKILL)
+                m.proc.wait()
+        log, sid = list(c.frame_log), c.last_request_id
+    assert killed_at
+    wait_until(lambda: not _running(writer), timeout=60, what="the writer process to exit after mitmdump")
+    assert not sidecar_path(m.db).exists()  # it stopped its live read service in order
+    stored = _stored(m.db, sid)
+    # Everything that had passed the proxy a moment before the kill was handed over and committed,
+    # not only what one flush interval had committed.
+    before = [e for e in log if e.ts_us < killed_at - 50_000]
+    assert len(before) > 40
+    missing = [e for e in before if stored[(e.direction, e.data)] == 0]
+    assert not missing, f"{len(missing)} frames that passed before the kill are missing"
+    assert session_row(m.db, sid)["status"] != "open"  # settled by the child, not left for the next capture
+
+
+# the addon's choice of writer (mitmproxy's taddons: no proxy; the child process is real) ---------
+
+def test_running_starts_a_writer_process_and_done_collects_its_counters(tmp_path: Path) -> None:
+    addon = CursorCapture()
+    db = tmp_path / "proc.duckdb"
+    stats = tmp_path / "stats.json"
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, cursor_db=str(db), cursor_flush_ms=40, cursor_live=False, cursor_stats_file=str(stats))
+        addon.running()
+        writer = addon.writer
+        assert isinstance(writer, WriterProcess)
+        assert writer.pid is not None and writer.pid != os.getpid()
+        put = writer.queue.put
+        put(Open(FlowOpen("k", "run", True, "api2.cursor.sh", "/agent.v1.AgentService/Run", 1, request_id="rid-p")))
+        frame = b"\x00\x00\x00\x00\x04\x0a\x02\x6a\x00"
+        for i in range(500):
+            put(Chunk("k", "server", 2 + i, frame))
+        put(Eof("k", "server", 600))
+        put(Done("k", 601, None, {}))
+        wait_until(lambda: writer.frames_committed >= 500, timeout=60, what="the child's confirmation of 500 frames")
+        child = writer.pid
+        addon.done()
+        assert addon.writer is None
+    assert not _running(child)
+    assert writer.stats()["committed"] == writer.frames_committed == writer.frames_total == 500
+    assert writer.lost == 0
+    assert json.loads(stats.read_text())["committed"] == 500  # the child wrote the stats file
+    assert session_row(db, "rid-p")["frame_count"] == 500
+
+
+def test_a_writer_process_that_cannot_start_falls_back_to_a_thread(tmp_path: Path, monkeypatch: Any,
+                                                                   caplog: Any) -> None:
+    monkeypatch.setattr(sys, "executable", shutil.which("false"))  # the child exits at once
+    addon = CursorCapture()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, cursor_db=str(tmp_path / "fb.duckdb"), cursor_live=False)
+        addon.running()
+        try:
+            assert type(addon.writer) is CaptureWriter
+        finally:
+            addon.done()
+    assert "recording in a thread of this process instead" in caplog.text
+
+
+def test_a_schema_set_by_code_keeps_the_writer_in_this_process(tmp_path: Path) -> None:
+    addon = CursorCapture()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, cursor_db=str(tmp_path / "sc.duckdb"), cursor_live=False)
+        addon._schema = schema = load_schema()  # an object no option names: it cannot reach a child
+        addon.running()
+        try:
+            assert type(addon.writer) is CaptureWriter
+            assert addon.writer.decoder.schema is schema
+        finally:
+            addon.done()
