@@ -5,8 +5,10 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 ADDON = ROOT / "addons" / "cursor_capture.py"
@@ -85,3 +87,19 @@ class Mitm:
             raise
 
 
+
+
+async def turn_with_mitmdump_killed(client: Any, m: Mitm, after_deltas: int = 60) -> tuple[int, list[Any], str]:
+    """Stream the long scenario's turn through ``m`` with ``client`` (an ``AgentClient`` using the
+    proxy) and ``kill -9`` mitmdump once ``after_deltas`` text deltas arrived: (the kill's time in
+    epoch µs, the client's frame log, the session id). The turn ends however the client sees it."""
+    killed_at = 0
+    seen = 0
+    async for ev in client.stream_turn("[scenario:long] go"):
+        seen += type(ev).__name__ == "TextDelta"
+        if seen == after_deltas and not killed_at:
+            killed_at = time.time_ns() // 1000
+            m.proc.send_signal(signal.SIGKILL)
+            m.proc.wait()
+    assert killed_at, f"the turn ended before {after_deltas} text deltas"
+    return killed_at, list(client.frame_log), client.last_request_id

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from capture_rig import BIN, Mitm, Sim
+from capture_rig import BIN, Mitm, Sim, turn_with_mitmdump_killed
 from support import env_without_proxy, session_row, wait_until_async
 
 from workbench.client.agent import AgentClient
@@ -165,18 +165,8 @@ async def test_kill_9_keeps_flushed_frames(capture_sim: Sim, capture_mitm: Any, 
     # process of cursor_writer=process outlives it and keeps more: test_capture_process.py.)
     m = capture_mitm(extra=("--set", "cursor_writer=thread"))
     capture_proxy_env(m)
-    killed_at = 0
     async with AgentClient(capture_sim.url, TOKEN, transport="run", verify=str(m.ca)) as c:
-        seen = 0
-        async for ev in c.stream_turn("[scenario:long] go"):
-            seen += type(ev).__name__ == "TextDelta"
-            if seen == 60 and not killed_at:
-                killed_at = time.time_ns() // 1000
-                m.proc.send_signal(signal.SIGKILL)
-                m.proc.wait()
-        log = list(c.frame_log)
-        sid = c.last_request_id
-    assert killed_at
+        killed_at, log, sid = await turn_with_mitmdump_killed(c, m)
     assert sidecar_path(m.db).exists()  # stale: the reader must ignore it (dead pid)
     rows = _session_frames(m.db, sid)
     stored = Counter((r["direction"], r["payload"]) for r in rows if r["kind"] != "end_stream")

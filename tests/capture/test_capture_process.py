@@ -10,13 +10,12 @@ import re
 import shutil
 import signal
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from capture_rig import Sim
+from capture_rig import Sim, turn_with_mitmdump_killed
 from mitmproxy.test import taddons
 from support import session_row, wait_until
 
@@ -121,17 +120,8 @@ async def test_the_child_finishes_and_exits_when_mitmdump_is_killed(capture_sim:
     m = capture_mitm()
     capture_proxy_env(m)
     writer = _writer_pid(m)
-    killed_at = 0
     async with AgentClient(capture_sim.url, TOKEN, transport="run", verify=str(m.ca)) as c:
-        seen = 0
-        async for ev in c.stream_turn("[scenario:long] go"):
-            seen += type(ev).__name__ == "TextDelta"
-            if seen == 60 and not killed_at:
-                killed_at = time.time_ns() // 1000
-                m.proc.send_signal(signal.SIGKILL)
-                m.proc.wait()
-        log, sid = list(c.frame_log), c.last_request_id
-    assert killed_at
+        killed_at, log, sid = await turn_with_mitmdump_killed(c, m)
     wait_until(lambda: not _running(writer), timeout=60, what="the writer process to exit after mitmdump")
     assert not sidecar_path(m.db).exists()  # it stopped its live read service in order
     stored = _stored(m.db, sid)
