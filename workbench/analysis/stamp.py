@@ -15,13 +15,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import workbench
 from workbench.store import analysis_reads as reads
 from workbench.store.analysis_reads import Source
-from workbench.store.db import Store
 from workbench.store.schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:  # annotations only: `workbench sessions` reads stamps and loads no pyarrow
+    from workbench.store.db import Store
 
 # Bump when a rule changes what it finds for the same frames (stored findings are then stale).
 # 2: notes (severity "note"); request_context_args judged as the service treats it.
