@@ -40,6 +40,7 @@ from statistics import median
 import duckdb
 import pyarrow as pa
 from goals import goal
+from yardstick import measure
 
 from workbench.decode.classify import SERVER_MSG, Frame
 from workbench.store.db import FRAME_SCHEMA, FrameBatch, Store, now_us
@@ -218,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  " + goal("ingest_rate").line(n / t, f"{n / t:,.0f} frames/s"))
         print("  " + goal("ingest").line(ratio, f"{ratio:.2f}× (median of {args.repeat} paired rounds, until closed; "
                                                  f"{paired_written[name]:.2f}× until the last insert returned)"))
+    print(measure().line())
     print()
     stored = run_findings(n)
     write = med["Recorder.add + flush"]

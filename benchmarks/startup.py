@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from goals import goal
+from yardstick import measure
 
 ROOT = Path(__file__).resolve().parents[1]
 HEARTBEAT = "00000000040a026a00"
@@ -88,6 +89,7 @@ def main() -> int:
         if key and not name.endswith("]"):
             med = statistics.median(times[name])
             print(goal(key).line(med, f"{med:.3f} s median ({med / base:.1f}× python -c pass)"))
+    print(measure().line())
     return 0
 
 

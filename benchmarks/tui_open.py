@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from goals import goal
+from yardstick import measure
 
 from workbench.store.reader import open_reader
 from workbench.tui.app import WorkbenchApp
@@ -132,6 +133,7 @@ def main() -> None:
         if n >= 1_000_000:
             print(goal("tui_first_paint").line(paint, f"{paint:.3f} s at {n:,} frames"))
     print(f"load average {os.getloadavg()[0]:.2f} (2-core machine: above 2, wall times stretch)")
+    print(measure().line())
 
 if __name__ == "__main__":
     main()

@@ -35,9 +35,9 @@ KEY_PREFIX = "analysis:"
 def analysis_stamp() -> str:
     """The identity of today's analysis: ``a2 wb0.1.0 db3 overlay:<hash12>`` (the overlay's .proto
     files hashed: the rules parse payloads with it)."""
-    # deferred: the loader brings protobuf's descriptor modules (≈ 7 ms); `workbench sessions` imports
-    # this module for the stamp's key and computes the stamp only when findings are stale-checked
-    from workbench.schema.loader import BUILTIN_FILES, PROTO_ROOT
+    # deferred: `workbench sessions` imports this module for the stamp's key and computes the stamp
+    # only when findings are stale-checked (the constants' module loads nothing, unlike the loader)
+    from workbench.schema.builtin import BUILTIN_FILES, PROTO_ROOT
 
     digest = hashlib.sha256()
     for name in BUILTIN_FILES:
