@@ -79,6 +79,9 @@ class Sender:
         if result is not SpanExportResult.SUCCESS:
             where = self.endpoint or "the endpoint of OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT"
             why = said.last[-1] if said.last else "no reason given"
+            cause = said.last[0].split(" encountered while")[0] if len(said.last) > 1 else ""
+            if cause and cause != why:
+                why = f"{why} ({cause[:400]})"
             raise OtlpError(f"OTLP export to {where} failed: {why}")
         return len(batch)
 

@@ -76,6 +76,8 @@ class OtlpShipper:
         try:
             done = export_sessions(reader, due, self.sender, content=self.content)
             self.sent.update(done.sessions)
+        except StoreError:  # the live service went away mid-read (the capture is stopping): next time
+            return False
         except OtlpError as exc:
             if self.failures == 0:
                 print(f"workbench capture: WARNING: --otlp: {exc}; retrying", file=sys.stderr, flush=True)
@@ -109,5 +111,7 @@ class OtlpShipper:
                 return ended
             have = stamps(reader, ended)
             return [s for s in ended if s in have]
+        except StoreError:  # the live service went away mid-read (the capture is stopping): next time
+            return []
         finally:
             reader.close()
