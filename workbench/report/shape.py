@@ -100,21 +100,60 @@ def heartbeat_runs(frames: Sequence[Any]) -> list[HeartbeatRun]:
     return runs
 
 
+class StallWatch:
+    """``find_stall`` one frame at a time, for a view that reads a session in batches: it keeps the
+    current heartbeat run and what came before it, never the frames."""
+
+    def __init__(self) -> None:
+        self.index = 0
+        self.t0: int | None = None
+        self.run: HeartbeatRun | None = None          # the last run of server heartbeats
+        self.open = False                             # the run is still growing
+        self.spoiled = False                          # a server frame of progress came after the last run
+        self.before: tuple[Any, Any] = (None, None)   # (last server frame, last client message) before it
+        self._server: tuple[int, str] | None = None
+        self._client: tuple[int, str] | None = None
+
+    def add(self, f: Any) -> None:
+        if self.t0 is None:
+            self.t0 = f.ts_us
+        i = self.index
+        self.index += 1
+        if f.direction == "server":
+            if kinds.is_server_heartbeat(f.kind):
+                if self.open and self.run is not None:
+                    self.run.last = i
+                    self.run.seqs.append(f.seq)
+                    self.run.last_ts_us = f.ts_us
+                else:
+                    self.run = HeartbeatRun(i, i, [f.seq], f.ts_us, f.ts_us)
+                    self.open, self.spoiled = True, False
+                    self.before = (self._server, self._client)
+            else:
+                self.open = False
+                if not (kinds.is_end_stream(f.kind) or f.kind == kinds.EMPTY):
+                    self.spoiled = True
+            self._server = (f.seq, f.kind)
+        elif not kinds.is_client_heartbeat(f.kind):
+            self._client = (f.seq, f.kind)
+
+    def stall(self) -> Stall | None:
+        run = self.run
+        if run is None or run.count < STALL_MIN_HEARTBEATS or self.spoiled:
+            return None
+        after, client = self.before
+        return Stall(run, after[0] if after else None, after[1] if after else None,
+                     client[0] if client else None, client[1] if client else None,
+                     (run.first_ts_us - (self.t0 or 0)) / 1e6)
+
+
 def find_stall(frames: Sequence[Any], runs: list[HeartbeatRun] | None = None) -> Stall | None:
-    """The heartbeat run the session ended in, when it is long enough to be a stall."""
-    runs = heartbeat_runs(frames) if runs is None else runs
-    if not runs or runs[-1].count < STALL_MIN_HEARTBEATS:
-        return None
-    run = runs[-1]
-    for f in frames[run.last + 1:]:
-        if f.direction == "server" and not (kinds.is_end_stream(f.kind) or f.kind == kinds.EMPTY):
-            return None  # the server went on after the heartbeats: a slow step, not a stall
-    after = next((f for f in reversed(frames[:run.first]) if f.direction == "server"), None)
-    client = next((f for f in reversed(frames[:run.first]) if f.direction == "client"
-                   and not kinds.is_client_heartbeat(f.kind)), None)
-    t0 = frames[0].ts_us
-    return Stall(run, after.seq if after else None, after.kind if after else None,
-                 client.seq if client else None, client.kind if client else None, (run.first_ts_us - t0) / 1e6)
+    """The heartbeat run the session ended in, when it is long enough to be a stall (a tail of at
+    least ``STALL_MIN_HEARTBEATS`` server heartbeats with nothing but the end after them)."""
+    watch = StallWatch()
+    for f in frames:
+        watch.add(f)
+    return watch.stall()
 
 
 @dataclass
@@ -145,22 +184,25 @@ def exec_name(kind: str) -> str:
     return kinds.member(kind).removesuffix("_args") or kind
 
 
-def execs(frames: Sequence[Any]) -> list[Exec]:
-    """The session's execs in request order, each with its results and how it closed."""
-    out: list[Exec] = []
-    open_by_id: dict[int, Exec] = {}
-    for f in frames:
+class ExecTracker:
+    """The session's execs, one frame at a time (``execs`` over a list; the report feeds it batches)."""
+
+    def __init__(self) -> None:
+        self.execs: list[Exec] = []
+        self._open: dict[int, Exec] = {}
+
+    def add(self, f: Any) -> None:
         ref = f.ref_id
         if ref is None:
-            continue
+            return
         if f.direction == "server" and kinds.in_family(f.kind, kinds.EXEC_SERVER):
             e = Exec(int(ref), exec_name(f.kind), f.seq, f.kind)
-            out.append(e)
-            open_by_id[int(ref)] = e
-            continue
-        found = open_by_id.get(int(ref))
+            self.execs.append(e)
+            self._open[int(ref)] = e
+            return
+        found = self._open.get(int(ref))
         if found is None:
-            continue
+            return
         e = found
         if f.kind == kinds.EXEC_STREAM_CLOSE:
             e.close_seq = f.seq
@@ -170,4 +212,11 @@ def execs(frames: Sequence[Any]) -> list[Exec]:
             e.abort_seq = f.seq
         elif f.direction == "client" and kinds.in_family(f.kind, kinds.EXEC_CLIENT):
             e.results.append((f.seq, f.kind))
-    return out
+
+
+def execs(frames: Sequence[Any]) -> list[Exec]:
+    """The session's execs in request order, each with its results and how it closed."""
+    tracker = ExecTracker()
+    for f in frames:
+        tracker.add(f)
+    return tracker.execs
