@@ -30,8 +30,9 @@ from workbench.store.db import Store
 from workbench.store.reader import open_reader
 
 
-def _run(argv: list[str]) -> tuple[float, int]:
-    """Wall time and peak RSS (KiB) of one command, run to completion."""
+def _run(argv: list[str]) -> tuple[float, int, float]:
+    """Wall time, peak RSS (KiB) and CPU time (user + system, every thread) of one command, run to
+    completion: on a busy machine the CPU time is the figure that holds."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -40,7 +41,7 @@ def _run(argv: list[str]) -> tuple[float, int]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {err[-400:]}")
-    return took, usage.ru_maxrss
+    return took, usage.ru_maxrss, usage.ru_utime + usage.ru_stime
 
 
 def _baselines(db: Path) -> tuple[float, float]:
@@ -78,25 +79,28 @@ def main() -> int:
                 store.checkpoint()
             print(f"\n{frames:,} frames generated in {time.perf_counter() - t0:.1f} s")
             out = tmp / f"report-{n}.html"
-            rows: list[tuple[float, float, float, int]] = []
+            rows: list[tuple[float, float, float, int, float]] = []
             for _ in range(max(1, args.rounds)):
                 scan, light = _baselines(db)
-                took, rss = _run([py, "-m", "workbench", "report", SID, "--db", str(db), "-o", str(out)])
-                rows.append((scan, light, took, rss))
+                took, rss, cpu = _run([py, "-m", "workbench", "report", SID, "--db", str(db), "-o", str(out)])
+                rows.append((scan, light, took, rss, cpu))
             scan = statistics.median(r[0] for r in rows)
             light = statistics.median(r[1] for r in rows)
             took = statistics.median(r[2] for r in rows)
             rss = statistics.median(r[3] for r in rows) / 1024
+            cpu = statistics.median(r[4] for r in rows)
             size = out.stat().st_size
             html = out.read_text()
             print(f"  baseline GROUP BY kind scan   {scan:8.3f} s   (yardstick)")
             print(f"  baseline light columns read   {light:8.3f} s")
             print(f"  workbench report              {took:8.3f} s   {took / light:5.1f}× the light read, "
-                  f"{took / scan:6.0f}× the scan; min {min(r[2] for r in rows):.3f} / max {max(r[2] for r in rows):.3f}")
+                  f"{took / scan:6.0f}× the scan; min {min(r[2] for r in rows):.3f} / max {max(r[2] for r in rows):.3f}; "
+                  f"CPU {cpu:.2f} s")
             print(f"  output {size / 1e6:.2f} MB ({html.count('<text'):,} SVG texts, "
                   f"{html.count('<details'):,} frames in the table), peak RSS {rss:,.0f} MiB")
             if n >= 1_000_000:
-                print("  " + goal("report").line(took, f"{took:.2f} s at {frames:,} frames (median of {len(rows)})"))
+                print("  " + goal("report").line(took, f"{took:.2f} s at {frames:,} frames (median of {len(rows)}; "
+                                                        f"CPU {cpu:.2f} s)"))
                 print("  " + goal("report_size").line(size / 1e6, f"{size / 1e6:.2f} MB at {frames:,} frames"))
     finally:
         if args.keep:

@@ -11,21 +11,27 @@ lists them. The tool-call and blob tables are cut at ``MAX_TABLE_ROWS``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from workbench.analysis import analyze_session
 from workbench.decode.classify import default_decoder
 from workbench.protocol import kinds
-from workbench.report.diagram import Diagram, DiagramBuilder
+from workbench.report.diagram import STREAM_KINDS, Diagram, DiagramBuilder
 from workbench.report.session import (
     REDACT_LEVELS,
+    LinkedFrame,
     LoadedFrame,
     Reader,
     SessionError,
     SessionView,
     finding_dict,
-    frame_lines,
+    frame_pages,
     hide_content,
     load_links,
     loaded_frames,
@@ -71,6 +77,51 @@ def _wanted_by_findings(findings: list[dict[str, Any]]) -> set[int]:
     return out
 
 
+def _absorbed(kind: str, direction: str) -> bool:
+    """A frame the diagram folds into a run with the same frames around it (its row is the run's)."""
+    return direction == "server" and (kinds.is_server_heartbeat(kind) or kind in STREAM_KINDS
+                                      or kind.startswith(kinds.OPENAI + ".delta."))
+
+
+def walk(src: Reader, session_id: str, timeline: TimelineBuilder, head: list[int], max_frames: int,
+         wanted: np.ndarray, ts_of: dict[int, int]) -> Iterator[LinkedFrame]:
+    """The session's frames page by page, as columns: the timeline counts them, ``head`` gets the
+    first ``max_frames`` seqs and ``ts_of`` the time of each ``wanted`` seq; what is yielded is one
+    item per frame, except that frames alike in a row that the diagram folds into one run (server
+    heartbeats, streamed pieces) come as one item with their count, so the Python work is per
+    message the diagram tells apart, not per frame."""
+    for t in frame_pages(src, session_id):
+        seq = t.column("seq").to_numpy()
+        ts = t.column("ts_us").fill_null(0).to_numpy()
+        kind = pc.dictionary_encode(t.column("kind").fill_null("")).combine_chunks()
+        direction = pc.dictionary_encode(t.column("direction").fill_null("")).combine_chunks()
+        kidx = kind.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        didx = direction.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        knames: list[str] = kind.dictionary.to_pylist()
+        dnames: list[str] = direction.dictionary.to_pylist()
+        server = np.array([d == "server" for d in dnames], dtype=bool)[didx]
+        timeline.add_page(ts, server, kidx, knames)
+        if len(head) < max_frames:
+            head += seq[:max_frames - len(head)].tolist()
+        if len(wanted):
+            hit = np.isin(seq, wanted)
+            ts_of.update(zip(seq[hit].tolist(), ts[hit].tolist(), strict=True))
+        key = kidx * len(dnames) + didx
+        fold = np.array([_absorbed(k, d) for k in knames for d in dnames], dtype=bool)[key]
+        n = len(seq)
+        starts = np.ones(n, dtype=bool)
+        starts[1:] = (key[1:] != key[:-1]) | ~fold[1:] | ~fold[:-1]
+        at = np.nonzero(starts)[0]
+        ends = np.append(at[1:], n) - 1
+        refs = t.column("ref_id").take(pa.array(at)).to_pylist()
+        for i, j, ref in zip(at.tolist(), ends.tolist(), refs, strict=True):
+            if i == j:
+                yield LinkedFrame(int(seq[i]), int(ts[i]), dnames[didx[i]], knames[kidx[i]], ref)
+            else:
+                yield LinkedFrame(int(seq[i]), int(ts[i]), dnames[didx[i]], knames[kidx[i]], ref, j - i + 1,
+                                  int(seq[j]), int(ts[j]))
+
+
 def read_for_report(src: Reader, session_id: str, *, redact: str = "secrets", max_frames: int = 5000,
                     decoder: Any = None) -> ReportSession:
     """The session as the report shows it (see the module doc)."""
@@ -101,15 +152,11 @@ def read_for_report(src: Reader, session_id: str, *, redact: str = "secrets", ma
     stall, execs = StallWatch(), ExecTracker()
     head: list[int] = []
     ts_of: dict[int, int] = {}
-    for f in frame_lines(src, session_id):
-        diagram.add(f)
-        timeline.add(f)
-        stall.add(f)
-        execs.add(f)
-        if len(head) < max_frames:
-            head.append(f.seq)
-        if f.seq in linked:
-            ts_of[f.seq] = f.ts_us
+    wanted_ts = np.array(sorted(linked), dtype=np.int64)
+    for item in walk(src, session_id, timeline, head, max_frames, wanted_ts, ts_of):
+        diagram.add(item)
+        stall.add(item)
+        execs.add(item)
     d = diagram.finish(stall.stall(), execs.execs)
     tl = timeline.finish(view.findings, ts_of)
     linked.update(r.seq for r in d.rows if not r.side and not r.gap)

@@ -27,6 +27,7 @@ import heapq
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from workbench.analysis.bridge_join import JOINED
@@ -62,6 +63,7 @@ HEARTBEAT_COLOUR = "#9ca3af"
 OTHER_COLOUR = "#6b7280"
 
 
+@lru_cache(maxsize=4096)
 def colour(kind: str) -> str:
     if kinds.is_heartbeat(kind):
         return HEARTBEAT_COLOUR
@@ -89,7 +91,7 @@ class Row:
     x2: int
     label: str
     seq: int                      # the frame the row links to (the first of a run)
-    offset: str                   # +s.sss
+    offset: str                   # +s.sss (set when the row is placed)
     colour: str
     run: bool = False             # a collapsed run
     stall: bool = False
@@ -172,17 +174,17 @@ def _is_openai_delta(kind: str) -> bool:
 
 
 class _Group:
-    """A run being collected: heartbeats, or streamed pieces."""
+    """A run being collected: heartbeats, or streamed pieces (fed frames or items of several)."""
 
     def __init__(self, f: LinkedFrame, beat: bool, linked: bool) -> None:
         self.linked = linked
         self.first = f
-        self.last = f
+        self.last_seq, self.last_ts = f.end_seq, f.end_ts_us
         self.beat = beat
-        self.count = 1                 # heartbeats (a beat run) or pieces (a stream run)
+        self.count = f.count           # heartbeats (a beat run) or pieces (a stream run)
         self.keepalives = 0            # client keep-alives folded in
         self.server = f.direction == "server"
-        self.kinds: Counter[str] = Counter({kinds.member(f.kind) or f.kind: 1})
+        self.kinds: Counter[str] = Counter({kinds.member(f.kind) or f.kind: f.count})
         self.pending: list[Row] = []   # client rows that came while a heartbeat run was open
 
     def joins(self, f: LinkedFrame) -> bool:
@@ -196,10 +198,10 @@ class _Group:
         return f.kind == first  # OpenAI deltas: one kind a run
 
     def add(self, f: LinkedFrame) -> None:
-        self.last = f
-        self.count += 1
+        self.last_seq, self.last_ts = f.end_seq, f.end_ts_us
+        self.count += f.count
         self.server = self.server or f.direction == "server"
-        self.kinds[kinds.member(f.kind) or f.kind] += 1
+        self.kinds[kinds.member(f.kind) or f.kind] += f.count
 
 
 class RowKeeper:
@@ -243,9 +245,6 @@ class RowMaker:
         self.linked = linked
         self.cur: _Group | None = None
 
-    def _offset(self, ts: int) -> str:
-        return f"{(ts - self.t0) / 1e6:+.3f}s"
-
     def _ends(self, server: bool) -> tuple[int, int]:
         return (self.sx, self.cx) if server else (self.cx, self.sx)
 
@@ -255,8 +254,8 @@ class RowMaker:
         if not self.side and f.ref_id is not None and kinds.in_family(
                 f.kind, kinds.EXEC_SERVER, kinds.EXEC_CLIENT, kinds.EXEC_CLIENT_CONTROL, kinds.EXEC_SERVER_CONTROL):
             ref = f"exec {f.ref_id}"
-        return Row(0, x1, x2, f.kind, f.seq, self._offset(f.ts_us), colour(f.kind), ref=ref, side=self.side,
-                   ts_us=f.ts_us, last_seq=f.seq)
+        return Row(0, x1, x2, f.kind, f.seq, "", colour(f.kind), ref=ref, side=self.side, ts_us=f.ts_us,
+                   last_seq=f.seq)
 
     def add(self, f: LinkedFrame) -> None:
         cur = self.cur
@@ -264,7 +263,7 @@ class RowMaker:
             cur.add(f)
             return
         if kinds.is_client_heartbeat(f.kind) and cur is not None:
-            cur.keepalives += 1        # a client keep-alive inside a run is counted with it
+            cur.keepalives += f.count  # a client keep-alive inside a run is counted with it
             return
         beat = kinds.is_server_heartbeat(f.kind) or (self.linked and kinds.is_heartbeat(f.kind))
         if beat or (f.direction == "server" and (f.kind in STREAM_KINDS or _is_openai_delta(f.kind))):
@@ -288,7 +287,7 @@ class RowMaker:
         if g.count < COLLAPSE_MIN and not (g.keepalives and g.beat):
             self.keeper.add(self._single(f))
         else:
-            span = (g.last.ts_us - f.ts_us) / 1e6
+            span = (g.last_ts - f.ts_us) / 1e6
             if g.beat:
                 extra = f" (+{g.keepalives} client keep-alive{'s' if g.keepalives != 1 else ''})" \
                     if g.keepalives and not self.linked else ""
@@ -299,9 +298,9 @@ class RowMaker:
             else:
                 label, tint = f"{f.kind} ×{g.count} over {span:.3f} s", colour(f.kind)
             x1, x2 = self._ends(g.server)
-            self.keeper.add(Row(0, x1, x2, label, f.seq, self._offset(f.ts_us), tint, run=True, ref=self.ref,
-                                seqs=f"{f.seq}–{g.last.seq}", side=self.side, ts_us=f.ts_us,
-                                count=g.count + g.keepalives, last_seq=g.last.seq, beat=g.beat))
+            self.keeper.add(Row(0, x1, x2, label, f.seq, "", tint, run=True, ref=self.ref,
+                                seqs=f"{f.seq}–{g.last_seq}", side=self.side, ts_us=f.ts_us,
+                                count=g.count + g.keepalives, last_seq=g.last_seq, beat=g.beat))
         for row in g.pending:
             self.keeper.add(row)
 
@@ -403,10 +402,11 @@ class DiagramBuilder:
         gap_y: int | None = None
         for row in placed:
             row.y = y
+            row.offset = f"{(row.ts_us - self.t0) / 1e6:+.3f}s"  # formatted for the rows drawn only
             if row.gap:
                 gap_y = y
                 row.height = 2
-            elif stall is not None and not row.side and row.beat and row.seq == stall.run.seqs[0]:
+            elif stall is not None and not row.side and row.beat and row.seq == stall.run.first_seq:
                 row.stall = True
                 row.height = 2
             if not row.gap:
@@ -438,4 +438,4 @@ class DiagramBuilder:
 
 def is_stall_finding(f: dict[str, Any], stall: Stall | None) -> bool:
     return stall is not None and f["first_seq"] is not None and f["last_seq"] is not None \
-        and int(f["last_seq"]) >= stall.run.seqs[0]
+        and int(f["last_seq"]) >= stall.run.first_seq

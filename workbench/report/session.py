@@ -87,6 +87,19 @@ class LinkedFrame:
     direction: str
     kind: str
     ref_id: int | None = None
+    # an item standing for ``count`` frames of this kind and direction in a row (a walk of a whole
+    # session hands runs over at once): the last one's seq and time
+    count: int = 1
+    last_seq: int = -1
+    last_ts_us: int = 0
+
+    @property
+    def end_seq(self) -> int:
+        return self.seq if self.count == 1 else self.last_seq
+
+    @property
+    def end_ts_us(self) -> int:
+        return self.ts_us if self.count == 1 else self.last_ts_us
 
 
 @dataclass
@@ -205,21 +218,27 @@ def loaded_frames(rows: Iterable[dict[str, Any]], dec: Any, content: bool,
 PAGE = 50_000   # frames read at a time when a view walks a whole session without payloads
 
 
-def frame_lines(src: Reader, session_id: str, page: int = PAGE) -> Iterator[LinkedFrame]:
-    """Every frame of a session in seq order, without its payload, read ``page`` frames at a time
-    (a view that draws a session of any size holds one page, never the session)."""
+def frame_pages(src: Reader, session_id: str, page: int = PAGE) -> Iterator[Any]:
+    """Every frame of a session in seq order, without its payload, as Arrow tables of at most
+    ``page`` rows (``seq``, ``ts_us``, ``direction``, ``kind``, ``ref_id``): a view that draws a
+    session of any size holds one page, never the session."""
     after = -(2 ** 62)
     while True:
         t = queries.frame_lines_page(src, session_id, after, page)
         if t.num_rows == 0:
             return
-        seqs, ts, dirs, kinds_, refs = (t.column(n).to_pylist() for n in ("seq", "ts_us", "direction", "kind",
-                                                                          "ref_id"))
-        for seq, ts_us, direction, kind, ref in zip(seqs, ts, dirs, kinds_, refs, strict=True):
-            yield LinkedFrame(seq, ts_us or 0, direction or "", kind or "", ref)
-        after = seqs[-1]
+        yield t
         if t.num_rows < page:
             return
+        after = t.column("seq")[-1].as_py()
+
+
+def frame_lines(src: Reader, session_id: str, page: int = PAGE) -> Iterator[LinkedFrame]:
+    """``frame_pages`` one frame at a time."""
+    for t in frame_pages(src, session_id, page):
+        cols = (t.column(n).to_pylist() for n in ("seq", "ts_us", "direction", "kind", "ref_id"))
+        for seq, ts_us, direction, kind, ref in zip(*cols, strict=True):
+            yield LinkedFrame(seq, ts_us or 0, direction or "", kind or "", ref)
 
 
 def load_links(src: Reader, session_id: str) -> list[LinkedSession]:

@@ -22,15 +22,11 @@ COLLAPSE_MIN = 2
 
 @dataclass
 class HeartbeatRun:
-    first: int          # index into the frame list
-    last: int
-    seqs: list[int]
+    first_seq: int
+    last_seq: int
+    count: int           # server heartbeats in the run
     first_ts_us: int
     last_ts_us: int
-
-    @property
-    def count(self) -> int:
-        return len(self.seqs)
 
     @property
     def span_s(self) -> float:
@@ -64,7 +60,7 @@ class Stall:
     start_offset_s: float      # from the session's first frame
 
     def as_dict(self) -> StallDoc:
-        return {"first_seq": self.run.seqs[0], "last_seq": self.run.seqs[-1], "heartbeats": self.run.count,
+        return {"first_seq": self.run.first_seq, "last_seq": self.run.last_seq, "heartbeats": self.run.count,
                 "span_s": round(self.run.span_s, 3), "start_offset_s": round(self.start_offset_s, 3),
                 "after_seq": self.after_seq, "after_kind": self.after_kind,
                 "last_client_seq": self.last_client_seq, "last_client_kind": self.last_client_kind}
@@ -73,31 +69,8 @@ class Stall:
         after = f" after {self.after_kind} (seq {self.after_seq})" if self.after_seq is not None else ""
         client = (f"; the client's last message was {self.last_client_kind} (seq {self.last_client_seq})"
                   if self.last_client_seq is not None else "")
-        return (f"heartbeat stall begins at seq {self.run.seqs[0]} (+{self.start_offset_s:.3f} s){after}: "
+        return (f"heartbeat stall begins at seq {self.run.first_seq} (+{self.start_offset_s:.3f} s){after}: "
                 f"{self.run.count} server heartbeats over {self.run.span_s:.3f} s and no progress{client}")
-
-
-def heartbeat_runs(frames: Sequence[Any]) -> list[HeartbeatRun]:
-    """Runs of server heartbeats; client frames between them (keep-alives, late answers) do not
-    break a run, any other server frame does."""
-    runs: list[HeartbeatRun] = []
-    cur: list[int] = []
-
-    def close() -> None:
-        if cur:
-            runs.append(HeartbeatRun(cur[0], cur[-1], [frames[i].seq for i in cur], frames[cur[0]].ts_us,
-                                     frames[cur[-1]].ts_us))
-            cur.clear()
-
-    for i, f in enumerate(frames):
-        if f.direction != "server":
-            continue
-        if kinds.is_server_heartbeat(f.kind):
-            cur.append(i)
-        else:
-            close()
-    close()
-    return runs
 
 
 class StallWatch:
@@ -105,7 +78,6 @@ class StallWatch:
     current heartbeat run and what came before it, never the frames."""
 
     def __init__(self) -> None:
-        self.index = 0
         self.t0: int | None = None
         self.run: HeartbeatRun | None = None          # the last run of server heartbeats
         self.open = False                             # the run is still growing
@@ -115,27 +87,28 @@ class StallWatch:
         self._client: tuple[int, str] | None = None
 
     def add(self, f: Any) -> None:
+        """One frame, or one item standing for ``f.count`` frames alike in a row (``session.LinkedFrame``)."""
         if self.t0 is None:
             self.t0 = f.ts_us
-        i = self.index
-        self.index += 1
+        n = getattr(f, "count", 1)
+        last_seq = f.seq if n == 1 else f.last_seq
+        last_ts = f.ts_us if n == 1 else f.last_ts_us
         if f.direction == "server":
             if kinds.is_server_heartbeat(f.kind):
                 if self.open and self.run is not None:
-                    self.run.last = i
-                    self.run.seqs.append(f.seq)
-                    self.run.last_ts_us = f.ts_us
+                    self.run.count += n
+                    self.run.last_seq, self.run.last_ts_us = last_seq, last_ts
                 else:
-                    self.run = HeartbeatRun(i, i, [f.seq], f.ts_us, f.ts_us)
+                    self.run = HeartbeatRun(f.seq, last_seq, n, f.ts_us, last_ts)
                     self.open, self.spoiled = True, False
                     self.before = (self._server, self._client)
             else:
                 self.open = False
                 if not (kinds.is_end_stream(f.kind) or f.kind == kinds.EMPTY):
                     self.spoiled = True
-            self._server = (f.seq, f.kind)
+            self._server = (last_seq, f.kind)
         elif not kinds.is_client_heartbeat(f.kind):
-            self._client = (f.seq, f.kind)
+            self._client = (last_seq, f.kind)
 
     def stall(self) -> Stall | None:
         run = self.run
@@ -147,7 +120,7 @@ class StallWatch:
                      (run.first_ts_us - (self.t0 or 0)) / 1e6)
 
 
-def find_stall(frames: Sequence[Any], runs: list[HeartbeatRun] | None = None) -> Stall | None:
+def find_stall(frames: Sequence[Any]) -> Stall | None:
     """The heartbeat run the session ended in, when it is long enough to be a stall (a tail of at
     least ``STALL_MIN_HEARTBEATS`` server heartbeats with nothing but the end after them)."""
     watch = StallWatch()

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from workbench.protocol import kinds
 from workbench.report.diagram import HEARTBEAT_COLOUR, colour
-from workbench.report.session import LinkedFrame
 
 TL_WIDTH = 1100
 TL_LEFT = 60
@@ -65,7 +66,8 @@ class Timeline:
 
 
 class TimelineBuilder:
-    """Fed a session's frames in order; ``t0``/``t1``: its first and last frame's time (µs)."""
+    """Fed a session's frames a page at a time, as columns; ``t0``/``t1``: its first and last
+    frame's time (µs)."""
 
     def __init__(self, t0: int, t1: int) -> None:
         self.t0, self.t1 = t0, t1
@@ -75,22 +77,31 @@ class TimelineBuilder:
         self.last_progress: int | None = None
         self.gap_spans: list[tuple[int, int]] = []
         self.seen = 0
-        self._family: dict[str, str] = {}
 
     def x_of(self, ts: int) -> float:
         return TL_LEFT + (ts - self.t0) / self.span_us * (TL_WIDTH - TL_LEFT - TL_RIGHT)
 
-    def add(self, f: LinkedFrame) -> None:
-        self.seen += 1
-        fam = self._family.get(f.kind)
-        if fam is None:
-            fam = self._family[f.kind] = "heartbeat" if kinds.is_heartbeat(f.kind) else kinds.family(f.kind)
-        b = min(TL_BINS - 1, int((f.ts_us - self.t0) / self.span_us * TL_BINS))
-        self.counts[(b, f.direction, fam)] += 1
-        if fam != "heartbeat":
-            if self.last_progress is not None and f.ts_us - self.last_progress >= self.min_gap:
-                self.gap_spans.append((self.last_progress, f.ts_us))
-            self.last_progress = f.ts_us
+    def add_page(self, ts: np.ndarray, server: np.ndarray, kind_codes: np.ndarray, kind_names: Sequence[str]) -> None:
+        """``ts`` (µs), ``server`` (bool) and the kind of each frame as a code into ``kind_names``."""
+        if not len(ts):
+            return
+        self.seen += len(ts)
+        families = ["heartbeat" if kinds.is_heartbeat(k) else kinds.family(k) for k in kind_names]
+        beat = np.array([f == "heartbeat" for f in families], dtype=bool)
+        bins = np.minimum(TL_BINS - 1, (ts - self.t0) * TL_BINS // self.span_us)
+        key = (bins * 2 + server.astype(np.int64)) * len(kind_names) + kind_codes
+        values, counts = np.unique(key, return_counts=True)
+        for v, n in zip(values.tolist(), counts.tolist(), strict=True):
+            col, k = divmod(v, len(kind_names))
+            b, up = divmod(col, 2)
+            self.counts[(b, "server" if up else "client", families[k])] += n
+        progress = ts[~beat[kind_codes]]
+        if len(progress):
+            if self.last_progress is not None:
+                progress = np.concatenate(([self.last_progress], progress))
+            gaps = np.nonzero(np.diff(progress) >= self.min_gap)[0]
+            self.gap_spans += [(int(progress[i]), int(progress[i + 1])) for i in gaps.tolist()]
+            self.last_progress = int(progress[-1])
 
     def finish(self, findings: Sequence[dict[str, Any]], ts_of: dict[int, int]) -> Timeline:
         """``ts_of``: the time of each seq a finding starts or ends at (read for the findings only)."""
