@@ -44,7 +44,7 @@ def test_report_of_a_50k_frame_session_is_bounded(tmp_path: Path) -> None:
     assert svg.count("<text") <= 2 * MAX_ROWS + 10        # an offset and a label a row, the lanes, the left-out row
     # the runs are collapsed: one row per run of 160 deltas and per run of 40 heartbeats
     labels = re.findall(r'class="label">([^<]*)</text>', svg)
-    assert sum(lb.startswith("stream ×160") for lb in labels) == MAX_ROWS // 2
+    assert sum(lb.startswith("stream ×160 over 3.180 s") for lb in labels) == MAX_ROWS // 2
     shown_beats = sum(lb.startswith("heartbeat ×40") for lb in labels)
     assert shown_beats == MAX_ROWS // 2
     # the rows between are one row that says what they are and how to list them

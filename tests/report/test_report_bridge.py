@@ -115,7 +115,7 @@ def test_an_openai_request_shows_the_agent_service_lane(bridged: tuple[Path, lis
     own = [r for r in rows if not r["session"]]
     assert own[0]["label"] == "openai.request" and own[0]["y"] < runs[0]["y"]
     # the runs' streamed pieces collapse as the session's own would, with their count and span
-    assert any(re.match(r"stream: \d+× \w+.* over \d+\.\d{3} s", r["label"]) for r in theirs)
+    assert any(re.match(r"stream ×\d+ over \d+\.\d{3} s: \d+ \w+", r["label"]) for r in theirs)
     assert not any(r["label"].startswith("interaction_update.text_delta") for r in theirs)
     assert html.count("<th>bridge link</th>") == 2
 

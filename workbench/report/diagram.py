@@ -48,6 +48,7 @@ EXEC_X0 = 600
 EXEC_DX = 14
 WIDTH = 860
 CHAR_W = 6.6            # upper bound of one label character's width at the label's 11.5 px (system-ui)
+BOLD_W = 7.6           # the same for the stall band's 12 px bold
 HEAD_ROOM = 14          # room kept free at each end of an arrow for its head and the lane
 
 # one colour per family, shared by the diagram, the timeline and the frame table
@@ -160,13 +161,15 @@ class Diagram:
     names: dict[str, str] = field(default_factory=dict)   # a lane's shown name, when not its key
     exec_x0: int = EXEC_X0
     left_out: LeftOut | None = None
+    stall_text: str = ""             # the stall band's words, cut to fit its band
     max_rows: int = MAX_ROWS
     bars_left_out: int = 0
 
 
-def _run_label(counts: Counter[str]) -> str:
+def _run_label(counts: Counter[str], span: float) -> str:
+    """``stream ×N over S s: n1 kind1, n2 kind2``: count and span first, so a label cut to fit keeps them."""
     total = sum(counts.values())
-    return f"stream ×{total}: " + ", ".join(f"{n} {k}" for k, n in counts.most_common())
+    return f"stream ×{total} over {span:.3f} s: " + ", ".join(f"{n} {k}" for k, n in counts.most_common())
 
 
 def _is_openai_delta(kind: str) -> bool:
@@ -292,15 +295,17 @@ class RowMaker:
                 extra = f" (+{g.keepalives} client keep-alive{'s' if g.keepalives != 1 else ''})" \
                     if g.keepalives and not self.linked else ""
                 n = g.count + (g.keepalives if self.linked else 0)
-                label, tint = f"heartbeat ×{n} over {span:.3f} s{extra}", HEARTBEAT_COLOUR
+                label = f"heartbeat ×{n} over {span:.3f} s{extra}" if n >= COLLAPSE_MIN else f"{f.kind}{extra}"
+                tint = HEARTBEAT_COLOUR
             elif f.kind in STREAM_KINDS:
-                label, tint = f"{_run_label(g.kinds)} over {span:.3f} s", colour(f.kind)
+                label, tint = _run_label(g.kinds, span), colour(f.kind)
             else:
                 label, tint = f"{f.kind} ×{g.count} over {span:.3f} s", colour(f.kind)
             x1, x2 = self._ends(g.server)
             self.keeper.add(Row(0, x1, x2, label, f.seq, "", tint, run=True, ref=self.ref,
                                 seqs=f"{f.seq}–{g.last_seq}", side=self.side, ts_us=f.ts_us,
-                                count=g.count + g.keepalives, last_seq=g.last_seq, beat=g.beat))
+                                count=g.count + g.keepalives, last_seq=g.last_seq,
+                                beat=g.beat and label.startswith("heartbeat ×")))
         for row in g.pending:
             self.keeper.add(row)
 
@@ -418,6 +423,12 @@ class DiagramBuilder:
             d.rows.append(row)
             y += ROW_H * row.height
         end_y = y
+        if stall is not None:
+            band = d.lanes["server"] - d.lanes["client"] + 80 - 16
+            text = f"stall: no progress after seq {stall.after_seq} ({stall.after_kind})"
+            if len(text) * BOLD_W > band:
+                text = f"stall: no progress after seq {stall.after_seq}"
+            d.stall_text = fit(text, band * CHAR_W / BOLD_W)
         shown_bars = 0
         for e in execs:
             last = e.close_seq or e.throw_seq or e.abort_seq
