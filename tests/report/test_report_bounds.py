@@ -62,6 +62,10 @@ def test_report_of_a_50k_frame_session_is_bounded(tmp_path: Path) -> None:
     assert 1000 <= len(frames) <= 1000 + MAX_ROWS + 50
     assert {h for h in re.findall(r'href="#(s0-frame-\d+)"', html)} <= {f"s0-frame-{s}" for s in frames}
     assert "workbench frames big --from 1000" in html
+    # and the command the page names lists them from there
+    listed = run_workbench("frames", "big", "--db", str(db), "--from", left.group(3), "--limit", "2")
+    assert listed.returncode == 0, listed.stderr
+    assert [int(line.split()[0]) for line in listed.stdout.splitlines()] == [int(left.group(3)), int(left.group(3)) + 1]
     assert "<th>frames</th><td>50000</td>" in html
 
 
