@@ -5,6 +5,7 @@ for real: openai SDK → ``workbench capture --bridge`` → ``workbench proxy`` 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sys
@@ -126,3 +127,40 @@ def test_an_unlinked_session_has_no_bridge_lane(report_demo: tuple[Path, dict[st
     assert set(_lanes(svg)) == {"client", "server"}
     assert all(not r["session"] for r in _rows(svg))
     assert "bridge link" not in html and "Both sides of a bridge" not in html
+
+
+_FITS = """Array.from(document.querySelectorAll('#s0-sequence .row')).map(g => {
+    const t = g.querySelector('text.label').getBBox(), l = g.querySelector('line');
+    const x1 = Math.min(l.x1.baseVal.value, l.x2.baseVal.value), x2 = Math.max(l.x1.baseVal.value, l.x2.baseVal.value);
+    return [g.querySelector('text.label').textContent, t.x >= x1 + 9 && t.x + t.width <= x2 - 9]; })"""
+
+
+@pytest.mark.usefixtures("need_chromium")
+async def test_bridge_lane_labels_stay_between_their_arrowheads(bridged: tuple[Path, list[dict[str, Any]]],
+                                                                tmp_path: Path) -> None:
+    """Both reports of a bridge in Chromium: every label, the linked sessions' long OpenAI delta runs
+    included, sits between its arrow's heads, and the intro counts the heartbeat runs drawn."""
+    from web_rig import Browser
+
+    db, (first, asking, follow_up, _continuing) = bridged
+    browser = Browser(width=1400, height=900)
+    try:
+        for sid in (asking["session_id"], follow_up["session_id"]):
+            out = tmp_path / f"{sid[:8]}.html"
+            html, svg = _svg(db, sid, out)
+            page = await browser.page()
+            await page.navigate(out.resolve().as_uri())
+            fits = []
+            for _ in range(200):  # until the diagram is laid out
+                fits = await page.evaluate(_FITS)
+                if fits:
+                    break
+                await asyncio.sleep(0.05)
+            assert fits and all(ok for _, ok in fits), [label for label, ok in fits if not ok]
+            await page.screenshot(tmp_path / f"{sid[:8]}.png")
+            await page.close()
+            drawn = len(re.findall(r'class="label">heartbeat ×\d+', svg))
+            said = re.search(r"\((\d+) heartbeat runs?", html)
+            assert said and int(said.group(1)) == drawn
+    finally:
+        browser.close()
