@@ -47,7 +47,7 @@ LANE_X = {"client": 150, "server": 560}
 EXEC_X0 = 600
 EXEC_DX = 14
 WIDTH = 860
-CHAR_W = 6.6            # upper bound of one label character's width at the label's 11.5 px (system-ui)
+CHAR_W = 7.0            # upper bound of one label character's width at the label's 11.5 px (Chromium: 6.2–6.8)
 BOLD_W = 7.0           # the same for the stall band's 12 px bold (measured ≈ 6.3 in Chromium)
 HEAD_ROOM = 14          # room kept free at each end of an arrow for its head and the lane
 

@@ -73,6 +73,25 @@ class Stall:
                 f"{self.run.count} server heartbeats over {self.run.span_s:.3f} s and no progress{client}")
 
 
+def heartbeat_runs(frames: Sequence[Any]) -> list[HeartbeatRun]:
+    """Runs of server heartbeats; client frames between them (keep-alives, late answers) do not
+    break a run, any other server frame does."""
+    runs: list[HeartbeatRun] = []
+    cur: HeartbeatRun | None = None
+    for f in frames:
+        if f.direction != "server":
+            continue
+        if kinds.is_server_heartbeat(f.kind):
+            if cur is None:
+                cur = HeartbeatRun(f.seq, f.seq, 0, f.ts_us, f.ts_us)
+                runs.append(cur)
+            cur.count += 1
+            cur.last_seq, cur.last_ts_us = f.seq, f.ts_us
+        else:
+            cur = None
+    return runs
+
+
 class StallWatch:
     """``find_stall`` one frame at a time, for a view that reads a session in batches: it keeps the
     current heartbeat run and what came before it, never the frames."""
