@@ -6,7 +6,8 @@ temporary DuckDB file. Each round runs, back to back, the in-process baseline �
 ``GROUP BY kind`` scan (the yardstick the closing note prints beside every figure) and a read of
 every frame's light columns (seq, time, direction, kind, ref_id) into Arrow, the floor of walking
 the session — and then ``workbench report`` as a user runs it (a fresh process; its peak RSS from
-``wait4``). Figures are medians over the rounds; ``python -c pass`` is timed beside them.
+``wait4``). Figures are medians over the rounds, printed with the machine's yardstick
+(``yardstick.py``: ``python -c pass`` and a GROUP BY scan of 1M rows).
 
     python benchmarks/report.py [--sizes 200000,1000000] [--rounds 3] [--keep]
 """
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from diagnose import SID, generate
 from goals import goal
+from yardstick import measure
 
 from workbench.store.db import Store
 from workbench.store.reader import open_reader
@@ -68,9 +70,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="wb-report-bench-"))
     py = sys.executable
     try:
-        passes = [_run([py, "-c", "pass"])[0] for _ in range(5)]
-        print(f"yardstick: python -c pass {statistics.median(passes):.3f} s (median of 5), "
-              f"load average {os.getloadavg()[0]:.2f}")
+        print(measure().line())
         for n in (int(s) for s in args.sizes.split(",")):
             db = tmp / f"report-{n}.duckdb"
             with Store(db) as store:
@@ -91,7 +91,7 @@ def main() -> int:
             cpu = statistics.median(r[4] for r in rows)
             size = out.stat().st_size
             html = out.read_text()
-            print(f"  baseline GROUP BY kind scan   {scan:8.3f} s   (yardstick)")
+            print(f"  baseline GROUP BY kind scan   {scan:8.3f} s   (this session's)")
             print(f"  baseline light columns read   {light:8.3f} s")
             print(f"  workbench report              {took:8.3f} s   {took / light:5.1f}× the light read, "
                   f"{took / scan:6.0f}× the scan; min {min(r[2] for r in rows):.3f} / max {max(r[2] for r in rows):.3f}; "

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from goals import goal
+from yardstick import measure
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "schema"))
 
@@ -165,6 +166,7 @@ def main() -> None:
                     help="a one-line bundle of a small real bundle repeated (time, CPU, peak RSS)")
     args = ap.parse_args()
     gen = Generators(install("v1"), install("v2"))
+    print(measure().line())
     if args.one_line:
         one_line(gen, args.mb if args.mb != 50 else 100)
         return
