@@ -7,6 +7,10 @@ KV blobs and the model's text, like ``workbench capture --redact content``: the 
 findings, tool calls and blobs. Trees are decoded lazily (``LoadedFrame.tree``) from the redacted
 payload, so content hidden in the payload is hidden in the tree too.
 
+``frame_pages`` reads a session of any size a page at a time without payloads (the report's
+pictures, ``build.py``); ``loaded_frames`` turns stored rows into ``LoadedFrame``s, redacted, for
+``load_session`` and for the report's frame table (a sample of the session).
+
 ``open_source`` turns what a user names on the command line into a reader and a session id: a
 session (or a unique prefix) in a capture database, or a replay fixture file, which is read into
 a throwaway in-memory database through the same write gate as an import.
