@@ -9,6 +9,10 @@ reading the file once (the baseline measured in the same run).
 
 Needs node and npm (the generators are installed into the user's cache, as the tests do).
 Run: .venv/bin/python benchmarks/schema_extract.py [--mb 50] [--messages 3000] [--apps 2]
+     .venv/bin/python benchmarks/schema_extract.py --one-line [--mb 100]
+(``--one-line``: a bundle of one line, the test shapes' v1 bundle (TypeScript target, minified)
+repeated in scopes of its own up to ``--mb``, extracted by ``workbench schema extract`` in a process
+of its own: time, CPU time and peak RSS, against reading the file once; issue 35's case.)
 (``--apps 2``: two separately minified schema apps, so short names are reused across scopes and the
 extractor also builds its block index of the bundle.)
 """
@@ -16,6 +20,7 @@ extractor also builds its block index of the bundle.)
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import subprocess
 import sys
@@ -24,10 +29,11 @@ import time
 from pathlib import Path
 
 from goals import goal
+from yardstick import measure
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "schema"))
 
-from js_generators import Generators, install  # noqa: E402
+from js_generators import SHAPE_FILES, SHAPES, Generators, install  # noqa: E402
 
 from workbench.schema.extract import extract  # noqa: E402
 
@@ -118,14 +124,52 @@ def _strip_exports(js: str) -> str:
     return js[:cut] if cut >= 0 else js
 
 
+def one_line_bundle(gen: Generators, work: Path, mb: int) -> Path:
+    """The shapes' v1 bundle on one line, repeated (each copy in its own scope) up to ``mb`` MB."""
+    sources = gen.generate("v1", SHAPES, SHAPE_FILES, work / "gen", "ts")
+    small = _strip_exports(gen.bundle("v1", sources, work / "gen", work / "small.js")[0].read_text())
+    chunk = "(()=>{" + small.replace("\n", " ") + "})();"
+    out = work / "one-line.js"
+    with out.open("w") as fh:
+        for _ in range(mb * 1_000_000 // len(chunk) + 1):
+            fh.write(chunk)
+    return out
+
+
+def one_line(gen: Generators, mb: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="wb-schema-bench-") as tmp:
+        bundle = one_line_bundle(gen, Path(tmp), mb)
+        size = bundle.stat().st_size
+        t0 = time.perf_counter()
+        bundle.read_bytes()
+        read_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "workbench", "schema", "extract", str(bundle), "-o",
+                                 str(Path(tmp) / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+        took = time.perf_counter() - t0
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"schema extract failed: {proc.stderr.read().decode()[-400:] if proc.stderr else ''}")
+    rss = usage.ru_maxrss / 1024
+    print(f"one-line bundle: {size / 1e6:.1f} MB; read once (baseline) {read_s:.3f} s")
+    print(f"extract: {took:.2f} s wall, {usage.ru_utime + usage.ru_stime:.2f} s CPU ({size / 1e6 / took:.1f} MB/s), "
+          f"peak RSS {rss:,.0f} MiB ({rss * 1048576 / size:.1f}× the input); load average {os.getloadavg()[0]:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--mb", type=int, default=50)
     ap.add_argument("--messages", type=int, default=3000)
     ap.add_argument("--apps", type=int, default=1,
                     help="separately minified schema apps in the bundle (2+: short names reused across scopes)")
+    ap.add_argument("--one-line", action="store_true",
+                    help="a one-line bundle of a small real bundle repeated (time, CPU, peak RSS)")
     args = ap.parse_args()
     gen = Generators(install("v1"), install("v2"))
+    print(measure().line())
+    if args.one_line:
+        one_line(gen, args.mb if args.mb != 50 else 100)
+        return
     with tempfile.TemporaryDirectory(prefix="wb-schema-bench-") as tmp:
         bundle = build_bundle(gen, Path(tmp), args.mb, args.messages, args.apps)
         size = bundle.stat().st_size

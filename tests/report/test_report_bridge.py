@@ -5,6 +5,7 @@ for real: openai SDK → ``workbench capture --bridge`` → ``workbench proxy`` 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sys
@@ -50,14 +51,19 @@ def _lanes(svg: str) -> dict[str, int]:
 
 
 def _rows(svg: str) -> list[dict[str, Any]]:
-    """Every arrow in order: its session (empty for the reported one's own), label and ends."""
+    """Every arrow in order: its session (empty for the reported one's own), label and ends. The
+    label is the whole one, from the row's tooltip (the drawn one may be cut to fit its lanes)."""
     out = []
     for m in re.finditer(r'<(a|g) [^>]*class="row[^"]*"(?: data-session="([^"]+)")?[^>]*>(.*?)</\1>', svg, re.S):
         line = re.search(r'<line x1="(\d+)" y1="(\d+)" x2="(\d+)"', m.group(3))
-        label = re.search(r'class="label">([^<]*)</text>', m.group(3))
-        assert line and label, m.group(0)
+        title = re.search(r"<title>(?:[^<]*? )?seq [^ <]+ [^ <:]+: ([^<]*)</title>", m.group(3))
+        drawn = re.search(r'class="label">([^<]*)</text>', m.group(3))
+        assert line and title and drawn, m.group(0)
+        full = title.group(1)
+        assert drawn.group(1) == full or (drawn.group(1).endswith("…") and full.startswith(drawn.group(1)[:-1]))
+        label = re.sub(r" · exec \d+$", "", full)
         out.append({"session": m.group(2) or "", "x1": int(line.group(1)), "y": int(line.group(2)),
-                    "x2": int(line.group(3)), "label": label.group(1)})
+                    "x2": int(line.group(3)), "label": label})
     return out
 
 
@@ -115,7 +121,7 @@ def test_an_openai_request_shows_the_agent_service_lane(bridged: tuple[Path, lis
     own = [r for r in rows if not r["session"]]
     assert own[0]["label"] == "openai.request" and own[0]["y"] < runs[0]["y"]
     # the runs' streamed pieces collapse as the session's own would, with their count and span
-    assert any(re.match(r"stream: \d+× \w+.* over \d+\.\d{3} s", r["label"]) for r in theirs)
+    assert any(re.match(r"stream ×\d+ over \d+\.\d{3} s: \d+ \w+", r["label"]) for r in theirs)
     assert not any(r["label"].startswith("interaction_update.text_delta") for r in theirs)
     assert html.count("<th>bridge link</th>") == 2
 
@@ -126,3 +132,40 @@ def test_an_unlinked_session_has_no_bridge_lane(report_demo: tuple[Path, dict[st
     assert set(_lanes(svg)) == {"client", "server"}
     assert all(not r["session"] for r in _rows(svg))
     assert "bridge link" not in html and "Both sides of a bridge" not in html
+
+
+_FITS = """document.readyState !== 'complete' ? [] : Array.from(document.querySelectorAll('#s0-sequence .row')).map(g => {
+    const t = g.querySelector('text.label').getBBox(), l = g.querySelector('line');
+    const x1 = Math.min(l.x1.baseVal.value, l.x2.baseVal.value), x2 = Math.max(l.x1.baseVal.value, l.x2.baseVal.value);
+    return [g.querySelector('text.label').textContent, t.x >= x1 + 9 && t.x + t.width <= x2 - 9]; })"""
+
+
+@pytest.mark.usefixtures("need_chromium")
+async def test_bridge_lane_labels_stay_between_their_arrowheads(bridged: tuple[Path, list[dict[str, Any]]],
+                                                                tmp_path: Path) -> None:
+    """Both reports of a bridge in Chromium: every label, the linked sessions' long OpenAI delta runs
+    included, sits between its arrow's heads, and the intro counts the heartbeat runs drawn."""
+    from web_rig import Browser
+
+    db, (first, asking, follow_up, _continuing) = bridged
+    browser = Browser(width=1400, height=900)
+    try:
+        for sid in (asking["session_id"], follow_up["session_id"]):
+            out = tmp_path / f"{sid[:8]}.html"
+            html, svg = _svg(db, sid, out)
+            page = await browser.page()
+            await page.navigate(out.resolve().as_uri())
+            fits = []
+            for _ in range(600):  # until the diagram is laid out (30 s on a busy machine)
+                fits = await page.evaluate(_FITS)
+                if fits:
+                    break
+                await asyncio.sleep(0.05)
+            assert fits and all(ok for _, ok in fits), [label for label, ok in fits if not ok]
+            await page.screenshot(tmp_path / f"{sid[:8]}.png")
+            await page.close()
+            drawn = len(re.findall(r'class="label">heartbeat ×\d+', svg))
+            said = re.search(r"\((\d+) heartbeat runs?", html)
+            assert said and int(said.group(1)) == drawn
+    finally:
+        browser.close()

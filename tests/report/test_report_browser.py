@@ -49,7 +49,7 @@ async def test_report_renders_and_links_jump(report_demo: tuple[Path, dict[str, 
     p = run_workbench("report", ids["heartbeat_loop"], "--db", str(db), "-o", str(out))
     assert p.returncode == 0, p.stderr
     url = out.resolve().as_uri()
-    browser = Browser(width=1300, height=900)
+    browser = Browser(width=1400, height=900)
     try:
         page = await browser.page()
         await page.navigate(url)
@@ -60,6 +60,20 @@ async def test_report_renders_and_links_jump(report_demo: tuple[Path, dict[str, 
         assert rows and all(w > 0 for _, w in rows)
         beats = [t for t, _ in rows if t.startswith("heartbeat ×")]
         assert len(beats) == 1, rows
+        # each label sits between its arrow's heads (no label over an arrowhead or into another lane), above
+        # its arrow with a halo, so no arrow runs through its text
+        fits = await page.evaluate("""Array.from(document.querySelectorAll('#s0-sequence .row')).map(g => {
+            const t = g.querySelector('text.label').getBBox(), l = g.querySelector('line');
+            const x1 = Math.min(l.x1.baseVal.value, l.x2.baseVal.value), x2 = Math.max(l.x1.baseVal.value, l.x2.baseVal.value);
+            return [g.querySelector('text.label').textContent, t.x >= x1 + 9 && t.x + t.width <= x2 - 9,
+                    t.y + t.height <= l.y1.baseVal.value + 1,
+                    getComputedStyle(g.querySelector('text.label')).paintOrder.startsWith('stroke')]; })""")
+        assert fits and all(ok and above and halo for _, ok, above, halo in fits), [f for f in fits if not all(f[1:])]
+        # the timeline fills the page's width and its last axis label is whole
+        tl = await page.evaluate("""(() => { const s = document.getElementById('s0-timeline'), r = s.getBoundingClientRect();
+            const ticks = s.querySelectorAll('text.tick'), last = ticks[ticks.length - 1].getBoundingClientRect();
+            return [r.width, s.parentElement.getBoundingClientRect().width, last.right, r.right]; })()""")
+        assert tl[0] >= 0.95 * tl[1] - 64 and tl[2] <= tl[3], tl
         stall = await page.evaluate("(() => { const b = document.querySelector('#s0-stall rect').getBBox();"
                                     " return [b.width, b.height, document.querySelector('#s0-stall').textContent]; })()")
         assert stall[0] > 100 and stall[1] > 10 and "stall: no progress" in stall[2]

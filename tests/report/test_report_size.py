@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from workbench.report.build import read_for_report
 from workbench.report.render import render_report
-from workbench.report.session import load_session
 from workbench.store.reader import open_reader
 from workbench.tui.sample_db import build_big_db
 
@@ -15,13 +15,13 @@ def test_report_of_1000_frames_is_shareable(tmp_path: Path) -> None:
     db = build_big_db(tmp_path / "big.duckdb", 1000)
     reader = open_reader(db)
     try:
-        view = load_session(reader, "big")
+        rs = read_for_report(reader, "big")
     finally:
         reader.close()
-    html = render_report([view])
+    html = render_report([rs])
     size = len(html.encode())
-    print(f"report of a {len(view.frames)}-frame session: {size:,} bytes")
-    assert len(view.frames) == 1000
+    print(f"report of a {rs.frame_count}-frame session: {size:,} bytes")
+    assert rs.frame_count == len(rs.view.frames) == 1000
     assert html.count('<details id="s0-frame-') == 1000
     assert size < 3_000_000
     # the diagram collapses: far fewer arrows than frames

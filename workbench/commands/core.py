@@ -71,6 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--direction", choices=DIRECTIONS,
                    help="only frames sent this way: server (server→client) or client (client→server)")
     p.add_argument("--limit", type=int, default=0, help="at most N frames (0 = all)")
+    p.add_argument("--from", dest="from_seq", type=int, default=None, metavar="SEQ",
+                   help="start at this seq (a report names where the frames it leaves out begin)")
     add_json_arg(p, "one JSON object per line, with decoded fields")
     p.add_argument("--follow", action="store_true",
                    help="keep printing new frames while the capture is in progress (Ctrl-C to stop)")
@@ -256,7 +258,7 @@ def cmd_frames(args: argparse.Namespace) -> int:
     reader = reader_from(args)
     session_id = resolve_session(reader, args.session)
     dec = decoder_from(args) if args.json else None
-    last = -1
+    last = -1 if args.from_seq is None else args.from_seq - 1
     printed = 0
     while True:
         want = PAGE_ROWS if not args.limit else min(PAGE_ROWS, args.limit - printed)

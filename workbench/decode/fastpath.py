@@ -220,8 +220,9 @@ class FastPaths:
             qid = _QUOTED_IDS.get(call_id)
             if qid is None:
                 qid = _quote_id(call_id)
-            # quote(delta[-40:], 40) inlined: 40 characters at most, so only the escapes can apply
-            tail = delta[-40:]
+            # summary.partial's quote(tail, 40) inlined: 40 characters at most, so only the escapes can apply;
+            # an ellipsis says the text goes on before them
+            tail = delta if len(delta) <= 40 else "…" + delta[-39:]
             if '"' in tail or "\\" in tail or "\n" in tail or "\r" in tail:
                 tail = _quote(tail, 40)
             else:

@@ -118,7 +118,9 @@ def _which(m: Any) -> str | None:
 
 def _partial(m: Any) -> str:
     delta = m.args_text_delta
-    return f"partial {quote(m.call_id, 24)} args {len(delta)} chars {quote(delta[-40:], 40)}"
+    # the last 40 characters; an ellipsis says the text goes on before them (the report and the CLI show it)
+    tail = delta if len(delta) <= 40 else "…" + delta[-39:]
+    return f"partial {quote(m.call_id, 24)} args {len(delta)} chars {quote(tail, 40)}"
 
 
 def _tool(label: str) -> Callable[[Any], str]:

@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="'content' also hides prompts, file contents, commands, tool arguments and results, KV "
                         "blobs and model text (default: secrets only)")
     p.add_argument("--max-frames", type=int, default=5000, metavar="N",
-                   help="frames in the frame table, each with its tree (default 5000; the pictures show all)")
+                   help="frames in the frame table, each with its tree (default 5000, plus every frame the page links "
+                        "to; the pictures show all; the rest are listed by 'workbench frames SESSION --from SEQ')")
     add_json_arg(p, "print what was written as one JSON object")
     p.set_defaults(func=cmd_report)
 
@@ -50,14 +51,15 @@ def write_report(specs: list[str], out: Path, *, db: str | None, redact: str = "
                  max_frames: int = 5000) -> int:
     """Read each session, render the report and write it; returns its size in bytes."""
     # deferred: the command registry imports this module for `--help`; Jinja2, DuckDB and the decoder load on use
+    from workbench.report.build import read_for_report
     from workbench.report.render import render_report
-    from workbench.report.session import load_session, open_source
+    from workbench.report.session import open_source
 
-    views = []
+    sessions = []
     for spec in specs:
         with open_source(spec, db) as (src, sid):
-            views.append(load_session(src, sid, redact=redact))
-    html = render_report(views, max_frames=max_frames)
+            sessions.append(read_for_report(src, sid, redact=redact, max_frames=max_frames))
+    html = render_report(sessions)
     data = html.encode("utf-8")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

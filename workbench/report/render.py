@@ -18,11 +18,12 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from workbench import __version__
 from workbench.analysis.bridge_join import JOINED
 from workbench.protocol import kinds
-from workbench.report.diagram import colour, is_stall_finding, sequence_diagram, timeline
+from workbench.report.build import ReportSession, Skipped
+from workbench.report.diagram import colour, is_stall_finding
 from workbench.report.session import SessionView
 
 MAX_TREE_TEXT = 2000      # characters of one string shown in a frame's tree
-DEFAULT_MAX_FRAMES = 5000  # frames in the table (each with its tree); the diagram and timeline show all
+DEFAULT_MAX_FRAMES = 5000  # frames in the table (each with its tree), besides those the page links to
 
 
 def _env() -> Environment:
@@ -33,6 +34,7 @@ def _env() -> Environment:
     env.filters["jsonish"] = jsonish
     env.tests["mapping"] = lambda v: isinstance(v, dict)
     env.tests["sequence"] = lambda v: isinstance(v, list | tuple)
+    env.tests["skipped_row"] = lambda v: isinstance(v, Skipped)
     return env
 
 
@@ -71,12 +73,13 @@ def args_difference(streamed: Any, completion: Any) -> list[str]:
     return out
 
 
-def _facts(view: SessionView) -> list[tuple[str, Any]]:
+def _facts(rs: ReportSession) -> list[tuple[str, Any]]:
+    view = rs.view
     f = view.facts
     return [("session", view.session_id), ("label", f.get("label") or "—"), ("status", f.get("status")),
             ("source", f.get("source")), ("transport", f.get("transport")), ("model", f.get("model") or "—"),
             ("client version", f.get("client_version") or "—"), ("started", f.get("started_at")),
-            ("duration", f"{view.duration_s:.3f} s"), ("frames", len(view.frames)),
+            ("duration", f"{view.duration_s:.3f} s"), ("frames", rs.frame_count),
             ("error", f.get("error") or "—"),
             # the file's name only: a shared report need not tell where the sender keeps captures
             ("from", Path(view.where).name), ("redaction", view.redact)] + _link_facts(view)
@@ -92,26 +95,39 @@ def _link_facts(view: SessionView) -> list[tuple[str, Any]]:
                             f"linked by {'+'.join(lk.by) or '?'}") for lk in view.links]
 
 
-def session_context(view: SessionView, index: int, max_frames: int) -> dict[str, Any]:
+def title(view: SessionView) -> str:
+    """A session's name in the page's contents and headings: its label (or id) and its short id,
+    transport and start, so two sessions with one label (two runs of a scenario) are told apart."""
+    f = view.facts
+    label = f.get("label") or view.session_id
+    short = view.session_id[:8]
+    return label if label == view.session_id else f"{label} · {short} ({f.get('transport') or '?'})"
+
+
+def session_context(rs: ReportSession, index: int) -> dict[str, Any]:
+    view = rs.view
     anchor = f"s{index}"
-    diagram = sequence_diagram(view)
-    tl = timeline(view, anchor)
+    diagram = rs.diagram
     for f in view.findings:
         f["stall"] = is_stall_finding(f, diagram.stall)
     tools = [{**c, "args_diff": args_difference(c.get("args_streamed"), c.get("args_completion"))}
              for c in view.tool_calls]
-    shown = view.frames[:max_frames]
     evidence = {s for f in view.findings for s in f["evidence"]}
-    return {"view": view, "anchor": anchor, "facts": _facts(view), "diagram": diagram, "timeline": tl,
-            "findings": [f for f in view.findings if not f["is_note"]],
+    return {"view": view, "anchor": anchor, "title": title(view), "facts": _facts(rs), "diagram": diagram,
+            "timeline": rs.timeline, "findings": [f for f in view.findings if not f["is_note"]],
             "notes": [f for f in view.findings if f["is_note"]], "tools": tools, "blobs": view.blobs,
-            "frames": shown, "hidden_frames": len(view.frames) - len(shown), "evidence": evidence,
-            "t0": view.t0_us, "stall": diagram.stall}
+            "tools_left_out": rs.tools_left_out, "blobs_left_out": rs.blobs_left_out,
+            "table": rs.table, "frame_count": rs.frame_count, "shown_frames": len(view.frames),
+            "evidence": evidence, "t0": view.t0_us, "stall": diagram.stall, "max_rows": diagram.max_rows}
 
 
-def render_report(views: Sequence[SessionView], *, max_frames: int = DEFAULT_MAX_FRAMES) -> str:
+def render_report(sessions: Sequence[ReportSession]) -> str:
     env = _env()
-    sessions = [session_context(v, i, max_frames) for i, v in enumerate(views)]
+    contexts = [session_context(rs, i) for i, rs in enumerate(sessions)]
+    titles = [c["title"] for c in contexts]
+    for c in contexts:  # still the same (one label, one transport, ids alike in 8 characters): the whole id
+        if titles.count(c["title"]) > 1:
+            c["title"] = f"{c['view'].facts.get('label') or ''} · {c['view'].session_id}".lstrip(" ·")
     return env.get_template("report.html.j2").render(
-        sessions=sessions, version=__version__, colour=colour, is_heartbeat=kinds.is_heartbeat,
+        sessions=contexts, version=__version__, colour=colour, is_heartbeat=kinds.is_heartbeat,
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))

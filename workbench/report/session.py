@@ -7,6 +7,10 @@ KV blobs and the model's text, like ``workbench capture --redact content``: the 
 findings, tool calls and blobs. Trees are decoded lazily (``LoadedFrame.tree``) from the redacted
 payload, so content hidden in the payload is hidden in the tree too.
 
+``frame_pages`` reads a session of any size a page at a time without payloads (the report's
+pictures, ``build.py``); ``loaded_frames`` turns stored rows into ``LoadedFrame``s, redacted, for
+``load_session`` and for the report's frame table (a sample of the session).
+
 ``open_source`` turns what a user names on the command line into a reader and a session id: a
 session (or a unique prefix) in a capture database, or a replay fixture file, which is read into
 a throwaway in-memory database through the same write gate as an import.
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,14 +81,29 @@ class LoadedFrame(StoredFrame):
         return kinds.family(self.kind)
 
 
-@dataclass
+@dataclass(slots=True)
 class LinkedFrame:
-    """A frame of a linked session as the diagram draws it: when, which way, what kind."""
+    """A frame as the pictures draw it (a linked session's, or one read page by page without its
+    payload): when, which way, what kind, and the exec it belongs to."""
 
     seq: int
     ts_us: int
     direction: str
     kind: str
+    ref_id: int | None = None
+    # an item standing for ``count`` frames of this kind and direction in a row (a walk of a whole
+    # session hands runs over at once): the last one's seq and time
+    count: int = 1
+    last_seq: int = -1
+    last_ts_us: int = 0
+
+    @property
+    def end_seq(self) -> int:
+        return self.seq if self.count == 1 else self.last_seq
+
+    @property
+    def end_ts_us(self) -> int:
+        return self.ts_us if self.count == 1 else self.last_ts_us
 
 
 @dataclass
@@ -111,13 +130,18 @@ class SessionView:
     blobs: list[dict[str, Any]] = field(default_factory=list)
     redact: str = "secrets"
     links: list[LinkedSession] = field(default_factory=list)
+    span_us: tuple[int, int] | None = None   # first and last frame's time, when ``frames`` is a sample
 
     @property
     def t0_us(self) -> int:
+        if self.span_us is not None:
+            return self.span_us[0]
         return self.frames[0].ts_us if self.frames else 0
 
     @property
     def duration_s(self) -> float:
+        if self.span_us is not None:
+            return (self.span_us[1] - self.span_us[0]) / 1e6
         return (self.frames[-1].ts_us - self.frames[0].ts_us) / 1e6 if self.frames else 0.0
 
 
@@ -151,24 +175,12 @@ def load_session(src: Reader, session_id: str, *, redact: str = "secrets", decod
     frames: list[LoadedFrame] = []
     prompt_bytes = b""
     hidden: set[str] = set()   # strings content redaction took out: a finding must not quote them
-    for r in queries.frames_shown_whole(src, session_id):
-        payload = r["payload"] or b""
-        if r["kind"] == kinds.RUN_REQUEST and not prompt_bytes:
-            prompt_bytes = payload
-        f = Frame(kind=r["kind"], summary=r["summary"], payload=payload, flags=int(r["flags"]),
-                  msg_type=r["msg_type"], error=r["error"], raw=r["raw"], ref_id=r["ref_id"],
-                  call_id=r["call_id"], append_seqno=r["append_seqno"], request_id=r["request_id"])
-        # secrets were hidden by the write gate; this hides content too when asked (and is idempotent)
-        f = redact_frame(f, content=content, decoder=dec)
-        if content and f.payload is not payload:
-            hidden |= _strings(_tree(dec, r, payload)) - _strings(_tree(dec, r, f.payload))
-        frames.append(LoadedFrame(
-            seq=int(r["seq"]), ts_us=int(r["ts_us"] or 0), direction=r["direction"] or "", transport=r["transport"] or "",
-            kind=r["kind"] or "", summary=f.summary, msg_type=r["msg_type"], flags=int(r["flags"]),
-            size=int(r["size"]), payload=f.payload, ref_id=r["ref_id"], call_id=r["call_id"], error=r["error"],
-            meta=stored_meta(r["meta"]), _decoder=dec))
+    for f, stored in loaded_frames(queries.frames_shown_whole(src, session_id), dec, content, hidden):
+        frames.append(f)
+        if f.kind == kinds.RUN_REQUEST and not prompt_bytes:
+            prompt_bytes = stored
     if content:
-        facts["label"] = _safe_label(facts.get("label"), prompt_bytes)
+        facts["label"] = safe_label(facts.get("label"), prompt_bytes)
         facts["error"] = facts.get("error")  # transport and server errors: codes, no user content
     view = SessionView(session_id, src.path, facts, frames, redact=redact, links=load_links(src, session_id))
     if analyse:
@@ -178,12 +190,59 @@ def load_session(src: Reader, session_id: str, *, redact: str = "secrets", decod
         view.tool_calls = [dict(c) for c in result.tool_calls]
         view.blobs = [dict(b) for b in result.blobs]
         if content:
-            _hide_content(view)
+            hide_content(view)
             for fd in view.findings:
                 for key in ("message", "suggested_fix"):
                     if fd.get(key):
                         fd[key] = scrub_text(str(fd[key]), hidden)
     return view
+
+
+def loaded_frames(rows: Iterable[dict[str, Any]], dec: Any, content: bool,
+                  hidden: set[str]) -> Iterator[tuple[LoadedFrame, bytes]]:
+    """Stored frame rows as a view shows them, each with its payload as stored: secrets hidden (the
+    write gate did it), content too when ``content``; the strings content redaction took out are
+    added to ``hidden``."""
+    for r in rows:
+        payload = r["payload"] or b""
+        f = Frame(kind=r["kind"], summary=r["summary"], payload=payload, flags=int(r["flags"]),
+                  msg_type=r["msg_type"], error=r["error"], raw=r["raw"], ref_id=r["ref_id"],
+                  call_id=r["call_id"], append_seqno=r["append_seqno"], request_id=r["request_id"])
+        # secrets were hidden by the write gate; this hides content too when asked (and is idempotent)
+        f = redact_frame(f, content=content, decoder=dec)
+        if content and f.payload is not payload:
+            hidden |= _strings(_tree(dec, r, payload)) - _strings(_tree(dec, r, f.payload))
+        yield LoadedFrame(
+            seq=int(r["seq"]), ts_us=int(r["ts_us"] or 0), direction=r["direction"] or "", transport=r["transport"] or "",
+            kind=r["kind"] or "", summary=f.summary, msg_type=r["msg_type"], flags=int(r["flags"]),
+            size=int(r["size"]), payload=f.payload, ref_id=r["ref_id"], call_id=r["call_id"], error=r["error"],
+            meta=stored_meta(r["meta"]), _decoder=dec), payload
+
+
+PAGE = 50_000   # frames read at a time when a view walks a whole session without payloads
+
+
+def frame_pages(src: Reader, session_id: str, page: int = PAGE) -> Iterator[Any]:
+    """Every frame of a session in seq order, without its payload, as Arrow tables of at most
+    ``page`` rows (``seq``, ``ts_us``, ``direction``, ``kind``, ``ref_id``): a view that draws a
+    session of any size holds one page, never the session."""
+    after = -(2 ** 62)
+    while True:
+        t = queries.frame_lines_page(src, session_id, after, page)
+        if t.num_rows == 0:
+            return
+        yield t
+        if t.num_rows < page:
+            return
+        after = t.column("seq")[-1].as_py()
+
+
+def frame_lines(src: Reader, session_id: str, page: int = PAGE) -> Iterator[LinkedFrame]:
+    """``frame_pages`` one frame at a time."""
+    for t in frame_pages(src, session_id, page):
+        cols = (t.column(n).to_pylist() for n in ("seq", "ts_us", "direction", "kind", "ref_id"))
+        for seq, ts_us, direction, kind, ref in zip(*cols, strict=True):
+            yield LinkedFrame(seq, ts_us or 0, direction or "", kind or "", ref)
 
 
 def load_links(src: Reader, session_id: str) -> list[LinkedSession]:
@@ -241,7 +300,7 @@ def scrub_text(text: str, hidden: set[str]) -> str:
     return text
 
 
-def _safe_label(label: str | None, prompt: bytes) -> str | None:
+def safe_label(label: str | None, prompt: bytes) -> str | None:
     """The label, unless it is an excerpt of the prompt (``--redact content`` hides prompts): a
     scenario name the maker set, or one the prompt names with ``[scenario:NAME]``, stays."""
     if not label:
@@ -254,7 +313,7 @@ def _safe_label(label: str | None, prompt: bytes) -> str | None:
     return None
 
 
-def _hide_content(view: SessionView) -> None:
+def hide_content(view: SessionView) -> None:
     """Tool arguments and results, blob previews and finding messages quote content: markers instead."""
 
     for c in view.tool_calls:

@@ -22,15 +22,11 @@ COLLAPSE_MIN = 2
 
 @dataclass
 class HeartbeatRun:
-    first: int          # index into the frame list
-    last: int
-    seqs: list[int]
+    first_seq: int
+    last_seq: int
+    count: int           # server heartbeats in the run
     first_ts_us: int
     last_ts_us: int
-
-    @property
-    def count(self) -> int:
-        return len(self.seqs)
 
     @property
     def span_s(self) -> float:
@@ -64,7 +60,7 @@ class Stall:
     start_offset_s: float      # from the session's first frame
 
     def as_dict(self) -> StallDoc:
-        return {"first_seq": self.run.seqs[0], "last_seq": self.run.seqs[-1], "heartbeats": self.run.count,
+        return {"first_seq": self.run.first_seq, "last_seq": self.run.last_seq, "heartbeats": self.run.count,
                 "span_s": round(self.run.span_s, 3), "start_offset_s": round(self.start_offset_s, 3),
                 "after_seq": self.after_seq, "after_kind": self.after_kind,
                 "last_client_seq": self.last_client_seq, "last_client_kind": self.last_client_kind}
@@ -73,7 +69,7 @@ class Stall:
         after = f" after {self.after_kind} (seq {self.after_seq})" if self.after_seq is not None else ""
         client = (f"; the client's last message was {self.last_client_kind} (seq {self.last_client_seq})"
                   if self.last_client_seq is not None else "")
-        return (f"heartbeat stall begins at seq {self.run.seqs[0]} (+{self.start_offset_s:.3f} s){after}: "
+        return (f"heartbeat stall begins at seq {self.run.first_seq} (+{self.start_offset_s:.3f} s){after}: "
                 f"{self.run.count} server heartbeats over {self.run.span_s:.3f} s and no progress{client}")
 
 
@@ -81,40 +77,75 @@ def heartbeat_runs(frames: Sequence[Any]) -> list[HeartbeatRun]:
     """Runs of server heartbeats; client frames between them (keep-alives, late answers) do not
     break a run, any other server frame does."""
     runs: list[HeartbeatRun] = []
-    cur: list[int] = []
-
-    def close() -> None:
-        if cur:
-            runs.append(HeartbeatRun(cur[0], cur[-1], [frames[i].seq for i in cur], frames[cur[0]].ts_us,
-                                     frames[cur[-1]].ts_us))
-            cur.clear()
-
-    for i, f in enumerate(frames):
+    cur: HeartbeatRun | None = None
+    for f in frames:
         if f.direction != "server":
             continue
         if kinds.is_server_heartbeat(f.kind):
-            cur.append(i)
+            if cur is None:
+                cur = HeartbeatRun(f.seq, f.seq, 0, f.ts_us, f.ts_us)
+                runs.append(cur)
+            cur.count += 1
+            cur.last_seq, cur.last_ts_us = f.seq, f.ts_us
         else:
-            close()
-    close()
+            cur = None
     return runs
 
 
-def find_stall(frames: Sequence[Any], runs: list[HeartbeatRun] | None = None) -> Stall | None:
-    """The heartbeat run the session ended in, when it is long enough to be a stall."""
-    runs = heartbeat_runs(frames) if runs is None else runs
-    if not runs or runs[-1].count < STALL_MIN_HEARTBEATS:
-        return None
-    run = runs[-1]
-    for f in frames[run.last + 1:]:
-        if f.direction == "server" and not (kinds.is_end_stream(f.kind) or f.kind == kinds.EMPTY):
-            return None  # the server went on after the heartbeats: a slow step, not a stall
-    after = next((f for f in reversed(frames[:run.first]) if f.direction == "server"), None)
-    client = next((f for f in reversed(frames[:run.first]) if f.direction == "client"
-                   and not kinds.is_client_heartbeat(f.kind)), None)
-    t0 = frames[0].ts_us
-    return Stall(run, after.seq if after else None, after.kind if after else None,
-                 client.seq if client else None, client.kind if client else None, (run.first_ts_us - t0) / 1e6)
+class StallWatch:
+    """``find_stall`` one frame at a time, for a view that reads a session in batches: it keeps the
+    current heartbeat run and what came before it, never the frames."""
+
+    def __init__(self) -> None:
+        self.t0: int | None = None
+        self.run: HeartbeatRun | None = None          # the last run of server heartbeats
+        self.open = False                             # the run is still growing
+        self.spoiled = False                          # a server frame of progress came after the last run
+        self.before: tuple[Any, Any] = (None, None)   # (last server frame, last client message) before it
+        self._server: tuple[int, str] | None = None
+        self._client: tuple[int, str] | None = None
+
+    def add(self, f: Any) -> None:
+        """One frame, or one item standing for ``f.count`` frames alike in a row (``session.LinkedFrame``)."""
+        if self.t0 is None:
+            self.t0 = f.ts_us
+        n = getattr(f, "count", 1)
+        last_seq = f.seq if n == 1 else f.last_seq
+        last_ts = f.ts_us if n == 1 else f.last_ts_us
+        if f.direction == "server":
+            if kinds.is_server_heartbeat(f.kind):
+                if self.open and self.run is not None:
+                    self.run.count += n
+                    self.run.last_seq, self.run.last_ts_us = last_seq, last_ts
+                else:
+                    self.run = HeartbeatRun(f.seq, last_seq, n, f.ts_us, last_ts)
+                    self.open, self.spoiled = True, False
+                    self.before = (self._server, self._client)
+            else:
+                self.open = False
+                if not (kinds.is_end_stream(f.kind) or f.kind == kinds.EMPTY):
+                    self.spoiled = True
+            self._server = (last_seq, f.kind)
+        elif not kinds.is_client_heartbeat(f.kind):
+            self._client = (last_seq, f.kind)
+
+    def stall(self) -> Stall | None:
+        run = self.run
+        if run is None or run.count < STALL_MIN_HEARTBEATS or self.spoiled:
+            return None
+        after, client = self.before
+        return Stall(run, after[0] if after else None, after[1] if after else None,
+                     client[0] if client else None, client[1] if client else None,
+                     (run.first_ts_us - (self.t0 or 0)) / 1e6)
+
+
+def find_stall(frames: Sequence[Any]) -> Stall | None:
+    """The heartbeat run the session ended in, when it is long enough to be a stall (a tail of at
+    least ``STALL_MIN_HEARTBEATS`` server heartbeats with nothing but the end after them)."""
+    watch = StallWatch()
+    for f in frames:
+        watch.add(f)
+    return watch.stall()
 
 
 @dataclass
@@ -145,22 +176,25 @@ def exec_name(kind: str) -> str:
     return kinds.member(kind).removesuffix("_args") or kind
 
 
-def execs(frames: Sequence[Any]) -> list[Exec]:
-    """The session's execs in request order, each with its results and how it closed."""
-    out: list[Exec] = []
-    open_by_id: dict[int, Exec] = {}
-    for f in frames:
+class ExecTracker:
+    """The session's execs, one frame at a time (``execs`` over a list; the report feeds it batches)."""
+
+    def __init__(self) -> None:
+        self.execs: list[Exec] = []
+        self._open: dict[int, Exec] = {}
+
+    def add(self, f: Any) -> None:
         ref = f.ref_id
         if ref is None:
-            continue
+            return
         if f.direction == "server" and kinds.in_family(f.kind, kinds.EXEC_SERVER):
             e = Exec(int(ref), exec_name(f.kind), f.seq, f.kind)
-            out.append(e)
-            open_by_id[int(ref)] = e
-            continue
-        found = open_by_id.get(int(ref))
+            self.execs.append(e)
+            self._open[int(ref)] = e
+            return
+        found = self._open.get(int(ref))
         if found is None:
-            continue
+            return
         e = found
         if f.kind == kinds.EXEC_STREAM_CLOSE:
             e.close_seq = f.seq
@@ -170,4 +204,11 @@ def execs(frames: Sequence[Any]) -> list[Exec]:
             e.abort_seq = f.seq
         elif f.direction == "client" and kinds.in_family(f.kind, kinds.EXEC_CLIENT):
             e.results.append((f.seq, f.kind))
-    return out
+
+
+def execs(frames: Sequence[Any]) -> list[Exec]:
+    """The session's execs in request order, each with its results and how it closed."""
+    tracker = ExecTracker()
+    for f in frames:
+        tracker.add(f)
+    return tracker.execs

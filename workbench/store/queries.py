@@ -221,6 +221,29 @@ def frames_shown_whole(reader: Reader, session_id: str) -> list[Row]:
         [session_id])
 
 
+def frame_span(reader: Reader, session_id: str) -> Row:
+    """How many frames a session has, its first and last frame's time (µs) and its seqs' range."""
+    return _rows(reader, "SELECT count(*) AS frames, min(epoch_us(ts)) AS t0, max(epoch_us(ts)) AS t1, "
+                         "min(seq) AS first_seq, max(seq) AS last_seq FROM frames WHERE session_id = ?",
+                 [session_id])[0]
+
+
+def frame_lines_page(reader: Reader, session_id: str, after: int, limit: int) -> pa.Table:
+    """The next ``limit`` frames after seq ``after`` without payloads (``seq``, ``ts_us``,
+    ``direction``, ``kind``, ``ref_id``): a view that walks a whole session reads it page by page."""
+    return reader.query("SELECT seq, epoch_us(ts) AS ts_us, direction, kind, ref_id FROM frames "
+                        f"WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT {int(limit)}", [session_id, after])
+
+
+def frames_shown_with_seqs(reader: Reader, session_id: str, seqs: Sequence[int]) -> list[Row]:
+    """``frames_shown_whole`` for the frames of ``seqs`` only (a view that shows a sample)."""
+    return _rows(reader,
+        "SELECT seq, epoch_us(ts) AS ts_us, direction, transport, kind, coalesce(summary, '') AS summary, msg_type, "
+        "coalesce(flags, 0) AS flags, coalesce(size, 0) AS size, payload, raw, ref_id, call_id, append_seqno, "
+        "request_id, error, CAST(meta AS VARCHAR) AS meta FROM frames WHERE session_id = ? "
+        "AND seq IN (SELECT unnest(?)) ORDER BY seq", [session_id, [int(s) for s in seqs]])
+
+
 def frame_timeline_flags(reader: Reader, session_id: str) -> pa.Table:
     """Per frame of a session, for a timeline: ``seq``, ``ts`` (µs) and flags ``up`` (client),
     ``beat`` (a heartbeat), ``progress`` (a server message other than heartbeats, empty frames and

@@ -13,6 +13,7 @@ GB for a 50 MB bundle (see docs/schema.md).
 from __future__ import annotations
 
 import re
+from array import array
 from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
@@ -45,10 +46,18 @@ class Call:
 
 @dataclass(frozen=True, slots=True)
 class Opaque:
-    """An expression this reader does not interpret (kept for error messages)."""
+    """An expression this reader does not interpret (kept for error messages: its first characters)."""
 
     text: str
     pos: int
+
+
+OPAQUE_TEXT = 80   # characters of an uninterpreted expression kept: a function body can be megabytes
+
+
+def opaque(s: str, start: int, end: int) -> Opaque:
+    """``s[start:end]`` as an ``Opaque``, without copying more than ``OPAQUE_TEXT`` characters of it."""
+    return Opaque(s[start:min(end, start + OPAQUE_TEXT)], start)
 
 
 _WS = re.compile(r"(?:\s+|/\*.*?\*/|//[^\n]*)*", re.S)
@@ -220,7 +229,7 @@ def read_value(s: str, i: int) -> tuple[Any, int]:
     if i < len(s) and s[i] not in ",;)]}:":
         # a binary/ternary expression or similar: not ours to evaluate
         end = skip_expression(s, i)
-        return Opaque(s[start:end], start), end
+        return opaque(s, start, end), end
     return value, i
 
 
@@ -241,12 +250,12 @@ def _primary(s: str, i: int) -> tuple[Any, int]:
         if s[j:j + 1] in ("0", "1") and not s[j + 1:j + 2].isdigit():
             return s[j] == "0", j + 1
         end = skip_expression(s, i)
-        return Opaque(s[i:end], i), end
+        return opaque(s, i, end), end
     if c == "-" or c == "+":
         v, j = _primary(s, skip_ws(s, i + 1))
         if isinstance(v, int | float) and not isinstance(v, bool):
             return (-v if c == "-" else v), j
-        return Opaque(s[i:j], i), j
+        return opaque(s, i, j), j
     m = _NUMBER.match(s, i)
     if m and (c.isdigit() or c == "."):
         return _number(m.group(0)), m.end()
@@ -268,7 +277,7 @@ def _primary(s: str, i: int) -> tuple[Any, int]:
         mm = _IDENT.match(s, k)
         if not mm:
             end = skip_expression(s, i)
-            return Opaque(s[i:end], i), end
+            return opaque(s, i, end), end
         callee, k = _member_chain(s, mm.end(), mm.group(0))
         k = skip_ws(s, k)
         args: tuple[Any, ...] = ()
@@ -343,7 +352,7 @@ def _list(s: str, i: int, close: str) -> tuple[list[Any], int]:
             continue
         if s.startswith("...", j):
             end = skip_expression(s, j)
-            out.append(Opaque(s[j:end], j))
+            out.append(opaque(s, j, end))
             j = end
         else:
             v, j = read_value(s, j)
@@ -446,7 +455,7 @@ def _block_return(s: str, i: int) -> tuple[Any, int]:
                 return v, end
         except JsSyntax:
             pass
-    return Opaque(s[i:end], i), end
+    return opaque(s, i, end), end
 
 
 # A brace, a quoted string (skipped whole by the regex engine), a template literal's backquote, or a
@@ -465,10 +474,12 @@ class Blocks:
 
     def __init__(self, s: str) -> None:
         self.size = len(s)
-        self.starts: list[int] = []   # block b opens at starts[b]
-        self.ends: list[int] = []     # … and closes at ends[b]
-        self._tok: list[int] = []     # brace positions, in order
-        self._inner: list[int] = []   # innermost open block after each brace (-1: none)
+        # machine-integer arrays, not lists: a 100 MB bundle has millions of braces, and a list holds
+        # each position as a Python int (36 bytes) where an array holds 8
+        self.starts = array("q")     # block b opens at starts[b]
+        self.ends = array("q")       # … and closes at ends[b]
+        self._tok = array("q")       # brace positions, in order
+        self._inner = array("q")     # innermost open block after each brace (-1: none)
         stack: list[int] = []
         pos = 0
         n = len(s)
