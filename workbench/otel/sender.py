@@ -11,7 +11,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
 
+# The SDK loads with this module, which only the OTLP commands import (and only then).
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+import workbench
 from workbench.errors import WorkbenchError
 from workbench.otel.spans import SCHEMA_URL, SpanSpec
 
@@ -36,8 +46,6 @@ class _Said(logging.Handler):
 def traces_endpoint(url: str) -> str:
     """The traces endpoint of an OTLP/HTTP base URL (``http://host:4318`` → ``…/v1/traces``); a URL
     that already names a path is used as it is."""
-    from urllib.parse import urlsplit  # only when a URL is given
-
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise OtlpError(f"--otlp {url!r}: not an http:// or https:// URL")
@@ -48,11 +56,6 @@ class Sender:
     """One exporter for a run of the command (or a capture's whole life)."""
 
     def __init__(self, url: str | None, headers: Mapping[str, str] | None = None, timeout_s: float = 10.0) -> None:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # only to export
-        from opentelemetry.sdk.resources import Resource
-
-        import workbench
-
         self.endpoint = traces_endpoint(url) if url else None
         self._exporter = OTLPSpanExporter(endpoint=self.endpoint, headers=dict(headers) if headers else None,
                                           timeout=timeout_s)
@@ -62,8 +65,6 @@ class Sender:
     def send(self, spans: Iterable[SpanSpec]) -> int:
         """Send ``spans``; how many went. ``OtlpError`` saying why when the backend refused them or
         could not be reached (after the exporter's own retries)."""
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
         batch = [self._readable(s) for s in spans]
         if not batch:
             return 0
@@ -88,13 +89,7 @@ class Sender:
     def close(self) -> None:
         self._exporter.shutdown()
 
-    def _readable(self, s: SpanSpec):  # type: ignore[no-untyped-def]  # the SDK's ReadableSpan
-        from opentelemetry import trace
-        from opentelemetry.sdk.trace import Event, ReadableSpan
-        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-
-        import workbench
-
+    def _readable(self, s: SpanSpec) -> ReadableSpan:
         flags = trace.TraceFlags(trace.TraceFlags.SAMPLED)
 
         def ctx(trace_id: int, span_id: int) -> trace.SpanContext:

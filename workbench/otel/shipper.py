@@ -14,9 +14,12 @@ import threading
 import time
 from collections.abc import Mapping
 
+from workbench.analysis.stamp import stamps
 from workbench.otel.export import export_sessions
 from workbench.otel.sender import OtlpError, Sender
+from workbench.store import otel_reads
 from workbench.store.connection import StoreError
+from workbench.store.reader import open_reader  # the live read service while mitmdump runs, the file after
 
 POLL_S = 2.0
 MAX_WAIT_S = 60.0
@@ -67,8 +70,6 @@ class OtlpShipper:
                 wait = min(MAX_WAIT_S, max(1.0, wait * 2))
 
     def _ship(self, due: list[str]) -> bool:
-        from workbench.store.reader import open_reader  # the live service while mitmdump runs
-
         try:
             reader = open_reader(self.db)
         except StoreError:  # the file between the capture's end and its release: try again later
@@ -97,10 +98,6 @@ class OtlpShipper:
 
     def _ended(self, *, analysed: bool) -> list[str]:
         """Sessions that are not open (and, with ``analysed``, whose findings are stored)."""
-        from workbench.analysis.stamp import stamps  # the analysis stamp: findings stored
-        from workbench.store import otel_reads
-        from workbench.store.reader import open_reader
-
         try:
             reader = open_reader(self.db)
         except StoreError:  # no file yet, or held between two readers: nothing to say yet
