@@ -43,10 +43,13 @@ a 1M-cell table.
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable
+from typing import TextIO
 
-__all__ = ["UNSAFE_RANGES", "escape", "escape_display", "escape_json", "is_safe"]
+__all__ = ["UNSAFE_RANGES", "EscapingWriter", "escape", "escape_display", "escape_json", "is_safe",
+           "json_stream", "block_stream"]
 
 # Every code point of category Cc, Cf, Cs, Zl or Zp in Unicode 14–15.1 (Python 3.11–3.13), as
 # inclusive ranges. Tab and newline (Cc) are in it: each form decides about them.
@@ -165,3 +168,34 @@ def escape_json(text: str) -> str:
 def is_safe(text: str, layout: bool = True) -> bool:
     """True when ``text`` holds no character to escape (``layout``: newlines and tabs allowed)."""
     return (_DISPLAY_BLOCK if layout else _DISPLAY).search(text) is None
+
+
+class EscapingWriter(io.TextIOBase):
+    """A text stream that passes what is written through one of the forms above to ``out``: for
+    writers that take a stream (a JSON encoder writing a big frame in pieces, a report printer).
+    Each character is escaped on its own, so pieces may be cut anywhere."""
+
+    def __init__(self, out: TextIO, form: Callable[[str], str]) -> None:
+        super().__init__()
+        self._out = out
+        self._form = form
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._out.write(self._form(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+
+def json_stream(out: TextIO) -> TextIO:
+    """``out`` for a JSON document written in pieces (``escape_json`` on each)."""
+    return EscapingWriter(out, escape_json)  # type: ignore[return-value]  # a TextIOBase is a TextIO
+
+
+def block_stream(out: TextIO) -> TextIO:
+    """``out`` for text written for display whose newlines and tabs are its layout."""
+    return EscapingWriter(out, lambda text: escape_display(text, layout=True))  # type: ignore[return-value]
