@@ -43,13 +43,14 @@ a 1M-cell table.
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 __all__ = ["UNSAFE_RANGES", "EscapingWriter", "escape", "escape_display", "escape_json", "is_safe",
-           "json_stream", "block_stream"]
+           "json_stream", "block_stream", "rich_text"]
 
 # Every code point of category Cc, Cf, Cs, Zl or Zp in Unicode 14–15.1 (Python 3.11–3.13), as
 # inclusive ranges. Tab and newline (Cc) are in it: each form decides about them.
@@ -87,9 +88,14 @@ _UNSAFE_BLOCK = _char_class("\t\n")   # a block's own layout stays
 # A backslash that the reader could take for the start of an escape (see escape()).
 _AMBIGUOUS_BACKSLASH = (r"\\(?=[\\nrt]|x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|" + _UNSAFE + ")")
 
-_VALUE = re.compile(_UNSAFE + "|" + _AMBIGUOUS_BACKSLASH)
-_DISPLAY = re.compile(_UNSAFE)
-_DISPLAY_BLOCK = re.compile(_UNSAFE_BLOCK)
+
+# Compiled on first use, not at import: ``workbench decode`` and ``sessions`` start in tens of
+# milliseconds and most runs never meet a character to escape.
+@functools.cache
+def _pattern(which: str) -> re.Pattern[str]:
+    return re.compile({"value": _UNSAFE + "|" + _AMBIGUOUS_BACKSLASH, "line": _UNSAFE,
+                       "block": _UNSAFE_BLOCK}[which])
+
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 
@@ -115,20 +121,6 @@ def _json_escaped(m: re.Match[str]) -> str:
     return f"\\u{0xD800 + (n >> 10):04x}\\u{0xDC00 + (n & 0x3FF):04x}"
 
 
-def _sub(pattern: re.Pattern[str], repl: Callable[[re.Match[str]], str]) -> Callable[[str], str]:
-    sub = pattern.sub
-
-    def run(text: str) -> str:
-        # the fast path: isprintable() is False for every character the patterns match (and for a
-        # few they do not, like a no-break space: those take the regex and come out unchanged)
-        if text.isprintable() and "\\" not in text:
-            return text
-        return sub(repl, text)
-
-    return run
-
-
-_escape_value = _sub(_VALUE, _escaped)
 
 
 def escape(value: object) -> str:
@@ -137,11 +129,12 @@ def escape(value: object) -> str:
     ``None`` is the empty string; anything else is ``str(value)`` first."""
     if value is None:
         return ""
-    return _escape_value(value if type(value) is str else str(value))
-
-
-_display = _DISPLAY.sub
-_display_block = _DISPLAY_BLOCK.sub
+    text = value if type(value) is str else str(value)
+    # the fast path: isprintable() is False for every character the patterns match (and for a few
+    # they do not, like a no-break space: those take the regex and come out unchanged)
+    if text.isprintable() and "\\" not in text:
+        return text
+    return _pattern("value").sub(_escaped, text)
 
 
 def escape_display(text: str, layout: bool = False) -> str:
@@ -149,10 +142,7 @@ def escape_display(text: str, layout: bool = False) -> str:
     backslashes kept; ``layout=True`` keeps its newlines and tabs (a multi-line message)."""
     if text.isprintable():
         return text
-    return (_display_block if layout else _display)(_escaped, text)
-
-
-_json = _DISPLAY_BLOCK.sub
+    return _pattern("block" if layout else "line").sub(_escaped, text)
 
 
 def escape_json(text: str) -> str:
@@ -162,12 +152,12 @@ def escape_json(text: str) -> str:
     but whitespace, which is left), where ``\\uNNNN`` means the same character."""
     if text.isprintable():
         return text
-    return _json(_json_escaped, text)
+    return _pattern("block").sub(_json_escaped, text)
 
 
 def is_safe(text: str, layout: bool = True) -> bool:
     """True when ``text`` holds no character to escape (``layout``: newlines and tabs allowed)."""
-    return (_DISPLAY_BLOCK if layout else _DISPLAY).search(text) is None
+    return _pattern("block" if layout else "line").search(text) is None
 
 
 class EscapingWriter(io.TextIOBase):
@@ -199,3 +189,17 @@ def json_stream(out: TextIO) -> TextIO:
 def block_stream(out: TextIO) -> TextIO:
     """``out`` for text written for display whose newlines and tabs are its layout."""
     return EscapingWriter(out, lambda text: escape_display(text, layout=True))  # type: ignore[return-value]
+
+
+def rich_text(value: object, style: str = "", *, display: bool = False, **kwargs: object) -> Any:
+    """``value`` as a Rich ``Text`` for the TUI and the web page (the same app): escaped like
+    ``escape`` (``display=True``: like ``escape_display``), and never read as markup, so a tool
+    name holding ``[red]`` or ``[link=…]`` is shown as those characters. Textual renders a plain
+    ``str`` cell as markup: captured text goes into a table through this.
+
+    Rich strips a few control characters (BEL, CR, …) from a Text but writes ESC and C1 through
+    to the terminal; the escapes here are what keep them out (and keep names from spoofing)."""
+    from rich.text import Text  # only the TUI loads Rich
+
+    shown = escape_display(str(value)) if display and value is not None else escape(value)
+    return Text(shown, style, **kwargs)  # type: ignore[arg-type]  # Text's keyword arguments
