@@ -75,6 +75,8 @@ GOALS: dict[str, Goal] = {
     # the direct speed, the forwarding goal of issue 24 applied to `workbench proxy`.
     "proxy": Goal("speed through `workbench proxy` vs the client library direct (TTFT, per chunk)", 0.9, "x",
                   False, "issue 24 (forwarding)"),
+    # output (benchmarks/textsafe.py): the one printer every table cell goes through
+    "textsafe": Goal("a 1M-row table through the printer vs the same table before it", 1.5, "x", True, "issue 35"),
     # schema (benchmarks/schema_extract.py)
     "schema_extract": Goal("`schema extract` of a 50 MB bundle", 10, "s", True, "schema extraction issue"),
 }
