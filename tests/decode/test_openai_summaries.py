@@ -36,16 +36,29 @@ def test_openai_and_agent_summaries_quote_alike() -> None:
     assert long == 'content "' + "x" * 60 + '…"'  # 60 characters kept, as before
 
 
-def test_frames_prints_the_openai_newline_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_frames_prints_summaries_escaped_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both sides, a newline and a backslash: as the summary wrote them (the store's wire-text rule
+    doubles every backslash of a text holding ``\\\\``; frames shows the text it stands for)."""
     db = tmp_path / "c.duckdb"
-    sse = b"data: " + json.dumps({"choices": [{"delta": {"content": "README.md\nsrc"}}]}).encode() + b"\n\n"
+    sse = b"".join(b"data: " + json.dumps({"choices": [{"delta": {"content": t}}]}).encode() + b"\n\n"
+                   for t in ("README.md\nsrc", "C:\\dir"))
+    agent = [pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(text_delta=pb.TextDelta(text=t)))
+             for t in ("README.md\nsrc", "C:\\dir")]
     with Store(db) as store:
         rec = Recorder(store)
         rec.open_session(SessionInfo("oa-1", source="capture", transport="openai_chat", status="complete"))
         for i, f in enumerate(decode_openai_body(sse, "server")):
             rec.add("oa-1", 1_700_000_000_000_000 + i, "server", "openai_chat", "1", f)
+        rec.open_session(SessionInfo("run-1", source="capture", transport="run", status="complete"))
+        for i, m in enumerate(agent):
+            (f,) = default_decoder().decode_body(encode(m.SerializeToString()), "run", "server")
+            rec.add("run-1", 1_700_000_000_000_000 + i, "server", "run", "1", f)
         rec.flush()
     assert main(["frames", "oa-1", "--db", str(db)]) == 0
     out = capsys.readouterr().out
-    assert 'content "README.md\\nsrc"' in out, out
-    assert "\\\\n" not in out, out
+    assert main(["frames", "run-1", "--db", str(db)]) == 0
+    run = capsys.readouterr().out
+    for label, text in (("content", out), ("text", run)):
+        assert f'{label} "README.md\\nsrc"' in text, text
+        assert f'{label} "C:\\\\dir"' in text, text   # quote()'s one escape of the backslash
+        assert "\\\\n" not in text and "\\\\\\" not in text, text

@@ -305,13 +305,17 @@ def _print_frame(row: dict[str, Any], dec: Decoder | None) -> None:
                    json_stream(sys.stdout))  # exact JSON, no raw control character (workbench.textsafe)
         sys.stdout.write("\n")
         return
+    from workbench.store.gate import wire_str  # loaded with the reader already; `decode` must not pay for it
+
     arrow = "→" if row["direction"] == "client" else "←"
     # a time past year 9999 (a hostile import's) is read as DuckDB's text: print that text
     ts = row["ts"].strftime("%H:%M:%S.%f")[:-3] if hasattr(row["ts"], "strftime") else str(row["ts"] or "")
     # kinds, summaries and errors quote the capture: control characters as visible escapes; a
-    # summary is already written for display (its quotes and backslashes escaped), so display form
-    err = f"  [error: {escape_display(row['error'])}]" if row["error"] else ""
-    print(f"{row['seq']:>7} {escape(ts)} {arrow} {escape(row['kind']):<44} {escape_display(row['summary'] or '')}{err}")
+    # summary is already written for display (its quotes and backslashes escaped), so display
+    # form, of the text the store's wire-text rule stands for (wire_str), not of its stored form
+    err = f"  [error: {escape_display(wire_str(row['error']))}]" if row["error"] else ""
+    summary = escape_display(wire_str(row["summary"] or ""))
+    print(f"{row['seq']:>7} {escape(ts)} {arrow} {escape(row['kind']):<44} {summary}{err}")
 
 
 def cmd_sql(args: argparse.Namespace) -> int:

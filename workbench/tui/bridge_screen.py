@@ -25,6 +25,7 @@ from workbench.analysis.bridge_join import JOINED, Link, links_of
 from workbench.analysis.model import Finding
 from workbench.store import bridge_reads as reads
 from workbench.store.db import us_to_time
+from workbench.store.gate import wire_str
 from workbench.store.queries import Reader, Row
 from workbench.textsafe import escape, escape_display, rich_text
 from workbench.tui.context import TuiContext
@@ -57,7 +58,7 @@ def _row(f: Row) -> tuple[Any, ...]:
     arrow = "→" if f["direction"] == "client" else "←"
     # captured text, never markup, control characters escaped (workbench.textsafe)
     return (str(f["seq"]), rich_text(t), arrow, rich_text(f["kind"]),
-            rich_text(str(f["summary"] or "")[:120], display=True))
+            rich_text(wire_str(str(f["summary"] or ""))[:120], display=True))
 
 
 @dataclass

@@ -11,6 +11,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static, TabbedContent, TabPane, Tree
 from textual.widgets.tree import TreeNode
 
+from workbench.store.gate import wire_str
 from workbench.textsafe import escape, escape_display, escape_json
 from workbench.tui.data import FrameDetail
 from workbench.tui.timeline import arrow, kind_style
@@ -150,9 +151,9 @@ class FrameDetailView(Vertical):
         h.append(arrow(detail.direction) + " ")
         h.append(escape(detail.kind), kind_style(detail.kind))
         h.append(f"  {detail.size} B  {escape(detail.msg_type)}\n", "dim")
-        h.append(escape_display(detail.summary))
+        h.append(escape_display(wire_str(detail.summary)))  # the text the stored form stands for
         if detail.error:
-            h.append(f"\n⚠ {escape_display(detail.error)}", "bold red")
+            h.append(f"\n⚠ {escape_display(wire_str(detail.error))}", "bold red")
         head.update(h)
         fill_tree(tree.root, detail.tree)
         tree.root.expand()
