@@ -121,8 +121,6 @@ def _json_escaped(m: re.Match[str]) -> str:
     return f"\\u{0xD800 + (n >> 10):04x}\\u{0xDC00 + (n & 0x3FF):04x}"
 
 
-
-
 def escape(value: object) -> str:
     """``value`` as one line a person can read safely, unambiguous (see the module's docstring).
 
