@@ -169,7 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ratio per interleaved pair, min/median/max of {len(ratios)}: "
           f"{ratios[0]:.3f}/{ratio:.3f}/{ratios[-1]:.3f} (load average {os.getloadavg()[0]:.2f})")
     print(goal("decode").line(ratio))
+    print(yardstick_line())
     return 0
+
+
+def yardstick_line() -> str:
+    from yardstick import measure  # the machine's yardstick (benchmarks/yardstick.py), run after the figures
+
+    return measure().line()
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@ exec, result and stream_close, KV set/get of JSON prompt blobs, text, heartbeats
 a heartbeat loop after an exec that never got its stream_close), then times
 ``workbench.analysis.analyze`` on it (walk + blobs + tool calls + rules + writing the rows) and,
 as the baseline measured in the same run, a plain ``SELECT kind, count(*) … GROUP BY kind`` scan of
-the same frames.
+the same frames. Paired rounds (``--rounds``, default 3): baseline then analysis, each round; the
+figure is the median, printed with the machine's yardstick (``yardstick.py``).
 
-    python benchmarks/diagnose.py [--frames N] [--db PATH] [--keep]
+    python benchmarks/diagnose.py [--frames N] [--rounds R] [--db PATH] [--keep]
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import hashlib
 import json
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -144,6 +146,7 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=1_000_000)
     ap.add_argument("--db", help="database file (default: a temporary file)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary database")
+    ap.add_argument("--rounds", type=int, default=3, help="paired rounds (baseline, analysis); default 3")
     args = ap.parse_args()
     tmp = None
     if args.db:
@@ -157,18 +160,23 @@ def main() -> None:
     store.checkpoint()
     print(f"generated {n:,} frames in {time.perf_counter() - t0:.1f} s ({path})")
 
-    t0 = time.perf_counter()
-    kinds = store.query("SELECT kind, count(*) FROM frames WHERE session_id = ? GROUP BY kind", [SID])
-    base = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    store.query("SELECT sum(octet_length(payload)), count(DISTINCT call_id) FROM frames WHERE session_id = ?", [SID])
-    full = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    c0 = time.process_time()
-    result = analyze(store, [SID])[SID]
-    took = time.perf_counter() - t0
-    cpu = time.process_time() - c0
+    bases, fulls, tooks, cpus = [], [], [], []
+    for _ in range(max(1, args.rounds)):
+        t0 = time.perf_counter()
+        kinds = store.query("SELECT kind, count(*) FROM frames WHERE session_id = ? GROUP BY kind", [SID])
+        bases.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        store.query("SELECT sum(octet_length(payload)), count(DISTINCT call_id) FROM frames WHERE session_id = ?",
+                    [SID])
+        fulls.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        result = analyze(store, [SID])[SID]
+        tooks.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
     store.close()
+    base, full, took, cpu = (statistics.median(x) for x in (bases, fulls, tooks, cpus))
+    print(f"medians of {len(tooks)} paired rounds (analysis: {', '.join(f'{t:.3f}' for t in tooks)} s)")
     print(f"baseline  GROUP BY kind scan: {base:.3f} s ({n / base:,.0f} frames/s, {kinds.num_rows} kinds)")
     print(f"baseline2 payload-reading scan: {full:.3f} s ({n / full:,.0f} frames/s)")
     print(f"analyze   whole session:      {took:.3f} s ({n / took:,.0f} frames/s) — "
@@ -178,11 +186,18 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.1f})")
     print(f"          {len(result.tool_calls):,} tool calls, {len(result.blobs):,} blob rows, findings: "
           + ", ".join(f"{f.code}({f.severity})" for f in result.findings))
+    print(yardstick_line())
     if tmp and not args.keep:
         os.remove(path)
         for extra in Path(tmp).iterdir():
             extra.unlink()
         os.rmdir(tmp)
+
+
+def yardstick_line() -> str:
+    from yardstick import measure  # the machine's yardstick (benchmarks/yardstick.py), run after the figures
+
+    return measure().line()
 
 
 if __name__ == "__main__":

@@ -218,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  " + goal("ingest_rate").line(n / t, f"{n / t:,.0f} frames/s"))
         print("  " + goal("ingest").line(ratio, f"{ratio:.2f}× (median of {args.repeat} paired rounds, until closed; "
                                                  f"{paired_written[name]:.2f}× until the last insert returned)"))
+    print(yardstick_line())
     print()
     stored = run_findings(n)
     write = med["Recorder.add + flush"]
@@ -241,6 +242,12 @@ def run_findings(n: int) -> float:
         took = time.perf_counter() - t0
         assert results and results[SID].findings, "the generated session has a heartbeat loop to find"
     return took
+
+
+def yardstick_line() -> str:
+    from yardstick import measure  # the machine's yardstick (benchmarks/yardstick.py), run after the figures
+
+    return measure().line()
 
 
 if __name__ == "__main__":

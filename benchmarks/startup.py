@@ -88,7 +88,14 @@ def main() -> int:
         if key and not name.endswith("]"):
             med = statistics.median(times[name])
             print(goal(key).line(med, f"{med:.3f} s median ({med / base:.1f}× python -c pass)"))
+    print(yardstick_line())
     return 0
+
+
+def yardstick_line() -> str:
+    from yardstick import measure  # the machine's yardstick (benchmarks/yardstick.py), run after the figures
+
+    return measure().line()
 
 
 if __name__ == "__main__":

@@ -132,6 +132,14 @@ def main() -> None:
         if n >= 1_000_000:
             print(goal("tui_first_paint").line(paint, f"{paint:.3f} s at {n:,} frames"))
     print(f"load average {os.getloadavg()[0]:.2f} (2-core machine: above 2, wall times stretch)")
+    print(yardstick_line())
+
+
+def yardstick_line() -> str:
+    from yardstick import measure  # the machine's yardstick (benchmarks/yardstick.py), run after the figures
+
+    return measure().line()
+
 
 if __name__ == "__main__":
     main()

@@ -18,12 +18,17 @@ class RowCounter:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.rows = 0
+        self.rows_read = 0
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         t = self.store.query(sql, params)
-        self.rows += t.num_rows
+        self.rows_read += t.num_rows
         return t
+
+    def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        found = self.store.rows(sql, params)
+        self.rows_read += len(found)
+        return found
 
 
 def _conversation(store: Store, n: int, prefix: str) -> list[str]:
@@ -47,7 +52,7 @@ def _rows_per_session(store: Store, ids: list[str]) -> float:
     convs = Conversations(counter)
     for sid in ids:
         analyze_session(counter, sid, conversations=convs)
-    return counter.rows / len(ids)
+    return counter.rows_read / len(ids)
 
 
 def test_a_batch_reads_each_sibling_once(analysis_store: Store) -> None:
@@ -100,6 +105,10 @@ class QueryCounter(RowCounter):
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         self.queries += 1
         return super().query(sql, params)
+
+    def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        self.queries += 1
+        return super().rows(sql, params)
 
 
 def _queries(store: Store, ids: list[str]) -> int:

@@ -84,7 +84,7 @@ def test_session_reads(reader: Reader) -> None:
     assert queries.session_row(reader, "missing", SESSION_FIELDS) is None
     assert queries.session_status(reader, "sess-b") == "open"
     assert queries.session_status(reader, "missing") is None
-    listing = queries.session_list(reader).to_pylist()
+    listing = queries.session_list(reader)
     assert [r["session_id"] for r in listing] == ["other-c", "sess-a", "sess-b"]
     assert listing[1]["duration_s"] == 3.0
     assert listing[2]["duration_s"] is None
@@ -222,3 +222,18 @@ def test_a_time_past_year_9999_is_read_as_its_text(tmp_path: Path) -> None:
         assert str(queries.session_row(r, "sess-b", ["started_at"])["started_at"]).startswith("10000-01-01")
     finally:
         r.close()
+
+
+_EXTREME_TIMES = ("SELECT 'infinity'::TIMESTAMP AS t, '-infinity'::DATE AS d, '10000-01-02'::DATE AS far, "
+                  "TIMESTAMP '2024-01-01 10:00:00' AS plain, 'x'::BLOB AS b, [1, 2] AS l, NULL AS n")
+
+
+def test_rows_are_what_the_arrow_read_gives_as_python(reader: Reader) -> None:
+    """``Reader.rows`` (tuples, no pyarrow, what the listing reads use) and the Arrow read hand the same
+    Python values, including the times Python cannot hold (DuckDB's text)."""
+    from workbench.store.arrow_rows import table_rows
+
+    assert reader.rows(_EXTREME_TIMES) == table_rows(reader.query(_EXTREME_TIMES))
+    assert reader.rows(_EXTREME_TIMES)[0]["t"] == "infinity"
+    got = reader.rows("SELECT session_id, status FROM sessions WHERE session_id = ?", ["sess-b"])
+    assert got == [{"session_id": "sess-b", "status": "open"}]

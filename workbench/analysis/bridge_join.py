@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.protocol import kinds
 from workbench.protocol.labels import prompt_of
@@ -32,8 +32,10 @@ from workbench.protocol.openai import RequestFacts, request_facts
 from workbench.protocol.routes import OPENAI_TRANSPORTS
 from workbench.store import bridge_reads as reads
 from workbench.store.analysis_reads import first_payload, stamp_values
-from workbench.store.db import Store
 from workbench.store.queries import Reader, Row
+
+if TYPE_CHECKING:  # annotations only: `workbench sessions` lists links and loads no pyarrow
+    from workbench.store.db import Store
 
 AGENT_TRANSPORTS = ("run", "runsse", "runpoll")
 LINKS_PREFIX = "links:"

@@ -15,13 +15,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import workbench
 from workbench.store import analysis_reads as reads
 from workbench.store.analysis_reads import Source
-from workbench.store.db import Store
 from workbench.store.schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:  # annotations only: `workbench sessions` reads stamps and loads no pyarrow
+    from workbench.store.db import Store
 
 # Bump when a rule changes what it finds for the same frames (stored findings are then stale).
 # 2: notes (severity "note"); request_context_args judged as the service treats it.
@@ -33,9 +35,9 @@ KEY_PREFIX = "analysis:"
 def analysis_stamp() -> str:
     """The identity of today's analysis: ``a2 wb0.1.0 db3 overlay:<hash12>`` (the overlay's .proto
     files hashed: the rules parse payloads with it)."""
-    # deferred: the loader brings protobuf's descriptor modules (≈ 7 ms); `workbench sessions` imports
-    # this module for the stamp's key and computes the stamp only when findings are stale-checked
-    from workbench.schema.loader import BUILTIN_FILES, PROTO_ROOT
+    # deferred: `workbench sessions` imports this module for the stamp's key and computes the stamp
+    # only when findings are stale-checked (the constants' module loads nothing, unlike the loader)
+    from workbench.schema.builtin import BUILTIN_FILES, PROTO_ROOT
 
     digest = hashlib.sha256()
     for name in BUILTIN_FILES:

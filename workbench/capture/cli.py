@@ -63,6 +63,12 @@ def register(sub: Any) -> None:
                    help="path globs recorded on any host (comma-separated)")
     p.add_argument("--confdir", default="~/.mitmproxy", help="mitmproxy configuration/CA directory")
     p.add_argument("--no-live", action="store_true", help="do not serve live readers while capturing")
+    p.add_argument("--otlp", metavar="URL", nargs="?", const="", default=None,
+                   help="send each session as an OpenTelemetry GenAI trace to this OTLP/HTTP endpoint once it "
+                        "ended and was analysed (without URL: OTEL_EXPORTER_OTLP_*); a backend that is down is "
+                        "retried, never fatal (docs/otel.md)")
+    p.add_argument("--otlp-header", action="append", default=[], metavar="K=V",
+                   help="an HTTP header for the --otlp backend (repeatable)")
     p.add_argument("--mitmdump", default=None, help="mitmdump executable (default: next to python, then PATH)")
     add_proto_arg(p)
     p.add_argument("mitmdump_args", nargs="*", metavar="-- MITMDUMP_ARGS", help="passed to mitmdump unchanged")
@@ -209,6 +215,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
         cmd += ["--mode", mode]
     cmd += args.mitmdump_args
     # mitmdump's own output goes to stderr: stdout carries the URL and the setup lines only.
+    shipper = _otlp_shipper(args, db)
     proc = subprocess.Popen(cmd, stdout=sys.stderr.fileno(), start_new_session=True)
     stopping = {"signal": 0, "count": 0}
 
@@ -231,6 +238,10 @@ def cmd_capture(args: argparse.Namespace) -> int:
             time.sleep(0.05)
         for line in _url_and_hints(args, host, port, ca):
             print(line, flush=True)
+        if shipper is not None:
+            shipper.start()
+            print(f"# sessions go to {shipper.sender.endpoint or 'the OTEL_EXPORTER_OTLP_* endpoint'} as traces "
+                  "when they end", flush=True)
         for target, bport in bridges:
             hostport = f"[{host}]:{bport}" if ":" in host else f"{host}:{bport}"
             print(f"bridge: http://{hostport}", flush=True)
@@ -250,6 +261,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
         stats = _read_stats(stats_path)
         if stats is not None:
             print(f"\nworkbench capture: {_counter(stats)} → {db}", file=sys.stderr, flush=True)
+        if shipper is not None:
+            shipper.stop()
         shutil.rmtree(statsdir, ignore_errors=True)
     lost = int((stats or {}).get("lost") or 0)
     if lost or proc.returncode == EXIT_FRAMES_LOST:
@@ -259,6 +272,22 @@ def cmd_capture(args: argparse.Namespace) -> int:
     if stopping["signal"]:
         return 0 if proc.returncode in (0, -signal.SIGINT, 130) else int(proc.returncode or 1)
     return int(proc.returncode or 0)
+
+
+def _otlp_shipper(args: argparse.Namespace, db: str) -> Any:
+    if args.otlp is None:
+        if args.otlp_header:
+            raise CliError("--otlp-header goes with --otlp")
+        return None
+    # the OpenTelemetry SDK loads only for --otlp
+    from workbench.export.cli import parse_headers
+    from workbench.otel.sender import OtlpError
+    from workbench.otel.shipper import OtlpShipper
+
+    try:
+        return OtlpShipper(db, args.otlp or None, parse_headers(args.otlp_header, "--otlp-header"))
+    except OtlpError as exc:
+        raise CliError(str(exc)) from exc
 
 
 def _watch(proc: subprocess.Popen[bytes], stats_path: Path, stopping: dict[str, int]) -> None:

@@ -11,7 +11,7 @@ from workbench.store.paths import default_db, describe_rule
 from workbench.store.queries import resolve_session
 from workbench.textsafe import escape
 
-__all__ = ["add_db_arg", "add_json_arg", "add_proto_arg", "decoder_from", "print_table", "reader_from", "resolve_session",
+__all__ = ["add_db_arg", "add_json_arg", "add_proto_arg", "decoder_from", "print_rows", "print_table", "reader_from", "resolve_session",
            "table_rows"]
 
 if TYPE_CHECKING:
@@ -71,9 +71,14 @@ def print_table(table: pa.Table, max_width: int = 60, extra: dict[str, Sequence[
 
     ``extra`` spares the caller ``pa.array(values)``: on a Python list pyarrow probes for pandas, which
     costs ``workbench sessions`` 0.2 s of import."""
-    cols = table.column_names + list(extra or {})
+    print_rows(table_rows(table), table.column_names, max_width, extra)
+
+
+def print_rows(rows: list[dict[str, Any]], columns: Sequence[str], max_width: int = 60,
+               extra: dict[str, Sequence[Any]] | None = None) -> None:
+    """``print_table`` for rows already read as Python values (``Reader.rows``: no pyarrow)."""
+    cols = list(columns) + list(extra or {})
     heads = [escape(c) for c in cols]  # SQL aliases are the query's: shown the same way
-    rows = table_rows(table)
     for name, values in (extra or {}).items():
         for row, value in zip(rows, values, strict=True):
             row[name] = value

@@ -15,6 +15,7 @@ from workbench.commands.common import (
     add_json_arg,
     add_proto_arg,
     decoder_from,
+    print_rows,
     print_table,
     reader_from,
     resolve_session,
@@ -25,7 +26,14 @@ from workbench.decode.frame import DIRECTIONS, TRANSPORTS
 from workbench.errors import CliError
 from workbench.overview import finding_states, query_top_findings
 from workbench.store.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_S
-from workbench.store.queries import Reader, Row, frames_after, session_list, session_status
+from workbench.store.queries import (
+    SESSION_LIST_COLUMNS,
+    Reader,
+    Row,
+    frames_after,
+    session_list,
+    session_status,
+)
 from workbench.textsafe import escape, escape_display, escape_json, json_stream
 
 if TYPE_CHECKING:
@@ -181,13 +189,13 @@ def _decode_batch(args: argparse.Namespace, dec: Decoder) -> int:
 # sessions / frames / sql ----------------------------------------------------------------------
 
 def cmd_sessions(args: argparse.Namespace) -> int:
-    # deferred: the analysis package loads DuckDB and pyarrow, which `workbench decode` (this module) must not
+    # deferred: the analysis package loads DuckDB, which `workbench decode` (this module) must not
     from workbench.analysis.bridge_join import listing_links
 
     reader = reader_from(args)
     try:
-        table = session_list(reader)
-        statuses = dict(zip(table.column("session_id").to_pylist(), table.column("status").to_pylist(), strict=True))
+        listed = session_list(reader)
+        statuses = {row["session_id"]: row["status"] for row in listed}
         states = finding_states(reader, statuses)
         # Findings are stored when a session ends; sessions an upgrade made stale (or that nobody
         # analysed, e.g. written by an older workbench) get theirs now, when the file is free.
@@ -206,13 +214,13 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         # The top finding is the root cause (workbench.analysis.causes.order_findings), not the worst
         # symptom: it is what to look at first. Notes never count as findings.
         top = query_top_findings(reader)
-        ids = table.column("session_id").to_pylist()
+        ids = [row["session_id"] for row in listed]
         links = listing_links(reader, ids)  # the other side of a bridge (docs/bridge.md)
     finally:
         reader.close()
     codes = [f.code if (f := top.get(sid)) is not None else None for sid in ids]
     if args.json:
-        for row, code in zip(table_rows(table), codes, strict=True):  # times past year 9999 as text
+        for row, code in zip(listed, codes, strict=True):  # times past year 9999 as text
             st = states[row["session_id"]]
             f = top.get(row["session_id"])
             row["findings"] = st.findings if st.analysed else None
@@ -228,7 +236,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
                  "notes": [str(states[s].notes) if states[s].notes else "" for s in ids], "top_finding": codes}
         if links:
             extra["links"] = [" ".join(f"{lk['session_id'][:8]}({lk['role']})" for lk in links.get(s, [])) for s in ids]
-        print_table(table, extra=extra)
+        print_rows(listed, SESSION_LIST_COLUMNS, extra=extra)
     return 0
 
 

@@ -34,7 +34,7 @@ COMMANDS: list[tuple[str, str, str]] = [
      "workbench.ingest.cli"),
     ("export-fixture", "write a session as a scrubbed, self-contained replay fixture", "workbench.fixtures.cli"),
     ("replay", "serve a fixture as an agent backend for any client", "workbench.fixtures.cli"),
-    ("export", "export the capture database as Parquet (partitioned by date and session)", "workbench.export.cli"),
+    ("export", "export sessions as Parquet (partitioned by date and session) or as OpenTelemetry traces", "workbench.export.cli"),
     ("diagnose", "diagnose sessions; exit 1 when a warning or error is found", "workbench.analysis.cli"),
     ("blobs", "the KV blobs of a session (set/get, content, checkpoint refs)", "workbench.analysis.cli"),
     ("tools", "the tool calls of a session, args rebuilt (streamed/completion/merged/naive)",
@@ -102,7 +102,9 @@ DESCRIPTIONS: dict[str, str] = {
                "first; Ctrl-C stops. Exit status 1 when a client deviated."),
     "export": ("Write sessions, frames, blobs, tool_calls and findings as Hive-partitioned Parquet "
                "(DIR/<table>/date=YYYY-MM-DD/session_id=<id>/part-0.parquet) for DuckDB, Spark, Polars or any "
-               "Parquet engine. `workbench import DIR` reads it back. Re-exporting a session replaces its files."),
+               "Parquet engine. `workbench import DIR` reads it back. Re-exporting a session replaces its files. With `--otlp URL`, sends the sessions as "
+               "OpenTelemetry GenAI traces (invoke_agent, chat, execute_tool spans; findings as span events) "
+               "to an OTLP/HTTP backend (docs/otel.md)."),
     "diagnose": ("Analyse sessions (KV blobs, tool calls, findings) and print a report. Exit 0 = clean, 1 = any "
                  "warning or error finding, 2 = usage error."),
     "blobs": ("The KV blobs of one session: each set and get request, the blob's content and its role, and the "

@@ -19,8 +19,6 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from google.protobuf.message import DecodeError
-
 if TYPE_CHECKING:
     from workbench.store.db import SessionInfo, Store
 
@@ -60,8 +58,11 @@ def prompt_of(kind: str, payload: bytes | None) -> str | None:
     """The user text carried by a client frame of one of ``PROMPT_KINDS`` (an AgentClientMessage)."""
     if not payload or not kind.startswith(PROMPT_KINDS):
         return None
-    # protocol/ stays light for the capture addon: the schema (protobuf) loads when a prompt is read
-    from workbench.schema import pb
+    # protocol/ stays light for the capture addon and `workbench sessions`: protobuf and the schema
+    # load when a prompt is read
+    from google.protobuf.message import DecodeError
+
+    from workbench.schema import pb  # the compiled schema: loaded when a prompt is read, as protobuf
 
     try:
         msg: Any = pb.AgentClientMessage.FromString(payload)

@@ -29,10 +29,10 @@ from google.protobuf.message import DecodeError, Message
 
 from workbench.errors import WorkbenchError
 from workbench.schema import contract
+from workbench.schema.builtin import BUILTIN_FILES as BUILTIN_FILES  # importable from here, as before
+from workbench.schema.builtin import PROTO_ROOT as PROTO_ROOT
 from workbench.schema.merge import OVERLAY_PREFIX, MergeError, check_user_files, count_types, merged_pool
 
-PROTO_ROOT = Path(__file__).resolve().parent / "proto"
-BUILTIN_FILES = ("agent/v1/agent.proto", "aiserver/v1/aiserver.proto")
 DESCRIPTOR_SET_SUFFIXES = (".pb", ".binpb", ".desc", ".fds", ".protoset")
 _MAX_PROTOC_LINES = 12
 

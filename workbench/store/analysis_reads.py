@@ -15,16 +15,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from workbench.protocol import kinds
-from workbench.store.db import Store
-from workbench.store.queries import Reader
+from workbench.store.queries import Reader, Row
+
+if TYPE_CHECKING:  # annotations only: a listing reads through here and loads no pyarrow
+    import pyarrow as pa
+
+    from workbench.store.db import Store
 
 # A reader (``store.queries.Reader``), or its bound ``query`` for a caller that has only that.
-Source = Reader | Callable[..., pa.Table]
+Source = Reader | Callable[..., "pa.Table"]
 
 
 def run(src: Source, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
@@ -32,6 +34,16 @@ def run(src: Source, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
     query = src.query if hasattr(src, "query") else src
     assert callable(query)
     return query(sql, params) if params is not None else query(sql)
+
+
+def run_rows(src: Source, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
+    """``sql``'s rows as Python values: through the reader's ``rows`` (a file reader loads no
+    pyarrow for them), or through Arrow for a bare ``query`` callable."""
+    if hasattr(src, "rows"):
+        return src.rows(sql, params)
+    from workbench.store.arrow_rows import table_rows  # Arrow only for a bare query callable
+
+    return table_rows(run(src, sql, params))
 
 
 def _first(t: pa.Table) -> Any:
@@ -225,9 +237,9 @@ def stamp_values(src: Source, prefix: str, session_ids: Sequence[str] | None = N
     """session_id → the ``meta`` value stored under ``prefix || session_id``."""
     sql = (f"SELECT substr(key, {len(prefix) + 1}) AS sid, value FROM meta "
            f"WHERE starts_with(key, '{prefix}')")
-    t = run(src, sql) if session_ids is None else run(
+    rows = run_rows(src, sql) if session_ids is None else run_rows(
         src, sql + f" AND substr(key, {len(prefix) + 1}) IN (SELECT unnest(?))", [list(session_ids)])
-    return dict(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
+    return {r["sid"]: r["value"] for r in rows}
 
 
 def replace_rows(store: Store, table: str, session_ids: Sequence[str], columns: Mapping[str, list[Any]]) -> None:

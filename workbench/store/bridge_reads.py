@@ -11,22 +11,25 @@ values under a prefix).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from workbench.store.db import Store
 from workbench.store.queries import Reader, Row
+
+if TYPE_CHECKING:  # annotations only: a listing reads through here and loads no pyarrow
+    from workbench.store.db import Store
 
 
 def _rows(reader: Reader, sql: str, params: Sequence[object]) -> list[Row]:
-    return list(reader.query(sql, list(params)).to_pylist())
+    return reader.rows(sql, list(params))
 
 
 # sessions ----------------------------------------------------------------------------------------
 
 def has_sessions_of(reader: Reader, transports: Sequence[str]) -> bool:
     """Does the database hold any session of these transports?"""
-    t = reader.query("SELECT EXISTS (SELECT 1 FROM sessions WHERE transport IN (SELECT unnest(?)))",
-                     [list(transports)])
-    return bool(t.column(0)[0].as_py())
+    rows = _rows(reader, "SELECT EXISTS (SELECT 1 FROM sessions WHERE transport IN (SELECT unnest(?))) AS held",
+                 [list(transports)])
+    return bool(rows[0]["held"])
 
 
 def session_window(reader: Reader, session_id: str) -> Row | None:

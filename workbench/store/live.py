@@ -40,13 +40,15 @@ import urllib.request
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import duckdb
-import pyarrow as pa
 
 from workbench.security.origin import LOOPBACK_ONLY, AccessPolicy
 from workbench.store.readonly import QueryRefused, ReadLimits, check_read_only, confine, run_read
+
+if TYPE_CHECKING:  # the service's answers are Arrow; the module is imported by every reader
+    import pyarrow as pa
 
 __all__ = ["LiveEndpoint", "LiveService", "is_mac", "live_pid", "query_mac", "sidecar_path", "trusted_endpoint"]
 
@@ -210,6 +212,8 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # the service outlives any one request
             self._reply(500, f"internal error: {type(exc).__name__}: {exc}".encode(), "text/plain", nonce)
             return
+        import pyarrow as pa  # the service (the capture's process) answers in Arrow IPC
+
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as w:
             w.write_table(table)

@@ -4,8 +4,10 @@ Views (the CLI, notebooks, fixtures, imports, the capture's spool merge) ask for
 name (``session_ids``, ``last_seq``, ``finding_rows``…) and never write SQL themselves; the one
 place SQL text lives outside ``workbench.store`` is where the user writes it (``workbench sql``,
 notebook cells). Each read takes a ``Reader``: anything with ``query(sql, params)`` returning
-Arrow — a file reader, the live service's client, the writer (``Store``) reading its own file, or a
-view's own data source wrapping one of those.
+Arrow and ``rows(sql, params)`` returning Python rows — a file reader, the live service's client,
+the writer (``Store``) reading its own file, or a view's own data source wrapping one of those. The
+reads here that hand Python values use ``rows``: a file reader fetches those as tuples, so a
+listing (``workbench sessions``) loads no pyarrow.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from workbench.errors import WorkbenchError
 from workbench.protocol import kinds
-from workbench.store.arrow_rows import table_rows
 
 if TYPE_CHECKING:  # only named in annotations: importing the reads loads no pyarrow
     import pyarrow as pa
@@ -39,16 +40,23 @@ class Reader(Protocol):
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table: ...
 
+    def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
+        """The same read as Python rows (column name → value), for reads that want Python values: a
+        file reader fetches them without Arrow, so a listing loads no pyarrow; a time Python cannot
+        hold comes as DuckDB's text, as ``arrow_rows.table_rows`` gives it."""
+        ...
+
     def close(self) -> None: ...
 
 
 def _rows(reader: Reader, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
-    """The rows of a query as Python values; a time Python cannot hold comes as its text (``arrow_rows``)."""
-    return table_rows(reader.query(sql, params))
+    """The rows of a query as Python values; a time Python cannot hold comes as its text."""
+    return reader.rows(sql, params)
 
 
-def _column(t: pa.Table) -> list[Any]:
-    return t.column(0).to_pylist() if t.num_columns else []
+def _column(rows: list[Row]) -> list[Any]:
+    """The first column's values."""
+    return [next(iter(r.values())) for r in rows]
 
 
 # the database as a whole --------------------------------------------------------------------------
@@ -56,12 +64,12 @@ def _column(t: pa.Table) -> list[Any]:
 def meta_keys_and_rows(reader: Reader) -> tuple[set[str], int]:
     """The keys of the ``meta`` table and how many rows ``sessions`` and ``frames`` hold together
     (a table the file lacks counts 0): is it a workbench database, and does it hold anything?"""
-    tables = set(_column(reader.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'")))
-    keys = {str(k) for k in _column(reader.query("SELECT key FROM meta"))} if "meta" in tables else set()
+    tables = set(_column(reader.rows("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'")))
+    keys = {str(k) for k in _column(reader.rows("SELECT key FROM meta"))} if "meta" in tables else set()
     held = 0
     for table in ("sessions", "frames"):
         if table in tables:
-            held += int(_column(reader.query(f"SELECT count(*) FROM {table}"))[0])
+            held += int(_column(reader.rows(f"SELECT count(*) FROM {table}"))[0])
     return keys, held
 
 
@@ -69,13 +77,13 @@ def meta_keys_and_rows(reader: Reader) -> tuple[set[str], int]:
 
 def session_ids(reader: Reader) -> list[str]:
     """Every session, oldest first (ties by id, so the order is the same on every run)."""
-    t = reader.query("SELECT session_id FROM sessions ORDER BY started_at, session_id")
+    t = reader.rows("SELECT session_id FROM sessions ORDER BY started_at, session_id")
     return [str(s) for s in _column(t)]
 
 
 def sessions_with_prefix(reader: Reader, prefix: str, limit: int) -> list[str]:
     """Up to ``limit`` session ids starting with ``prefix``, in id order (resolving a short id)."""
-    t = reader.query("SELECT session_id FROM sessions WHERE starts_with(session_id, ?) ORDER BY session_id "
+    t = reader.rows("SELECT session_id FROM sessions WHERE starts_with(session_id, ?) ORDER BY session_id "
                      f"LIMIT {int(limit)}", [prefix])
     return [str(s) for s in _column(t)]
 
@@ -110,13 +118,18 @@ def session_shown_whole(reader: Reader, session_id: str) -> list[Row]:
 
 def session_status(reader: Reader, session_id: str) -> str | None:
     """A session's status (open, complete…); None when no such session is stored (yet)."""
-    rows = _column(reader.query("SELECT status FROM sessions WHERE session_id = ?", [session_id]))
+    rows = _column(reader.rows("SELECT status FROM sessions WHERE session_id = ?", [session_id]))
     return rows[0] if rows else None
 
 
-def session_list(reader: Reader) -> pa.Table:
-    """The sessions list ``workbench sessions`` prints: one row per session, oldest first."""
-    return reader.query(
+SESSION_LIST_COLUMNS = ("session_id", "label", "source", "transport", "model", "started_at", "duration_s",
+                        "frame_count", "status")
+
+
+def session_list(reader: Reader) -> list[Row]:
+    """The sessions list ``workbench sessions`` prints (``SESSION_LIST_COLUMNS``): one row per session,
+    oldest first."""
+    return reader.rows(
         "SELECT s.session_id, s.label, s.source, s.transport, s.model, s.started_at, "
         "round(epoch(s.ended_at) - epoch(s.started_at), 2) AS duration_s, s.frame_count, s.status "
         "FROM sessions s ORDER BY s.started_at NULLS LAST, s.session_id")
@@ -125,7 +138,7 @@ def session_list(reader: Reader) -> pa.Table:
 def sessions_of_file_hash(reader: Reader, sha: str) -> list[str]:
     """Sessions an import older than schema 3 made from a file with this SHA-256: frames stored,
     none of them with a ``source_key`` (those imports recorded only the file's hash)."""
-    t = reader.query(
+    t = reader.rows(
         "SELECT s.session_id FROM sessions s WHERE json_extract_string(s.meta, '$.file_sha256') = ? "
         "AND EXISTS (SELECT 1 FROM frames f WHERE f.session_id = s.session_id) "
         "AND NOT EXISTS (SELECT 1 FROM frames f WHERE f.session_id = s.session_id AND f.source_key IS NOT NULL) "
@@ -152,28 +165,28 @@ def stored_units_of_sessions(reader: Reader, session_ids: Sequence[str]) -> list
 
 def last_seq(reader: Reader, session_id: str) -> int:
     """The highest seq stored for a session, -1 when it has no frames."""
-    t = reader.query("SELECT coalesce(max(seq), -1) FROM frames WHERE session_id = ?", [session_id])
+    t = reader.rows("SELECT coalesce(max(seq), -1) FROM frames WHERE session_id = ?", [session_id])
     return int(_column(t)[0])
 
 
 def last_seqs(reader: Reader, session_ids: Sequence[str]) -> dict[str, int]:
     """session_id → highest stored seq, for those of ``session_ids`` that have frames."""
-    t = reader.query("SELECT session_id, max(seq) AS seq FROM frames WHERE session_id IN (SELECT unnest(?)) "
+    t = reader.rows("SELECT session_id, max(seq) AS seq FROM frames WHERE session_id IN (SELECT unnest(?)) "
                      "GROUP BY session_id", [list(session_ids)])
-    return {str(r["session_id"]): int(r["seq"]) for r in t.to_pylist()}
+    return {str(r["session_id"]): int(r["seq"]) for r in t}
 
 
 def kind_counts(reader: Reader, session_id: str) -> dict[str, int]:
     """kind → how many frames of it a session has, most frequent first (ties by kind)."""
-    t = reader.query("SELECT kind, count(*) AS n FROM frames WHERE session_id = ? GROUP BY kind "
+    t = reader.rows("SELECT kind, count(*) AS n FROM frames WHERE session_id = ? GROUP BY kind "
                      "ORDER BY n DESC, kind", [session_id])
-    return {str(r["kind"]): int(r["n"]) for r in t.to_pylist()}
+    return {str(r["kind"]): int(r["n"]) for r in t}
 
 
 def frame_kinds(reader: Reader, session_id: str) -> dict[int, str]:
     """seq → kind of every frame of a session, in seq order."""
-    t = reader.query("SELECT seq, kind FROM frames WHERE session_id = ? ORDER BY seq", [session_id])
-    return {int(r["seq"]): str(r["kind"]) for r in t.to_pylist()}
+    t = reader.rows("SELECT seq, kind FROM frames WHERE session_id = ? ORDER BY seq", [session_id])
+    return {int(r["seq"]): str(r["kind"]) for r in t}
 
 
 def frame_identities(reader: Reader, session_ids: Sequence[str]) -> list[Row]:
@@ -258,7 +271,7 @@ def frames_after(reader: Reader, session_id: str, after: int, limit: int, *, dir
 
 def source_keys_with_prefix(reader: Reader, prefix: str) -> list[str]:
     """Every stored frame's ``source_key`` that starts with ``prefix`` (an import lineage's lines)."""
-    t = reader.query("SELECT source_key FROM frames WHERE starts_with(source_key, ?)", [prefix])
+    t = reader.rows("SELECT source_key FROM frames WHERE starts_with(source_key, ?)", [prefix])
     return [str(k) for k in _column(t)]
 
 
@@ -266,13 +279,13 @@ def sessions_of_source_keys(reader: Reader, keys: Sequence[str]) -> dict[str, st
     """source_key → session_id of the stored frames carrying one of ``keys``."""
     if not keys:
         return {}
-    t = reader.query("SELECT source_key, session_id FROM frames WHERE source_key IN (SELECT unnest(?))", [list(keys)])
-    return {str(r["source_key"]): str(r["session_id"]) for r in t.to_pylist()}
+    t = reader.rows("SELECT source_key, session_id FROM frames WHERE source_key IN (SELECT unnest(?))", [list(keys)])
+    return {str(r["source_key"]): str(r["session_id"]) for r in t}
 
 
 def holds_prefixed(reader: Reader, source_key_prefix: str, session_id_prefix: str) -> bool:
     """Whether any frame's source_key or any session's id starts with the given prefix."""
-    t = reader.query("SELECT EXISTS (SELECT 1 FROM frames WHERE starts_with(source_key, ?)) "
+    t = reader.rows("SELECT EXISTS (SELECT 1 FROM frames WHERE starts_with(source_key, ?)) "
                      "OR EXISTS (SELECT 1 FROM sessions WHERE starts_with(session_id, ?))",
                      [source_key_prefix, session_id_prefix])
     return bool(_column(t)[0])
@@ -280,7 +293,7 @@ def holds_prefixed(reader: Reader, source_key_prefix: str, session_id_prefix: st
 
 def source_keys_of(reader: Reader, session_id: str) -> set[str]:
     """Every ``source_key`` of one stored session."""
-    t = reader.query("SELECT source_key FROM frames WHERE session_id = ? AND source_key IS NOT NULL", [session_id])
+    t = reader.rows("SELECT source_key FROM frames WHERE session_id = ? AND source_key IS NOT NULL", [session_id])
     return {str(k) for k in _column(t)}
 
 
@@ -310,6 +323,6 @@ def session_findings(reader: Reader, session_id: str) -> list[Row]:
 
 def has_derived_rows(reader: Reader, session_id: str) -> bool:
     """Did an analysis store blobs or tool calls for this session?"""
-    t = reader.query("SELECT (SELECT count(*) FROM blobs WHERE session_id = ?) + "
+    t = reader.rows("SELECT (SELECT count(*) FROM blobs WHERE session_id = ?) + "
                      "(SELECT count(*) FROM tool_calls WHERE session_id = ?)", [session_id, session_id])
     return bool(_column(t)[0])

@@ -19,12 +19,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
-from workbench.store.db import (
+from workbench.store.arrow_rows import table_rows
+from workbench.store.connection import (
     StoreError,
     check_version,
     connect,
@@ -45,9 +45,12 @@ from workbench.store.live import (
     sidecar_path,
     trusted_endpoint,
 )
-from workbench.store.queries import Reader
-from workbench.store.readonly import ReadLimits, check_read_only, confine, run_read
+from workbench.store.queries import Reader, Row
+from workbench.store.readonly import ReadLimits, check_read_only, confine, fetch_rows, run_read, run_rows
 from workbench.store.schema import SchemaVersionError
+
+if TYPE_CHECKING:  # Arrow results are loaded where they are asked for: ``rows`` needs no pyarrow
+    import pyarrow as pa
 
 __all__ = ["ConnectionReader", "LiveService", "LocalReader", "live_pid", "ReadLimits", "Reader", "RemoteReader", "check_read_only",
            "open_reader", "sidecar_path"]
@@ -79,9 +82,15 @@ class LocalReader:
         self._lock = threading.Lock()
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        return self._read(run_read, sql, params)
+
+    def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
+        return self._read(run_rows, sql, params)
+
+    def _read(self, run: Any, sql: str, params: Sequence[Any] | None) -> Any:
         with self._lock:
             try:
-                return run_read(self.con, sql, params, self.limits)
+                return run(self.con, sql, params, self.limits)
             except duckdb.Error as exc:
                 if is_damage(exc):
                     raise StoreError(damage_message(self.path, exc)) from exc
@@ -134,7 +143,12 @@ class RemoteReader:
         if not (is_mac(mac) and hmac.compare_digest(mac, query_mac(self.token, nonce, 200, data))):
             raise StoreError(f"{self.path} (live): the answer from {self.url} is not signed with the capture's "
                              "token; its rows are not shown")
+        import pyarrow as pa  # the service answers in Arrow IPC
+
         return pa.ipc.open_stream(data).read_all()
+
+    def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
+        return table_rows(self.query(sql, params))
 
     def close(self) -> None:
         pass
@@ -151,8 +165,17 @@ class ConnectionReader:
         self.path = path
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        import pyarrow as pa  # a notebook connection: the Arrow read is what was asked for
+
         rel = self.con.sql(sql, params=list(params) if params else None)
         return rel.to_arrow_table() if rel is not None else pa.table({})
+
+    def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
+        cur = self.con.cursor()
+        try:
+            return fetch_rows(cur.execute(sql, list(params) if params else None))
+        finally:
+            cur.close()
 
     def close(self) -> None:
         pass  # the connection is its opener's to close

@@ -38,16 +38,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from workbench.errors import WorkbenchError
 from workbench.store import functions
 from workbench.store.functions import refused_call
 from workbench.store.limits import DEFAULT_MAX_RESULT_BYTES as DEFAULT_MAX_RESULT_BYTES
 from workbench.store.limits import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
+
+if TYPE_CHECKING:  # Arrow results only: a listing reads tuples and loads no pyarrow (``run_rows``)
+    import pyarrow as pa
 
 # A client may ask for a longer limit, never for more than a day (a timer past that overflows).
 MAX_TIMEOUT_S = 24 * 3600.0
@@ -197,12 +200,37 @@ def confine(con: duckdb.DuckDBPyConnection, allowed_dirs: Iterable[str] = ()) ->
 
 def run_read(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | None = None,
              limits: ReadLimits | None = None) -> pa.Table:
-    """Run read-only ``sql`` on ``con`` within ``limits``; the last statement's rows.
+    """Run read-only ``sql`` on ``con`` within ``limits``; the last statement's rows, as Arrow.
 
     ``con`` is a connection (or cursor) nobody else uses meanwhile, with no transaction open. Its
     instance must already be confined (``confine``): this function checks the statements, runs
     them in a read-only transaction and enforces the limits.
     """
+    import pyarrow as pa  # an Arrow result: the caller works in Arrow, so pyarrow is its cost
+
+    table = _run(con, sql, params, limits, _fetch_arrow)
+    return table if table is not None else pa.table({})
+
+
+def run_rows(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | None = None,
+             limits: ReadLimits | None = None) -> list[dict[str, Any]]:
+    """``run_read`` for a caller that wants Python rows (column name → value), fetched as tuples:
+    no Arrow on the way, so a command that lists (``workbench sessions``) loads neither pyarrow nor
+    numpy. A value DuckDB's tuple conversion cannot give (a time past year 9999 comes as its text
+    already) is read again through Arrow (``arrow_rows.table_rows``), as every other read shows it.
+    """
+    try:
+        return _run(con, sql, params, limits, _fetch_rows) or []
+    except (OverflowError, ValueError):
+        from workbench.store.arrow_rows import (
+            table_rows,  # the fallback reads through Arrow, as every other read
+        )
+
+        return table_rows(run_read(con, sql, params, limits))
+
+
+def _run(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | None, limits: ReadLimits | None,
+         fetch: Any) -> Any:
     limits = limits or ReadLimits()
     statements = read_statements(sql)
     if params and len(statements) > 1:
@@ -220,10 +248,10 @@ def run_read(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | N
         if timer is not None:
             timer.daemon = True
             timer.start()
-        table = pa.table({})
+        result = None
         for st in statements:
-            table = _fetch(cur, st, list(params) if params else None, limits.max_result_bytes)
-        return table
+            result = fetch(cur, st, list(params) if params else None, limits.max_result_bytes)
+        return result
     except duckdb.InterruptException as exc:
         if fired.is_set():
             raise QueryTimeout(f"query interrupted: it ran past the {limits.timeout_s:g} s time limit "
@@ -243,22 +271,58 @@ def run_read(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | N
             pass
 
 
-def _fetch(cur: duckdb.DuckDBPyConnection, statement: Any, params: list[Any] | None,
-           cap: int | None) -> pa.Table:
+def _too_large(cap: int, rows: int) -> ResultTooLarge:
+    return ResultTooLarge(f"result larger than the {_mib(cap)} cap (stopped after {rows} "
+                          f"rows): select fewer rows or columns (LIMIT, no payload/raw), or raise the cap "
+                          f"(workbench sql --max-result-mb N)")
+
+
+def _fetch_arrow(cur: duckdb.DuckDBPyConnection, statement: Any, params: list[Any] | None,
+                 cap: int | None) -> pa.Table | None:
+    import pyarrow as pa  # an Arrow result was asked for
+
     rel = cur.sql(statement, params=params)
     if rel is None:
-        return pa.table({})
+        return None
     reader = rel.to_arrow_reader(_BATCH_ROWS)
     batches: list[pa.RecordBatch] = []
     total = 0
     for batch in reader:
         total += batch.nbytes
         if cap is not None and total > cap:
-            raise ResultTooLarge(f"result larger than the {_mib(cap)} cap (stopped after {sum(b.num_rows for b in batches)} "
-                                 f"rows): select fewer rows or columns (LIMIT, no payload/raw), or raise the cap "
-                                 f"(workbench sql --max-result-mb N)")
+            raise _too_large(cap, sum(b.num_rows for b in batches))
         batches.append(batch)
     return pa.Table.from_batches(batches, schema=reader.schema)
+
+
+# A datetime or date at Python's extreme is how DuckDB's tuple conversion gives ±infinity; the
+# Arrow reads show those as DuckDB's text, and so do these rows.
+_INFINITE_TEXT = {datetime.max: "infinity", datetime.min: "-infinity", date.max: "infinity", date.min: "-infinity"}
+
+
+def _fetch_rows(cur: duckdb.DuckDBPyConnection, statement: Any, params: list[Any] | None,
+                cap: int | None) -> list[dict[str, Any]]:
+    return fetch_rows(cur.execute(statement, params), cap)
+
+
+def fetch_rows(cur: duckdb.DuckDBPyConnection, cap: int | None = None) -> list[dict[str, Any]]:
+    """The rows of the query just executed on ``cur`` as dicts (column name → value), fetched as
+    tuples: no Arrow. ``cap``: the most bytes the values may hold (text and bytes by length, others
+    8 bytes — close to the Arrow buffers the same rows would need), ``ResultTooLarge`` past it."""
+    if cur.description is None:
+        return []
+    names = [d[0] for d in cur.description]
+    rows: list[dict[str, Any]] = []
+    total = 0
+    while chunk := cur.fetchmany(_BATCH_ROWS * 8):
+        for values in chunk:
+            if cap is not None:
+                total += sum(len(v) if isinstance(v, str | bytes) else 8 for v in values)
+            rows.append({n: (_INFINITE_TEXT.get(v, v) if isinstance(v, date) else v)
+                         for n, v in zip(names, values, strict=True)})
+        if cap is not None and total > cap:
+            raise _too_large(cap, len(rows))
+    return rows
 
 
 def _sql_str(text: str) -> str:

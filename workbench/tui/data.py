@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from workbench.store import queries
 from workbench.store import view_reads as reads
 from workbench.store.db import StoreError
 from workbench.store.live import pid_alive
+from workbench.store.queries import Row
 from workbench.store.reader import LocalReader, RemoteReader, open_reader
 from workbench.store.view_reads import BlobView, ToolCallView
 from workbench.tui.rows import HEARTBEAT_KINDS, MIN_FOLD, FrameFilter, FrameIndex, RowRef, blob_needle
@@ -158,25 +159,29 @@ class TuiData:
         # One query at a time: a file reader serialises anyway, and a capture's live service has
         # been seen to hang when several of its request threads open cursors at once.
         with self._query_lock:
-            return self._query(sql, params)
+            return self._read(lambda r: r.query(sql, params))
 
-    def _query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+    def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
+        with self._query_lock:
+            return self._read(lambda r: r.rows(sql, params))
+
+    def _read(self, run: Callable[[LocalReader | RemoteReader], Any]) -> Any:
         if self.transient:
             reader = self._last = open_reader(self.path)
             try:
-                return reader.query(sql, params)
+                return run(reader)
             finally:
                 reader.close()
         if self._reader is None:
             self._reader = open_reader(self.path)
         try:
-            return self._reader.query(sql, params)
+            return run(self._reader)
         except StoreError:
             if not self._reader.live:
                 raise
             # the capture we were reading through has stopped: the file is now readable directly
             self._reader = open_reader(self.path)
-            return self._reader.query(sql, params)
+            return run(self._reader)
 
     def close(self) -> None:
         # let a worker's query in flight finish first: closing a busy connection raises
