@@ -78,6 +78,8 @@ GOALS: dict[str, Goal] = {
     # the HTML report (benchmarks/report.py)
     "report": Goal("`workbench report` of a 1M-frame session", 10, "s", True, "issue 35"),
     "report_size": Goal("size of the report of a 1M-frame session", 5, "MB", True, "issue 35"),
+    # output (benchmarks/textsafe.py): the one printer every table cell goes through
+    "textsafe": Goal("a 1M-row table through the printer vs the same table before it", 1.5, "x", True, "issue 35"),
     # schema (benchmarks/schema_extract.py)
     "schema_extract": Goal("`schema extract` of a 50 MB bundle", 10, "s", True, "schema extraction issue"),
 }

@@ -20,11 +20,13 @@ import importlib
 import os
 import sys
 from collections.abc import Collection, Sequence
+from typing import NoReturn, cast
 
 from workbench import __version__
 from workbench.commands.table import COMMAND_MODULES, COMMANDS, add_command
 from workbench.errors import CliError, WorkbenchError
 from workbench.store.files import private_files
+from workbench.textsafe import escape_display
 
 __all__ = ["COMMANDS", "COMMAND_MODULES", "CliError", "WorkbenchError", "build_parser", "main"]
 
@@ -34,18 +36,28 @@ IMPORT_FORMAT_MODULES = ("workbench.export.cli", "workbench.fixtures.cli")
 ALSO_LOADS = {"workbench.ingest.cli": IMPORT_FORMAT_MODULES}
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors quote the command line through the printer (an
+    unrecognized argument is printed as given, and it may be pasted from a capture)."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(escape_display(message, layout=True))
+
+
 def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser:
     """The parser, with the commands of the modules in ``load`` complete (all modules when None).
 
     A command whose module is not loaded gets a stub that only carries its name and help: enough
     for ``workbench --help`` and for argparse to reject an unknown command.
     """
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="workbench",
         description="Capture, decode, diagnose and replay Cursor agent traffic.",
     )
     parser.add_argument("--version", action="version", version=f"workbench {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # the commands' parsers are Parsers too (argparse makes them of the parent's class)
+    sub = cast("argparse._SubParsersAction[argparse.ArgumentParser]",
+               parser.add_subparsers(dest="command", metavar="COMMAND"))
     for name, _, module in COMMANDS:
         if load is not None and module not in load:
             add_command(sub, name)
@@ -78,7 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rc = _run(args)
     except WorkbenchError as exc:
-        print(f"workbench {args.command}: {exc}", file=sys.stderr)
+        # messages quote what they refuse (a file name, a session id, a value from the capture):
+        # control characters as visible escapes (workbench.textsafe); a message's own lines stay
+        print(f"workbench {args.command}: {escape_display(str(exc), layout=True)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -8,6 +8,7 @@
     con = connect(demo_db())          # what the shipped notebooks read: captures/demo.duckdb, same rule
     con.sql("FROM v_heartbeat_gaps").df()   # pandas DataFrame (DuckDB's FROM-first SQL: all columns)
     session_overview(con)             # sessions with their label and top finding (root cause first)
+    printable(session_overview(con))  # the same table to look at: control characters shown escaped
 
 The connection is a private in-memory DuckDB. It is read-only for real (``workbench.store.readonly``):
 its default database is read-only, so creating a table, ``INSERT`` and ``DELETE`` are refused, SQL has no
@@ -54,9 +55,10 @@ from workbench.store.notebook_db import FAMILY_SQL, VIEWS
 from workbench.store.queries import finding_rows
 from workbench.store.reader import ConnectionReader, RemoteReader, open_reader
 from workbench.store.readonly import ReadLimits, confine
+from workbench.textsafe import escape
 
 __all__ = ["DEFAULT_NOTEBOOK_DB", "FAMILY_SQL", "TABLES", "VIEWS", "NotebookError", "connect", "default_db", "demo_db",
-           "session_overview"]
+           "printable", "session_overview"]
 
 DEFAULT_NOTEBOOK_DB = "captures/demo.duckdb"  # what `workbench demo` writes; demo_db() finds it from any folder
 TABLES = ("sessions", "frames", "blobs", "tool_calls", "findings")
@@ -117,6 +119,20 @@ def session_overview(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     df["top_finding"] = [f.code if (f := top.get(sid)) is not None else None for sid in df.session_id]
     df["top_finding_message"] = [f.message if (f := top.get(sid)) is not None else None for sid in df.session_id]
     return df
+
+
+def printable(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` to look at: a copy whose text cells (and column names) show control characters as
+    visible escapes, the way ``workbench`` commands print them (``workbench.textsafe``). A label,
+    tool name or text delta holding ESC, a bare CR or U+202E would otherwise retitle the terminal
+    of a notebook run in one, or read as another name in the notebook's HTML table. ``df`` itself
+    keeps the exact values (compare, filter and export those)."""
+    out = df.copy()
+    for col in out.columns:
+        if out[col].dtype == object or str(out[col].dtype) in ("string", "str"):
+            out[col] = out[col].map(lambda v: escape(v) if isinstance(v, str) else v)
+    out.columns = [escape(c) if isinstance(c, str) else c for c in out.columns]
+    return out
 
 
 def _attach_read_only(con: duckdb.DuckDBPyConnection, path: Path) -> None:

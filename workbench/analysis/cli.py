@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -27,6 +28,7 @@ from workbench.protocol.args import parse_json
 from workbench.store import analysis_reads as reads
 from workbench.store.db import Store, StoreError
 from workbench.store.reader import live_pid, open_reader
+from workbench.textsafe import block_stream, escape, escape_display
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -102,14 +104,18 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             for r in results:
                 print(json.dumps({**result_json(r), **bridge.get(r.session_id, {"links": []})}, default=str))
         else:
-            print_report(results)
+            # findings quote the capture (tool names, ids, messages): written through the printer,
+            # which keeps the report's own lines and escapes any control character (workbench.textsafe)
+            out = block_stream(sys.stdout)
+            print_report(results, file=out)
             for sid, facts in bridge.items():
                 print(f"bridge: session {sid[:8]} ↔ " + ", ".join(
-                    f"{lk['session_id'][:8]} ({lk['role']}, by {'+'.join(lk['by'])})" for lk in facts["links"]))
+                    f"{lk['session_id'][:8]} ({lk['role']}, by {'+'.join(lk['by'])})" for lk in facts["links"]),
+                      file=out)
                 if facts.get("ttft"):
-                    print(f"        {format_ttft(facts['ttft'])}")
+                    print(f"        {format_ttft(facts['ttft'])}", file=out)
             if note:
-                print(note)
+                print(note, file=out)
     finally:
         src.close()
     return 1 if any(r.failed for r in results) else 0
@@ -157,8 +163,10 @@ def _load(args: argparse.Namespace) -> AnalysisResult:
 def _short(value: Any, width: int) -> str:
     if value is None:
         return ""
-    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
-    text = text.replace("\n", "\\n")
+    # one line, control characters as visible escapes (workbench.textsafe); JSON has its own
+    # escapes already (display form: its backslashes are not doubled)
+    text = escape(value) if isinstance(value, str) else escape_display(
+        json.dumps(value, default=str, sort_keys=True))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -169,7 +177,7 @@ def cmd_blobs(args: argparse.Namespace) -> int:
             row = {k: v for k, v in b.items() if k != "data"}
             print(json.dumps(row, default=str))
         return 0
-    print(f"session {r.session_id}: {len(r.blobs)} blob request(s)")
+    print(f"session {escape(r.session_id)}: {len(r.blobs)} blob request(s)")
     print(f"{'seq':>6} {'kv':>4} {'op':4} {'status':10} {'blob_id':14} {'size':>7} {'type':36} {'sha':4} "
           f"{'checkpoint_ref':30} preview")
     for b in r.blobs:
@@ -180,7 +188,7 @@ def cmd_blobs(args: argparse.Namespace) -> int:
             kind += f"/{b['proto_type']}"
         sha = "" if b["sha256_ok"] is None else ("ok" if b["sha256_ok"] else "no")
         print(f"{b['seq'] if b['seq'] is not None else '':>6} {b['kv_id'] if b['kv_id'] is not None else '':>4} "
-              f"{b['op']:4} {b['status']:10} {b['blob_id'][:12] + '…':14} "
+              f"{escape(b['op']):4} {escape(b['status']):10} {escape(b['blob_id'][:12]) + '…':14} "
               f"{b['size'] if b['size'] is not None else '':>7} {_short(kind, 36):36} {sha:4} "
               f"{_short(b.get('checkpoint_ref'), 30):30} {_short(b.get('preview'), 80)}")
     return 0
@@ -193,12 +201,13 @@ def cmd_tools(args: argparse.Namespace) -> int:
             diff = args_diff(t["args_merged"], t["args_completion"])
             print(json.dumps({**t, "completion_diff": diff.as_dict() if diff else None}, default=str))
         return 0
-    print(f"session {r.session_id}: {len(r.tool_calls)} tool call(s)")
+    print(f"session {escape(r.session_id)}: {len(r.tool_calls)} tool call(s)")
     for t in r.tool_calls:
         exec_part = f" exec {t['exec_id']} seq {t['exec_seq']}" if t["exec_id"] is not None else ""
         result_part = f" result seq {t['result_seq']}" if t["result_seq"] is not None else ""
-        cid = t["call_id"].replace("\n", "\\n")  # stream-json call ids may contain a newline
-        print(f"{cid}  {t['tool_name']}  {t['status']}  seq {t['first_seq']}–{t['last_seq']}"
+        # call ids and tool names come from the capture: one line each, control characters escaped
+        print(f"{escape(t['call_id'])}  {escape(t['tool_name'])}  {escape(t['status'])}  "
+              f"seq {t['first_seq']}–{t['last_seq']}"
               f"{exec_part}{result_part}")
         print(f"    merged:     {_short(t['args_merged'], 150)}")
         if t["args_streamed"] is not None and t["args_streamed"] != t["args_merged"]:
@@ -208,7 +217,7 @@ def cmd_tools(args: argparse.Namespace) -> int:
             diff = args_diff(t["args_merged"], t["args_completion"])
             if diff:
                 # the difference in words: the truncated objects alone hide which key went or changed type
-                print(f"    completion vs merged: {diff.describe()}")
+                print(f"    completion vs merged: {escape_display(diff.describe())}")
         if t["args_naive"] is not None and parse_json(t["args_naive"]) != t["args_streamed"]:
             print(f"    naive:      {_short(t['args_naive'], 150)}  (what concatenating the deltas gives)")
         if t["result"] is not None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.store.arrow_rows import table_rows
 from workbench.store.paths import default_db, describe_rule
 from workbench.store.queries import resolve_session
+from workbench.textsafe import escape
 
 __all__ = ["add_db_arg", "add_json_arg", "add_proto_arg", "decoder_from", "print_rows", "print_table", "reader_from", "resolve_session",
            "table_rows"]
@@ -61,8 +62,7 @@ def _cell(v: Any, width: int) -> str:
     elif isinstance(v, bytes):
         s = v[:16].hex() + ("…" if len(v) > 16 else "")
     else:
-        s = str(v)
-    s = s.replace("\n", "\\n")
+        s = escape(v)  # captured text: control characters as visible escapes (workbench.textsafe)
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
@@ -78,11 +78,13 @@ def print_rows(rows: list[dict[str, Any]], columns: Sequence[str], max_width: in
                extra: dict[str, Sequence[Any]] | None = None) -> None:
     """``print_table`` for rows already read as Python values (``Reader.rows``: no pyarrow)."""
     cols = list(columns) + list(extra or {})
+    heads = [escape(c) for c in cols]  # SQL aliases are the query's: shown the same way
     for name, values in (extra or {}).items():
         for row, value in zip(rows, values, strict=True):
             row[name] = value
-    widths = [min(max_width, max([len(c)] + [len(_cell(r[c], max_width)) for r in rows])) for c in cols]
-    print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip())
+    widths = [min(max_width, max([len(h)] + [len(_cell(r[c], max_width)) for r in rows]))
+              for c, h in zip(cols, heads, strict=True)]
+    print("  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip())
     for r in rows:
         print("  ".join(_cell(r[c], w).ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip())
     print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")

@@ -34,6 +34,7 @@ from workbench.store.queries import (
     session_list,
     session_status,
 )
+from workbench.textsafe import escape, escape_display, escape_json, json_stream
 
 if TYPE_CHECKING:
     from workbench.decode.classify import Decoder, Frame
@@ -134,11 +135,12 @@ def cmd_decode(args: argparse.Namespace) -> int:
         if args.json:
             from workbench.decode.render import frame_to_json  # named trees: only --json builds them
 
-            print(json.dumps(frame_to_json(dec, f), ensure_ascii=False))
+            print(escape_json(json.dumps(frame_to_json(dec, f), ensure_ascii=False)))
         else:
-            line = f"{f.kind:48} {f.summary}"
+            # what the bytes say is shown with its control characters escaped (workbench.textsafe)
+            line = f"{escape(f.kind):48} {escape_display(f.summary)}"
             if f.error:
-                line += f"  [error: {f.error}]"
+                line += f"  [error: {escape_display(f.error)}]"
             print(line)
         bad += f.kind == "malformed"
     return 1 if bad else 0
@@ -181,7 +183,7 @@ def _decode_batch(args: argparse.Namespace, dec: Decoder) -> int:
                                       "error": f"{where}: {exc}"}
         else:
             result = _result(dec, dec.decode_body(data, transport, direction))
-        out.write(json.dumps(result, ensure_ascii=False) + "\n")
+        out.write(escape_json(json.dumps(result, ensure_ascii=False)) + "\n")
     out.flush()
     return 1 if failures else 0
 
@@ -309,14 +311,21 @@ def _print_frame(row: dict[str, Any], dec: Decoder | None) -> None:
         out = {k: v for k, v in row.items() if k != "payload" and v is not None}
         out["ts"] = str(row["ts"])
         # a big frame kept compressed is inflated as a stream, never whole (decode/streamed.py)
-        dump_frame(dec, out, row["kind"], row["payload"] or b"", row["msg_type"], row["flags"] or 0, sys.stdout)
+        dump_frame(dec, out, row["kind"], row["payload"] or b"", row["msg_type"], row["flags"] or 0,
+                   json_stream(sys.stdout))  # exact JSON, no raw control character (workbench.textsafe)
         sys.stdout.write("\n")
         return
+    from workbench.store.gate import wire_str  # loaded with the reader already; `decode` must not pay for it
+
     arrow = "→" if row["direction"] == "client" else "←"
     # a time past year 9999 (a hostile import's) is read as DuckDB's text: print that text
     ts = row["ts"].strftime("%H:%M:%S.%f")[:-3] if hasattr(row["ts"], "strftime") else str(row["ts"] or "")
-    err = f"  [error: {row['error']}]" if row["error"] else ""
-    print(f"{row['seq']:>7} {ts} {arrow} {row['kind']:<44} {row['summary'] or ''}{err}")
+    # kinds, summaries and errors quote the capture: control characters as visible escapes; a
+    # summary is already written for display (its quotes and backslashes escaped), so display
+    # form, of the text the store's wire-text rule stands for (wire_str), not of its stored form
+    err = f"  [error: {escape_display(wire_str(row['error']))}]" if row["error"] else ""
+    summary = escape_display(wire_str(row["summary"] or ""))
+    print(f"{row['seq']:>7} {escape(ts)} {arrow} {escape(row['kind']):<44} {summary}{err}")
 
 
 def cmd_sql(args: argparse.Namespace) -> int:

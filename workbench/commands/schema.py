@@ -16,6 +16,7 @@ from workbench.commands.common import add_json_arg
 from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.schema.extract import ExtractError, extract, report, write
+from workbench.textsafe import escape_display
 
 DEFAULT_OUT = "extracted_schema"
 _SHOW_PROBLEMS = 20
@@ -59,8 +60,8 @@ def _extract(args: argparse.Namespace) -> int:
     else:
         _print_text(rep, written)
     if not ex.files:
-        print("workbench schema extract: nothing recovered from " + ", ".join(args.paths)
-              + (f" ({ex.problems[0]})" if ex.problems else ""), file=sys.stderr)
+        print(escape_display("workbench schema extract: nothing recovered from " + ", ".join(args.paths)
+                             + (f" ({ex.problems[0]})" if ex.problems else "")), file=sys.stderr)
         return 2
     return 0
 
@@ -78,7 +79,7 @@ def _print_text(rep: dict[str, Any], written: list[Path]) -> None:
         print(f"{len(problems)} problems (all in report.json):")
         for p in problems[:_SHOW_PROBLEMS]:
             where = p["file"] + (f": offset {p['offset']}" if p["offset"] is not None else "")
-            print(f"  {where}: {p['problem']}")
+            print(escape_display(f"  {where}: {p['problem']}"))  # a bundle's text: workbench.textsafe
         if len(problems) > _SHOW_PROBLEMS:
             print(f"  … and {len(problems) - _SHOW_PROBLEMS} more")
     for path in written:

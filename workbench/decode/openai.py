@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from workbench.decode.frame import Frame
+from workbench.decode.summary import quote
 from workbench.protocol import kinds
 
 # A request or whole answer past this is kept as its first bytes with an error (a bridge body is
@@ -37,9 +38,9 @@ def _arr(value: Any) -> list[Any]:
 
 
 def _short(text: Any, width: int = 60) -> str:
-    s = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
-    s = s.replace("\n", "\\n")
-    return json.dumps(s[:width] + ("…" if len(s) > width else ""), ensure_ascii=False)
+    # quoted the way the agent side's summaries are: each newline escaped once (escaping it and then
+    # JSON-encoding the result escaped it twice, issue 35)
+    return quote(text if isinstance(text, str) else json.dumps(text, ensure_ascii=False), width + 1)
 
 
 def _doc(data: bytes) -> tuple[Any, str | None]:

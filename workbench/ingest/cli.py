@@ -11,6 +11,7 @@ from workbench.commands.common import add_db_arg, add_json_arg, add_proto_arg, d
 from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.ingest import IMPORTERS, IngestError, Progress, import_file, open_store
+from workbench.textsafe import escape_display
 from workbench.wire.inflate import MIB, InflateBudget
 
 
@@ -72,7 +73,8 @@ def cmd_import(args: argparse.Namespace) -> int:
             try:
                 def warn(msg: str, progress: Progress = progress) -> None:
                     progress.finish()  # a warning gets a line of its own; the progress line comes back
-                    print(f"workbench import: {msg}", file=sys.stderr)
+                    # warnings quote the file (header values, ids): through the printer (workbench.textsafe)
+                    print(f"workbench import: {escape_display(msg, layout=True)}", file=sys.stderr)
 
                 result = import_file(name, store, args.format, decoder_factory=lambda: decoder_from(args),
                                      progress=progress, warn=warn,
@@ -81,7 +83,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                                      options=options, findings=ahead)
             except IngestError as exc:
                 failed += 1
-                print(f"workbench import: {exc}", file=sys.stderr)
+                print(f"workbench import: {escape_display(str(exc), layout=True)}", file=sys.stderr)
                 if args.json:
                     print(json.dumps({"file": name, "error": str(exc)}), flush=True)
                 continue
@@ -90,12 +92,14 @@ def cmd_import(args: argparse.Namespace) -> int:
                 # command completes it (already imported units are skipped).
                 failed += 1
                 progress.finish()
-                print(f"workbench import: {name}: writing {args.db} failed: {exc}; the sessions written "
-                      f"so far are complete, run the same import again to resume", file=sys.stderr)
+                print(escape_display(f"workbench import: {name}: writing {args.db} failed: {exc}; the sessions "
+                                     "written so far are complete, run the same import again to resume"),
+                      file=sys.stderr)
                 if args.json:
                     print(json.dumps({"file": name, "error": f"writing {args.db} failed: {exc}"}), flush=True)
                 continue
-            print(json.dumps(dataclasses.asdict(result)) if args.json else result.summary_line(), flush=True)
+            print(json.dumps(dataclasses.asdict(result)) if args.json else escape_display(result.summary_line()),
+                  flush=True)
             undecryptable += result.undecryptable
             if result.format != "parquet":  # a Parquet export brings its own findings rows, kept as exported
                 imported.extend(result.session_ids)

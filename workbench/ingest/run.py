@@ -29,6 +29,7 @@ from workbench.redact import is_secret_header, marker
 from workbench.store.db import now_us
 from workbench.store.reader import LiveService
 from workbench.store.recorder import Recorder
+from workbench.textsafe import escape_display
 
 SOURCE = "run:ndjson"
 _SECRET_FLAGS = ("--api-key", "--token", "--auth-token")
@@ -74,8 +75,9 @@ class _Lost:
 
     def add(self, lineno: int, exc: BaseException) -> None:
         self.lines.append(lineno)
+        # the error may quote the line: through the printer (workbench.textsafe)
         print(f"workbench run: stdout line {lineno} was passed on but not recorded: "
-              f"{type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr, flush=True)
+              f"{type(exc).__name__}: {escape_display(str(exc)[:200])}", file=sys.stderr, flush=True)
 
 
 def run_and_record(cmd: Sequence[str], db: str, *, out: BinaryIO | None = None,

@@ -19,6 +19,7 @@ from workbench.commands.table import add_command
 from workbench.errors import CliError
 from workbench.proxy.server import DEFAULT_PORT, DEFAULT_UPSTREAM, ProxyConfig, ProxyServer
 from workbench.security.origin import AccessPolicy
+from workbench.textsafe import escape, escape_display
 
 TOKEN_ENV = "CURSOR_ACCESS_TOKEN"
 
@@ -194,21 +195,24 @@ async def _client(args: argparse.Namespace) -> int:
     rc = 0
     try:
         async for ev in client.stream_turn(args.prompt, args.model):
+            # the server's words reach the terminal through the printer (workbench.textsafe): its
+            # newlines and tabs stay, an ESC or a bare CR is shown escaped
             if args.events and not isinstance(ev, TextDelta):
-                print(f"\n[{type(ev).__name__}] {_short(ev)}", file=sys.stderr, flush=True)
+                print(f"\n[{type(ev).__name__}] {escape_display(_short(ev))}", file=sys.stderr, flush=True)
             if isinstance(ev, TextDelta):
-                print(ev.text, end="", flush=True)
+                print(escape_display(ev.text, layout=True), end="", flush=True)
             elif isinstance(ev, ExecRequest):
                 await ev.fail(f"exec {ev.kind} not handled (start with --execute-locally --workspace DIR)")
             elif isinstance(ev, ToolCall) and not args.events:
-                print(f"\n[tool {ev.name}]", file=sys.stderr, flush=True)
+                print(f"\n[tool {escape(ev.name)}]", file=sys.stderr, flush=True)
             elif isinstance(ev, TurnEnded):
                 print(flush=True)
             elif isinstance(ev, StreamEndMissing):
-                print(f"workbench client: {ev.message}", file=sys.stderr, flush=True)
+                print(f"workbench client: {escape_display(ev.message)}", file=sys.stderr, flush=True)
                 rc = 1
             elif isinstance(ev, Error):
-                print(f"\nworkbench client: {ev.code}: {ev.message}", file=sys.stderr, flush=True)
+                print(f"\nworkbench client: {escape(ev.code)}: {escape_display(ev.message)}", file=sys.stderr,
+                      flush=True)
                 rc = 1
     finally:
         await client.aclose()

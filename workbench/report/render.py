@@ -21,6 +21,7 @@ from workbench.protocol import kinds
 from workbench.report.build import ReportSession, Skipped
 from workbench.report.diagram import colour, is_stall_finding
 from workbench.report.session import SessionView
+from workbench.textsafe import escape_display
 
 MAX_TREE_TEXT = 2000      # characters of one string shown in a frame's tree
 DEFAULT_MAX_FRAMES = 5000  # frames in the table (each with its tree), besides those the page links to
@@ -29,13 +30,22 @@ DEFAULT_MAX_FRAMES = 5000  # frames in the table (each with its tree), besides t
 def _env() -> Environment:
     env = Environment(loader=PackageLoader("workbench.report", "templates"),
                       autoescape=select_autoescape(["html", "svg", "j2"], default=True),
-                      trim_blocks=True, lstrip_blocks=True)
+                      trim_blocks=True, lstrip_blocks=True, finalize=_shown)
     env.filters["clip"] = clip
     env.filters["jsonish"] = jsonish
     env.tests["mapping"] = lambda v: isinstance(v, dict)
     env.tests["sequence"] = lambda v: isinstance(v, list | tuple)
     env.tests["skipped_row"] = lambda v: isinstance(v, Skipped)
     return env
+
+
+def _shown(value: Any) -> Any:
+    """Every ``{{ … }}`` of the page: autoescape keeps wire text from being markup; this shows its
+    control, bidi and zero-width characters as visible escapes (``workbench.textsafe``), so that in
+    labels and names U+202E cannot make one tool read as another. Its own lines stay."""
+    if isinstance(value, str) and not hasattr(value, "__html__"):  # markup we built is left as it is
+        return escape_display(value, layout=True)
+    return value
 
 
 def clip(value: Any, limit: int = MAX_TREE_TEXT) -> str:

@@ -8,6 +8,7 @@ import sys
 from workbench.commands.common import add_db_arg, add_json_arg
 from workbench.commands.table import add_command
 from workbench.errors import CliError
+from workbench.textsafe import escape_display, escape_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,5 +44,6 @@ def cmd_diff(args: argparse.Namespace) -> int:
     with open_source(args.b, args.db_b or args.db) as (src_b, sid_b):
         b = load_session(src_b, sid_b, redact=args.redact)
     d = diff_sessions(a, b, opts)
-    print(dumps(d) if args.json else human(d), file=sys.stdout)
+    # the output boundary: both sessions' text through the printer (workbench.textsafe); JSON stays exact
+    print(escape_json(dumps(d)) if args.json else escape_display(human(d), layout=True), file=sys.stdout)
     return 0 if d.same else 1

@@ -73,6 +73,15 @@ def wire_bytes(stored: str) -> bytes:
     return _UNESCAPE.sub(lambda m: b"\\" if m.group(1) == b"\\" else bytes((int(m.group(1)[1:], 16),)), raw)
 
 
+def wire_str(stored: str) -> str:
+    """The text a string ``wire_text`` stored stood for (a byte that was not UTF-8 as a lone
+    surrogate, ``surrogateescape``): what a view shows, e.g. a frame's summary, whose own escapes
+    (``decode.summary.quote`` doubles a backslash) would otherwise show doubled once more."""
+    if "\\" not in stored:  # stored unchanged (the rule escapes only text holding a backslash)
+        return stored
+    return wire_bytes(stored).decode("utf-8", "surrogateescape")
+
+
 def text_value(v: Any) -> Any:
     """``wire_text`` applied to every string in a JSON-like value (keys too)."""
     if isinstance(v, str):

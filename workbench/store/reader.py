@@ -48,6 +48,7 @@ from workbench.store.live import (
 from workbench.store.queries import Reader, Row
 from workbench.store.readonly import ReadLimits, check_read_only, confine, fetch_rows, run_read, run_rows
 from workbench.store.schema import SchemaVersionError
+from workbench.textsafe import escape_display
 
 if TYPE_CHECKING:  # Arrow results are loaded where they are asked for: ``rows`` needs no pyarrow
     import pyarrow as pa
@@ -137,7 +138,9 @@ class RemoteReader:
                 data = resp.read()
                 mac = resp.headers.get(MAC_HEADER, "")
         except urllib.error.HTTPError as exc:
-            raise StoreError(f"{self.path} (live): {_printable(exc.read().decode(errors='replace'))}") from exc
+            # the service's message, through the one printer (workbench.textsafe)
+            raise StoreError(f"{self.path} (live): "
+                             f"{escape_display(exc.read().decode(errors='replace'), layout=True)[:4000]}") from exc
         except OSError as exc:
             raise StoreError(f"{self.path} (live): read service at {self.url} unreachable: {exc}") from exc
         if not (is_mac(mac) and hmac.compare_digest(mac, query_mac(self.token, nonce, 200, data))):
@@ -171,19 +174,12 @@ class ConnectionReader:
         return rel.to_arrow_table() if rel is not None else pa.table({})
 
     def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
-        cur = self.con.cursor()
-        try:
-            return fetch_rows(cur.execute(sql, list(params) if params else None))
-        finally:
-            cur.close()
+        # on the connection itself, as ``query``: a cursor is a connection of its own, without the
+        # notebook's ``USE capture`` (its tables were not found, and session_overview failed)
+        return fetch_rows(self.con.execute(sql, list(params) if params else None))
 
     def close(self) -> None:
         pass  # the connection is its opener's to close
-
-
-def _printable(text: str) -> str:
-    """An error message from the service, without terminal control characters."""
-    return "".join(ch if ch.isprintable() or ch == "\n" else "?" for ch in text)[:4000]
 
 
 def open_reader(path: str | Path, limits: ReadLimits | None = None, *,

@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from workbench.decode.classify import Decoder
+from workbench.textsafe import escape_display
 from workbench.tui.context import TuiContext
 from workbench.tui.data import TuiData
 from workbench.tui.loading import LoadFailed
@@ -86,7 +87,7 @@ class WorkbenchApp(App[None]):
         log.error("%s", text, exc_info=message.error)
         self.log.error(text)
         # plain text: the error may quote the capture (ids, kinds, messages), never markup
-        self.notify(text, title="error", severity="error", timeout=8, markup=False)
+        self.notify(escape_display(text, layout=True), title="error", severity="error", timeout=8, markup=False)
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

@@ -25,7 +25,9 @@ from workbench.analysis.bridge_join import JOINED, Link, links_of
 from workbench.analysis.model import Finding
 from workbench.store import bridge_reads as reads
 from workbench.store.db import us_to_time
+from workbench.store.gate import wire_str
 from workbench.store.queries import Reader, Row
+from workbench.textsafe import escape, escape_display, rich_text
 from workbench.tui.context import TuiContext
 from workbench.tui.loading import Loader
 
@@ -54,7 +56,9 @@ def _row(f: Row) -> tuple[Any, ...]:
     # a time past year 9999 (a hostile import) comes as DuckDB's text: its time of day, to the ms
     t = when.strftime("%H:%M:%S.%f")[:-3] if isinstance(when, datetime) else when.split(" ")[-1][:12]
     arrow = "→" if f["direction"] == "client" else "←"
-    return (str(f["seq"]), t, arrow, f["kind"], Text(str(f["summary"] or "")[:120]))
+    # captured text, never markup, control characters escaped (workbench.textsafe)
+    return (str(f["seq"]), rich_text(t), arrow, rich_text(f["kind"]),
+            rich_text(wire_str(str(f["summary"] or ""))[:120], display=True))
 
 
 @dataclass
@@ -103,7 +107,7 @@ class BridgeScreen(Loader, Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.title = f"bridge {self.session_id[:8]}"
+        self.title = f"bridge {escape(self.session_id[:8])}"
         self.query_one("#bridge-openai", DataTable).add_columns(*_COLUMNS)
         self.query_one("#bridge-agent", DataTable).add_columns("run", *_COLUMNS)
         data, sid = self.ctx.data, self.session_id
@@ -113,19 +117,19 @@ class BridgeScreen(Loader, Screen[None]):
         self.turns = view.turns
         if not view.turns:
             self.query_one("#bridge-info", Static).update(
-                Text(f"session {self.session_id} is not linked to the other side of a bridge"))
+                Text(f"session {escape(self.session_id)} is not linked to the other side of a bridge"))
             return
         left = self.query_one("#bridge-openai", DataTable)
         right = self.query_one("#bridge-agent", DataTable)
         for n, (req, links) in enumerate(view.turns, 1):
             caused = [lk for lk in links if lk.role == "caused"]
-            lrows = [(Text(f"turn {n}", "bold"), "", "", Text(f"request {req[:8]}", "bold"), "")]
+            lrows = [(Text(f"turn {n}", "bold"), "", "", Text(f"request {escape(req[:8])}", "bold"), "")]
             lrows += [_row(f) for f in view.frames.get(req, [])]
             rrows: list[tuple[Any, ...]] = []
             for lk in caused:
-                rrows.append((Text(lk.session_id[:8], "bold"), Text(f"turn {n}", "bold"), "", "",
+                rrows.append((rich_text(lk.session_id[:8], "bold"), Text(f"turn {n}", "bold"), "", "",
                               Text(f"run caused, by {'+'.join(lk.by)}", "bold"), ""))
-                rrows += [(lk.session_id[:8], *_row(f)) for f in view.frames.get(lk.session_id, [])]
+                rrows += [(rich_text(lk.session_id[:8]), *_row(f)) for f in view.frames.get(lk.session_id, [])]
             height = max(len(lrows), len(rrows))
             for r in lrows + [("",) * len(_COLUMNS)] * (height - len(lrows)):
                 left.add_row(*r)
@@ -140,7 +144,7 @@ class BridgeScreen(Loader, Screen[None]):
             text.append("no bridge finding", "green")
         for f in view.findings:
             text.append(f"{f.severity.upper()} {f.code} ", "bold red" if f.severity == "error" else "yellow")
-            text.append(f"request {f.session_id[:8]}: {f.message}\n")
+            text.append(f"request {escape(f.session_id[:8])}: {escape_display(f.message)}\n")
         self.query_one("#bridge-findings", Static).update(text)
 
     def action_back(self) -> None:

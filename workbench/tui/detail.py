@@ -11,6 +11,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static, TabbedContent, TabPane, Tree
 from textual.widgets.tree import TreeNode
 
+from workbench.store.gate import wire_str
+from workbench.textsafe import escape, escape_display, escape_json
 from workbench.tui.data import FrameDetail
 from workbench.tui.timeline import arrow, kind_style
 from workbench.wire.envelope import FLAG_COMPRESSED, flag_names
@@ -64,17 +66,17 @@ def hex_dump(header: bytes, body: bytes, limit: int = HEX_LIMIT, per_line: int =
 
 
 def _label(key: str, value: Any) -> Text:
-    t = Text(str(key), "bold")
+    t = Text(escape(key), "bold")  # field names and values are the capture's: escaped (workbench.textsafe)
     if isinstance(value, dict):
         t.append(f"  {{{len(value)}}}", "dim")
     elif isinstance(value, list):
         t.append(f"  [{len(value)}]", "dim")
     else:
-        s = repr(value) if not isinstance(value, str) else f'"{value}"'
+        s = escape_display(repr(value)) if not isinstance(value, str) else f'"{escape(value)}"'
         if len(s) > 200:
             s = s[:200] + "…"
         t.append(": ")
-        t.append(s.replace("\n", "⏎"), "green" if isinstance(value, str) else "cyan")
+        t.append(s, "green" if isinstance(value, str) else "cyan")
     return t
 
 
@@ -147,15 +149,15 @@ class FrameDetailView(Vertical):
         h = Text()
         h.append(f"#{detail.seq} ", "bold")
         h.append(arrow(detail.direction) + " ")
-        h.append(detail.kind, kind_style(detail.kind))
-        h.append(f"  {detail.size} B  {detail.msg_type or ''}\n", "dim")
-        h.append(detail.summary)
+        h.append(escape(detail.kind), kind_style(detail.kind))
+        h.append(f"  {detail.size} B  {escape(detail.msg_type)}\n", "dim")
+        h.append(escape_display(wire_str(detail.summary)))  # the text the stored form stands for
         if detail.error:
-            h.append(f"\n⚠ {detail.error}", "bold red")
+            h.append(f"\n⚠ {escape_display(wire_str(detail.error))}", "bold red")
         head.update(h)
         fill_tree(tree.root, detail.tree)
         tree.root.expand()
-        text = detail.as_json()
+        text = escape_json(detail.as_json())  # the same JSON, no raw control character (workbench.textsafe)
         if len(text) > JSON_LIMIT:   # highlighting megabytes of JSON would stall the UI thread
             text = text[:JSON_LIMIT] + f"\n… {len(text) - JSON_LIMIT} more characters (see workbench frames --json)"
         self.query_one("#detail-json", Static).update(

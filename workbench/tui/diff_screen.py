@@ -12,6 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from workbench.textsafe import escape_display
 from workbench.tui.context import TuiContext
 from workbench.tui.loading import Loader
 
@@ -26,7 +27,8 @@ _STYLES = [("only in A", "red"), ("only in B", "green"), ("first divergence", "b
 
 def diff_text(text: str) -> Text:
     out = Text()
-    for line in text.splitlines():
+    # both sessions' text: control characters escaped, its own lines kept (workbench.textsafe)
+    for line in escape_display(text, layout=True).splitlines():
         body = line.strip()
         style = next((s for prefix, s in _STYLES if body.startswith(prefix)), "")
         if not style and line.startswith("  ") and not line.startswith("    ") and body.endswith(":"):

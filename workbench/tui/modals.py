@@ -13,11 +13,13 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from workbench.store.view_reads import BlobView, ToolCallView
+from workbench.textsafe import escape, escape_display, escape_json, rich_text
 from workbench.tui.data import pretty_blob, pretty_json, sha256_check
 
 
 def _json(text: str) -> Syntax:
-    return Syntax(text, "json", theme="ansi_dark", word_wrap=True, background_color="default")
+    # the same JSON with no raw control character in its strings (workbench.textsafe)
+    return Syntax(escape_json(text), "json", theme="ansi_dark", word_wrap=True, background_color="default")
 
 
 class ToolCallScreen(ModalScreen[None]):
@@ -33,8 +35,8 @@ class ToolCallScreen(ModalScreen[None]):
         c = self.call
         with Vertical(classes="wb-modal-box"):
             head = Text()
-            head.append(f"tool call {c['call_id']}", "bold")
-            head.append(f"  {c['tool_name']}  status {c['status']}  exec {c['exec_id']}  "
+            head.append(f"tool call {escape(c['call_id'])}", "bold")
+            head.append(f"  {escape(c['tool_name'])}  status {escape(c['status'])}  exec {escape(c['exec_id'])}  "
                         f"frames {c['first_seq']}…{c['last_seq']}", "dim")
             yield Static(head, classes="wb-modal-title")
             with Horizontal(id="args-columns"):
@@ -67,10 +69,11 @@ class BlobScreen(ModalScreen[None]):
         facts.add_column()
         # Every cell a Text: a Table reads plain strings as markup, and role, type and id come from
         # the capture (a crafted one could otherwise put a clickable action on screen).
-        facts.add_row("blob id", Text(str(b["blob_id"])))
-        facts.add_row("op / status", Text(f"{b['op']} / {b['status']}"))
-        facts.add_row("role / type", Text(f"{b['role'] or '—'} / {b['content_type'] or '—'}"
-                                          + (f" ({b['proto_type']})" if b.get("proto_type") else "")))
+        # (and escaped: workbench.textsafe)
+        facts.add_row("blob id", rich_text(b["blob_id"]))
+        facts.add_row("op / status", Text(f"{escape(b['op'])} / {escape(b['status'])}"))
+        facts.add_row("role / type", Text(f"{escape(b['role']) or '—'} / {escape(b['content_type']) or '—'}"
+                                          + (f" ({escape(b['proto_type'])})" if b.get("proto_type") else "")))
         facts.add_row("size", Text(f"{b['size']} bytes"))
         facts.add_row("frames", Text(f"request {b['seq']}, answer {b['result_seq']}"))
         if ok is None:
@@ -85,7 +88,8 @@ class BlobScreen(ModalScreen[None]):
             yield Static(facts)
             with VerticalScroll(id="blob-content"):
                 text = pretty_blob(self.data)
-                yield Static(_json(text) if text.lstrip().startswith(("{", "[")) else Text(text))
+                yield Static(_json(text) if text.lstrip().startswith(("{", "["))
+                             else Text(escape_display(text, layout=True)))
             yield Static(Text("esc to close", "dim"))
 
 
@@ -103,7 +107,7 @@ class KindPicker(ModalScreen[str | None]):
         options = [Option(Text("(all kinds)", "italic"), id="")]
         for kind, n in self.kinds:
             label = Text(f"{n:>9,}  ", "dim")
-            label.append(kind, "bold" if kind in self.current else "")
+            label.append(escape(kind), "bold" if kind in self.current else "")
             options.append(Option(label, id=kind))
         with Vertical(classes="wb-modal-box", id="kind-box"):
             yield Static(Text("filter by kind (enter to pick, esc to cancel)", "bold"), classes="wb-modal-title")

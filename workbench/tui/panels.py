@@ -9,6 +9,7 @@ from textual.widgets import DataTable
 
 from workbench.analysis.model import Finding
 from workbench.store.view_reads import BlobView, ToolCallView
+from workbench.textsafe import rich_text
 
 _Record = TypeVar("_Record")
 
@@ -104,14 +105,14 @@ class FindingsTable(DataTable[Any]):
             width = self._widths["finding"]
             line = Text.assemble(sev_text, "  ", (finding_code(f), dim), "  ",
                                  (_seqs(f.first_seq, f.last_seq), "dim"))
-            message = Text(f.message, dim)
+            message = rich_text(f.message, dim, display=True)
             line.truncate(width, overflow="ellipsis")
             message.truncate(width, overflow="ellipsis")
             return {"lit": mark, "finding": Text("\n").join([line, message])}
         cells = {"lit": mark, "severity": sev_text,
                  "code": Text(finding_code(f), dim, no_wrap=True, overflow="ellipsis"),
                  "frames": Text(_seqs(f.first_seq, f.last_seq), dim),
-                 "message": Text(f.message, dim, no_wrap=True, overflow="ellipsis")}
+                 "message": rich_text(f.message, dim, display=True, no_wrap=True, overflow="ellipsis")}
         return cells
 
     def set_lit(self, lit: set[int] | None) -> None:
@@ -137,7 +138,7 @@ def set_measured_rows(table: DataTable[Any], columns: tuple[str, ...], rows: lis
     auto-width columns only when it next goes idle, so a picture taken before that (a snapshot on a
     busy machine) showed the headers' widths; measured here, the widths come with the rows. Cells
     are plain text (a preview holding ``[b]`` is not markup)."""
-    cells = [tuple(c if isinstance(c, Text) else Text(str(c)) for c in row) for row in rows]
+    cells = [tuple(c if isinstance(c, Text) else rich_text(c) for c in row) for row in rows]
     widths = [max([len(col), *(row[i].cell_len for row in cells)]) for i, col in enumerate(columns)]
     table.clear(columns=True)
     for col, width in zip(columns, widths, strict=True):
@@ -178,7 +179,7 @@ class ToolCallsTable(RecordsTable[ToolCallView]):
 
     def cells(self, c: ToolCallView) -> tuple[Any, ...]:
         status_style = "green" if c["status"] in ("ok", "complete", "completed") else "yellow"
-        return (c["call_id"], c["tool_name"], Text(c["status"], status_style),
+        return (c["call_id"], c["tool_name"], rich_text(c["status"], status_style),
                 "" if c["exec_id"] is None else str(c["exec_id"]), _seqs(c["first_seq"], c["last_seq"]))
 
 
@@ -190,5 +191,5 @@ class BlobsTable(RecordsTable[BlobView]):
         sha = Text("✓", "green") if ok else Text("✗", "red") if ok is False else Text("?", "dim")
         status_style = "red" if b["status"] in ("miss", "never_set", "unanswered") else ""
         return (b["op"], b["role"], b["content_type"], "" if b["size"] is None else str(b["size"]), sha,
-                Text(b["status"], status_style), "" if b["seq"] is None else str(b["seq"]),
-                b["preview"][:50].replace("\n", " "))
+                rich_text(b["status"], status_style), "" if b["seq"] is None else str(b["seq"]),
+                b["preview"][:50])  # one line: a newline shows as \n (workbench.textsafe)

@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedCont
 
 from workbench.analysis.model import Finding
 from workbench.store.view_reads import BlobView, ToolCallView
+from workbench.textsafe import escape, escape_display
 from workbench.tui.context import STATUS_STYLE, TuiContext, fmt_duration
 from workbench.tui.data import FrameDetail, FrameFilter, FrameIndex, LiveFindings, SessionSummary
 from workbench.tui.detail import FrameDetailView
@@ -142,7 +143,7 @@ class SessionScreen(Loader, Screen[None]):
         return self.query_one("#findings-table", FindingsTable)
 
     def on_mount(self) -> None:
-        self.title = f"session {self.session_id}"
+        self.title = f"session {escape(self.session_id)}"
         self.sub_title = Path(self.ctx.data.path).name
         self.timeline.focus()
         self._load_index()
@@ -304,11 +305,12 @@ class SessionScreen(Loader, Screen[None]):
         t = Text()
         # status and label first: they are what a narrow pane must not cut
         if s is not None:
-            t.append(s.status, STATUS_STYLE.get(s.status, "yellow"))
+            t.append(escape(s.status), STATUS_STYLE.get(s.status, "yellow"))
             t.append("  ")
-        t.append(self.session_id, "bold")
+        # ids, labels, models: the capture's, escaped (workbench.textsafe)
+        t.append(escape(self.session_id), "bold")
         if s is not None and s.label:
-            t.append(f"  “{s.label}”")
+            t.append(f"  “{escape(s.label)}”")
         if self.index is not None and not self.index_complete:
             t.append(f"\nframes 0…{self.max_seq}, the first {self.index.total} shown while the rest are read")
         elif self.index is not None:
@@ -317,7 +319,8 @@ class SessionScreen(Loader, Screen[None]):
                      f"\n{shown} of {self.max_seq + 1} frames match {self.flt.describe()}")
             t.append(f" · {len(self.index)} rows", "dim")
         if s is not None:
-            t.append(f" · {s.source} · {s.transport} · {s.model or '?'} · {fmt_duration(s.duration_s)}", "dim")
+            t.append(f" · {escape(s.source)} · {escape(s.transport)} · {escape(s.model) or '?'} · "
+                     f"{fmt_duration(s.duration_s)}", "dim")
         if self.ctx.data.live:
             t.append("  ● live", "bold green")
         self.query_one("#session-status", Static).update(t)
@@ -416,11 +419,11 @@ class SessionScreen(Loader, Screen[None]):
         f = self.findings_table.selected()
         text = Text()
         if f is not None:
-            text.append(f"{f.code}: ", "bold")
-            text.append(f.message)
+            text.append(f"{escape(f.code)}: ", "bold")
+            text.append(escape_display(f.message))
             if f.suggested_fix:
                 text.append("\nfix: ", "bold green")
-                text.append(f.suggested_fix)
+                text.append(escape_display(f.suggested_fix))
             text.append(f"\nevidence: {', '.join(map(str, f.evidence[:20]))}"
                         + (" …" if len(f.evidence) > 20 else "") + "   (enter: jump)", "dim")
         self.query_one("#finding-text", Static).update(text)

@@ -13,6 +13,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
+from workbench.textsafe import escape, escape_display
 from workbench.tui.context import STATUS_STYLE, TuiContext, fmt_duration, fmt_start
 from workbench.tui.data import SEVERITIES, SessionSummary
 from workbench.tui.diff_screen import DiffScreen
@@ -47,9 +48,11 @@ def top_text(s: SessionSummary) -> str:
 
 
 def cell_texts(s: SessionSummary) -> dict[str, str]:
-    """Each column's plain text for one session (widths are measured on these)."""
-    return {"session": s.session_id, "label": s.label, "status": s.status, "findings": s.findings_text(),
-            "top": top_text(s), "source": s.source, "transport": s.transport, "model": s.model,
+    """Each column's plain text for one session (widths are measured on these): ids, labels and
+    models come from the capture, shown with control characters escaped (workbench.textsafe)."""
+    return {"session": escape(s.session_id), "label": escape(s.label), "status": escape(s.status),
+            "findings": s.findings_text(), "top": escape(top_text(s)), "source": escape(s.source),
+            "transport": escape(s.transport), "model": escape(s.model),
             "start": fmt_start(s.started_us), "duration": fmt_duration(s.duration_s),
             "frames": str(s.frame_count)}
 
@@ -196,7 +199,7 @@ class SessionsScreen(Loader, Screen[None]):
             elif s.analysis == "stale":
                 fcell.append("(stale)", "dim")
             cells["findings"] = fcell or Text("-", "dim")
-            cells["status"] = Text(s.status, STATUS_STYLE.get(s.status, ""))
+            cells["status"] = Text(text["status"], STATUS_STYLE.get(s.status, ""))
             if s.top_finding is not None:
                 cells["top"].stylize(SEVERITY_STYLE.get(s.top_finding.severity, ""))
             table.add_row(*(cells[k] for k in keys), key=s.session_id)
@@ -220,17 +223,17 @@ class SessionsScreen(Loader, Screen[None]):
         s = next((x for x in self.sessions if x.session_id == sid), None)
         t = Text()
         if s is not None:
-            t.append(s.session_id, "bold")
-            t.append(f"  {s.source} · {s.transport} · {s.model or '?'} · ", "dim")
-            t.append(s.status, STATUS_STYLE.get(s.status, ""))
+            t.append(escape(s.session_id), "bold")
+            t.append(f"  {escape(s.source)} · {escape(s.transport)} · {escape(s.model) or '?'} · ", "dim")
+            t.append(escape(s.status), STATUS_STYLE.get(s.status, ""))
             if s.label:
-                t.append(f"  “{s.label}”")
+                t.append(f"  “{escape(s.label)}”")
             f = s.top_finding
             if f is not None:
                 t.append("\n")
-                t.append(f.code, SEVERITY_STYLE.get(f.severity, "bold"))
+                t.append(escape(f.code), SEVERITY_STYLE.get(f.severity, "bold"))
                 if f.message:
-                    t.append(f": {f.message}")
+                    t.append(f": {escape_display(f.message)}")
         self.query_one("#session-info", Static).update(t)
 
     def selected_id(self) -> str | None:

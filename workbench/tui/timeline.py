@@ -20,6 +20,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from workbench.protocol import kinds
+from workbench.store.gate import wire_str
+from workbench.textsafe import escape, escape_display
 from workbench.tui.data import FrameIndex, RowRef
 
 KIND_WIDTH = 40       # the kind column on a wide screen
@@ -278,13 +280,15 @@ class Timeline(ScrollView, can_focus=True):
         kind = data.get("kind") or ""
         direction = data.get("direction") or ""
         kw = kind_width(self.scrollable_content_region.width)
-        kind_cell = (indent + compact_kind(kind, kw - len(indent))).ljust(kw)
-        summary = str(data.get("summary") or "").replace("\n", "⏎")
+        # captured text: control characters as visible escapes (workbench.textsafe); a segment goes
+        # to the terminal as it is, an ESC in it would reach the terminal
+        kind_cell = (indent + compact_kind(escape(kind), kw - len(indent))).ljust(kw)
+        summary = escape_display(wire_str(str(data.get("summary") or "")))  # the text, not its stored form
         segs = [mark, off, Segment(arrow(direction) + " ", Style(color="bright_cyan" if direction == "client"
                                                                    else "bright_green")),
                 Segment(kind_cell + " ", kind_style(kind)), Segment(summary)]
         if data.get("error"):
-            segs.append(Segment(f"  ⚠ {data['error']}", _ERROR))
+            segs.append(Segment(f"  ⚠ {escape_display(wire_str(str(data['error'])))}", _ERROR))
         return segs
 
     def _ask(self, rr: RowRef) -> None:
