@@ -89,9 +89,39 @@ async def test_the_database_is_written_by_a_child_process(capture_sim: Sim, capt
     assert session_row(m.db, sid)["status"] == "complete"
 
 
-async def test_a_killed_writer_process_is_reported_and_mitmdump_exits_non_zero(
+async def test_a_killed_writer_process_is_restarted_and_records_the_whole_turn(
         capture_sim: Sim, capture_mitm: Any, capture_proxy_env: Any) -> None:
     m = capture_mitm()
+    capture_proxy_env(m)
+    writer = _writer_pid(m)
+    killed = False
+    async with AgentClient(capture_sim.url, TOKEN, transport="run", verify=str(m.ca)) as c:
+        seen = 0
+        async for ev in c.stream_turn("[scenario:long] go"):
+            seen += type(ev).__name__ == "TextDelta"
+            if seen == 40 and not killed:
+                os.kill(writer, signal.SIGKILL)
+                killed = True
+        deltas, log, sid = seen, list(c.frame_log), c.last_request_id
+    assert killed
+    assert deltas == 150  # the proxy forwarded the whole turn all the same
+    assert m.stop() == 0  # nothing lost: mitmdump exits as usual
+    out = _log(m)
+    assert f"capture writer process (pid {writer}) ended unexpectedly (status -9); restarting it (1 of 3)" in out
+    assert "the capture writer process runs again" in out
+    assert "LOST" not in out and "Traceback" not in out
+    rows = open_reader(m.db).query("SELECT seq FROM frames WHERE session_id = ? ORDER BY seq", [sid]).to_pylist()
+    assert [r["seq"] for r in rows] == list(range(len(rows)))  # no gap, no frame twice
+    stored = _stored(m.db, sid)
+    missing = [e for e in log if stored[(e.direction, e.data)] == 0]
+    assert not missing, f"{len(missing)} of {len(log)} frames missing"
+    assert stored == Counter((e.direction, e.data) for e in log)  # each exactly as often as it passed
+    assert session_row(m.db, sid)["status"] == "complete"
+
+
+async def test_a_killed_writer_process_with_no_restart_left_is_reported_and_mitmdump_exits_non_zero(
+        capture_sim: Sim, capture_mitm: Any, capture_proxy_env: Any) -> None:
+    m = capture_mitm(extra=("--set", "cursor_writer_restarts=0"))
     capture_proxy_env(m)
     writer = _writer_pid(m)
     killed = False
@@ -107,11 +137,12 @@ async def test_a_killed_writer_process_is_reported_and_mitmdump_exits_non_zero(
     assert deltas == 150  # the proxy forwarded the whole turn all the same
     assert m.stop() == EXIT_FRAMES_LOST
     out = _log(m)
-    assert f"capture writer process (pid {writer}) ended unexpectedly" in out
-    lost = re.findall(r"unexpectedly \(status -9\): ([\d,]+) frames LOST \(", out)
+    assert f"capture writer process (pid {writer}) ended unexpectedly (status -9) and no restart is left" in out
+    lost = re.findall(r"no restart is left \(0 done\): ([\d,]+) frames LOST so far", out)
     assert lost, out
     # at least every text delta that came after the kill (one chunk each) is counted
-    assert int(lost[-1].replace(",", "")) >= 150 - 40
+    final = re.findall(r"ERROR: the capture writer process died 1 times .*: ([\d,]+) frames LOST", out)
+    assert final and int(final[-1].replace(",", "")) >= 150 - 40, out
     assert "Traceback" not in out
 
 

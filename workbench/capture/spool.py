@@ -13,6 +13,9 @@ wins) and ``frame`` (session, time, direction, transport, stream and the classif
 redacted frame). The next capture that can open the database replays every location's file, in
 that order, through a Recorder in one transaction, keeping each frame's ``seq`` (``merge_spools``: idempotent),
 and then deletes them. A torn last line (a crash mid-write) is skipped with a warning.
+
+``BatchSpool`` is the same idea for the writer process's backlog (``backlog.py``): byte records
+past a memory bound, read back in order.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, fields
 from datetime import datetime
@@ -287,3 +291,68 @@ def _by_session(present: dict[tuple[str, int], Any]) -> dict[str, list[int]]:
     for sid, seq in present:
         out.setdefault(sid, []).append(seq)
     return out
+
+
+class BatchSpool:
+    """Scratch space on disk for byte records (the writer process's backlog past its bound).
+
+    One file next to the database (``<db>.backlog``; the temporary directory when that cannot be
+    made), unlinked as soon as it is open: only this process holds it, and nothing is left behind
+    whatever way the capture ends (``kill -9`` included). Records are appended and read back by
+    (offset, length); ``reset`` gives the space back once every record has been read for good.
+    """
+
+    def __init__(self, db_path: str | Path) -> None:
+        self.candidates = [Path(str(Path(db_path).expanduser().absolute()) + ".backlog"),
+                           Path(tempfile.gettempdir()) / f"workbench-{os.getpid()}.backlog"]
+        self.path: Path | None = None
+        self.size = 0
+        self._fd: int | None = None
+
+    def _open(self) -> int:
+        errors = []
+        for cand in self.candidates:
+            try:
+                fd = os.open(cand, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            except OSError as exc:
+                errors.append(f"{cand}: {exc.strerror or exc}")
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(cand)
+            self._fd, self.path = fd, cand
+            return fd
+        raise SpoolError("no place for the backlog spool: " + "; ".join(errors))
+
+    def append(self, data: bytes) -> int:
+        """Write ``data`` at the end (all or nothing: SpoolError); its offset."""
+        fd = self._fd if self._fd is not None else self._open()
+        at = self.size
+        view = memoryview(data)
+        try:
+            while view:
+                n = os.pwrite(fd, view, at + len(data) - len(view))
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[n:]
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, at)
+            raise SpoolError(f"backlog spool {self.path}: {exc.strerror or exc}") from exc
+        self.size = at + len(data)
+        return at
+
+    def read(self, offset: int, length: int) -> bytes:
+        assert self._fd is not None
+        return os.pread(self._fd, length, offset)
+
+    def reset(self) -> None:
+        if self._fd is not None and self.size:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+        self.size = 0
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.size = 0

@@ -29,11 +29,12 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from workbench.analysis.stored import refresh_ended
 from workbench.capture.appends import AppendOrder, Held
 from workbench.capture.flows import (
+    Batch,
     Body,
     Chunk,
     Done,
@@ -46,7 +47,7 @@ from workbench.capture.flows import (
     Response,
     Stop,
 )
-from workbench.capture.pacing import Pacer
+from workbench.capture.pacing import Pacer, Pacing
 from workbench.capture.sink import HOLD_BYTES, HOLD_FRAMES, Sink, SinkConfig
 from workbench.decode.classify import (
     CLIENT_MSG,
@@ -75,8 +76,8 @@ from workbench.store.db import SessionInfo, us_to_datetime
 log = logging.getLogger("workbench.capture")
 
 # re-exported: the addon, tests and benchmarks import the event vocabulary from here
-__all__ = ["Body", "CaptureWriter", "Chunk", "Done", "Eof", "Event", "FlowOpen", "Late", "Open", "Response",
-           "Stop", "WriterConfig"]
+__all__ = ["Batch", "Body", "CaptureWriter", "Chunk", "Done", "Eof", "Event", "FlowOpen", "Late", "Open",
+           "Response", "Stop", "WriterConfig"]
 
 
 @dataclass
@@ -88,13 +89,30 @@ class WriterConfig:
     stats_path: str | None = None
     hold_frames: int = HOLD_FRAMES
     hold_bytes: int = HOLD_BYTES
+    # New session ids derive from this and the flow (a UUID string) instead of being random, so a
+    # writer process restarted to replay a batch names its sessions as the one that died did.
+    session_ns: str | None = None
+
+
+class CommitListener(Protocol):
+    """Told around each commit which ``Batch`` (``mark``) the writer has handled up to (the
+    writer process's confirmations, ``child.py``)."""
+
+    def committing(self, mark: int) -> None: ...
+
+    def committed(self, mark: int) -> None: ...
 
 
 class CaptureWriter:
-    """Turns one capture process's proxy events into sessions and frames (through a ``Sink``)."""
+    """Turns one capture process's proxy events into sessions and frames (through a ``Sink``).
+
+    ``pacer``: how it shares the GIL (default ``Pacer``: with the proxy's event loop, as a thread);
+    ``commits``: told before and after each commit, with the last ``Batch`` handled.
+    """
 
     def __init__(self, config: WriterConfig, decoder: Decoder | None = None,
-                 on_error: Callable[[str], None] | None = None) -> None:
+                 on_error: Callable[[str], None] | None = None, *, pacer: Pacing | None = None,
+                 commits: CommitListener | None = None) -> None:
         self.config = config
         self.decoder = decoder or default_decoder()
         self.queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
@@ -104,14 +122,16 @@ class CaptureWriter:
                          self._loud, self._note)
         self.flows: dict[str, Flow] = {}
         self.appends = AppendOrder(self._emit)
-        self._live_run_ids: dict[str, str] = {}
-        # RunSSE/RunPoll flows whose first client frame has not come (see ``appends``: "Behind")
+        self.live_run_ids: dict[str, str] = {}
         # session → (status, error, label) of the first append refused while its run was open
-        self._refused: dict[str, tuple[str, str | None, str]] = {}
+        self.refused: dict[str, tuple[str, str | None, str]] = {}
+        self.mark = 0  # the last ``Batch`` handled
+        self._commits = commits
+        self._session_ns = uuid.UUID(config.session_ns) if config.session_ns else None
         self._thread = threading.Thread(target=self._run, name="workbench-capture-writer", daemon=True)
         self._stopped = threading.Event()
         self._wake = threading.Event()
-        self.pacer = Pacer(self.queue)
+        self.pacer: Pacing = pacer if pacer is not None else Pacer(self.queue)
 
     # counters callers read (the database and the recorder stay the sink's) ------------------------
 
@@ -132,12 +152,22 @@ class CaptureWriter:
         return self.sink.stats()
 
     def flush(self) -> None:
+        commits = self._commits
+        if commits is None:
+            self.sink.flush()
+            return
+        commits.committing(self.mark)
         self.sink.flush()
+        commits.committed(self.mark)
 
     # lifecycle ---------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self.sink.open()
+    def start(self, before: Callable[[], None] | None = None, settle_open: bool = True) -> None:
+        """Open the sink and start the thread; ``before`` runs in between (a resume). With
+        ``settle_open`` off the sessions left open in the database stay open (their flows go on)."""
+        self.sink.open(settle_open)
+        if before is not None:
+            before()
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
@@ -225,6 +255,26 @@ class CaptureWriter:
             self._done(*ev)
         elif t is Late:
             self._late(*ev)
+        elif t is Batch:
+            self._batch(ev)  # type: ignore[arg-type]
+
+    def _batch(self, batch: Batch) -> None:
+        """One batch of the writer process's sender, handled whole (a drain never stops inside one,
+        so what a confirmation covers is always whole batches)."""
+        handle = self._handle
+        for ev in batch.events:
+            try:
+                handle(ev)
+            except Exception as exc:  # keep recording whatever one bad event did
+                log.exception("capture writer: event failed")
+                self._loud(f"internal error on a capture event: {exc!r}")
+        self.mark = batch.number
+
+    def new_session_id(self, key: str) -> str:
+        """A new session's id: random, or derived from the flow with ``config.session_ns``."""
+        if self._session_ns is None:
+            return str(uuid.uuid4())
+        return str(uuid.uuid5(self._session_ns, key))
 
     def _open_flow(self, fo: FlowOpen) -> None:
         fl = Flow(fo, secret=fo.transport == "unary" and secret_method(fo.path))
@@ -233,18 +283,18 @@ class CaptureWriter:
             fl.decoders = {"client": self.decoder.stream(fo.transport, "client"),
                            "server": self.decoder.stream(fo.transport, "server")}
         if fo.transport == "run":
-            sid = fo.request_id or str(uuid.uuid4())
-            if sid in self._live_run_ids.values():
+            sid = fo.request_id or self.new_session_id(fo.key)
+            if sid in self.live_run_ids.values():
                 sid = f"{sid}#{fo.key[:8]}"  # two live Run streams reusing one request id
-            self._live_run_ids[fo.key] = sid
+            self.live_run_ids[fo.key] = sid
             self._bind(fl, sid)
         elif fo.transport == "unary" or is_openai_transport(fo.transport):
-            self._bind(fl, str(uuid.uuid4()))
+            self._bind(fl, self.new_session_id(fo.key))
         elif fo.transport in ("runsse", "runpoll"):
             self.appends.stream_opened(fo.key)  # names its run with the BidiRequestId in its body
         # bidi_append joins its run by the body
 
-    def _session_info(self, fl: Flow, sid: str) -> SessionInfo:
+    def session_info(self, fl: Flow, sid: str) -> SessionInfo:
         fo = fl.open
         return SessionInfo(session_id=sid, source="capture", transport=fo.transport,
                            request_id=fo.request_id, client_version=fo.client_version,
@@ -257,7 +307,7 @@ class CaptureWriter:
         fo = fl.open
         info = self.sink.get_session(sid)
         if info is None:
-            info = self.sink.open_session(self._session_info(fl, sid))
+            info = self.sink.open_session(self.session_info(fl, sid))
         else:
             # Appends may have created the row first: the stream flow fills in the rest.
             info.transport = fo.transport
@@ -298,7 +348,7 @@ class CaptureWriter:
             else:
                 fl.pending.append((ts_us, direction, f))
                 if direction == "server" or len(fl.pending) > 4:
-                    self._bind(fl, fo.request_id or str(uuid.uuid4()))
+                    self._bind(fl, fo.request_id or self.new_session_id(fo.key))
                     self._settle(fo.key)
                 return
         if fl.secret:
@@ -397,7 +447,7 @@ class CaptureWriter:
         if fl.secret:
             self._scrub(f)
         if fl.session_id is None:
-            self._bind(fl, fl.open.request_id or str(uuid.uuid4()))
+            self._bind(fl, fl.open.request_id or self.new_session_id(fl.open.key))
         self._emit(fl.session_id, ts_us, direction, fl.open.transport, fl.open.key, f)  # type: ignore[arg-type]
 
     def _finish_append(self, fl: Flow, ts_us: int, error: str | None, trailers: dict[str, str]) -> None:
@@ -439,16 +489,16 @@ class CaptureWriter:
         """Remember the first append refused while its run was open: the run ends ``error`` then."""
         sid = fl.session_id
         info = self.sink.get_session(sid) if sid is not None else None
-        if sid is None or info is None or info.status != "open" or sid in self._refused:
+        if sid is None or info is None or info.status != "open" or sid in self.refused:
             return  # no run, the run is over (no stream left to harm), or refused before
         status, err = session_status(fl.ending(grpc, error))
         if status == "error":
             seqno = frames[0].append_seqno if frames else fl.append_seqno
-            self._refused[sid] = (status, err, f"BidiAppend append_seqno {seqno}")
+            self.refused[sid] = (status, err, f"BidiAppend append_seqno {seqno}")
 
     def _append(self, fl: Flow, f: Frame, items: list[Held]) -> None:
         fo = fl.open
-        rid = f.request_id or fo.request_id or str(uuid.uuid4())
+        rid = f.request_id or fo.request_id or self.new_session_id(fo.key)
         f.request_id = rid
         fl.session_id = rid
         fl.append_seqno = f.append_seqno
@@ -493,13 +543,13 @@ class CaptureWriter:
             self.flows.pop(key, None)
         # else: a bidi Run whose response ended first: the client may still write (the flow is
         # dropped at its EOF), and its frames still belong to this session.
-        self._live_run_ids.pop(key, None)
+        self.live_run_ids.pop(key, None)
         fo = fl.open
         if fo.transport == "bidi_append":
             self._finish_append(fl, ts_us, error, trailers)
             return
         if fl.session_id is None:
-            self._bind(fl, fo.request_id or str(uuid.uuid4()))
+            self._bind(fl, fo.request_id or self.new_session_id(fo.key))
         sid = fl.session_id
         assert sid is not None
         info = self.sink.get_session(sid)
@@ -512,7 +562,7 @@ class CaptureWriter:
         if fl.http_status is not None:
             info.http_status = fl.http_status
         info.status, info.error = session_status(fl.ending(grpc_fields(fl.response_headers, trailers), error, reset))
-        refused = self._refused.pop(sid, None)
+        refused = self.refused.pop(sid, None)
         if refused is not None:
             info.status, info.error = with_append(info.status, info.error, *refused)
         end = us_to_datetime(ts_us)
