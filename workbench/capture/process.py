@@ -111,6 +111,7 @@ class WriterProcess:
         self.max_restarts = restarts
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
+        self._dead_conns: list[Connection] = []  # of the children that died
         self._lock = threading.Lock()
         self.backlog = Backlog(backlog_bytes, BatchSpool(config.db_path), self._loud, self._note)
         self._confirmed_cp: bytes | None = None  # checkpoint of the last confirmed commit
@@ -221,8 +222,9 @@ class WriterProcess:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
-        if self._conn is not None:
-            self._conn.close()
+        for conn in (self._conn, *self._dead_conns):
+            if conn is not None:
+                conn.close()
         self.backlog.close()
 
     # parent threads ------------------------------------------------------------------------------
@@ -355,7 +357,10 @@ class WriterProcess:
 
     def _reap(self) -> int | None:
         if self._conn is not None:
-            self._conn.close()
+            # Closed at ``stop``, not now: the transmitter may be writing to it this moment, and a
+            # closed descriptor's number is soon reused by the next child's socket.
+            self._dead_conns.append(self._conn)
+            self._conn = None
         if self._proc is None:
             return None
         try:

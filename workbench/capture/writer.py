@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from workbench.analysis.stored import refresh_ended
+from workbench.capture.append_exchange import finish_append
 from workbench.capture.appends import AppendOrder, Held
 from workbench.capture.flows import (
     Batch,
@@ -57,7 +58,7 @@ from workbench.decode.classify import (
     http_error_frame,
 )
 from workbench.protocol import kinds
-from workbench.protocol.append_meta import answer_grpc, append_answer, append_exchange_meta
+from workbench.protocol.append_meta import append_exchange_meta
 from workbench.protocol.content_coding import undo_body
 from workbench.protocol.labels import fill_label
 from workbench.protocol.openai import fill_openai_session
@@ -121,7 +122,7 @@ class CaptureWriter:
                                     hold_frames=config.hold_frames, hold_bytes=config.hold_bytes),
                          self._loud, self._note)
         self.flows: dict[str, Flow] = {}
-        self.appends = AppendOrder(self._emit)
+        self.appends = AppendOrder(self.emit)
         self.live_run_ids: dict[str, str] = {}
         # session → (status, error, label) of the first append refused while its run was open
         self.refused: dict[str, tuple[str, str | None, str]] = {}
@@ -322,7 +323,7 @@ class CaptureWriter:
                 info.started_at = start
             self.sink.touch(sid)
         for ts_us, direction, f in fl.pending:
-            self._emit(sid, ts_us, direction, fo.transport, fo.key, f)
+            self.emit(sid, ts_us, direction, fo.transport, fo.key, f)
         fl.pending.clear()
 
     def _chunk(self, key: str, direction: str, ts_us: int, chunk: bytes) -> None:
@@ -353,7 +354,7 @@ class CaptureWriter:
                 return
         if fl.secret:
             self._scrub(f)
-        self._emit(fl.session_id, ts_us, direction, fo.transport, fo.key, f)  # type: ignore[arg-type]
+        self.emit(fl.session_id, ts_us, direction, fo.transport, fo.key, f)  # type: ignore[arg-type]
         if direction == "client":
             self._settle(fo.key)
 
@@ -409,7 +410,7 @@ class CaptureWriter:
                 if fo.transport == "bidi_append" and direction == "server":
                     fl.append_response = b""
                     return
-                self._emit_flow(fl, ts_us, direction, done.kept)
+                self.emit_flow(fl, ts_us, direction, done.kept)
                 return
             body = done.plain
             if done.problem is not None:
@@ -419,7 +420,7 @@ class CaptureWriter:
                 fl.append_response = body  # judged with the status when the exchange ends
                 return
             # Recorded where it arrived (its place among the run's frames); the answer's facts are
-            # filled into its meta when the exchange ends (``_finish_append``).
+            # filled into its meta when the exchange ends (``append_exchange.finish_append``).
             request_meta = append_exchange_meta(None, fo.meta.get("request_headers"), fo.content_type)
             for f in self.decoder.decode_body(body, "bidi_append", "client"):
                 f.meta = dict(request_meta)
@@ -433,68 +434,22 @@ class CaptureWriter:
             frames = self.decoder.decode_body(body, "unary", "server", fo.response_type)
             for f in frames:
                 fl.note_end(f)
-                self._emit_flow(fl, ts_us, direction, self._typed(f, fo.response_type))
+                self.emit_flow(fl, ts_us, direction, self._typed(f, fo.response_type))
             return
         for f in self.decoder.decode_body(body, "unary", "client", fo.request_type):
-            self._emit_flow(fl, ts_us, direction, self._typed(f, fo.request_type))
+            self.emit_flow(fl, ts_us, direction, self._typed(f, fo.request_type))
 
     def _typed(self, f: Frame, msg_type: str | None) -> Frame:
         if msg_type and f.kind == "unary" and not self.decoder.schema.has(msg_type):
             f.msg_type = None  # a guessed name the schema does not know: do not claim it
         return f
 
-    def _emit_flow(self, fl: Flow, ts_us: int, direction: str, f: Frame) -> None:
+    def emit_flow(self, fl: Flow, ts_us: int, direction: str, f: Frame) -> None:
         if fl.secret:
             self._scrub(f)
         if fl.session_id is None:
             self._bind(fl, fl.open.request_id or self.new_session_id(fl.open.key))
-        self._emit(fl.session_id, ts_us, direction, fl.open.transport, fl.open.key, f)  # type: ignore[arg-type]
-
-    def _finish_append(self, fl: Flow, ts_us: int, error: str | None, trailers: dict[str, str]) -> None:
-        """A BidiAppend exchange is over: complete its frames' meta, then record any refusal."""
-        fo = fl.open
-        status = fl.http_status
-        answer: list[Frame] = []
-        decoded: list[Frame] = []
-        body = fl.append_response or b""
-        if status is not None and not http_ok(status):
-            answer.append(http_error_frame(status, body))
-            fl.http_error = answer[0].summary
-        elif body:
-            decoded = self.decoder.decode_body(body, "bidi_append", "server")
-            for f in decoded:
-                fl.note_end(f)
-            answer, _trailer = append_answer(decoded)  # the trailer frame's status: answer_grpc reads it
-        grpc = answer_grpc(fl.response_headers, trailers, decoded)
-        meta = append_exchange_meta(status, fo.meta.get("request_headers"), fo.content_type, grpc=grpc, error=error)
-        frames, fl.append_frames = fl.append_frames, []
-        self._judge_append(fl, frames, grpc, error)
-        for f in frames:
-            f.meta = meta  # a frame still held for seqno order is emitted with it
-            where = fl.append_emitted.pop(id(f), None)
-            if where is not None:  # already recorded: complete its meta in place
-                self.sink.patch_meta(where[0], where[1], f, meta)
-        if not frames:  # nothing decodable arrived (an empty body): the refusal still belongs somewhere
-            for f in answer:
-                self._emit_flow(fl, ts_us, "server", f)
-            return
-        last = frames[-1]
-        for a in answer:
-            a.request_id, a.append_seqno = last.request_id, last.append_seqno
-            item: Held = (ts_us, "server", "bidi_append", fo.key, a)
-            if not self.appends.attach(last.request_id or "", last.append_seqno, item):
-                self._emit(last.request_id or "", *item)
-
-    def _judge_append(self, fl: Flow, frames: list[Frame], grpc: dict[str, str], error: str | None) -> None:
-        """Remember the first append refused while its run was open: the run ends ``error`` then."""
-        sid = fl.session_id
-        info = self.sink.get_session(sid) if sid is not None else None
-        if sid is None or info is None or info.status != "open" or sid in self.refused:
-            return  # no run, the run is over (no stream left to harm), or refused before
-        status, err = session_status(fl.ending(grpc, error))
-        if status == "error":
-            seqno = frames[0].append_seqno if frames else fl.append_seqno
-            self.refused[sid] = (status, err, f"BidiAppend append_seqno {seqno}")
+        self.emit(fl.session_id, ts_us, direction, fl.open.transport, fl.open.key, f)  # type: ignore[arg-type]
 
     def _append(self, fl: Flow, f: Frame, items: list[Held]) -> None:
         fo = fl.open
@@ -513,7 +468,7 @@ class CaptureWriter:
         status = fl.http_status
         f = http_error_frame(status, body)
         fl.http_error = f.summary
-        self._emit_flow(fl, ts_us, "server", f)
+        self.emit_flow(fl, ts_us, "server", f)
         info = self.sink.get_session(fl.session_id) if fl.session_id else None
         if info is not None:
             info.error = f.summary
@@ -546,7 +501,7 @@ class CaptureWriter:
         self.live_run_ids.pop(key, None)
         fo = fl.open
         if fo.transport == "bidi_append":
-            self._finish_append(fl, ts_us, error, trailers)
+            finish_append(self, fl, ts_us, error, trailers)
             return
         if fl.session_id is None:
             self._bind(fl, fo.request_id or self.new_session_id(fo.key))
@@ -622,7 +577,7 @@ class CaptureWriter:
 
     # frames ------------------------------------------------------------------------------------
 
-    def _emit(self, sid: str, ts_us: int, direction: str, transport: str, stream: str | None, f: Frame) -> None:
+    def emit(self, sid: str, ts_us: int, direction: str, transport: str, stream: str | None, f: Frame) -> None:
         f = redact_frame(f, content=self.config.content, decoder=self.decoder)
         if direction == "client" and f.kind in OPENING_KINDS:
             self._learn_run(sid, f)

@@ -1,0 +1,93 @@
+"""The confirmation protocol of the writer process, where timing cannot reach it (real DuckDB files).
+
+A child can die after its commit but before its confirmation reached mitmdump. Its successor then
+asks the database whether that commit happened (the commit's last frame is stored) and goes on from
+the checkpoint taken before it, or from the last confirmed one: either way the database holds
+exactly what the checkpoint's commit held, so the batches replayed after it record nothing twice.
+The kill -9 tests (``test_capture_process*.py``) cover the rest with real processes.
+"""
+
+from __future__ import annotations
+
+import pickle
+import uuid
+from pathlib import Path
+
+from flood_rig import text_frame
+from support import wait_until
+
+from workbench.capture import resume
+from workbench.capture.flows import Batch, Chunk, Done, Eof, FlowOpen, Open
+from workbench.capture.pacing import NoPacing
+from workbench.capture.writer import CaptureWriter, WriterConfig
+from workbench.store import open_reader
+from workbench.wire.envelope import encode
+
+NS = str(uuid.uuid4())
+
+
+class Checkpoints:
+    """A ``CommitListener`` keeping the checkpoint taken before each commit, by batch."""
+
+    def __init__(self) -> None:
+        self.writer: CaptureWriter | None = None
+        self.taken: dict[int, bytes] = {}
+        self.committed_mark = -1
+
+    def committing(self, mark: int) -> None:
+        assert self.writer is not None
+        self.taken.setdefault(mark, resume.take(self.writer))  # the commit of that batch's frames
+
+    def committed(self, mark: int) -> None:
+        self.committed_mark = mark
+
+
+def _config(db: Path) -> WriterConfig:
+    return WriterConfig(str(db), flush_interval=0.02, live=False, session_ns=NS)
+
+
+def test_a_successor_goes_on_from_the_checkpoint_whose_commit_the_database_holds(tmp_path: Path) -> None:
+    db = tmp_path / "resume.duckdb"
+    stream = b"".join(encode(text_frame(i, 50)) for i in range(6))
+    cut = len(stream) // 2 + 3  # inside an envelope: the first batch leaves a partial frame behind
+    listener = Checkpoints()
+    first = CaptureWriter(_config(db), pacer=NoPacing(), commits=listener)
+    listener.writer = first
+    first.start()
+    first.queue.put(Batch(1, [Open(FlowOpen("k", "run", True, "api2.cursor.sh", "/agent.v1.AgentService/Run", 1,
+                                            request_id="rid-resume")),
+                              Chunk("k", "server", 2, stream[:cut])]))
+    wait_until(lambda: listener.committed_mark >= 1, timeout=30, what="the first batch's commit")
+    first.queue.put(Batch(2, [Chunk("k", "server", 3, stream[cut:]), Eof("k", "server", 4), Done("k", 5, None, {})]))
+    wait_until(lambda: listener.committed_mark >= 2, timeout=30, what="the second batch's commit")
+    first.stop()
+    one, two = pickle.loads(listener.taken[1]), pickle.loads(listener.taken[2])
+    assert one.mark == 1 and two.mark == 2
+    # the checkpoint of batch 1 holds the open flow, its decoder's partial frame as bytes
+    [(flow, held, _)] = one.flows
+    assert flow.session_id == "rid-resume" and held["server"] == stream[cut - len(held["server"]):cut]
+    assert 0 < len(held["server"]) < len(encode(text_frame(0, 50)))
+    assert two.probe is not None and two.probe[0] == "rid-resume"
+
+    successor = CaptureWriter(_config(db), pacer=NoPacing())
+    successor.sink.open(settle_open=False)
+    try:
+        # the commit of batch 2 is in the database: go on after batch 2
+        assert resume.choose(successor, listener.taken[1], listener.taken[2]).mark == 2
+        # a commit that did not happen (its last frame is not stored): go on after batch 1
+        unborn = resume.Checkpoint(mark=3, probe=("rid-resume", two.probe[1] + 1))
+        assert resume.choose(successor, listener.taken[2], pickle.dumps(unborn)).mark == 2
+        # a commit with no frame cannot be told apart, and needs not be: the confirmed one
+        assert resume.choose(successor, listener.taken[1], pickle.dumps(resume.Checkpoint(mark=3))).mark == 1
+        assert resume.choose(successor, None, None).mark == 0
+
+        # going on from batch 1: the partial frame and the rest of the stream make the frames whole
+        resume.restore(successor, one)
+        assert successor.mark == 1 and successor.flows["k"].session_id == "rid-resume"
+        frames = successor.flows["k"].decoders["server"].feed(stream[cut:])
+        assert [f.payload for f in frames] == [text_frame(i, 50) for i in range(6)][-len(frames):]
+    finally:
+        successor.sink.close()
+    stored = open_reader(db).query("SELECT seq, payload FROM frames WHERE session_id = 'rid-resume' "
+                                   "AND kind <> 'end_stream' ORDER BY seq").to_pylist()
+    assert [r["payload"] for r in stored] == [text_frame(i, 50) for i in range(6)]
