@@ -226,3 +226,35 @@ def test_a_schema_set_by_code_keeps_the_writer_in_this_process(tmp_path: Path) -
             assert addon.writer.decoder.schema is schema
         finally:
             addon.done()
+
+
+def test_the_counters_file_says_restarts_and_what_no_child_will_record(tmp_path: Path, monkeypatch: Any) -> None:
+    """The CLI's counter and exit report read ``cursor_stats_file``: after the last restart the
+    chunks no child records are counted there too, not only in mitmdump's log."""
+    at_exit: list[tuple[Any, ...]] = []  # ``done`` sets mitmdump's exit status at exit: not pytest's
+    monkeypatch.setattr("workbench.capture.addon.atexit.register", lambda *a: at_exit.append(a))
+    addon = CursorCapture()
+    stats = tmp_path / "stats.json"
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, cursor_db=str(tmp_path / "gone.duckdb"), cursor_live=False,
+                       cursor_stats_file=str(stats), cursor_writer_restarts=1)
+        addon.running()
+        writer = addon.writer
+        assert isinstance(writer, WriterProcess)
+        put = writer.queue.put
+        put(Open(FlowOpen("k", "run", True, "api2.cursor.sh", "/agent.v1.AgentService/Run", 1, request_id="rid-g")))
+        first = writer.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)  # restarted
+        wait_until(lambda: writer.restarts == 1 and writer.pid not in (None, first), timeout=60,
+                   what="the writer process's restart")
+        assert writer.pid is not None
+        os.kill(writer.pid, signal.SIGKILL)  # no restart left
+        wait_until(lambda: writer.failed, timeout=60, what="the capture giving the writer process up")
+        for i in range(50):
+            put(Chunk("k", "server", 2 + i, b"\x00\x00\x00\x00\x04\x0a\x02\x6a\x00"))
+        wait_until(lambda: writer.lost >= 50, timeout=30, what="the chunks after the last death counted lost")
+        addon.done()
+    written = json.loads(stats.read_text())
+    assert written["writer_restarts"] == 1 and written["lost"] >= 50
+    assert [a[1:] for a in at_exit] == [(EXIT_FRAMES_LOST,)]

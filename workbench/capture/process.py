@@ -42,6 +42,7 @@ from typing import Any
 
 from workbench.capture.backlog import BACKLOG_MB, END, Backlog
 from workbench.capture.flows import Body, Chunk, Event, Stop
+from workbench.capture.sink import write_stats_file
 from workbench.capture.spool import BatchSpool
 from workbench.capture.writer import WriterConfig
 from workbench.decode.classify import Decoder
@@ -160,9 +161,16 @@ class WriterProcess:
 
     def stats(self) -> dict[str, Any]:
         out = dict(self._final or self._stats)
+        out["lost"] = self.lost
         out["writer_restarts"] = self.restarts
         out.update(self.backlog.stats())
         return out
+
+    def _write_stats(self) -> None:
+        """The counters file with what only mitmdump knows (restarts, what no child will record):
+        at stop, and when no restart is left (a child writes it after each of its flushes)."""
+        if self.config.stats_path:
+            write_stats_file(self.config.stats_path, self.stats())
 
     # lifecycle -----------------------------------------------------------------------------------
 
@@ -226,6 +234,8 @@ class WriterProcess:
             if conn is not None:
                 conn.close()
         self.backlog.close()
+        if self.restarts or self._dead:
+            self._write_stats()
 
     # parent threads ------------------------------------------------------------------------------
 
@@ -353,6 +363,7 @@ class WriterProcess:
         self._loud(f"the capture writer process (pid {dead_pid}) ended unexpectedly (status {status}) and no "
                    f"restart is left ({self.max_restarts} done): {self.lost:,} frames LOST so far ({lost:,} chunks "
                    "it had not confirmed); mitmdump goes on proxying, but records nothing more")
+        self._write_stats()
         return False
 
     def _reap(self) -> int | None:

@@ -309,13 +309,16 @@ class Sink:
         }
 
     def write_stats(self) -> None:
-        path = self.config.stats_path
-        if not path:
-            return
-        try:
-            tmp = path + ".tmp"
-            Path(tmp).write_text(json.dumps(self.stats()))
-            os.replace(tmp, path)
-        except OSError:
-            pass
+        if self.config.stats_path:
+            write_stats_file(self.config.stats_path, self.stats())
+
+
+def write_stats_file(path: str, stats: dict[str, Any]) -> None:
+    """Replace the counters file ``cursor_stats_file`` (atomically: readers see whole files)."""
+    try:
+        tmp = path + ".tmp"
+        Path(tmp).write_text(json.dumps(stats))
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
