@@ -258,3 +258,15 @@ def test_the_counters_file_says_restarts_and_what_no_child_will_record(tmp_path:
     written = json.loads(stats.read_text())
     assert written["writer_restarts"] == 1 and written["lost"] >= 50
     assert [a[1:] for a in at_exit] == [(EXIT_FRAMES_LOST,)]
+
+
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("cursor_backlog_mb", 0, "cursor_backlog_mb=0: must be 1 or more"),
+    ("cursor_writer_restarts", -1, "cursor_writer_restarts=-1: must be 0 or more"),
+])
+def test_the_backlog_and_restart_options_are_checked(option: str, value: int, says: str) -> None:
+    from mitmproxy import exceptions
+
+    addon = CursorCapture()
+    with taddons.context(addon) as tctx, pytest.raises(exceptions.OptionsError, match=re.escape(says)):
+        tctx.configure(addon, **{option: value})
