@@ -12,6 +12,7 @@ from __future__ import annotations
 import pickle
 import uuid
 from pathlib import Path
+from typing import Any
 
 from flood_rig import text_frame
 from support import wait_until
@@ -19,8 +20,11 @@ from support import wait_until
 from workbench.capture import resume
 from workbench.capture.flows import Batch, Chunk, Done, Eof, FlowOpen, Open
 from workbench.capture.pacing import NoPacing
+from workbench.capture.spool import FrameRecord, Spool, merge_spools
 from workbench.capture.writer import CaptureWriter, WriterConfig
+from workbench.decode.classify import Frame
 from workbench.store import open_reader
+from workbench.store.db import SessionInfo, Store
 from workbench.wire.envelope import encode
 
 NS = str(uuid.uuid4())
@@ -91,3 +95,21 @@ def test_a_successor_goes_on_from_the_checkpoint_whose_commit_the_database_holds
     stored = open_reader(db).query("SELECT seq, payload FROM frames WHERE session_id = 'rid-resume' "
                                    "AND kind <> 'end_stream' ORDER BY seq").to_pylist()
     assert [r["payload"] for r in stored] == [text_frame(i, 50) for i in range(6)]
+
+
+def test_a_frame_spooled_twice_by_a_restarted_writer_is_merged_once(tmp_path: Path, monkeypatch: Any) -> None:
+    """Without a database, a writer process that died after its spool write but before confirming
+    it is replayed from the checkpoint before: the same frames, same numbers, spooled again. The
+    merge stores each once (two records at one (session, seq) used to fail the whole merge)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    db = tmp_path / "twice.duckdb"
+    frames = [Frame("text_delta", f"frame {n}", text_frame(n, 20)) for n in range(4)]
+    records = [FrameRecord("s", n, 1_000 + n, "server", "run", None, f) for n, f in enumerate(frames)]
+    spool = Spool(db)
+    spool.write([SessionInfo("s", status="open")], records[:3])   # the dead writer's
+    spool.write([SessionInfo("s", status="complete")], records[1:])  # its successor's, from batch 1 on
+    spool.close()
+    with Store(db) as store:
+        assert merge_spools(store, db) == 4
+        rows = store.query("SELECT seq, payload FROM frames ORDER BY seq").to_pylist()
+    assert rows == [{"seq": n, "payload": text_frame(n, 20)} for n in range(4)]
