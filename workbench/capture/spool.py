@@ -251,7 +251,7 @@ def merge_spools(store: Store, db_path: str | Path) -> int:
             seq = r.seq
             if r.session_id in renumber:
                 seq = top[r.session_id] = top.get(r.session_id, -1) + 1
-            rec.add(r.session_id, r.ts_us, r.direction, r.transport, r.stream, r.frame, seq=seq)
+            seq = rec.add(r.session_id, r.ts_us, r.direction, r.transport, r.stream, r.frame, seq=seq)
             # the same frame spooled twice (a writer process restarted after its spool write but
             # before confirming it goes on from the checkpoint before, ``resume.py``) is merged once
             present[(r.session_id, seq)] = _same(r)
