@@ -126,10 +126,10 @@ def main(argv: list[str]) -> int:
         return _serve(conn, writer, link)
     except Exception as exc:
         logging.getLogger("workbench.capture").error("cursor capture: the writer process failed: %r", exc)
-        # Commit what it can (each commit is still confirmed), but send no final counters: the
-        # parent reports the failure and counts what was not confirmed as lost.
-        writer.stop()
-        return 1
+        # End as if killed: mitmdump restarts a writer that goes on from the last checkpoint and
+        # is sent what this one had not confirmed. (Stopping in order would settle the open flows
+        # as ended, and the successor could not go on with them.)
+        os._exit(1)
 
 
 def _serve(conn: Connection, writer: CaptureWriter, link: _Link) -> int:

@@ -122,7 +122,6 @@ class WriterProcess:
         self._dead = False  # no restart left
         self._statuses: list[int | None] = []  # exit statuses of the children that died
         self._dropped = 0  # data events of a batch that could not be pickled
-        self._stopping = False
         self._finished = threading.Event()
         self._sender = threading.Thread(target=self._send_loop, name="workbench-capture-sender", daemon=True)
         self._transmitter = threading.Thread(target=self._transmit_loop, name="workbench-capture-transmitter",
@@ -219,7 +218,6 @@ class WriterProcess:
     def stop(self, timeout: float | None = None) -> None:
         if not self._sender.is_alive() and not self._receiver.is_alive():
             return
-        self._stopping = True
         self.queue.put(Stop())
         self._sender.join(timeout)
         self._finished.wait(timeout)
