@@ -46,16 +46,20 @@ def _rss(pid: int) -> int:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
-def _backlog_bytes(pid: int) -> int:
-    """The size of the backlog's scratch file mitmdump holds open (it is unlinked: only the fd shows it)."""
-    fds = Path(f"/proc/{pid}/fd")
-    for fd in fds.iterdir():
+def _backlog_file(pid: int) -> Path | None:
+    """The backlog's scratch file mitmdump holds open (it is unlinked: only the fd shows it)."""
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
             if ".backlog" in os.readlink(fd):
-                return os.stat(fd).st_size
+                return fd
         except OSError:
             continue
-    return 0
+    return None
+
+
+def _backlog_bytes(pid: int) -> int:
+    fd = _backlog_file(pid)
+    return os.stat(fd).st_size if fd is not None else 0
 
 
 async def test_writer_killed_mid_flood_is_restarted_and_every_frame_is_recorded_once(
@@ -118,6 +122,10 @@ async def test_a_stopped_writer_spools_the_backlog_to_disk_and_catches_up_in_ord
         spooled = wait_until(lambda: _backlog_bytes(m.proc.pid) >= 20 * MiB and _backlog_bytes(m.proc.pid),
                              timeout=60, what="the backlog to go to disk")
         grown = _rss(m.proc.pid) - before
+        backlog = _backlog_file(m.proc.pid)
+        assert backlog is not None
+        # raw wire bytes (credentials too, in real traffic) are never on disk in clear
+        assert flood.frames[-1][-64:] not in backlog.read_bytes()
     finally:
         os.kill(writer, signal.SIGCONT)
     print(f"backlog on disk {spooled / MiB:.1f} MiB, mitmdump grew by {grown / MiB:.1f} MiB")

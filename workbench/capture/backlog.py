@@ -3,7 +3,7 @@
 The sender thread (``process.py``) adds every batch here, pickled, before it goes to the child, and
 keeps it until the child confirms a commit that covers it: so when the child dies, a successor is
 sent every batch after the last confirmed one again (``resume.py``). The batches stay in memory up
-to ``bound`` bytes; past it they go to a scratch file on disk (``spool.BatchSpool``) instead, so a
+to ``bound`` bytes; past it they go to a scratch file on disk (``spool.BatchSpool``, encrypted) instead, so a
 child that falls behind (or is stopped) costs disk, not mitmdump's memory, and they are sent on from
 there in order. When the disk refuses too, batches are still kept in memory up to twice the bound;
 beyond that their data events are counted as lost (loudly: the capture then exits non-zero).
@@ -32,7 +32,7 @@ class _Entry:
     data: int               # data events (chunks, bodies) in it: what is lost if it is
     payload: bytes | None   # in memory; None: on disk at ``offset``
     offset: int
-    length: int
+    length: int             # of the payload in memory, of its record on disk
 
 
 class Backlog:
@@ -67,7 +67,7 @@ class Backlog:
                 self._mem += n
             else:
                 try:
-                    entry = _Entry(number, data, None, self._spool.append(payload), n)
+                    entry = _Entry(number, data, None, *self._spool.append(payload))
                 except SpoolError as exc:
                     if self._mem + n > 2 * self.bound:
                         self.lost += data

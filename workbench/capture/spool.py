@@ -299,11 +299,16 @@ def _by_session(present: dict[tuple[str, int], Any]) -> dict[str, list[int]]:
 class BatchSpool:
     """Scratch space on disk for byte records (the writer process's backlog past its bound).
 
-    One file next to the database (``<db>.backlog``; the temporary directory when that cannot be
-    made), unlinked as soon as it is open: only this process holds it, and nothing is left behind
-    whatever way the capture ends (``kill -9`` included). Records are appended and read back by
-    (offset, length); ``reset`` gives the space back once every record has been read for good.
+    The records are raw proxy events: wire bytes that may hold credentials. They are written
+    encrypted (AES-GCM under a key made for this process and held only in its memory), in one file
+    next to the database (``<db>.backlog``; the temporary directory when that cannot be made) that
+    is unlinked as soon as it is open: only this process holds it, nothing readable is ever on
+    disk, and nothing is left behind whatever way the capture ends (``kill -9`` included). Records
+    are appended and read back by (offset, size); ``reset`` gives the space back once every record
+    has been read for good.
     """
+
+    NONCE = 12
 
     def __init__(self, db_path: str | Path) -> None:
         self.candidates = [Path(str(Path(db_path).expanduser().absolute()) + ".backlog"),
@@ -311,8 +316,13 @@ class BatchSpool:
         self.path: Path | None = None
         self.size = 0
         self._fd: int | None = None
+        self._aead: Any = None
+        self._count = 0  # records written: each one's nonce
 
     def _open(self) -> int:
+        # deferred: the cipher loads only when a backlog first goes to disk
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         errors = []
         for cand in self.candidates:
             try:
@@ -323,17 +333,21 @@ class BatchSpool:
             with contextlib.suppress(OSError):
                 os.unlink(cand)
             self._fd, self.path = fd, cand
+            self._aead = AESGCM(AESGCM.generate_key(256))
             return fd
         raise SpoolError("no place for the backlog spool: " + "; ".join(errors))
 
-    def append(self, data: bytes) -> int:
-        """Write ``data`` at the end (all or nothing: SpoolError); its offset."""
+    def append(self, data: bytes) -> tuple[int, int]:
+        """Write ``data`` at the end (all or nothing: SpoolError); its (offset, size) on disk."""
         fd = self._fd if self._fd is not None else self._open()
+        self._count += 1
+        nonce = self._count.to_bytes(self.NONCE, "big")  # never reused under this key
+        record = nonce + self._aead.encrypt(nonce, data, None)
         at = self.size
-        view = memoryview(data)
+        view = memoryview(record)
         try:
             while view:
-                n = os.pwrite(fd, view, at + len(data) - len(view))
+                n = os.pwrite(fd, view, at + len(record) - len(view))
                 if n <= 0:
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                 view = view[n:]
@@ -341,12 +355,13 @@ class BatchSpool:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, at)
             raise SpoolError(f"backlog spool {self.path}: {exc.strerror or exc}") from exc
-        self.size = at + len(data)
-        return at
+        self.size = at + len(record)
+        return at, len(record)
 
-    def read(self, offset: int, length: int) -> bytes:
+    def read(self, offset: int, size: int) -> bytes:
         assert self._fd is not None
-        return os.pread(self._fd, length, offset)
+        record = os.pread(self._fd, size, offset)
+        return bytes(self._aead.decrypt(record[:self.NONCE], record[self.NONCE:], None))
 
     def reset(self) -> None:
         if self._fd is not None and self.size:
