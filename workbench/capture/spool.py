@@ -311,8 +311,7 @@ class BatchSpool:
     NONCE = 12
 
     def __init__(self, db_path: str | Path) -> None:
-        self.candidates = [Path(str(Path(db_path).expanduser().absolute()) + ".backlog"),
-                           Path(tempfile.gettempdir()) / f"workbench-{os.getpid()}.backlog"]
+        self.candidates = [Path(str(Path(db_path).expanduser().absolute()) + ".backlog")]
         self.path: Path | None = None
         self.size = 0
         self._fd: int | None = None
@@ -324,11 +323,15 @@ class BatchSpool:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
         errors = []
-        for cand in self.candidates:
+        for cand in [*self.candidates, None]:
             try:
-                fd = os.open(cand, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+                if cand is None:  # the system's temporary directory (a name no one else can take)
+                    fd, name = tempfile.mkstemp(prefix="workbench-", suffix=".backlog")
+                    cand = Path(name)
+                else:  # a new file only: never one that is there (or a link someone put there)
+                    fd = os.open(cand, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             except OSError as exc:
-                errors.append(f"{cand}: {exc.strerror or exc}")
+                errors.append(f"{cand or tempfile.gettempdir()}: {exc.strerror or exc}")
                 continue
             with contextlib.suppress(OSError):
                 os.unlink(cand)
