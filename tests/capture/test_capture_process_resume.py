@@ -10,6 +10,7 @@ The kill -9 tests (``test_capture_process*.py``) cover the rest with real proces
 from __future__ import annotations
 
 import pickle
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from flood_rig import text_frame
 from support import wait_until
 
 from workbench.capture import resume
-from workbench.capture.flows import Batch, Chunk, Done, Eof, FlowOpen, Open
+from workbench.capture.flows import Batch, Chunk, Done, Eof, Flow, FlowOpen, Open
 from workbench.capture.pacing import NoPacing
 from workbench.capture.spool import FrameRecord, Spool, merge_spools
 from workbench.capture.writer import CaptureWriter, WriterConfig
@@ -113,3 +114,40 @@ def test_a_frame_spooled_twice_by_a_restarted_writer_is_merged_once(tmp_path: Pa
         assert merge_spools(store, db) == 4
         rows = store.query("SELECT seq, payload FROM frames ORDER BY seq").to_pylist()
     assert rows == [{"seq": n, "payload": text_frame(n, 20)} for n in range(4)]
+
+
+class _Unpicklable:
+    """A stream decoder with state that cannot cross to another process (a lock, a hash object)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def feed(self, chunk: bytes) -> list[Frame]:
+        return []
+
+    def close(self) -> list[Frame]:
+        return []
+
+
+def test_a_body_whose_decoder_cannot_be_handed_over_is_counted_lost_not_garbled(tmp_path: Path) -> None:
+    db = tmp_path / "lost.duckdb"
+    dying = CaptureWriter(_config(db), pacer=NoPacing())
+    dying.sink.open()
+    fo = FlowOpen("k", "run", True, "api2.cursor.sh", "/agent.v1.AgentService/Run", 1, request_id="rid-lost")
+    dying.flows["k"] = Flow(fo, session_id="rid-lost", decoders={"server": _Unpicklable()})  # type: ignore[dict-item]
+    cp = resume.take(dying)
+    dying.sink.close()
+    [(_, held, _)] = pickle.loads(cp).flows
+    assert held == {"server": None}
+
+    successor = CaptureWriter(_config(db), pacer=NoPacing())
+    successor.sink.open(settle_open=False)
+    try:
+        resume.restore(successor, pickle.loads(cp))
+        rest = successor.flows["k"].decoders["server"]
+        assert rest.feed(b"the rest of the body") == [] and rest.feed(b"") == []
+        assert successor.lost == 1  # one chunk, counted
+        # and the next checkpoint still crosses (the stand-in is not pickled)
+        assert pickle.loads(resume.take(successor)).flows[0][1] == {"server": None}
+    finally:
+        successor.sink.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,9 +34,9 @@ log = logging.getLogger("workbench.capture")
 @dataclass
 class Checkpoint:
     mark: int = 0  # the last batch handled
-    # each open flow without its decoders; per direction, what its decoder held (the bytes of a
-    # partial frame, or the decoder itself when it is plain data); its BidiAppend frames already
-    # recorded, by place in ``append_frames`` → (session, seq)
+    # each open flow without its decoders; per direction, what its decoder held (``_held``: the
+    # bytes of a partial frame, the decoder itself when it is plain data, None when it cannot
+    # cross); its BidiAppend frames already recorded, by place in ``append_frames`` → (session, seq)
     flows: list[tuple[Flow, dict[str, Any], dict[int, tuple[str, int | None]]]] = field(default_factory=list)
     live_run_ids: dict[str, str] = field(default_factory=dict)
     refused: dict[str, tuple[str, str | None, str]] = field(default_factory=dict)
@@ -47,12 +48,41 @@ class Checkpoint:
     held: int = 0     # frames only in the dead writer's memory (no database or spool took them)
 
 
+class LostStream:
+    """Stands, in a successor, for a stream decoder that could not be handed over: the rest of that
+    body is not recorded, and each of its chunks is counted as lost (at least a frame or part of one)."""
+
+    def __init__(self, count: Callable[[], None]) -> None:
+        self._count = count
+
+    def feed(self, chunk: bytes) -> list[Any]:
+        if chunk:
+            self._count()
+        return []
+
+    def close(self) -> list[Any]:
+        return []
+
+
+def _held(dec: Any) -> Any:
+    """What goes in a checkpoint for one decoder: the bytes of its partial frame, the decoder itself
+    when it is plain data (the OpenAI side's), or None when it cannot cross."""
+    if isinstance(dec, StreamDecoder):
+        return dec.unconsumed()
+    if isinstance(dec, LostStream):
+        return None
+    try:
+        pickle.dumps(dec, 5)
+    except Exception:
+        return None
+    return dec
+
+
 def take(writer: CaptureWriter) -> bytes:
     """The checkpoint of ``writer`` now (before a commit), pickled."""
     flows = []
     for fl in writer.flows.values():
-        held: dict[str, Any] = {d: dec.unconsumed() if isinstance(dec, StreamDecoder) else dec
-                                for d, dec in fl.decoders.items()}
+        held = {d: _held(dec) for d, dec in fl.decoders.items()}
         emitted = {i: fl.append_emitted[id(f)] for i, f in enumerate(fl.append_frames) if id(f) in fl.append_emitted}
         flows.append((dataclasses.replace(fl, decoders={}, append_emitted={}), held, emitted))
     sink = writer.sink
@@ -79,7 +109,11 @@ def restore(writer: CaptureWriter, cp: Checkpoint) -> None:
     for fl, held, emitted in cp.flows:
         fo = fl.open
         for direction, what in held.items():
-            if isinstance(what, bytes):
+            if what is None:
+                log.error("cursor capture: the %s body of flow %s could not be handed to the restarted writer "
+                          "process: the rest of it is not recorded, each chunk counted as LOST", direction, fo.key)
+                fl.decoders[direction] = LostStream(sink.count_lost)  # type: ignore[assignment]
+            elif isinstance(what, bytes):
                 dec = writer.decoder.stream(fo.transport, direction)
                 if what:
                     dec.feed(what)  # a partial frame: nothing comes out, the decoder now holds it

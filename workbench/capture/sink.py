@@ -221,6 +221,10 @@ class Sink:
         rec = self._pending[-1]
         return (rec.session_id, rec.seq) if rec.seq is not None else None
 
+    def count_lost(self, n: int = 1) -> None:
+        """``n`` frames that will not be recorded (a body a restarted writer could not go on with)."""
+        self.lost += n
+
     def committed_after_flush(self) -> int:
         """``frames_committed`` once the next flush has committed (when the database takes it)."""
         return self.frames_committed + (len(self._pending) if self.recorder is not None else 0)
