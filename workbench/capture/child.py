@@ -73,9 +73,13 @@ class Confirmations:
     def __init__(self, link: _Link) -> None:
         self.link = link
         self.writer: CaptureWriter | None = None
+        self._last = -1  # the mark of the last checkpoint sent
 
     def committing(self, mark: int) -> None:
         assert self.writer is not None
+        if mark == self._last and self.writer.sink.last_pending() is None:
+            return  # no batch and no frame since the last one: the checkpoint the parent holds stands
+        self._last = mark
         try:
             cp: bytes | None = resume.take(self.writer)
         except Exception as exc:  # not expected: the parent then has no checkpoint for this commit
