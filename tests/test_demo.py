@@ -62,8 +62,11 @@ def test_demo_runs_and_diagnoses_every_scenario(tmp_path: Path) -> None:
     assert clean is not None
     assert clean[0] >= 3  # text, tool flow over Run and over RunSSE
     assert both == (2,)
-    # the demo never leaves the capture's live-reader sidecar behind
+    # the demo never leaves the capture's live-reader sidecar behind, nor its mitmproxy
+    # configuration (a hidden .mitmproxy-demo/ folder once): only the database
     assert not Path(str(db) + ".live.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["captures"]
+    assert {p.name for p in db.parent.iterdir()} <= {"demo.duckdb", "demo.duckdb.wal"}
 
 
 def _files(db: Path) -> dict[str, bytes]:

@@ -11,10 +11,12 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -98,7 +100,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with SimThread(heartbeat_interval=HEARTBEAT_INTERVAL, token=DEMO_TOKEN) as sim:
         say(f"      {sim.url} (self-signed certificate {sim.cert_path})")
         say("[2/5] starting the live capture (mitmdump + workbench addon)")
-        capture = CaptureProcess(db, confdir=db.parent / ".mitmproxy-demo")
+        capture = CaptureProcess(db)
         try:
             capture.start()
             say(f"      proxy {capture.url}, CA {capture.ca_path}")
@@ -183,14 +185,20 @@ def mark_demo(db: Path) -> None:
 
 
 class CaptureProcess:
-    """``workbench capture`` as a child process, stopped with SIGTERM (which flushes)."""
+    """``workbench capture`` as a child process, stopped with SIGTERM (which flushes).
 
-    def __init__(self, db: Path, confdir: Path) -> None:
+    Its mitmproxy configuration (the throwaway CA the demo's client trusts) goes in a temporary
+    directory of its own, removed at ``stop``, unless ``confdir`` names one: the demo leaves
+    nothing behind in the working directory or next to the database but the database itself.
+    """
+
+    def __init__(self, db: Path, confdir: Path | None = None) -> None:
         self.db = db
-        self.confdir = confdir
+        self._own_confdir = confdir is None
+        self.confdir = Path(tempfile.mkdtemp(prefix="workbench-demo-mitmproxy-")) if confdir is None else confdir
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
-        self.ca_path = str(confdir / "mitmproxy-ca-cert.pem")
+        self.ca_path = str(self.confdir / "mitmproxy-ca-cert.pem")
 
     def start(self) -> None:
         cmd = [sys.executable, "-m", "workbench.cli", "capture", "--port", "0", "--db", str(self.db),
@@ -210,9 +218,7 @@ class CaptureProcess:
             time.sleep(0.05)
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=60)
@@ -220,6 +226,8 @@ class CaptureProcess:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+        if self._own_confdir:
+            shutil.rmtree(self.confdir, ignore_errors=True)
 
 
 def _wait_for_port(url: str, proc: subprocess.Popen[str]) -> None:

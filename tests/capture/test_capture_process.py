@@ -89,9 +89,45 @@ async def test_the_database_is_written_by_a_child_process(capture_sim: Sim, capt
     assert session_row(m.db, sid)["status"] == "complete"
 
 
-async def test_a_killed_writer_process_is_reported_and_mitmdump_exits_non_zero(
-        capture_sim: Sim, capture_mitm: Any, capture_proxy_env: Any) -> None:
+@pytest.mark.parametrize("transport", ["run", "runsse"])
+async def test_a_killed_writer_process_is_restarted_and_records_the_whole_turn(
+        capture_sim: Sim, capture_mitm: Any, capture_proxy_env: Any, transport: str) -> None:
+    """Over RunSSE the client's frames are BidiAppend exchanges: the restarted writer also goes on
+    with the appends' ordering state and their run's session."""
     m = capture_mitm()
+    capture_proxy_env(m)
+    writer = _writer_pid(m)
+    killed = False
+    async with AgentClient(capture_sim.url, TOKEN, transport=transport, verify=str(m.ca)) as c:
+        seen = 0
+        async for ev in c.stream_turn("[scenario:long] go"):
+            seen += type(ev).__name__ == "TextDelta"
+            if seen == 40 and not killed:
+                os.kill(writer, signal.SIGKILL)
+                killed = True
+        deltas, log, sid = seen, list(c.frame_log), c.last_request_id
+    assert killed
+    assert deltas == 150  # the proxy forwarded the whole turn all the same
+    assert m.stop() == 0  # nothing lost: mitmdump exits as usual
+    out = _log(m)
+    assert f"capture writer process (pid {writer}) ended unexpectedly (status -9); restarting it (1 of 3)" in out
+    assert "the capture writer process runs again" in out
+    assert "LOST" not in out and "Traceback" not in out
+    rows = open_reader(m.db).query("SELECT seq FROM frames WHERE session_id = ? ORDER BY seq", [sid]).to_pylist()
+    assert [r["seq"] for r in rows] == list(range(len(rows)))  # no gap, no frame twice
+    stored = _stored(m.db, sid)
+    missing = [e for e in log if stored[(e.direction, e.data)] == 0]
+    assert not missing, f"{len(missing)} of {len(log)} frames missing"
+    passed = Counter((e.direction, e.data) for e in log)
+    assert {k: stored[k] for k in passed} == passed  # each exactly as often as it passed: none twice
+    # (over RunSSE the stream's own request, the BidiRequestId, is recorded too: the client logs no frame for it)
+    assert all(n == 1 for k, n in stored.items() if k not in passed)
+    assert session_row(m.db, sid)["status"] == "complete"
+
+
+async def test_a_killed_writer_process_with_no_restart_left_is_reported_and_mitmdump_exits_non_zero(
+        capture_sim: Sim, capture_mitm: Any, capture_proxy_env: Any) -> None:
+    m = capture_mitm(extra=("--set", "cursor_writer_restarts=0"))
     capture_proxy_env(m)
     writer = _writer_pid(m)
     killed = False
@@ -107,11 +143,12 @@ async def test_a_killed_writer_process_is_reported_and_mitmdump_exits_non_zero(
     assert deltas == 150  # the proxy forwarded the whole turn all the same
     assert m.stop() == EXIT_FRAMES_LOST
     out = _log(m)
-    assert f"capture writer process (pid {writer}) ended unexpectedly" in out
-    lost = re.findall(r"unexpectedly \(status -9\): ([\d,]+) frames LOST \(", out)
+    assert f"capture writer process (pid {writer}) ended unexpectedly (status -9) and no restart is left" in out
+    lost = re.findall(r"no restart is left \(0 done\): ([\d,]+) frames LOST so far", out)
     assert lost, out
     # at least every text delta that came after the kill (one chunk each) is counted
-    assert int(lost[-1].replace(",", "")) >= 150 - 40
+    final = re.findall(r"ERROR: the capture writer process died 1 times .*: ([\d,]+) frames LOST", out)
+    assert final and int(final[-1].replace(",", "")) >= 150 - 40, out
     assert "Traceback" not in out
 
 
@@ -189,3 +226,47 @@ def test_a_schema_set_by_code_keeps_the_writer_in_this_process(tmp_path: Path) -
             assert addon.writer.decoder.schema is schema
         finally:
             addon.done()
+
+
+def test_the_counters_file_says_restarts_and_what_no_child_will_record(tmp_path: Path, monkeypatch: Any) -> None:
+    """The CLI's counter and exit report read ``cursor_stats_file``: after the last restart the
+    chunks no child records are counted there too, not only in mitmdump's log."""
+    at_exit: list[tuple[Any, ...]] = []  # ``done`` sets mitmdump's exit status at exit: not pytest's
+    monkeypatch.setattr("workbench.capture.addon.atexit.register", lambda *a: at_exit.append(a))
+    addon = CursorCapture()
+    stats = tmp_path / "stats.json"
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, cursor_db=str(tmp_path / "gone.duckdb"), cursor_live=False,
+                       cursor_stats_file=str(stats), cursor_writer_restarts=1)
+        addon.running()
+        writer = addon.writer
+        assert isinstance(writer, WriterProcess)
+        put = writer.queue.put
+        put(Open(FlowOpen("k", "run", True, "api2.cursor.sh", "/agent.v1.AgentService/Run", 1, request_id="rid-g")))
+        first = writer.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)  # restarted
+        wait_until(lambda: writer.restarts == 1 and writer.pid not in (None, first), timeout=60,
+                   what="the writer process's restart")
+        assert writer.pid is not None
+        os.kill(writer.pid, signal.SIGKILL)  # no restart left
+        wait_until(lambda: writer.failed, timeout=60, what="the capture giving the writer process up")
+        for i in range(50):
+            put(Chunk("k", "server", 2 + i, b"\x00\x00\x00\x00\x04\x0a\x02\x6a\x00"))
+        wait_until(lambda: writer.lost >= 50, timeout=30, what="the chunks after the last death counted lost")
+        addon.done()
+    written = json.loads(stats.read_text())
+    assert written["writer_restarts"] == 1 and written["lost"] >= 50
+    assert [a[1:] for a in at_exit] == [(EXIT_FRAMES_LOST,)]
+
+
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("cursor_backlog_mb", 0, "cursor_backlog_mb=0: must be 1 or more"),
+    ("cursor_writer_restarts", -1, "cursor_writer_restarts=-1: must be 0 or more"),
+])
+def test_the_backlog_and_restart_options_are_checked(option: str, value: int, says: str) -> None:
+    from mitmproxy import exceptions
+
+    addon = CursorCapture()
+    with taddons.context(addon) as tctx, pytest.raises(exceptions.OptionsError, match=re.escape(says)):
+        tctx.configure(addon, **{option: value})

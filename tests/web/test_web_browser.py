@@ -150,3 +150,33 @@ def test_web_cli_errors_name_the_problem(tmp_path: Path, web_demo_db: Path) -> N
     r = subprocess.run([str(exe), "web", "--db", str(damaged), "--port", "0"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "damaged.duckdb" in r.stderr and "Traceback" not in r.stderr
+
+
+# Every host name but loopback resolves to nothing: the machine is offline for this browser.
+OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
+
+
+@pytest.mark.usefixtures("need_chromium")
+async def test_page_works_offline_and_asks_nothing_of_another_host(web_demo_db: Path) -> None:
+    """The UI draws with the network blocked, every request the page makes stays on 127.0.0.1,
+    and its terminal font is the one the server serves (textual-serve's page linked a web font)."""
+    server = WebProcess(web_demo_db)
+    browser = Browser(extra=[OFFLINE])
+    try:
+        async with aiohttp.ClientSession() as http, http.get(server.url + "/") as r:
+            html = await r.text()
+        assert "fonts.googleapis" not in html and "//fonts." not in html
+        page = await browser.page()
+        await page.navigate(server.url)
+        await page.wait_for_text("4 of 4 sessions", *LABELS)
+        fonts = await _settled(page, "document.fonts.ready.then(() => [...document.fonts]"
+                                     ".filter(f => f.status === 'loaded').map(f => f.family))")
+        assert fonts and any("Roboto Mono" in str(f) for f in fonts)  # type: ignore[union-attr]
+        local = (server.url + "/", server.url.replace("http://", "ws://", 1) + "/", "data:")
+        assert page.requests, "the page made no request at all: the recorder is broken"
+        assert [u for u in page.requests if not u.startswith(local)] == []
+        assert any("/static/fonts/RobotoMono" in u for u in page.requests)
+        await page.close()
+    finally:
+        browser.close()
+        server.stop()

@@ -38,7 +38,8 @@ from typing import Any
 from mitmproxy import ctx, exceptions, http
 
 from workbench.capture import contentview, stream_end
-from workbench.capture.process import WriterProcess, WriterProcessError
+from workbench.capture.backlog import BACKLOG_MB
+from workbench.capture.process import RESTARTS, WriterProcess, WriterProcessError
 from workbench.capture.sink import HOLD_FRAMES
 from workbench.capture.writer import (
     Body,
@@ -129,6 +130,12 @@ class CursorCapture:
         loader.add_option("cursor_writer", str, "process",
                           "where the recording runs: process (a child process, off mitmproxy's GIL) or "
                           "thread (a thread of this process)", choices=list(WRITERS))
+        loader.add_option("cursor_backlog_mb", int, BACKLOG_MB,
+                          "MiB of batches handed to the writer process and not yet confirmed kept in memory; "
+                          "beyond this they go to a scratch file on disk")
+        loader.add_option("cursor_writer_restarts", int, RESTARTS,
+                          "times a writer process that died is restarted (its unconfirmed batches replayed); "
+                          "0: never")
         loader.add_option("cursor_view_bytes", int, contentview.VIEW_BYTES,
                           "bytes of each streamed agent body kept for mitmproxy's views (the Cursor agent "
                           "contentview, -w flow files); 0 keeps none")
@@ -170,6 +177,11 @@ class CursorCapture:
                 f"cursor_flush_ms={opts.cursor_flush_ms}: must be a positive number of milliseconds")
         if "cursor_hold_frames" in updated and opts.cursor_hold_frames < 0:
             raise exceptions.OptionsError(f"cursor_hold_frames={opts.cursor_hold_frames}: must be 0 or more")
+        if "cursor_backlog_mb" in updated and opts.cursor_backlog_mb <= 0:
+            raise exceptions.OptionsError(f"cursor_backlog_mb={opts.cursor_backlog_mb}: must be 1 or more")
+        if "cursor_writer_restarts" in updated and opts.cursor_writer_restarts < 0:
+            raise exceptions.OptionsError(
+                f"cursor_writer_restarts={opts.cursor_writer_restarts}: must be 0 or more")
         if "cursor_view_bytes" in updated and opts.cursor_view_bytes < 0:
             raise exceptions.OptionsError(f"cursor_view_bytes={opts.cursor_view_bytes}: must be 0 or more")
         if "cursor_writer" in updated and opts.cursor_writer not in WRITERS:
@@ -200,7 +212,9 @@ class CursorCapture:
             log.info("cursor capture: a schema set by code: recording in a thread of this process")
             process = False
         if process:
-            writer = WriterProcess(cfg, ctx.options.cursor_schema, decoder)
+            writer = WriterProcess(cfg, ctx.options.cursor_schema, decoder,
+                                   backlog_bytes=ctx.options.cursor_backlog_mb * 2**20,
+                                   restarts=ctx.options.cursor_writer_restarts)
             try:
                 writer.start()
                 return writer

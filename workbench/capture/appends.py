@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from workbench.decode.classify import Frame
 from workbench.protocol.append_meta import REORDER_AFTER_END_S, REORDER_WINDOW_S
@@ -60,6 +61,14 @@ class AppendOrder:
         self._windows: dict[str, _Window] = {}
         self._unbound: dict[str, None] = {}  # RunSSE/RunPoll streams whose first frame has not come
         self._stream_runs: set[str] = set()  # request ids a RunSSE/RunPoll body has named
+
+    def state(self) -> tuple[Any, ...]:
+        """What it holds, as plain data (the writer process's checkpoint, ``resume.py``)."""
+        return self._windows, self._unbound, self._stream_runs
+
+    def restore(self, state: tuple[Any, ...]) -> None:
+        """Take over what another one held (``state``): a restarted writer process goes on."""
+        self._windows, self._unbound, self._stream_runs = state
 
     def stream_opened(self, stream: str) -> None:
         """A RunSSE/RunPoll stream opened: it names its run with its first frame."""

@@ -1,7 +1,10 @@
 """The capture writer process: ``python -m workbench.capture.child FD`` (started by ``process.py``).
 
-Reads pickled batches of proxy events from the socket ``FD`` and feeds them to an ordinary
-``CaptureWriter``; after each commit it confirms the last batch handled, with the sink's counters.
+Reads pickled batches of proxy events from the socket ``FD`` and feeds them, whole, to an ordinary
+``CaptureWriter`` composed with ``NoPacing`` (it has a GIL of its own) and ``Confirmations``: before
+each commit it sends the checkpoint a successor would go on from (``resume.py``), after it the
+confirmation of the last batch handled, with the sink's counters. A successor started after a crash
+gets the dead one's checkpoints with its configuration and says which batch it goes on after.
 Its log records go to the parent (mitmproxy's log). It runs at a lower priority (``NICE``). SIGINT and SIGTERM are ignored: a Ctrl-C in
 the terminal reaches the whole process group, and the parent stops this process in order (a
 ``None`` message) once mitmdump has let go of its flows; when the parent is gone (EOF) the child
@@ -18,9 +21,11 @@ import signal
 import sys
 import threading
 from multiprocessing.connection import Connection
-from typing import Any, NamedTuple
+from typing import Any
 
-from workbench.capture.writer import CaptureWriter, Event, WriterConfig
+from workbench.capture import resume
+from workbench.capture.pacing import NoPacing
+from workbench.capture.writer import Batch, CaptureWriter
 from workbench.decode.classify import Decoder
 from workbench.schema.active import schema_for_option
 from workbench.schema.loader import SchemaError
@@ -30,24 +35,6 @@ from workbench.schema.loader import SchemaError
 # soon as a CPU is free; with a CPU to spare it runs at full speed all the same. (In one process
 # the GIL and ``pacing.py`` gave the event loop that precedence.) Frames are only committed later.
 NICE = 10
-
-
-class Mark(NamedTuple):
-    """The end of batch ``number`` in the writer's queue."""
-
-    number: int
-
-
-class _NoPacing:
-    """The writer has a GIL of its own here: nothing to yield to (``pacing.py``)."""
-
-    pauses = 0
-
-    def begin(self) -> None:
-        pass
-
-    def step(self) -> None:
-        pass
 
 
 class _Link:
@@ -79,24 +66,30 @@ class _Forward(logging.Handler):
             self.handleError(record)
 
 
-class ChildWriter(CaptureWriter):
-    """A ``CaptureWriter`` that confirms, after each commit, the last batch it has handled."""
+class Confirmations:
+    """The writer's ``CommitListener`` here: before each commit the checkpoint a successor would go
+    on from (``resume.py``), after it the confirmation of the last batch handled, with the counters."""
 
-    def __init__(self, config: WriterConfig, decoder: Decoder, link: _Link) -> None:
-        super().__init__(config, decoder)
-        self.pacer = _NoPacing()  # type: ignore[assignment]
-        self._link = link
-        self._mark = 0
+    def __init__(self, link: _Link) -> None:
+        self.link = link
+        self.writer: CaptureWriter | None = None
+        self._last = -1  # the mark of the last checkpoint sent
 
-    def _handle(self, ev: Event) -> None:
-        if type(ev) is Mark:
-            self._mark = ev.number  # type: ignore[union-attr]
-            return
-        super()._handle(ev)
+    def committing(self, mark: int) -> None:
+        assert self.writer is not None
+        if mark == self._last and self.writer.sink.last_pending() is None:
+            return  # no batch and no frame since the last one: the checkpoint the parent holds stands
+        self._last = mark
+        try:
+            cp: bytes | None = resume.take(self.writer)
+        except Exception as exc:  # not expected: the parent then has no checkpoint for this commit
+            logging.getLogger("workbench.capture").error("cursor capture: checkpoint failed: %r", exc)
+            cp = None
+        self.link.send(("pre", mark, cp))
 
-    def flush(self) -> None:
-        super().flush()
-        self._link.send(("ack", self._mark, self.stats()))
+    def committed(self, mark: int) -> None:
+        assert self.writer is not None
+        self.link.send(("ack", mark, self.writer.stats()))
 
 
 def main(argv: list[str]) -> int:
@@ -115,9 +108,16 @@ def main(argv: list[str]) -> int:
     logger.setLevel(logging.INFO)
     logger.propagate = False
     try:
-        config, schema_option = pickle.loads(conn.recv_bytes())
-        writer = ChildWriter(config, Decoder(schema_for_option(schema_option)), link)
-        writer.start()
+        # ``checkpoints``: None for the first writer, else (confirmed, pending) of the one that died
+        config, schema_option, checkpoints = pickle.loads(conn.recv_bytes())
+        confirm = Confirmations(link)
+        writer = CaptureWriter(config, Decoder(schema_for_option(schema_option)), pacer=NoPacing(), commits=confirm)
+        confirm.writer = writer
+
+        def go_on() -> None:
+            resume.restore(writer, resume.choose(writer, *checkpoints))
+
+        writer.start(go_on if checkpoints is not None else None, settle_open=checkpoints is None)
     except (SchemaError, EOFError, OSError) as exc:
         link.send(("fatal", f"the capture writer process could not start: {exc}"))
         return 2
@@ -125,18 +125,18 @@ def main(argv: list[str]) -> int:
         link.send(("fatal", f"the capture writer process could not start: {exc!r}"))
         return 1
     ident = writer.decoder.schema.identity
-    link.send(("ready", ident.source, ident.hash))
+    link.send(("ready", ident.source, ident.hash, writer.mark))
     try:
         return _serve(conn, writer, link)
     except Exception as exc:
         logging.getLogger("workbench.capture").error("cursor capture: the writer process failed: %r", exc)
-        # Commit what it can (each commit is still confirmed), but send no final counters: the
-        # parent reports the failure and counts what was not confirmed as lost.
-        writer.stop()
-        return 1
+        # End as if killed: mitmdump restarts a writer that goes on from the last checkpoint and
+        # is sent what this one had not confirmed. (Stopping in order would settle the open flows
+        # as ended, and the successor could not go on with them.)
+        os._exit(1)
 
 
-def _serve(conn: Connection, writer: ChildWriter, link: _Link) -> int:
+def _serve(conn: Connection, writer: CaptureWriter, link: _Link) -> int:
     put = writer.queue.put
     loads = pickle.loads
     recv = conn.recv_bytes
@@ -147,10 +147,7 @@ def _serve(conn: Connection, writer: ChildWriter, link: _Link) -> int:
             break  # the parent is gone: finish what arrived
         if msg is None:
             break
-        number, events = msg
-        for ev in events:
-            put(ev)
-        put(Mark(number))  # type: ignore[arg-type]
+        put(Batch(*msg))  # handled whole: a confirmation covers whole batches
     writer.stop()
     link.send(("final", writer.stats()))
     conn.close()

@@ -106,7 +106,15 @@ class Stop(NamedTuple):
     """The capture stops: finish every flow and flush."""
 
 
-Event = Open | Chunk | Eof | Response | Body | Done | Late | Stop
+class Batch(NamedTuple):
+    """The writer process's sender's batch ``number`` of ``events``: handled whole, then the writer
+    confirms, with its next commit, the last batch it handled (``CaptureWriter.mark``)."""
+
+    number: int
+    events: list[Any]
+
+
+Event = Open | Chunk | Eof | Response | Body | Done | Late | Stop | Batch
 
 
 @dataclass(slots=True)

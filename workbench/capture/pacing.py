@@ -25,12 +25,34 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 SLICE = 0.0005      # seconds of writer work between chances for the loop to take the GIL
 PAUSE = 0.0001      # the writer's sleep then (the kernel makes it about 0.15 ms)
 BUSY = 0.010        # seconds after the last hand-off seen during which the proxy counts as busy
 BACKLOG = 4096      # queued events (chunks: at most 16 KiB each on HTTP/2) beyond which it never pauses
+
+
+class Pacing(Protocol):
+    """What the writer's loop asks of a pacer: ``begin`` a drain, ``step`` after each event."""
+
+    pauses: int
+
+    def begin(self) -> None: ...
+
+    def step(self) -> None: ...
+
+
+class NoPacing:
+    """For a writer with a GIL of its own (the writer process): nothing to yield to."""
+
+    pauses = 0
+
+    def begin(self) -> None:
+        pass
+
+    def step(self) -> None:
+        pass
 
 
 class Pacer:

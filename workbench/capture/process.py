@@ -10,14 +10,17 @@ them over: ``WriterProcess`` has the interface the addon uses (``queue.put``, ``
 a socket pair, and a child process (``python -m workbench.capture.child``) runs an ordinary
 ``CaptureWriter`` with the sink, spool and live read service.
 
-Nothing is lost quietly: after each commit the child confirms the last batch whose frames are
-settled (committed or spooled) with its counters. If the child dies, the frames it held and every
-data event handed over since its last confirmation (and any after its death) are counted as lost,
-loudly, and the addon makes mitmdump exit non-zero as for any lost frame. ``stop`` drains the
-queue, sends a stop and waits for the child's final counters. The child ignores SIGINT/SIGTERM
-(a Ctrl-C reaches the whole process group; mitmdump's shutdown stops it in order) and ends when
-its socket reaches EOF, i.e. when mitmdump has gone, even by ``kill -9``, after finishing what it
-received.
+Nothing is lost quietly: every batch stays in the sender's backlog (``backlog.py``: memory up to
+``cursor_backlog_mb``, then a scratch file) until the child confirms a commit that covers it. If the
+child dies, it is restarted (at most ``cursor_writer_restarts`` times, waiting a little longer each
+time): the successor goes on from the dead child's last checkpoint (``resume.py``) and is sent every
+batch after it again, so nothing is recorded twice and nothing it had not confirmed is lost. What
+cannot be replayed (frames only the dead child held in memory, every batch once no restart is
+left) is counted as lost, loudly, and the addon makes mitmdump exit non-zero as for any lost frame.
+``stop`` drains the queue, sends a stop and waits for the child's final counters. The child ignores
+SIGINT/SIGTERM (a Ctrl-C reaches the whole process group; mitmdump's shutdown stops it in order)
+and ends when its socket reaches EOF, i.e. when mitmdump has gone, even by ``kill -9``, after
+finishing what it received.
 """
 
 from __future__ import annotations
@@ -31,11 +34,16 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from workbench.capture.backlog import BACKLOG_MB, END, Backlog
 from workbench.capture.flows import Body, Chunk, Event, Stop
+from workbench.capture.sink import write_stats_file
+from workbench.capture.spool import BatchSpool
 from workbench.capture.writer import WriterConfig
 from workbench.decode.classify import Decoder
 
@@ -45,6 +53,8 @@ SEND_INTERVAL = 0.005  # seconds between the sender's looks at the queue while t
 QUIET_TICKS = 20       # empty looks after which it blocks on the queue instead (0.1 s without traffic)
 BATCH_MAX = 4096       # events per batch at most
 READY_TIMEOUT = 120.0  # seconds for the child to import, open the database and say it is ready
+RESTARTS = 3           # restarts of a child that died, at most (cursor_writer_restarts)
+RESTART_WAIT = 0.5     # seconds before the first restart, doubled before each further one
 
 
 class WriterProcessError(RuntimeError):
@@ -90,26 +100,32 @@ def spawn() -> Spawned:
 class WriterProcess:
     """A ``CaptureWriter`` in a child process, behind the interface the addon uses."""
 
-    def __init__(self, config: WriterConfig, schema_option: str, decoder: Decoder) -> None:
-        self.config = config
+    def __init__(self, config: WriterConfig, schema_option: str, decoder: Decoder,
+                 backlog_bytes: int = BACKLOG_MB * 2**20, restarts: int = RESTARTS) -> None:
+        # session ids derived from the flows: a restarted child names a replayed flow's session alike
+        self.config = replace(config, session_ns=config.session_ns or str(uuid.uuid4()))
         self.schema_option = schema_option
         self.decoder = decoder  # the parent's: the log line and the contentview; the child builds its own
         self.queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self.pid: int | None = None
+        self.restarts = 0
+        self.max_restarts = restarts
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
-        self._send_lock = threading.Lock()
+        self._dead_conns: list[Connection] = []  # of the children that died
         self._lock = threading.Lock()
-        self._unconfirmed: dict[int, int] = {}  # batch number → data events in it, until confirmed
+        self.backlog = Backlog(backlog_bytes, BatchSpool(config.db_path), self._loud, self._note)
+        self._confirmed_cp: bytes | None = None  # checkpoint of the last confirmed commit
+        self._pending_cp: tuple[int, bytes | None] | None = None  # (mark, checkpoint) of the commit under way
         self._stats: dict[str, Any] = {}
         self._final: dict[str, Any] | None = None
-        self._dead = False
-        self._lost_after = 0  # data events that came after the child died
-        self._crash_lost = 0
+        self._dead = False  # no restart left
+        self._statuses: list[int | None] = []  # exit statuses of the children that died
         self._dropped = 0  # data events of a batch that could not be pickled
-        self._status: int | None = None
         self._finished = threading.Event()
         self._sender = threading.Thread(target=self._send_loop, name="workbench-capture-sender", daemon=True)
+        self._transmitter = threading.Thread(target=self._transmit_loop, name="workbench-capture-transmitter",
+                                             daemon=True)
         self._receiver = threading.Thread(target=self._recv_loop, name="workbench-capture-receiver", daemon=True)
 
     # counters ------------------------------------------------------------------------------------
@@ -124,50 +140,63 @@ class WriterProcess:
 
     @property
     def lost(self) -> int:
-        """Frames that are in neither the database nor a spool file; after the child died, also
-        the data events (chunks, bodies) it had not confirmed or never got: at least one frame each
-        or part of one."""
+        """Frames in neither the database nor a spool file (the child's count, carried over its
+        restarts), and the data events (chunks, bodies: at least one frame each or part of one) that
+        no child will record: once no restart is left, or when no memory or disk took them."""
         with self._lock:
-            if self._final is not None:
-                return int(self._final.get("lost", 0)) + self._dropped
-            if self._dead:
-                return self._crash_lost + self._lost_after + self._dropped
-            return int(self._stats.get("lost", 0)) + self._dropped
+            child = int((self._final or self._stats).get("lost", 0))
+            if self._dead and self._final is None:
+                child += int(self._stats.get("held", 0))
+        return child + self.backlog.lost + self._dropped
 
     @property
     def failed(self) -> str | None:
-        """Why the recording stopped before ``stop`` (the child died), for the addon's exit report."""
+        """Why the recording stopped before ``stop`` (no restart left), for the addon's exit report."""
         if not self._dead:
             return None
-        return (f"the capture writer process (pid {self.pid}) ended unexpectedly (status {self._status}): "
-                f"{self.lost:,} frames LOST (what it held uncommitted, the chunks handed over that it had "
-                "not confirmed, and every chunk that came after)")
+        return (f"the capture writer process died {len(self._statuses)} times (exit statuses "
+                f"{', '.join(map(str, self._statuses))}) and was not restarted again: {self.lost:,} frames LOST "
+                "(what it held uncommitted, the chunks it had not confirmed, and every chunk that came after)")
 
     def stats(self) -> dict[str, Any]:
-        return dict(self._final or self._stats)
+        out = dict(self._final or self._stats)
+        out["lost"] = self.lost
+        out["writer_restarts"] = self.restarts
+        out.update(self.backlog.stats())
+        return out
+
+    def _write_stats(self) -> None:
+        """The counters file with what only mitmdump knows (restarts, what no child will record):
+        at stop, and when no restart is left (a child writes it after each of its flushes)."""
+        if self.config.stats_path:
+            write_stats_file(self.config.stats_path, self.stats())
 
     # lifecycle -----------------------------------------------------------------------------------
 
     def start(self, spawned: Spawned | None = None) -> None:
         """Start the child (or take one ``spawned`` earlier), hand it its configuration and wait
         until it holds the database; ``WriterProcessError`` when it cannot."""
-        child = spawned or spawn()
-        self._proc, self._conn, self.pid = child.proc, child.conn, child.proc.pid
-        try:
-            msg = self._handshake()
-        except WriterProcessError:
-            child.close()
-            raise
+        msg = self._start_child(spawned or spawn(), None)
         if msg[2] != self.decoder.schema.identity.hash:
             log.warning("cursor capture: the writer process decodes with schema %s (hash %s), not %s",
                         msg[1], msg[2], self.decoder.schema.identity.hash)
+        self.backlog.attach(self._conn)
         self._receiver.start()
+        self._transmitter.start()
         self._sender.start()
 
-    def _handshake(self) -> tuple[Any, ...]:
+    def _start_child(self, child: Spawned, checkpoints: tuple[bytes | None, bytes | None] | None) -> tuple[Any, ...]:
+        self._proc, self._conn, self.pid = child.proc, child.conn, child.proc.pid
+        try:
+            return self._handshake(checkpoints)
+        except WriterProcessError:
+            child.close()
+            raise
+
+    def _handshake(self, checkpoints: tuple[bytes | None, bytes | None] | None) -> tuple[Any, ...]:
         assert self._conn is not None and self._proc is not None
         try:
-            self._send(pickle.dumps((self.config, self.schema_option)))
+            self._conn.send_bytes(pickle.dumps((self.config, self.schema_option, checkpoints)))
         except OSError as exc:
             raise WriterProcessError(f"the capture writer process ended at start-up ({exc})") from exc
         deadline = time.monotonic() + READY_TIMEOUT
@@ -183,8 +212,8 @@ class WriterProcess:
                 log.log(msg[1], msg[2])
             elif msg[0] == "fatal":
                 raise WriterProcessError(msg[1])
-            else:
-                return tuple(msg)  # ("ready", schema source, schema hash)
+            elif msg[0] == "ready":
+                return tuple(msg)  # ("ready", schema source, schema hash, the batch it goes on after)
 
     def stop(self, timeout: float | None = None) -> None:
         if not self._sender.is_alive() and not self._receiver.is_alive():
@@ -199,17 +228,17 @@ class WriterProcess:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
-        if self._conn is not None:
-            self._conn.close()
+        for conn in (self._conn, *self._dead_conns):
+            if conn is not None:
+                conn.close()
+        self.backlog.close()
+        if self.restarts or self._dead:
+            self._write_stats()
 
     # parent threads ------------------------------------------------------------------------------
 
-    def _send(self, data: bytes) -> None:
-        assert self._conn is not None
-        with self._send_lock:
-            self._conn.send_bytes(data)
-
     def _send_loop(self) -> None:
+        """The queue → the backlog, in batches (pickled here, off the event loop)."""
         get, get_nowait = self.queue.get, self.queue.get_nowait
         dumps = pickle.dumps
         number = 0
@@ -236,70 +265,123 @@ class WriterProcess:
                 batch = [ev for ev in batch if type(ev) is not Stop]
             data = sum(1 for ev in batch if (type(ev) is Chunk and ev.data) or type(ev) is Body)
             number += 1
-            with self._lock:
-                if self._dead:
-                    self._lost_after += data
-                    continue
-                self._unconfirmed[number] = data
             try:
                 payload = dumps((number, batch), 5)
             except Exception as exc:  # not expected (our own event types); never let the thread die
-                with self._lock:
-                    del self._unconfirmed[number]
-                    self._dropped += data
+                self._dropped += data
                 log.error("cursor capture: a batch of %d events could not be handed to the writer process "
                           "(%r): %d chunks LOST", len(batch), exc, data)
                 payload = dumps((number, []), 5)
+            self.backlog.add(number, data, payload)
+        self.backlog.finish()
+
+    def _transmit_loop(self) -> None:
+        """The backlog → the child, in order (a child that stops reading blocks only this thread)."""
+        dumps = pickle.dumps
+        while True:
+            item = self.backlog.next_unsent()
+            if item is None:
+                return
+            conn, number, payload = item
             try:
-                self._send(payload)
-                if stop:
-                    self._send(dumps(None))
+                conn.send_bytes(dumps(None) if number == END else payload)
             except OSError:
-                self._child_gone()
+                pass  # the child is gone: the receiver restarts one, which is sent everything unconfirmed
 
     def _recv_loop(self) -> None:
+        while True:
+            self._receive()
+            if self._final is not None or not self._restart():
+                break
+        self._finished.set()
+
+    def _receive(self) -> None:
+        """Read the current child's messages until it is gone or says its final counters."""
         assert self._conn is not None
         recv = self._conn.recv_bytes
         while True:
             try:
                 msg = pickle.loads(recv())
             except (EOFError, OSError):
-                break
+                return
             except Exception as exc:  # not expected from our own child: treat it as gone
                 log.error("cursor capture: unreadable message from the writer process: %r", exc)
-                break
+                return
             kind = msg[0]
-            if kind == "ack":
+            if kind == "pre":  # a commit is under way: (mark, checkpoint)
+                self._pending_cp = (msg[1], msg[2])
+            elif kind == "ack":
                 with self._lock:
-                    for n in [n for n in self._unconfirmed if n <= msg[1]]:
-                        del self._unconfirmed[n]
                     self._stats = msg[2]
+                    if self._pending_cp is not None and self._pending_cp[0] == msg[1]:
+                        self._confirmed_cp = self._pending_cp[1]
+                        self._pending_cp = None
+                self.backlog.confirm(msg[1])
             elif kind == "log":
                 log.log(msg[1], msg[2])
             elif kind == "final":
                 self._final = msg[1]
-                self._finished.set()
                 return
-        self._child_gone()
-        self._finished.set()
 
-    def _child_gone(self) -> None:
-        with self._lock:
-            if self._dead or self._final is not None:
-                return
-            self._dead = True
-            pending = sum(self._unconfirmed.values())
-            self._unconfirmed.clear()
-            # lost already, held in its memory (no database or spool took them), not confirmed
-            self._crash_lost = int(self._stats.get("lost", 0)) + int(self._stats.get("held", 0)) + pending
-        if self._proc is not None:
+    def _restart(self) -> bool:
+        """The child died: start another that goes on from its last checkpoint (True), or, with no
+        restart left, count everything it had not confirmed and everything after as lost (False)."""
+        status = self._reap()
+        self._statuses.append(status)
+        self.backlog.attach(None)
+        dead_pid = self.pid
+        while self.restarts < self.max_restarts:
+            self.restarts += 1
+            batches, _ = self.backlog.unconfirmed()
+            self._loud(f"the capture writer process (pid {dead_pid}) ended unexpectedly (status {status}); "
+                       f"restarting it ({self.restarts} of {self.max_restarts}) to replay the {batches:,} batches "
+                       "it had not confirmed; mitmdump goes on proxying meanwhile")
+            time.sleep(RESTART_WAIT * 2 ** (self.restarts - 1))
+            pending = self._pending_cp
+            checkpoints = (self._confirmed_cp, pending[1] if pending is not None else None)
             try:
-                self._status = self._proc.wait(5)
-            except subprocess.TimeoutExpired:  # its socket broke but it lives on: it must not write on
-                self._proc.kill()
-                self._status = self._proc.wait()
-        msg = (f"the capture writer process (pid {self.pid}) ended unexpectedly (status {self._status}): "
-               f"{self._crash_lost:,} frames LOST so far (what it held uncommitted and the chunks handed over "
-               "that it had not confirmed); mitmdump goes on proxying, but records nothing more")
+                msg = self._start_child(spawn(), checkpoints)
+            except WriterProcessError as exc:
+                self._loud(f"could not restart the capture writer process: {exc}")
+                status = self._reap()
+                continue
+            base = int(msg[3])
+            if pending is not None and base == pending[0]:
+                self._confirmed_cp = pending[1]  # its commit happened after all
+            self._pending_cp = None
+            self.backlog.confirm(base)
+            batches, _ = self.backlog.unconfirmed()
+            self._note(f"the capture writer process runs again (pid {self.pid}); it goes on after batch {base:,} "
+                       f"and is sent the {batches:,} batches after it again")
+            self.backlog.attach(self._conn)
+            return True
+        with self._lock:
+            self._dead = True
+        lost = self.backlog.give_up()
+        self._loud(f"the capture writer process (pid {dead_pid}) ended unexpectedly (status {status}) and no "
+                   f"restart is left ({self.max_restarts} done): {self.lost:,} frames LOST so far ({lost:,} chunks "
+                   "it had not confirmed); mitmdump goes on proxying, but records nothing more")
+        self._write_stats()
+        return False
+
+    def _reap(self) -> int | None:
+        if self._conn is not None:
+            # Closed at ``stop``, not now: the transmitter may be writing to it this moment, and a
+            # closed descriptor's number is soon reused by the next child's socket.
+            self._dead_conns.append(self._conn)
+            self._conn = None
+        if self._proc is None:
+            return None
+        try:
+            return self._proc.wait(5)
+        except subprocess.TimeoutExpired:  # its socket broke but it lives on: it must not write on
+            self._proc.kill()
+            return self._proc.wait()
+
+    def _loud(self, msg: str) -> None:
         log.error("cursor capture: %s", msg)
         print(f"workbench capture: ERROR: {msg}", file=sys.stderr, flush=True)
+
+    def _note(self, msg: str) -> None:
+        log.warning("cursor capture: %s", msg)
+        print(f"workbench capture: {msg}", file=sys.stderr, flush=True)

@@ -85,7 +85,9 @@ class Sink:
 
     # lifecycle ---------------------------------------------------------------------------------
 
-    def open(self) -> None:
+    def open(self, settle_open: bool = True) -> None:
+        """Open the database (else the spool); ``settle_open``: mark the sessions an earlier capture
+        left open as ended (off for a writer process restarted to go on with them)."""
         path = self.config.db_path
         existed = os.path.exists(path)
         try:
@@ -102,7 +104,8 @@ class Sink:
         try:
             # A previous capture killed mid-stream left sessions marked open; nobody else can be
             # writing them now that we hold the file.
-            self.store.close_open_sessions("capture", "capture ended before the stream finished")
+            if settle_open:
+                self.store.close_open_sessions("capture", "capture ended before the stream finished")
         except Exception as exc:
             self._loud(f"could not settle the sessions a previous capture left open in {path}: {exc}")
         self.recorder = Recorder(self.store)
@@ -211,6 +214,30 @@ class Sink:
         if self.recorder is not None and seq is not None:
             self.recorder.patch_meta(sid, seq, meta)
 
+    def last_pending(self) -> tuple[str, int] | None:
+        """(session, seq) of the last frame the next flush commits (None: no frame, or unnumbered)."""
+        if not self._pending:
+            return None
+        rec = self._pending[-1]
+        return (rec.session_id, rec.seq) if rec.seq is not None else None
+
+    def count_lost(self, n: int = 1) -> None:
+        """``n`` frames that will not be recorded (a body a restarted writer could not go on with)."""
+        self.lost += n
+
+    def committed_after_flush(self) -> int:
+        """``frames_committed`` once the next flush has committed (when the database takes it)."""
+        return self.frames_committed + (len(self._pending) if self.recorder is not None else 0)
+
+    def has_frame(self, sid: str, seq: int) -> bool | None:
+        """Whether the database holds frame ``seq`` of ``sid`` (None: no database to ask)."""
+        if self.store is None:
+            return None
+        try:
+            return self.store.next_seq(sid) > seq  # a session's frames are numbered without gaps
+        except Exception:
+            return None
+
     # flushing ----------------------------------------------------------------------------------
 
     def flush(self) -> None:
@@ -286,13 +313,16 @@ class Sink:
         }
 
     def write_stats(self) -> None:
-        path = self.config.stats_path
-        if not path:
-            return
-        try:
-            tmp = path + ".tmp"
-            Path(tmp).write_text(json.dumps(self.stats()))
-            os.replace(tmp, path)
-        except OSError:
-            pass
+        if self.config.stats_path:
+            write_stats_file(self.config.stats_path, self.stats())
+
+
+def write_stats_file(path: str, stats: dict[str, Any]) -> None:
+    """Replace the counters file ``cursor_stats_file`` (atomically: readers see whole files)."""
+    try:
+        tmp = path + ".tmp"
+        Path(tmp).write_text(json.dumps(stats))
+        os.replace(tmp, path)
+    except OSError:
+        pass
 

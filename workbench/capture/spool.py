@@ -13,6 +13,9 @@ wins) and ``frame`` (session, time, direction, transport, stream and the classif
 redacted frame). The next capture that can open the database replays every location's file, in
 that order, through a Recorder in one transaction, keeping each frame's ``seq`` (``merge_spools``: idempotent),
 and then deletes them. A torn last line (a crash mid-write) is skipped with a warning.
+
+``BatchSpool`` is the same idea for the writer process's backlog (``backlog.py``): byte records
+past a memory bound, read back in order.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, fields
 from datetime import datetime
@@ -247,7 +251,10 @@ def merge_spools(store: Store, db_path: str | Path) -> int:
             seq = r.seq
             if r.session_id in renumber:
                 seq = top[r.session_id] = top.get(r.session_id, -1) + 1
-            rec.add(r.session_id, r.ts_us, r.direction, r.transport, r.stream, r.frame, seq=seq)
+            seq = rec.add(r.session_id, r.ts_us, r.direction, r.transport, r.stream, r.frame, seq=seq)
+            # the same frame spooled twice (a writer process restarted after its spool write but
+            # before confirming it goes on from the checkpoint before, ``resume.py``) is merged once
+            present[(r.session_id, seq)] = _same(r)
             merged += 1
         rec.flush()
         store.recount_frames(list({r.session_id for r in frames} | set(sessions)))
@@ -287,3 +294,86 @@ def _by_session(present: dict[tuple[str, int], Any]) -> dict[str, list[int]]:
     for sid, seq in present:
         out.setdefault(sid, []).append(seq)
     return out
+
+
+class BatchSpool:
+    """Scratch space on disk for byte records (the writer process's backlog past its bound).
+
+    The records are raw proxy events: wire bytes that may hold credentials. They are written
+    encrypted (AES-GCM under a key made for this process and held only in its memory), in one file
+    next to the database (``<db>.backlog``; the temporary directory when that cannot be made) that
+    is unlinked as soon as it is open: only this process holds it, nothing readable is ever on
+    disk, and nothing is left behind whatever way the capture ends (``kill -9`` included). Records
+    are appended and read back by (offset, size); ``reset`` gives the space back once every record
+    has been read for good.
+    """
+
+    NONCE = 12
+
+    def __init__(self, db_path: str | Path) -> None:
+        self.candidates = [Path(str(Path(db_path).expanduser().absolute()) + ".backlog")]
+        self.path: Path | None = None
+        self.size = 0
+        self._fd: int | None = None
+        self._aead: Any = None
+        self._count = 0  # records written: each one's nonce
+
+    def _open(self) -> int:
+        # deferred: the cipher loads only when a backlog first goes to disk
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        errors = []
+        for cand in [*self.candidates, None]:
+            try:
+                if cand is None:  # the system's temporary directory (a name no one else can take)
+                    fd, name = tempfile.mkstemp(prefix="workbench-", suffix=".backlog")
+                    cand = Path(name)
+                else:  # a new file only: never one that is there (or a link someone put there)
+                    fd = os.open(cand, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            except OSError as exc:
+                errors.append(f"{cand or tempfile.gettempdir()}: {exc.strerror or exc}")
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(cand)
+            self._fd, self.path = fd, cand
+            self._aead = AESGCM(AESGCM.generate_key(256))
+            return fd
+        raise SpoolError("no place for the backlog spool: " + "; ".join(errors))
+
+    def append(self, data: bytes) -> tuple[int, int]:
+        """Write ``data`` at the end (all or nothing: SpoolError); its (offset, size) on disk."""
+        fd = self._fd if self._fd is not None else self._open()
+        self._count += 1
+        nonce = self._count.to_bytes(self.NONCE, "big")  # never reused under this key
+        record = nonce + self._aead.encrypt(nonce, data, None)
+        at = self.size
+        view = memoryview(record)
+        try:
+            while view:
+                n = os.pwrite(fd, view, at + len(record) - len(view))
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[n:]
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, at)
+            raise SpoolError(f"backlog spool {self.path}: {exc.strerror or exc}") from exc
+        self.size = at + len(record)
+        return at, len(record)
+
+    def read(self, offset: int, size: int) -> bytes:
+        assert self._fd is not None
+        record = os.pread(self._fd, size, offset)
+        return bytes(self._aead.decrypt(record[:self.NONCE], record[self.NONCE:], None))
+
+    def reset(self) -> None:
+        if self._fd is not None and self.size:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+        self.size = 0
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.size = 0

@@ -29,11 +29,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from workbench.analysis.stored import refresh_ended
+from workbench.capture.append_exchange import finish_append
 from workbench.capture.appends import AppendOrder, Held
 from workbench.capture.flows import (
+    Batch,
     Body,
     Chunk,
     Done,
@@ -46,7 +48,7 @@ from workbench.capture.flows import (
     Response,
     Stop,
 )
-from workbench.capture.pacing import Pacer
+from workbench.capture.pacing import Pacer, Pacing
 from workbench.capture.sink import HOLD_BYTES, HOLD_FRAMES, Sink, SinkConfig
 from workbench.decode.classify import (
     CLIENT_MSG,
@@ -56,7 +58,7 @@ from workbench.decode.classify import (
     http_error_frame,
 )
 from workbench.protocol import kinds
-from workbench.protocol.append_meta import answer_grpc, append_answer, append_exchange_meta
+from workbench.protocol.append_meta import append_exchange_meta
 from workbench.protocol.content_coding import undo_body
 from workbench.protocol.labels import fill_label
 from workbench.protocol.openai import fill_openai_session
@@ -75,8 +77,8 @@ from workbench.store.db import SessionInfo, us_to_datetime
 log = logging.getLogger("workbench.capture")
 
 # re-exported: the addon, tests and benchmarks import the event vocabulary from here
-__all__ = ["Body", "CaptureWriter", "Chunk", "Done", "Eof", "Event", "FlowOpen", "Late", "Open", "Response",
-           "Stop", "WriterConfig"]
+__all__ = ["Batch", "Body", "CaptureWriter", "Chunk", "Done", "Eof", "Event", "FlowOpen", "Late", "Open",
+           "Response", "Stop", "WriterConfig"]
 
 
 @dataclass
@@ -88,13 +90,30 @@ class WriterConfig:
     stats_path: str | None = None
     hold_frames: int = HOLD_FRAMES
     hold_bytes: int = HOLD_BYTES
+    # New session ids derive from this and the flow (a UUID string) instead of being random, so a
+    # writer process restarted to replay a batch names its sessions as the one that died did.
+    session_ns: str | None = None
+
+
+class CommitListener(Protocol):
+    """Told around each commit which ``Batch`` (``mark``) the writer has handled up to (the
+    writer process's confirmations, ``child.py``)."""
+
+    def committing(self, mark: int) -> None: ...
+
+    def committed(self, mark: int) -> None: ...
 
 
 class CaptureWriter:
-    """Turns one capture process's proxy events into sessions and frames (through a ``Sink``)."""
+    """Turns one capture process's proxy events into sessions and frames (through a ``Sink``).
+
+    ``pacer``: how it shares the GIL (default ``Pacer``: with the proxy's event loop, as a thread);
+    ``commits``: told before and after each commit, with the last ``Batch`` handled.
+    """
 
     def __init__(self, config: WriterConfig, decoder: Decoder | None = None,
-                 on_error: Callable[[str], None] | None = None) -> None:
+                 on_error: Callable[[str], None] | None = None, *, pacer: Pacing | None = None,
+                 commits: CommitListener | None = None) -> None:
         self.config = config
         self.decoder = decoder or default_decoder()
         self.queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
@@ -103,15 +122,17 @@ class CaptureWriter:
                                     hold_frames=config.hold_frames, hold_bytes=config.hold_bytes),
                          self._loud, self._note)
         self.flows: dict[str, Flow] = {}
-        self.appends = AppendOrder(self._emit)
-        self._live_run_ids: dict[str, str] = {}
-        # RunSSE/RunPoll flows whose first client frame has not come (see ``appends``: "Behind")
+        self.appends = AppendOrder(self.emit)
+        self.live_run_ids: dict[str, str] = {}
         # session → (status, error, label) of the first append refused while its run was open
-        self._refused: dict[str, tuple[str, str | None, str]] = {}
+        self.refused: dict[str, tuple[str, str | None, str]] = {}
+        self.mark = 0  # the last ``Batch`` handled
+        self._commits = commits
+        self._session_ns = uuid.UUID(config.session_ns) if config.session_ns else None
         self._thread = threading.Thread(target=self._run, name="workbench-capture-writer", daemon=True)
         self._stopped = threading.Event()
         self._wake = threading.Event()
-        self.pacer = Pacer(self.queue)
+        self.pacer: Pacing = pacer if pacer is not None else Pacer(self.queue)
 
     # counters callers read (the database and the recorder stay the sink's) ------------------------
 
@@ -132,12 +153,22 @@ class CaptureWriter:
         return self.sink.stats()
 
     def flush(self) -> None:
+        commits = self._commits
+        if commits is None:
+            self.sink.flush()
+            return
+        commits.committing(self.mark)
         self.sink.flush()
+        commits.committed(self.mark)
 
     # lifecycle ---------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self.sink.open()
+    def start(self, before: Callable[[], None] | None = None, settle_open: bool = True) -> None:
+        """Open the sink and start the thread; ``before`` runs in between (a resume). With
+        ``settle_open`` off the sessions left open in the database stay open (their flows go on)."""
+        self.sink.open(settle_open)
+        if before is not None:
+            before()
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
@@ -225,6 +256,26 @@ class CaptureWriter:
             self._done(*ev)
         elif t is Late:
             self._late(*ev)
+        elif t is Batch:
+            self._batch(ev)  # type: ignore[arg-type]
+
+    def _batch(self, batch: Batch) -> None:
+        """One batch of the writer process's sender, handled whole (a drain never stops inside one,
+        so what a confirmation covers is always whole batches)."""
+        handle = self._handle
+        for ev in batch.events:
+            try:
+                handle(ev)
+            except Exception as exc:  # keep recording whatever one bad event did
+                log.exception("capture writer: event failed")
+                self._loud(f"internal error on a capture event: {exc!r}")
+        self.mark = batch.number
+
+    def new_session_id(self, key: str) -> str:
+        """A new session's id: random, or derived from the flow with ``config.session_ns``."""
+        if self._session_ns is None:
+            return str(uuid.uuid4())
+        return str(uuid.uuid5(self._session_ns, key))
 
     def _open_flow(self, fo: FlowOpen) -> None:
         fl = Flow(fo, secret=fo.transport == "unary" and secret_method(fo.path))
@@ -233,18 +284,18 @@ class CaptureWriter:
             fl.decoders = {"client": self.decoder.stream(fo.transport, "client"),
                            "server": self.decoder.stream(fo.transport, "server")}
         if fo.transport == "run":
-            sid = fo.request_id or str(uuid.uuid4())
-            if sid in self._live_run_ids.values():
+            sid = fo.request_id or self.new_session_id(fo.key)
+            if sid in self.live_run_ids.values():
                 sid = f"{sid}#{fo.key[:8]}"  # two live Run streams reusing one request id
-            self._live_run_ids[fo.key] = sid
+            self.live_run_ids[fo.key] = sid
             self._bind(fl, sid)
         elif fo.transport == "unary" or is_openai_transport(fo.transport):
-            self._bind(fl, str(uuid.uuid4()))
+            self._bind(fl, self.new_session_id(fo.key))
         elif fo.transport in ("runsse", "runpoll"):
             self.appends.stream_opened(fo.key)  # names its run with the BidiRequestId in its body
         # bidi_append joins its run by the body
 
-    def _session_info(self, fl: Flow, sid: str) -> SessionInfo:
+    def session_info(self, fl: Flow, sid: str) -> SessionInfo:
         fo = fl.open
         return SessionInfo(session_id=sid, source="capture", transport=fo.transport,
                            request_id=fo.request_id, client_version=fo.client_version,
@@ -257,7 +308,7 @@ class CaptureWriter:
         fo = fl.open
         info = self.sink.get_session(sid)
         if info is None:
-            info = self.sink.open_session(self._session_info(fl, sid))
+            info = self.sink.open_session(self.session_info(fl, sid))
         else:
             # Appends may have created the row first: the stream flow fills in the rest.
             info.transport = fo.transport
@@ -272,7 +323,7 @@ class CaptureWriter:
                 info.started_at = start
             self.sink.touch(sid)
         for ts_us, direction, f in fl.pending:
-            self._emit(sid, ts_us, direction, fo.transport, fo.key, f)
+            self.emit(sid, ts_us, direction, fo.transport, fo.key, f)
         fl.pending.clear()
 
     def _chunk(self, key: str, direction: str, ts_us: int, chunk: bytes) -> None:
@@ -298,12 +349,12 @@ class CaptureWriter:
             else:
                 fl.pending.append((ts_us, direction, f))
                 if direction == "server" or len(fl.pending) > 4:
-                    self._bind(fl, fo.request_id or str(uuid.uuid4()))
+                    self._bind(fl, fo.request_id or self.new_session_id(fo.key))
                     self._settle(fo.key)
                 return
         if fl.secret:
             self._scrub(f)
-        self._emit(fl.session_id, ts_us, direction, fo.transport, fo.key, f)  # type: ignore[arg-type]
+        self.emit(fl.session_id, ts_us, direction, fo.transport, fo.key, f)  # type: ignore[arg-type]
         if direction == "client":
             self._settle(fo.key)
 
@@ -359,7 +410,7 @@ class CaptureWriter:
                 if fo.transport == "bidi_append" and direction == "server":
                     fl.append_response = b""
                     return
-                self._emit_flow(fl, ts_us, direction, done.kept)
+                self.emit_flow(fl, ts_us, direction, done.kept)
                 return
             body = done.plain
             if done.problem is not None:
@@ -369,7 +420,7 @@ class CaptureWriter:
                 fl.append_response = body  # judged with the status when the exchange ends
                 return
             # Recorded where it arrived (its place among the run's frames); the answer's facts are
-            # filled into its meta when the exchange ends (``_finish_append``).
+            # filled into its meta when the exchange ends (``append_exchange.finish_append``).
             request_meta = append_exchange_meta(None, fo.meta.get("request_headers"), fo.content_type)
             for f in self.decoder.decode_body(body, "bidi_append", "client"):
                 f.meta = dict(request_meta)
@@ -383,72 +434,26 @@ class CaptureWriter:
             frames = self.decoder.decode_body(body, "unary", "server", fo.response_type)
             for f in frames:
                 fl.note_end(f)
-                self._emit_flow(fl, ts_us, direction, self._typed(f, fo.response_type))
+                self.emit_flow(fl, ts_us, direction, self._typed(f, fo.response_type))
             return
         for f in self.decoder.decode_body(body, "unary", "client", fo.request_type):
-            self._emit_flow(fl, ts_us, direction, self._typed(f, fo.request_type))
+            self.emit_flow(fl, ts_us, direction, self._typed(f, fo.request_type))
 
     def _typed(self, f: Frame, msg_type: str | None) -> Frame:
         if msg_type and f.kind == "unary" and not self.decoder.schema.has(msg_type):
             f.msg_type = None  # a guessed name the schema does not know: do not claim it
         return f
 
-    def _emit_flow(self, fl: Flow, ts_us: int, direction: str, f: Frame) -> None:
+    def emit_flow(self, fl: Flow, ts_us: int, direction: str, f: Frame) -> None:
         if fl.secret:
             self._scrub(f)
         if fl.session_id is None:
-            self._bind(fl, fl.open.request_id or str(uuid.uuid4()))
-        self._emit(fl.session_id, ts_us, direction, fl.open.transport, fl.open.key, f)  # type: ignore[arg-type]
-
-    def _finish_append(self, fl: Flow, ts_us: int, error: str | None, trailers: dict[str, str]) -> None:
-        """A BidiAppend exchange is over: complete its frames' meta, then record any refusal."""
-        fo = fl.open
-        status = fl.http_status
-        answer: list[Frame] = []
-        decoded: list[Frame] = []
-        body = fl.append_response or b""
-        if status is not None and not http_ok(status):
-            answer.append(http_error_frame(status, body))
-            fl.http_error = answer[0].summary
-        elif body:
-            decoded = self.decoder.decode_body(body, "bidi_append", "server")
-            for f in decoded:
-                fl.note_end(f)
-            answer, _trailer = append_answer(decoded)  # the trailer frame's status: answer_grpc reads it
-        grpc = answer_grpc(fl.response_headers, trailers, decoded)
-        meta = append_exchange_meta(status, fo.meta.get("request_headers"), fo.content_type, grpc=grpc, error=error)
-        frames, fl.append_frames = fl.append_frames, []
-        self._judge_append(fl, frames, grpc, error)
-        for f in frames:
-            f.meta = meta  # a frame still held for seqno order is emitted with it
-            where = fl.append_emitted.pop(id(f), None)
-            if where is not None:  # already recorded: complete its meta in place
-                self.sink.patch_meta(where[0], where[1], f, meta)
-        if not frames:  # nothing decodable arrived (an empty body): the refusal still belongs somewhere
-            for f in answer:
-                self._emit_flow(fl, ts_us, "server", f)
-            return
-        last = frames[-1]
-        for a in answer:
-            a.request_id, a.append_seqno = last.request_id, last.append_seqno
-            item: Held = (ts_us, "server", "bidi_append", fo.key, a)
-            if not self.appends.attach(last.request_id or "", last.append_seqno, item):
-                self._emit(last.request_id or "", *item)
-
-    def _judge_append(self, fl: Flow, frames: list[Frame], grpc: dict[str, str], error: str | None) -> None:
-        """Remember the first append refused while its run was open: the run ends ``error`` then."""
-        sid = fl.session_id
-        info = self.sink.get_session(sid) if sid is not None else None
-        if sid is None or info is None or info.status != "open" or sid in self._refused:
-            return  # no run, the run is over (no stream left to harm), or refused before
-        status, err = session_status(fl.ending(grpc, error))
-        if status == "error":
-            seqno = frames[0].append_seqno if frames else fl.append_seqno
-            self._refused[sid] = (status, err, f"BidiAppend append_seqno {seqno}")
+            self._bind(fl, fl.open.request_id or self.new_session_id(fl.open.key))
+        self.emit(fl.session_id, ts_us, direction, fl.open.transport, fl.open.key, f)  # type: ignore[arg-type]
 
     def _append(self, fl: Flow, f: Frame, items: list[Held]) -> None:
         fo = fl.open
-        rid = f.request_id or fo.request_id or str(uuid.uuid4())
+        rid = f.request_id or fo.request_id or self.new_session_id(fo.key)
         f.request_id = rid
         fl.session_id = rid
         fl.append_seqno = f.append_seqno
@@ -463,7 +468,7 @@ class CaptureWriter:
         status = fl.http_status
         f = http_error_frame(status, body)
         fl.http_error = f.summary
-        self._emit_flow(fl, ts_us, "server", f)
+        self.emit_flow(fl, ts_us, "server", f)
         info = self.sink.get_session(fl.session_id) if fl.session_id else None
         if info is not None:
             info.error = f.summary
@@ -493,13 +498,13 @@ class CaptureWriter:
             self.flows.pop(key, None)
         # else: a bidi Run whose response ended first: the client may still write (the flow is
         # dropped at its EOF), and its frames still belong to this session.
-        self._live_run_ids.pop(key, None)
+        self.live_run_ids.pop(key, None)
         fo = fl.open
         if fo.transport == "bidi_append":
-            self._finish_append(fl, ts_us, error, trailers)
+            finish_append(self, fl, ts_us, error, trailers)
             return
         if fl.session_id is None:
-            self._bind(fl, fo.request_id or str(uuid.uuid4()))
+            self._bind(fl, fo.request_id or self.new_session_id(fo.key))
         sid = fl.session_id
         assert sid is not None
         info = self.sink.get_session(sid)
@@ -512,7 +517,7 @@ class CaptureWriter:
         if fl.http_status is not None:
             info.http_status = fl.http_status
         info.status, info.error = session_status(fl.ending(grpc_fields(fl.response_headers, trailers), error, reset))
-        refused = self._refused.pop(sid, None)
+        refused = self.refused.pop(sid, None)
         if refused is not None:
             info.status, info.error = with_append(info.status, info.error, *refused)
         end = us_to_datetime(ts_us)
@@ -572,7 +577,7 @@ class CaptureWriter:
 
     # frames ------------------------------------------------------------------------------------
 
-    def _emit(self, sid: str, ts_us: int, direction: str, transport: str, stream: str | None, f: Frame) -> None:
+    def emit(self, sid: str, ts_us: int, direction: str, transport: str, stream: str | None, f: Frame) -> None:
         f = redact_frame(f, content=self.config.content, decoder=self.decoder)
         if direction == "client" and f.kind in OPENING_KINDS:
             self._learn_run(sid, f)

@@ -478,6 +478,10 @@ class StreamDecoder:
         self.transport = transport
         self.direction = direction
 
+    def unconsumed(self) -> bytes:
+        """The bytes fed that no frame has taken yet (``EnvelopeParser.unconsumed``)."""
+        return self._parser.unconsumed()
+
     def feed(self, chunk: bytes) -> list[Frame]:
         dec = self._dec
         carried = CARRIED.get((self.transport, self.direction))

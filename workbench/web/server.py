@@ -9,7 +9,8 @@ websocket, runs one TUI process whose screen it relays. We add:
   another web page's Origin gets 403. The server's own page is allowed: its origin is
   ``http://<loopback name or allowed host>:<port>``;
 - a cap on **open sessions** (each is a process reading the database): a page over the cap gets 503;
-- a **free port** when asked for port 0, the URL printed once the socket listens.
+- a **free port** when asked for port 0, the URL printed once the socket listens;
+- a page that loads **nothing from another host** (``page.py``): it works offline.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp_jinja2
 from aiohttp import web
 from textual_serve.server import Server
 
 from workbench.security.origin import AccessPolicy
+from workbench.web.page import offline_loader
 
 log = logging.getLogger("workbench.web")
 
@@ -82,8 +85,8 @@ def access_middleware(policy: Callable[[], AccessPolicy | None]) -> Any:
 
 def security_headers(origins: Iterable[str]) -> Callable[[web.Request, web.StreamResponse], Any]:
     """Headers on every answer: the page may load and connect to this server only (no third-party
-    fonts or scripts: textual-serve's page links a web font, which the browser then skips), may not
-    be framed by another site, and sends no referrer."""
+    fonts or scripts; ``page.py`` already takes textual-serve's web-font link out of the page), may
+    not be framed by another site, and sends no referrer."""
     own = " ".join(origins)
     ws = " ".join("ws" + o[4:] for o in origins)
     policy = (f"default-src 'self' {own}; script-src 'self' 'unsafe-inline' {own}; "
@@ -125,6 +128,8 @@ class WebServer(Server):
     async def start(self) -> web.AppRunner:
         """Listen; sets ``url`` (the real port when 0 was asked for) and the access policy."""
         app = await self._make_app()
+        # the same page, minus its links to other hosts (``page.py``): the UI works offline
+        aiohttp_jinja2.setup(app, loader=offline_loader(self.templates_path))
         app.middlewares.append(access_middleware(lambda: self.policy))
         headers: list[Callable[[web.Request, web.StreamResponse], Any]] = []
 

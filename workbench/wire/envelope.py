@@ -146,6 +146,11 @@ class EnvelopeParser:
     def buffered(self) -> int:
         return len(self._buf)
 
+    def unconsumed(self) -> bytes:
+        """The bytes of the partial frame it holds (a new parser fed them continues where this one
+        is: the capture's writer process hands them to its successor)."""
+        return bytes(self._buf)
+
     def feed(self, data: bytes) -> list[Envelope]:
         return self._feed(data, False)  # type: ignore[return-value]
 
