@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.nesting import load_json
 from workbench.protocol import kinds
 from workbench.protocol.labels import fill_label
 
@@ -28,8 +29,8 @@ def _json(data: bytes | None) -> Any:
     if not data:
         return None
     try:
-        return json.loads(data)
-    except (UnicodeDecodeError, ValueError):
+        return load_json(data)
+    except ValueError:  # not JSON, or nested past the limit (its frame says so): nothing to read
         return None
 
 
