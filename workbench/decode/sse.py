@@ -5,7 +5,9 @@ of hundreds of megabytes. ``SseReader`` therefore looks for line ends only in th
 chunk (a regular expression over the chunk, never over what it holds from before) and holds at most
 ``limit`` bytes of one event's data (and so of one line): an event whose data grows past the limit
 is not held any more, only counted and hashed as it goes by, and comes out as ``SseOversize`` (its
-size and SHA-256) instead of ``SseEvent``; a comment line past it the same way. So a 200 MB line
+size and SHA-256) instead of ``SseEvent``; so does an event with one ``data`` line longer than the
+limit (its ``data:`` included), and a comment line past it. A longer line of any other field
+(``event:``, ``id:``) is skipped. So a 200 MB line
 costs one pass over its bytes and ``limit`` bytes of memory, whatever the chunking.
 
 The limit (``SSE_EVENT_LIMIT``, 16 MiB) can be changed per process with ``WORKBENCH_SSE_EVENT_MB``
@@ -82,6 +84,11 @@ class SseReader:
         self._event: str | None = None
         self._over: hashlib._Hash | None = None  # the current event's data, once past the limit
         self._over_size = 0
+
+    @property
+    def held(self) -> int:
+        """Bytes held now (the line being read and the event's data): at most twice the limit."""
+        return len(self._line) + self._data_size
 
     def feed(self, chunk: bytes) -> list[SseItem]:
         out: list[SseItem] = []
