@@ -56,9 +56,11 @@ def _cut(text: str, width: int) -> str:
 
 def _frame(kind: str, summary: str, data: bytes, *, error: str | None = None, call_id: Any = None) -> Frame:
     """A frame whose summary, error and call id are bounded whatever the body held."""
-    cid = str(call_id)[:CALL_ID_LIMIT] if call_id else None
-    return Frame(kind, _cut(summary, SUMMARY_LIMIT), data, error=None if error is None else _cut(error, ERROR_LIMIT),
-                 call_id=cid)
+    if len(summary) > SUMMARY_LIMIT:
+        summary = _cut(summary, SUMMARY_LIMIT)
+    if error is not None and len(error) > ERROR_LIMIT:
+        error = _cut(error, ERROR_LIMIT)
+    return Frame(kind, summary, data, error=error, call_id=str(call_id)[:CALL_ID_LIMIT] if call_id else None)
 
 
 def _doc(data: bytes) -> tuple[Any, str | None]:

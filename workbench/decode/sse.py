@@ -2,7 +2,7 @@
 
 A stream's bytes arrive in chunks cut anywhere, and a hostile (or broken) server can send one line
 of hundreds of megabytes. ``SseReader`` therefore looks for line ends only in the bytes of each new
-chunk (a regular expression over the chunk, never over what it holds from before) and holds at most
+chunk (``bytes.find`` over the chunk, each byte about once; never over what it holds from before) and holds at most
 ``limit`` bytes of one event's data (and so of one line): an event whose data grows past the limit
 is not held any more, only counted and hashed as it goes by, and comes out as ``SseOversize`` (its
 size and SHA-256) instead of ``SseEvent``; so does an event with one ``data`` line longer than the
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from typing import NamedTuple
 
 MIB = 1024 * 1024
@@ -30,7 +29,6 @@ SSE_EVENT_LIMIT = 16 * MIB
 ENV_SSE_EVENT = "WORKBENCH_SSE_EVENT_MB"
 # below this a limit would cut field names ("data:", "event:") off the lines it has to read
 MIN_SSE_EVENT_LIMIT = 64
-_EOL = re.compile(rb"\r\n|\r|\n")
 _LONG_DATA, _LONG_COMMENT, _LONG_OTHER = 0, 1, 2
 
 
@@ -100,18 +98,31 @@ class SseReader:
             if chunk[:1] == b"\n":
                 pos = 1
         limit = self.limit
-        for m in _EOL.finditer(chunk, pos):
-            end = m.start()
+        size = len(chunk)
+        find = chunk.find
+        # the next \n and \r at or after ``pos``, each searched again only once ``pos`` passes it
+        # (memchr over the chunk's bytes: every byte is looked at about once, whatever the lines)
+        nl, cr = find(b"\n", pos), find(b"\r", pos)
+        while nl >= 0 or cr >= 0:
+            if cr < 0 or 0 <= nl < cr:
+                end, nxt = nl, nl + 1
+            else:
+                end = cr
+                nxt = cr + 2 if chunk[cr + 1:cr + 2] == b"\n" else cr + 1
+                if nxt == size and chunk[-1:] == b"\r":
+                    self._after_cr = True  # its \n may open the next chunk
             if self._long is None and not self._line and end - pos <= limit:
                 self._whole_line(chunk[pos:end], out)  # the common case: the line is in this chunk
             else:
                 self._piece(chunk, pos, end)
                 self._line_ended(out)
-            pos = m.end()
-        if pos < len(chunk):
-            self._piece(chunk, pos, len(chunk))
-        elif chunk[-1:] == b"\r":
-            self._after_cr = True
+            pos = nxt
+            if 0 <= nl < pos:
+                nl = find(b"\n", pos)
+            if 0 <= cr < pos:
+                cr = find(b"\r", pos)
+        if pos < size:
+            self._piece(chunk, pos, size)
         return out
 
     def close(self) -> list[SseItem]:
