@@ -24,7 +24,7 @@ class TooDeep(ValueError):
 
 
 def too_deep_message(limit: int = NESTING_LIMIT) -> str:
-    return f"JSON nested deeper than {limit} levels (the nesting limit): not parsed"
+    return f"JSON nested too deeply: deeper than {limit} levels (the nesting limit), not parsed"
 
 
 def _deeper_than(doc: Any, limit: int) -> bool:
