@@ -17,6 +17,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from workbench import __version__
 from workbench.analysis.bridge_join import JOINED
+from workbench.nesting import load_json
 from workbench.protocol import kinds
 from workbench.report.diagram import colour, is_stall_finding, sequence_diagram, timeline
 from workbench.report.session import SessionView
@@ -52,8 +53,8 @@ def jsonish(value: Any) -> str:
 def _args_obj(value: Any) -> Any:
     if isinstance(value, str | bytes):
         try:
-            return json.loads(value)
-        except ValueError:
+            return load_json(value)
+        except ValueError:  # not JSON, or nested past the limit every reader shares
             return value
     return value
 
