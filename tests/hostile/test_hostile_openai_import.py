@@ -4,7 +4,8 @@ with hostile exchanges among ordinary ones.
 Invariants: (a) no traceback, exit 0 (error frames are not a failed import); (b) every exchange
 imported, the hostile one as its session with a frame that says what is wrong (a body nested past
 the nesting limit kept with its error, an SSE event past the SSE limit as a marker with its size
-and hash); (c) a credential in a too-deep answer on no file nor in any view; the views run clean.
+and hash); (c) a credential in a too-deep answer on no file nor in any view; the views (``sessions``,
+``frames``, ``diagnose``, exports, ``report``, ``diff``) run clean.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 from formats import _iso, har_document, write_flows, zhar
 from hypothesis import given
 from hypothesis import strategies as st
-from invariants import canary_nowhere, clean_exit, query, view_outputs
+from invariants import canary_nowhere, clean_exit, query, run_in_process, view_outputs
 from strategies import CANARY_PREFIX, hostile, tried
 from support import env_without_proxy, run_workbench
 
@@ -123,4 +124,10 @@ def test_openai_import_hostile_exchanges(depth: int, fmt: str, b64: bool, order:
     assert hashlib.sha256(long_value).hexdigest() in marker[1] and f"{len(long_value):,} bytes" in marker[1]
     assert json.loads(marker[2])["sse_over_limit"]["bytes"] == len(long_value)
     outputs = view_outputs(db, d / "run" / "out", max_sessions=4)
+    ids = [str(sid) for sid, _ in sessions]
+    for label, args in (("report", ("report", *ids, "-o", str(d / "run" / "out" / "report.html"))),
+                        ("diff", ("diff", ids[0], ids[-1])), ("diff --json", ("diff", ids[1], ids[2], "--json"))):
+        v = run_in_process(*args, "--db", str(db))
+        clean_exit(v, [db], label)
+        outputs[label] = v["out"] + v["err"]
     canary_nowhere(d / "run", canary, {**outputs, "import": r.stdout + r.stderr})  # (c)
