@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from invariants import canary_nowhere, clean_exit, query, run_in_process, view_outputs
 from strategies import CANARY_PREFIX, hostile, tried
 from support import env_without_proxy, run_workbench
+from test_hostile_openai import openai_docs
 
 from workbench.nesting import NESTING_LIMIT
 
@@ -44,11 +45,13 @@ def _answer(text: str) -> bytes:
                                                                  "finish_reason": "stop"}]}).encode()
 
 
-def exchanges(depth: int, canary: str, long_value: bytes) -> list[tuple[str, bytes, bytes, str]]:
+def exchanges(depth: int, canary: str, long_value: bytes, events: list[str]) -> list[tuple[str, bytes, bytes, str]]:
     """(what, request, answer, answer content type): one ordinary exchange, then the three the issue
-    names (a too-deep request, a too-deep answer with a credential in it, an over-long SSE line)."""
+    names (a too-deep request, a too-deep answer with a credential in it, an over-long SSE line
+    followed by ``events``: documents of any shape the bridge analysis reads)."""
     deep = b"[" * depth + b"]" * (depth if depth < 10_000 else 0)
-    chunk = b'data: {"choices":[{"index":0,"delta":{"content":"after"}}]}\n\n'
+    chunk = b"".join(b"data: " + e.encode("utf-8", "surrogatepass") + b"\n\n" for e in events)
+    chunk += b'data: {"choices":[{"index":0,"delta":{"content":"after"}}]}\n\n'
     return [
         ("ordinary", _request("hi"), _answer("hello"), JSON),
         ("deep request", deep, _answer("ok"), JSON),
@@ -89,14 +92,15 @@ def openai_flow(n: int, req: bytes, resp: bytes, ctype: str) -> Any:
 
 @hostile(4)
 @given(depth=st.sampled_from([NESTING_LIMIT + 1, 5_000, 100_000, 200_000]),
-       fmt=st.sampled_from(["har", "zhar", "flows"]), b64=st.booleans(), order=st.permutations(range(4)))
-def test_openai_import_hostile_exchanges(depth: int, fmt: str, b64: bool, order: list[int],
+       fmt=st.sampled_from(["har", "zhar", "flows"]), b64=st.booleans(), order=st.permutations(range(4)),
+       events=st.lists(openai_docs(), max_size=3))
+def test_openai_import_hostile_exchanges(depth: int, fmt: str, b64: bool, order: list[int], events: list[str],
                                          scratch: Callable[[], Path]) -> None:
     tried("test_openai_import_hostile_exchanges")
     d = scratch()
     canary = f"{CANARY_PREFIX}{uuid.uuid4().hex[:16]}"
     long_value = b'{"choices":[{"index":0,"delta":{"content":"' + b"x" * LONG_LINE + b'"}}]}'
-    batch = [exchanges(depth, canary, long_value)[i] for i in order]
+    batch = [exchanges(depth, canary, long_value, events)[i] for i in order]
     path = d / "in" / f"bridge.{fmt}"
     if fmt == "flows":
         write_flows(path, [openai_flow(n, req, resp, ct) for n, (_, req, resp, ct) in enumerate(batch)])
@@ -119,7 +123,8 @@ def test_openai_import_hostile_exchanges(depth: int, fmt: str, b64: bool, order:
     assert rows["deep answer"][1][0] == "openai.response" and deep_error in rows["deep answer"][1][1]
     assert b"[" * depth in rows["deep answer"][1][2] and b"api_key" in rows["deep answer"][1][2]  # its bytes, kept
     kinds_long = [k for k, _, _ in rows["long line"]]
-    assert kinds_long == ["openai.request", "openai.event", "openai.delta.content", "openai.done"], kinds_long
+    assert kinds_long[:2] == ["openai.request", "openai.event"], kinds_long
+    assert kinds_long[2 + len(events):] == ["openai.delta.content", "openai.done"], kinds_long
     marker = rows["long line"][1]
     assert hashlib.sha256(long_value).hexdigest() in marker[1] and f"{len(long_value):,} bytes" in marker[1]
     assert json.loads(marker[2])["sse_over_limit"]["bytes"] == len(long_value)
