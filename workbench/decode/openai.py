@@ -12,6 +12,11 @@ The answer's framing is read from its bytes, not its headers: a body that starts
 field (``data:``, ``event:``, ``:``) is a stream, anything else one JSON document. A body that is
 not JSON keeps its bytes with an ``error``; a request body like that is stored as a hash by the
 write gate, since what cannot be parsed cannot be redacted.
+
+Budgets (docs/bridge.md "What the OpenAI side holds"): JSON is read under the nesting limit every
+reader shares (``workbench.nesting``; deeper is "not JSON" with its own error), a stream through
+``SseReader`` (linear, at most the SSE event limit held; an event past it is a marker frame with
+its size and SHA-256), a whole body up to ``BODY_LIMIT``; summaries, errors and call ids are cut.
 """
 
 from __future__ import annotations
