@@ -93,9 +93,9 @@ def openai_flow(n: int, req: bytes, resp: bytes, ctype: str) -> Any:
 @hostile(4)
 @given(depth=st.sampled_from([NESTING_LIMIT + 1, 5_000, 100_000, 200_000]),
        fmt=st.sampled_from(["har", "zhar", "flows"]), b64=st.booleans(), order=st.permutations(range(4)),
-       events=st.lists(openai_docs(), max_size=3))
+       events=st.lists(openai_docs(), max_size=3), via_flag=st.booleans())
 def test_openai_import_hostile_exchanges(depth: int, fmt: str, b64: bool, order: list[int], events: list[str],
-                                         scratch: Callable[[], Path]) -> None:
+                                         via_flag: bool, scratch: Callable[[], Path]) -> None:
     tried("test_openai_import_hostile_exchanges")
     d = scratch()
     canary = f"{CANARY_PREFIX}{uuid.uuid4().hex[:16]}"
@@ -108,7 +108,10 @@ def test_openai_import_hostile_exchanges(depth: int, fmt: str, b64: bool, order:
         data = har_document([har_entry(n, req, resp, ct, b64) for n, (_, req, resp, ct) in enumerate(batch)])
         path.write_bytes(zhar(data) if fmt == "zhar" else data)
     db = d / "run" / "bridge.duckdb"
-    r = run_workbench("import", str(path), "--db", str(db), env=env_without_proxy({"WORKBENCH_SSE_EVENT_MB": SSE_LIMIT_MB}))
+    # the SSE limit lowered by the import's option, or by the variable every process reads
+    limit = ("--sse-event-mb", SSE_LIMIT_MB) if via_flag else ()
+    r = run_workbench("import", str(path), "--db", str(db), *limit,
+                      env=env_without_proxy(None if via_flag else {"WORKBENCH_SSE_EVENT_MB": SSE_LIMIT_MB}))
     clean_exit(r, [path], f"workbench import ({fmt}, JSON nested {depth} deep)")  # (a)
     assert r.returncode == 0, r.stderr[-2000:]
     sessions = query(db, "SELECT session_id, started_at FROM sessions ORDER BY started_at")

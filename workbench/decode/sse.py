@@ -11,8 +11,8 @@ limit (its ``data:`` included), and a comment line past it. A longer line of any
 costs one pass over its bytes and ``limit`` bytes of memory, whatever the chunking.
 
 The limit (``SSE_EVENT_LIMIT``, 16 MiB) can be changed per process with ``WORKBENCH_SSE_EVENT_MB``
-(a capture's mitmdump and its writer process inherit it), like the inflate budgets
-(``workbench.wire.inflate``). Parsing follows the SSE rules: ``\\r\\n``, ``\\r`` or ``\\n`` end a
+(a capture's mitmdump and its writer process inherit it) and for one import with
+``workbench import --sse-event-mb``, like the inflate budgets (``workbench.wire.inflate``). Parsing follows the SSE rules: ``\\r\\n``, ``\\r`` or ``\\n`` end a
 line; ``field: value`` (one space after the colon dropped); ``data`` lines joined by ``\\n``;
 ``event`` names the event; a blank line dispatches it; a line starting with ``:`` is a comment;
 other fields are ignored.
@@ -20,8 +20,11 @@ other fields are ignored.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import os
+from collections.abc import Iterator
 from typing import NamedTuple
 
 MIB = 1024 * 1024
@@ -32,8 +35,26 @@ MIN_SSE_EVENT_LIMIT = 64
 _LONG_DATA, _LONG_COMMENT, _LONG_OTHER = 0, 1, 2
 
 
+_LIMIT: contextvars.ContextVar[int | None] = contextvars.ContextVar("sse_event_limit", default=None)
+
+
+@contextlib.contextmanager
+def use_sse_event_limit(limit: int | None) -> Iterator[None]:
+    """Readers made within the block hold ``limit`` bytes (``workbench import --sse-event-mb``);
+    None: the process default."""
+    token = _LIMIT.set(limit)
+    try:
+        yield
+    finally:
+        _LIMIT.reset(token)
+
+
 def sse_event_limit() -> int:
-    """The limit in force: ``$WORKBENCH_SSE_EVENT_MB`` (MiB, fractions allowed) or the default."""
+    """The limit in force: the one ``use_sse_event_limit`` set, else ``$WORKBENCH_SSE_EVENT_MB``
+    (MiB, fractions allowed), else the default."""
+    chosen = _LIMIT.get()
+    if chosen is not None:
+        return max(MIN_SSE_EVENT_LIMIT, chosen)
     raw = os.environ.get(ENV_SSE_EVENT, "").strip()
     try:
         value = float(raw) if raw else 0.0
