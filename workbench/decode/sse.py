@@ -2,20 +2,20 @@
 
 A stream's bytes arrive in chunks cut anywhere, and a hostile (or broken) server can send one line
 of hundreds of megabytes. ``SseReader`` therefore looks for line ends only in the bytes of each new
-chunk (``bytes.find`` over the chunk, each byte about once; never over what it holds from before) and holds at most
-``limit`` bytes of one event's data (and so of one line): an event whose data grows past the limit
-is not held any more, only counted and hashed as it goes by, and comes out as ``SseOversize`` (its
-size and SHA-256) instead of ``SseEvent``; so does an event with one ``data`` line longer than the
-limit (its ``data:`` included), and a comment line past it. A longer line of any other field
-(``event:``, ``id:``) is skipped. So a 200 MB line
-costs one pass over its bytes and ``limit`` bytes of memory, whatever the chunking.
+chunk (``bytes.find`` over the chunk, each byte about once; never over what it holds from before)
+and holds at most ``limit`` bytes of one event's data (and so of one line): an event whose data
+grows past the limit is not held any more, only counted and hashed as it goes by, and comes out as
+``SseOversize`` (its size and SHA-256) instead of ``SseEvent``; so does an event with one ``data``
+line longer than the limit (its ``data:`` included), and a comment line past it. A longer line of
+any other field (``event:``, ``id:``) is skipped. So a 200 MB line costs one pass over its bytes
+and ``limit`` bytes of memory, whatever the chunking.
 
 The limit (``SSE_EVENT_LIMIT``, 16 MiB) can be changed per process with ``WORKBENCH_SSE_EVENT_MB``
 (a capture's mitmdump and its writer process inherit it) and for one import with
-``workbench import --sse-event-mb``, like the inflate budgets (``workbench.wire.inflate``). Parsing follows the SSE rules: ``\\r\\n``, ``\\r`` or ``\\n`` end a
-line; ``field: value`` (one space after the colon dropped); ``data`` lines joined by ``\\n``;
-``event`` names the event; a blank line dispatches it; a line starting with ``:`` is a comment;
-other fields are ignored.
+``workbench import --sse-event-mb``, like the inflate budgets (``workbench.wire.inflate``).
+Parsing follows the SSE rules: ``\\r\\n``, ``\\r`` or ``\\n`` end a line; ``field: value`` (one
+space after the colon dropped); ``data`` lines joined by ``\\n``; ``event`` names the event; a
+blank line dispatches it; a line starting with ``:`` is a comment; other fields are ignored.
 """
 
 from __future__ import annotations
