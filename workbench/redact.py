@@ -30,6 +30,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from workbench.decode.frame import Frame
+from workbench.nesting import load_json
 from workbench.protocol import kinds
 from workbench.protocol.args import map_leaves
 from workbench.wire.envelope import FLAG_COMPRESSED, encode, split_unary
@@ -310,8 +311,8 @@ def redact_blob(data: bytes) -> bytes:
     head = data[:1].lstrip()
     if head in (b"{", b"["):
         try:
-            doc = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            doc = load_json(data)
+        except ValueError:  # not JSON, or nested past the limit: the marker below
             pass
         else:
             return json.dumps(_redact_json_text(doc), ensure_ascii=False).encode()
@@ -450,21 +451,70 @@ def _redact_openai_doc(value: Any, content: bool) -> Any:
     return value
 
 
+# A JSON string token (unrolled: no backtracking per character) and what may follow a key
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_COLON = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*")
+
+
+def _token_text(token: bytes) -> str:
+    try:
+        value = json.loads(token)
+    except ValueError:
+        return token[1:-1].decode("utf-8", "replace")
+    return value if isinstance(value, str) else ""
+
+
+def scrub_json_secrets(data: bytes) -> bytes:
+    """Credential keys' string values as markers in JSON text that is not parsed (nested past the
+    nesting limit, or cut): a scan of its string tokens, linear and without recursion. Every ``"``
+    outside a string opens one, so in well-formed JSON each key is seen as a key whatever its depth."""
+    out: list[bytes] = []
+    pos = start = 0
+    find, match = data.find, _JSON_STRING.match
+    while (i := find(b'"', pos)) >= 0:
+        m = match(data, i)
+        if m is None:
+            break
+        pos = m.end()
+        colon = _COLON.match(data, pos)
+        if colon is None or data[colon.end():colon.end() + 1] != b'"':
+            continue
+        if not _json_secret_key(_token_text(m.group())):  # (an escaped key is decoded before it is judged)
+            continue
+        value = match(data, colon.end())
+        if value is None:  # the text ends inside the credential: none of it is kept
+            out += (data[start:colon.end()], json.dumps(marker(data[colon.end():])).encode())
+            start = pos = len(data)
+            break
+        text = _token_text(value.group())
+        if not is_marker(text):
+            out += (data[start:value.start()], json.dumps(marker(text)).encode())
+            start = value.end()
+        pos = value.end()
+    if not out:
+        return data
+    out.append(data[start:])
+    return b"".join(out)
+
+
 def redact_openai(frame: Frame, *, content: bool = False) -> Frame:
     """An OpenAI-side frame (``openai.*``, ``workbench.decode.openai``) as it may be stored: credential
     keys in its JSON always become markers, content keys too with ``content``. A request body
-    that is not JSON cannot be searched for keys and is stored as its marker (idempotent: a
-    marker stays)."""
+    that is not JSON (or nested past ``workbench.nesting``'s limit) cannot be searched reliably and
+    is stored as its marker (idempotent: a marker stays); any other such payload keeps its bytes
+    with the string values of credential keys scrubbed (``scrub_json_secrets``)."""
     data = frame.payload
     if not data or frame.kind in (kinds.OPENAI_DONE, kinds.OPENAI_COMMENT):
         return frame
     try:
-        doc = json.loads(data)
-    except (UnicodeDecodeError, ValueError):
+        doc = load_json(data)
+    except ValueError:  # not JSON, not UTF-8, or nested too deeply to parse
         text = data.decode("utf-8", "replace")
         if (frame.kind == kinds.OPENAI_REQUEST or content) and not is_marker(text):
             frame.payload = marker(data).encode()
             frame.summary = f"{frame.kind}: unparsable body stored as a hash"
+        elif not is_marker(text):
+            frame.payload = scrub_json_secrets(data)
         return frame
     new = _redact_openai_doc(doc, content)
     if new != doc:

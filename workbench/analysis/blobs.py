@@ -20,6 +20,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from workbench.analysis.records import SessionFacts
 from workbench.analysis.rows import BlobContent, BlobPart, BlobRow
 from workbench.decode.tree import message_to_tree
+from workbench.nesting import load_json
 from workbench.schema import pb
 
 # Overlay types a protobuf blob may be, most specific first.
@@ -133,8 +134,8 @@ def describe(data: bytes) -> BlobContent:
     head = data[:64].lstrip()
     if head[:1] in (b"{", b"["):
         try:
-            doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError):
+            doc = load_json(data)
+        except ValueError:  # not JSON, or nested past the limit every reader shares
             doc = None
         if doc is not None:
             out["content_type"] = "json"

@@ -24,13 +24,15 @@ from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from workbench.nesting import NESTING_LIMIT
 from workbench.wire.varint import encode_varint, read_varint
 
 __all__ = ["MAX_DEPTH", "MAX_FOUND", "Found", "Mismatch", "WireError", "known_unknowns", "repair",
            "type_name"]
 
-# The runtime's own nesting limit: deeper input is refused there too.
-MAX_DEPTH = 100
+# The runtime's own nesting limit (deeper input is refused there too), the one every reader of
+# nested input shares (``workbench.nesting``).
+MAX_DEPTH = NESTING_LIMIT
 # Mismatches recorded per frame; more are counted (``Found.omitted``).
 MAX_FOUND = 64
 WIRE_NAMES = {0: "varint", 1: "64-bit", 2: "length-delimited", 3: "group", 5: "32-bit"}

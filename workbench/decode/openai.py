@@ -12,21 +12,34 @@ The answer's framing is read from its bytes, not its headers: a body that starts
 field (``data:``, ``event:``, ``:``) is a stream, anything else one JSON document. A body that is
 not JSON keeps its bytes with an ``error``; a request body like that is stored as a hash by the
 write gate, since what cannot be parsed cannot be redacted.
+
+Budgets (docs/bridge.md "What the OpenAI side holds"): JSON is read under the nesting limit every
+reader shares (``workbench.nesting``; deeper is "not JSON" with its own error), a stream through
+``SseReader`` (linear, at most the SSE event limit held; an event past it is a marker frame with
+its size and SHA-256), a whole body up to ``BODY_LIMIT``; summaries, errors and call ids are cut.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
 from workbench.decode.frame import Frame
+from workbench.decode.sse import ENV_SSE_EVENT, SseComment, SseEvent, SseItem, SseOversize, SseReader
 from workbench.decode.summary import quote
+from workbench.nesting import TooDeep, load_json
 from workbench.protocol import kinds
 
 # A request or whole answer past this is kept as its first bytes with an error (a bridge body is
 # kilobytes; this bounds what a hostile peer can make the writer hold).
 BODY_LIMIT = 64 << 20
 _SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
+# What one frame's summary and error quote at most (a model name or an error type can be any size)
+SUMMARY_LIMIT = 300
+ERROR_LIMIT = 1000
+# a call id longer than this is no id a client can use: cut (it is a column of the frame)
+CALL_ID_LIMIT = 256
 
 
 def _obj(value: Any) -> dict[str, Any]:
@@ -43,27 +56,42 @@ def _short(text: Any, width: int = 60) -> str:
     return quote(text if isinstance(text, str) else json.dumps(text, ensure_ascii=False), width + 1)
 
 
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _frame(kind: str, summary: str, data: bytes, *, error: str | None = None, call_id: Any = None) -> Frame:
+    """A frame whose summary, error and call id are bounded whatever the body held."""
+    if len(summary) > SUMMARY_LIMIT:
+        summary = _cut(summary, SUMMARY_LIMIT)
+    if error is not None and len(error) > ERROR_LIMIT:
+        error = _cut(error, ERROR_LIMIT)
+    return Frame(kind, summary, data, error=error, call_id=str(call_id)[:CALL_ID_LIMIT] if call_id else None)
+
+
 def _doc(data: bytes) -> tuple[Any, str | None]:
     try:
-        return json.loads(data), None
-    except (UnicodeDecodeError, ValueError) as exc:
-        return None, f"not JSON: {exc}"
+        return load_json(data), None
+    except TooDeep as exc:  # nested past the limit every reader shares (workbench.nesting): kept raw
+        return None, str(exc)
+    except ValueError as exc:  # not JSON, not UTF-8
+        return None, f"not JSON: {_cut(str(exc), 200)}"
 
 
 def _error_text(err: Any) -> str:
     if isinstance(err, dict):
-        bits = [str(err[k]) for k in ("type", "code") if err.get(k)]
+        bits = [_cut(str(err[k]), 100) for k in ("type", "code") if err.get(k)]
         msg = err.get("message")
-        return (" ".join(bits) + ": " if bits else "") + (str(msg) if msg else json.dumps(err)[:200])
-    return str(err)
+        return (" ".join(bits) + ": " if bits else "") + (_cut(str(msg), ERROR_LIMIT) if msg else json.dumps(err)[:200])
+    return _cut(str(err), ERROR_LIMIT)
 
 
 def request_frame(data: bytes) -> Frame:
     """The frame of one request body (chat completions, Responses)."""
     doc, err = _doc(data)
     if not isinstance(doc, dict):
-        return Frame(kinds.OPENAI_REQUEST, "request body (not a JSON object)", data,
-                     error=err or "request body is not a JSON object")
+        return _frame(kinds.OPENAI_REQUEST, "request body (not a JSON object)", data,
+                      error=err or "request body is not a JSON object")
     bits = [f"model={doc.get('model')}"] if doc.get("model") else []
     if doc.get("stream"):
         bits.append("stream")
@@ -79,7 +107,7 @@ def request_frame(data: bytes) -> Frame:
         bits.append(f"input: {_short(msgs, 40)}")
     if isinstance(doc.get("tools"), list) and doc["tools"]:
         bits.append(f"{len(doc['tools'])} tools")
-    return Frame(kinds.OPENAI_REQUEST, "request " + " ".join(bits), data)
+    return _frame(kinds.OPENAI_REQUEST, "request " + " ".join(_cut(b, 100) for b in bits), data)
 
 
 def _chat_chunk(doc: dict[str, Any]) -> tuple[str, str, str | None]:
@@ -151,23 +179,40 @@ def _responses_event(doc: dict[str, Any], event: str | None) -> tuple[str, str, 
 def event_frame(data: bytes, event: str | None = None) -> Frame:
     """The frame of one SSE event's data (its ``event:`` name, if it had one)."""
     if data.strip() == b"[DONE]":
-        return Frame(kinds.OPENAI_DONE, "[DONE]", data)
+        return _frame(kinds.OPENAI_DONE, "[DONE]", data)
     doc, err = _doc(data)
     if not isinstance(doc, dict):
-        return Frame(kinds.OPENAI_EVENT, f"event {event or ''} (not a JSON object)".replace("  ", " "), data,
-                     error=err or "event data is not a JSON object")
+        name = _cut(event, 60) if event else ""
+        return _frame(kinds.OPENAI_EVENT, f"event {name} (not a JSON object)".replace("  ", " "), data,
+                      error=err or "event data is not a JSON object")
     if doc.get("error") is not None and "choices" not in doc or doc.get("type") == "error":
         text = _error_text(doc.get("error", doc))
-        return Frame(kinds.OPENAI_ERROR, f"error {text[:120]}", data, error=text)
+        return _frame(kinds.OPENAI_ERROR, f"error {text[:120]}", data, error=text)
     if "choices" in doc or doc.get("object") == "chat.completion.chunk":
         kind, summary, call_id = _chat_chunk(doc)
     else:
         kind, summary, call_id = _responses_event(doc, event)
-    f = Frame(kind, summary, data, call_id=call_id)
+    error = None
     if kind == kinds.OPENAI_ERROR:
         resp = _obj(doc.get("response"))
-        f.error = _error_text(resp.get("error") or doc)
-    return f
+        error = _error_text(resp.get("error") or doc)
+    return _frame(kind, summary, data, error=error, call_id=call_id)
+
+
+def oversize_frame(item: SseOversize) -> Frame:
+    """What stands for an SSE event (or comment line) past the SSE event limit: its size and hash.
+
+    Its bytes were forwarded to the client whole; only the recording leaves them out (a cut JSON
+    prefix could not be parsed, so neither searched for credentials nor summarised)."""
+    what = "comment line" if item.comment else "event data"
+    name = f" {_cut(item.event, 60)}" if item.event else ""
+    doc = {"sse_over_limit": {"what": what, "event": item.event and _cut(item.event, 200), "bytes": item.size,
+                              "sha256": item.sha256, "limit": item.limit}}
+    kind = kinds.OPENAI_COMMENT if item.comment else kinds.OPENAI_EVENT
+    return _frame(kind, f"{'comment' if item.comment else 'event' + name} over the SSE limit: {item.size:,} bytes, "
+                        f"sha256 {item.sha256[:16]}", json.dumps(doc).encode(),
+                  error=f"SSE {what} of {item.size:,} bytes is over the {item.limit:,}-byte limit "
+                        f"({ENV_SSE_EVENT}): not stored, sha256 {item.sha256}")
 
 
 def answer_frames(data: bytes) -> list[Frame]:
@@ -176,14 +221,14 @@ def answer_frames(data: bytes) -> list[Frame]:
         return []
     doc, err = _doc(data)
     if not isinstance(doc, dict):
-        return [Frame(kinds.OPENAI_RESPONSE, "answer (not a JSON object)", data,
-                      error=err or "answer is not a JSON object")]
+        return [_frame(kinds.OPENAI_RESPONSE, "answer (not a JSON object)", data,
+                       error=err or "answer is not a JSON object")]
     if doc.get("error") is not None:
         text = _error_text(doc["error"])
-        return [Frame(kinds.OPENAI_ERROR, f"error {text[:120]}", data, error=text)]
+        return [_frame(kinds.OPENAI_ERROR, f"error {text[:120]}", data, error=text)]
     if doc.get("object") == "list":
         items = _arr(doc.get("data"))
-        return [Frame(kinds.OPENAI_MODELS, f"{len(items)} models", data)]
+        return [_frame(kinds.OPENAI_MODELS, f"{len(items)} models", data)]
     bits: list[str] = []
     choices = doc.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
@@ -194,22 +239,25 @@ def answer_frames(data: bytes) -> list[Frame]:
             bits.append(f"{len(msg['tool_calls'])} tool_calls")
         bits.append(f"finish={choices[0].get('finish_reason')}")
     elif isinstance(doc.get("output"), list):
-        bits.append(f"{len(doc['output'])} output items status={doc.get('status')}")
-    return [Frame(kinds.OPENAI_RESPONSE, "answer " + " ".join(bits), data)]
+        bits.append(f"{len(doc['output'])} output items status={_cut(str(doc.get('status')), 40)}")
+    return [_frame(kinds.OPENAI_RESPONSE, "answer " + " ".join(bits), data)]
 
 
 class OpenAIStream:
-    """Incremental: the chunks of one OpenAI body (either direction) in, frames out."""
+    """Incremental: the chunks of one OpenAI body (either direction) in, frames out.
 
-    __slots__ = ("direction", "_buf", "_sse", "_event", "_data", "_total")
+    An answer that is a stream is read by ``SseReader`` (linear, at most the SSE event limit held);
+    any other body is held up to ``BODY_LIMIT`` and decoded whole at ``close``."""
 
-    def __init__(self, direction: str) -> None:
+    __slots__ = ("direction", "_buf", "_sse", "_reader", "_total", "_hash")
+
+    def __init__(self, direction: str, sse_limit: int | None = None) -> None:
         self.direction = direction
         self._buf = bytearray()
         self._sse: bool | None = None   # unknown until the first bytes of an answer
-        self._event: str | None = None
-        self._data: list[bytes] = []
+        self._reader = SseReader(sse_limit)
         self._total = 0
+        self._hash: hashlib._Hash | None = None  # of a whole body past BODY_LIMIT
 
     def feed(self, chunk: bytes) -> list[Frame]:
         self._total += len(chunk)
@@ -217,69 +265,48 @@ class OpenAIStream:
             head = (bytes(self._buf) + chunk).lstrip()
             if len(head) >= 6 or head[:1] in (b"{", b"[", b":"):  # enough to tell "event:" from JSON
                 self._sse = head.startswith(_SSE_FIELDS)
+                chunk, self._buf = bytes(self._buf) + chunk, bytearray()
             else:
-                self._buf += chunk
+                self._buf = bytearray(head)  # (leading whitespace is dropped, however much of it comes)
                 return []
-        if not self._sse:
-            if len(self._buf) <= BODY_LIMIT:
-                self._buf += chunk
-            return []
-        self._buf += chunk
-        return self._lines(final=False)
-
-    def _lines(self, final: bool) -> list[Frame]:
-        out: list[Frame] = []
-        buf = self._buf
-        start = 0
-        while True:
-            n, r = buf.find(b"\n", start), buf.find(b"\r", start)
-            cut = min(n, r) if n >= 0 and r >= 0 else max(n, r)
-            if cut < 0:
-                break
-            line = bytes(buf[start:cut])
-            # \r\n is one line ending; a \r at the very end of the buffer waits for its \n
-            if buf[cut] == 13 and cut + 1 == len(buf) and not final:
-                break
-            step = 2 if buf[cut] == 13 and cut + 1 < len(buf) and buf[cut + 1] == 10 else 1
-            start = cut + step
-            out += self._line(line)
-        del buf[:start]
-        if final:
-            if buf:
-                out += self._line(bytes(buf))
-                buf.clear()
-            out += self._line(b"")
-        return out
-
-    def _line(self, line: bytes) -> list[Frame]:
-        if not line:
-            if not self._data and self._event is None:
-                return []
-            data, event = b"\n".join(self._data), self._event
-            self._data, self._event = [], None
-            return [event_frame(data, event)]
-        if line.startswith(b":"):
-            return [Frame(kinds.OPENAI_COMMENT, f"comment {_short(line[1:].decode('utf-8', 'replace').strip(), 40)}",
-                          line)]
-        name, _, value = line.partition(b":")
-        if value.startswith(b" "):
-            value = value[1:]
-        if name == b"data":
-            self._data.append(value)
-        elif name == b"event":
-            self._event = value.decode("utf-8", "replace")
+        if self._sse:
+            return self._frames(self._reader.feed(chunk))
+        if self._hash is None and len(self._buf) + len(chunk) <= BODY_LIMIT:
+            self._buf += chunk
+        else:
+            if self._hash is None:
+                self._hash = hashlib.sha256(self._buf)
+            self._hash.update(chunk)
         return []
+
+    @staticmethod
+    def _frames(items: list[SseItem]) -> list[Frame]:
+        out = []
+        for item in items:
+            if type(item) is SseEvent:
+                out.append(event_frame(item.data, item.event))
+            elif type(item) is SseComment:
+                text = item.line[1:SUMMARY_LIMIT].decode("utf-8", "replace").strip()
+                out.append(_frame(kinds.OPENAI_COMMENT, f"comment {_short(text, 40)}", item.line))
+            else:
+                assert type(item) is SseOversize
+                out.append(oversize_frame(item))
+        return out
 
     def close(self) -> list[Frame]:
         if self._sse is None and self.direction == "server":
             self._sse = bytes(self._buf).lstrip().startswith(_SSE_FIELDS)
+            if self._sse:
+                data, self._buf = bytes(self._buf), bytearray()
+                return self._frames(self._reader.feed(data) + self._reader.close())
         if self._sse:
-            return self._lines(final=True)
+            return self._frames(self._reader.close())
         data, self._buf = bytes(self._buf), bytearray()
-        if self._total > BODY_LIMIT:
+        if self._hash is not None:
             kind = kinds.OPENAI_REQUEST if self.direction == "client" else kinds.OPENAI_RESPONSE
-            return [Frame(kind, "body too large", data[:4096],
-                          error=f"body of {self._total} bytes is over {BODY_LIMIT} bytes: first 4096 kept")]
+            return [_frame(kind, "body too large", data[:4096],
+                           error=f"body of {self._total} bytes is over {BODY_LIMIT} bytes: first 4096 kept, "
+                                 f"sha256 of the whole {self._hash.hexdigest()}")]
         if self.direction == "client":
             return [request_frame(data)] if data.strip() else []
         return answer_frames(data)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -17,7 +16,8 @@ from workbench.decode.classify import (
 from workbench.decode.lenient import MAX_FOUND
 from workbench.decode.tree import TREE_LIMIT, cut_tree, decode_unknown, hex_tree, message_to_tree, place_all
 from workbench.jsontypes import JsonObject
-from workbench.protocol.kinds import is_end_stream
+from workbench.nesting import load_json
+from workbench.protocol.kinds import is_end_stream, is_openai
 from workbench.wire.endstream import parse_end_stream, parse_grpc_web_trailer
 from workbench.wire.envelope import FLAG_COMPRESSED
 
@@ -72,13 +72,20 @@ def fields_of(decoder: Decoder, kind: str, payload: bytes, msg_type: str | None,
                 return tree
     if kind == "malformed":
         return hex_tree(payload)
+    if is_openai(kind):  # the OpenAI side of a bridge: the JSON (or SSE line) as it crossed the wire
+        if len(payload) > TREE_LIMIT:
+            return cut_tree(payload, "JSON")
+        try:
+            return load_json(payload)
+        except ValueError as exc:  # not JSON, or nested past the limit: the text, with why
+            return {"$error": str(exc)[:300], "$text": payload.decode("utf-8", "replace")}
     if not msg_type and payload[:1] in (b"{", b"["):
         # stream-json (cli_ndjson) frames carry the JSON line itself
         if len(payload) > TREE_LIMIT:
             return cut_tree(payload, "JSON")
         try:
-            return json.loads(payload)
-        except (ValueError, RecursionError):  # RecursionError: nested past the interpreter's depth
+            return load_json(payload)
+        except ValueError:  # not JSON, or nested past the limit every reader shares (workbench.nesting)
             pass
     return decode_unknown(payload)
 

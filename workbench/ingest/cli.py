@@ -9,6 +9,7 @@ import sys
 
 from workbench.commands.common import add_db_arg, add_json_arg, add_proto_arg, decoder_from
 from workbench.commands.table import add_command
+from workbench.decode.sse import use_sse_event_limit
 from workbench.errors import CliError
 from workbench.ingest import IMPORTERS, IngestError, Progress, import_file, open_store
 from workbench.textsafe import escape_display
@@ -32,6 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument(f"--inflate-{what}-mb", type=float, default=None, metavar="MB",
                        help=f"inflate gzip frames up to this many MiB per {what} (default {default}); a frame "
                             "past it is stored compressed and inflated when viewed")
+    p.add_argument("--sse-event-mb", type=float, default=None, metavar="MB",
+                   help="hold up to this many MiB of one server-sent event of a bridge's OpenAI side (default "
+                        "16, or $WORKBENCH_SSE_EVENT_MB); an event past it is stored as its size and hash "
+                        "(docs/bridge.md)")
     p.set_defaults(func=cmd_import)
 
     p = add_command(sub, "run")
@@ -60,6 +65,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             raise CliError(f"--inflate-{what}-mb {value:g}: must be positive")
         sizes[what] = int(value * MIB) if value is not None else None
+    if args.sse_event_mb is not None and args.sse_event_mb <= 0:
+        raise CliError(f"--sse-event-mb {args.sse_event_mb:g}: must be positive")
+    sse_limit = int(args.sse_event_mb * MIB) if args.sse_event_mb is not None else None
     options = {"keylog": args.keylog} if args.keylog else {}
     store = open_store(args.db)
     failed = 0
@@ -76,11 +84,12 @@ def cmd_import(args: argparse.Namespace) -> int:
                     # warnings quote the file (header values, ids): through the printer (workbench.textsafe)
                     print(f"workbench import: {escape_display(msg, layout=True)}", file=sys.stderr)
 
-                result = import_file(name, store, args.format, decoder_factory=lambda: decoder_from(args),
-                                     progress=progress, warn=warn,
-                                     inflate=InflateBudget.for_import(sizes["frame"], sizes["session"],
-                                                                      sizes["import"]),
-                                     options=options, findings=ahead)
+                with use_sse_event_limit(sse_limit):
+                    result = import_file(name, store, args.format, decoder_factory=lambda: decoder_from(args),
+                                         progress=progress, warn=warn,
+                                         inflate=InflateBudget.for_import(sizes["frame"], sizes["session"],
+                                                                          sizes["import"]),
+                                         options=options, findings=ahead)
             except IngestError as exc:
                 failed += 1
                 print(f"workbench import: {escape_display(str(exc), layout=True)}", file=sys.stderr)

@@ -25,6 +25,7 @@ from workbench.decode.summary import quote
 from workbench.ingest import ImportResult
 from workbench.ingest.lineage import FileLines, Lineage, choose_lineage
 from workbench.jsontypes import JsonObject
+from workbench.nesting import load_json
 from workbench.protocol.labels import fill_label
 from workbench.protocol.stream_json import (
     assistant_form,
@@ -108,10 +109,8 @@ class ParsedLine:
 def parse_line(raw: bytes, lineno: int) -> ParsedLine:
     """One NDJSON line (without its newline) → a frame; never raises."""
     try:
-        ev = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        if isinstance(exc, RecursionError):
-            exc = ValueError("nested too deeply")
+        ev = load_json(raw)
+    except ValueError as exc:  # not JSON, not UTF-8, or nested past the limit every reader shares
         preview = raw[:60].decode("utf-8", "replace")
         return ParsedLine(Frame("malformed", f"line {lineno}: not JSON {quote(preview, 60)}", raw,
                                 error=f"line {lineno}: not JSON ({exc})"), None, None, None, None)
@@ -301,8 +300,8 @@ def detect(path: Path, head: bytes) -> bool:
         if not line.strip():
             continue
         try:
-            ev = json.loads(line)
-        except (ValueError, UnicodeDecodeError, RecursionError):
+            ev = load_json(line)
+        except ValueError:  # not JSON, or nested past the limit: not an NDJSON event line
             return False
         return isinstance(ev, dict) and "type" in ev and "log" not in ev
     return False

@@ -13,7 +13,6 @@ session by exactly this logic (and by what a naive client would have made of the
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -23,6 +22,7 @@ from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from workbench.jsontypes import JsonObject
+from workbench.nesting import load_json
 
 
 def accumulate_args_text(previous: str, delta: str) -> str:
@@ -74,8 +74,8 @@ def parse_json(text: str | None) -> Any:
     if not text:
         return None
     try:
-        return json.loads(text)
-    except ValueError:
+        return load_json(text)
+    except ValueError:  # not JSON, or nested past the limit every reader shares
         return None
 
 
@@ -84,8 +84,8 @@ def parse_args_text(text: str) -> JsonObject | None:
     if not text.strip():
         return None
     try:
-        doc = json.loads(text)
-    except ValueError:
+        doc = load_json(text)
+    except ValueError:  # not JSON, or nested past the limit every reader shares
         return None
     return doc if isinstance(doc, dict) else None
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.nesting import load_json
 from workbench.protocol import kinds
 from workbench.protocol.labels import fill_label
 
@@ -28,8 +29,8 @@ def _json(data: bytes | None) -> Any:
     if not data:
         return None
     try:
-        return json.loads(data)
-    except (UnicodeDecodeError, ValueError):
+        return load_json(data)
+    except ValueError:  # not JSON, or nested past the limit (its frame says so): nothing to read
         return None
 
 
@@ -38,8 +39,17 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     return ""
+
+
+def _key(value: Any) -> Any:
+    """A tool call's index or id as a dict key: whatever JSON the sender put there."""
+    return value if value is None or isinstance(value, str | int | float | bool) else json.dumps(value)[:200]
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 @dataclass
@@ -82,7 +92,7 @@ def request_facts(payload: bytes | None) -> RequestFacts | None:
             out.tool_results_last = True
         elif role == "assistant":
             out.new_results = {}
-            for c in m.get("tool_calls") or []:
+            for c in _arr(m.get("tool_calls")):
                 if isinstance(c, dict) and c.get("id"):
                     out.tool_calls_sent.add(str(c["id"]))
         elif typ == "function_call" and m.get("call_id"):
@@ -139,7 +149,7 @@ def answer_facts(frames: Iterable[tuple[int, int, str, bytes | None]]) -> Answer
         if not isinstance(doc, dict):
             continue
         if kind == kinds.OPENAI_ERROR:
-            err = doc.get("error") or (doc.get("response") or {}).get("error") or doc
+            err = doc.get("error") or _obj(doc.get("response")).get("error") or doc
             out.error = json.dumps(err)[:300] if not isinstance(err, str) else err
             out.error_seq = seq
             continue
@@ -169,7 +179,7 @@ def _call(by_index: dict[Any, ClientCall], key: Any, call_id: str | None) -> Cli
 
 
 def _chat(doc: dict[str, Any], seq: int, out: AnswerFacts, by_index: dict[Any, ClientCall]) -> None:
-    for choice in doc.get("choices") or []:
+    for choice in _arr(doc.get("choices")):
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
             continue
         msg = choice.get("delta") if isinstance(choice.get("delta"), dict) else choice.get("message")
@@ -177,12 +187,12 @@ def _chat(doc: dict[str, Any], seq: int, out: AnswerFacts, by_index: dict[Any, C
         if isinstance(msg.get("content"), str) and msg["content"]:
             out.text += msg["content"]
             out.text_seqs.append(seq)
-        for i, tc in enumerate(msg.get("tool_calls") or []):
+        for i, tc in enumerate(_arr(msg.get("tool_calls"))):
             if not isinstance(tc, dict):
                 continue
-            c = _call(by_index, tc.get("index", i), tc.get("id"))
+            c = _call(by_index, _key(tc.get("index", i)), _str(tc.get("id")))
             fn = _obj(tc.get("function"))
-            c.name = c.name or fn.get("name")
+            c.name = c.name or _str(fn.get("name"))
             if isinstance(fn.get("arguments"), str):
                 c.arguments += fn["arguments"]
             c.seqs.append(seq)
@@ -191,28 +201,28 @@ def _chat(doc: dict[str, Any], seq: int, out: AnswerFacts, by_index: dict[Any, C
 
 
 def _responses(doc: dict[str, Any], seq: int, out: AnswerFacts, by_index: dict[Any, ClientCall]) -> None:
-    typ = doc["type"]
+    typ = doc["type"] if isinstance(doc.get("type"), str) else ""
     if typ == "response.output_text.delta" and isinstance(doc.get("delta"), str):
         out.text += doc["delta"]
         out.text_seqs.append(seq)
     elif typ in ("response.output_item.added", "response.output_item.done"):
         item = _obj(doc.get("item"))
         if item.get("type") == "function_call":
-            c = _call(by_index, item.get("id") or item.get("call_id"), item.get("call_id"))
-            c.name = c.name or item.get("name")
+            c = _call(by_index, _key(item.get("id") or item.get("call_id")), _str(item.get("call_id")))
+            c.name = c.name or _str(item.get("name"))
             if typ.endswith(".done") and isinstance(item.get("arguments"), str):
                 c.arguments = item["arguments"]  # the final arguments (the deltas were their pieces)
             c.seqs.append(seq)
     elif typ == "response.function_call_arguments.delta":
-        c = _call(by_index, doc.get("item_id"), None)
+        c = _call(by_index, _key(doc.get("item_id")), None)
         if isinstance(doc.get("delta"), str):
             c.arguments += doc["delta"]
         c.seqs.append(seq)
     elif typ in ("response.completed", "response.incomplete"):
         resp = _obj(doc.get("response"))
-        has_call = any(isinstance(i, dict) and i.get("type") == "function_call" for i in resp.get("output") or [])
+        has_call = any(isinstance(i, dict) and i.get("type") == "function_call" for i in _arr(resp.get("output")))
         out.finish_reason = "tool_calls" if has_call else ("stop" if typ == "response.completed" else "length")
         out.finish_seq = seq
         if not out.text:  # a whole Responses answer carried in the completed event
-            out.text = "".join(p.get("text", "") for i in resp.get("output") or [] if isinstance(i, dict)
-                               for p in i.get("content") or [] if isinstance(p, dict))
+            out.text = "".join(p["text"] for i in _arr(resp.get("output")) if isinstance(i, dict)
+                               for p in _arr(i.get("content")) if isinstance(p, dict) and isinstance(p.get("text"), str))

@@ -23,11 +23,11 @@ The importer (``workbench.ingest.ndjson``) turns lines into frames with these fu
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
 from workbench.jsontypes import JsonObject
+from workbench.nesting import load_json
 
 DELTA, SNAPSHOT, FULL = "delta", "snapshot", "full"
 
@@ -37,8 +37,8 @@ def parse_event(data: bytes | str | None) -> JsonObject | None:
     if not data:
         return None
     try:
-        ev = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deeply to read
+        ev = load_json(data)
+    except ValueError:  # not JSON, not UTF-8, or nested past the limit every reader shares
         return None
     return ev if isinstance(ev, dict) else None
 
@@ -118,8 +118,8 @@ def _result_parts(result: Any) -> tuple[Any, Any]:
 def _maybe_json(value: Any) -> Any:
     if isinstance(value, str):
         try:
-            return json.loads(value)
-        except ValueError:
+            return load_json(value)
+        except ValueError:  # not JSON, or nested past the limit: the text as it is
             return value
     return value
 

@@ -17,6 +17,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from workbench import __version__
 from workbench.analysis.bridge_join import JOINED
+from workbench.nesting import load_json
 from workbench.protocol import kinds
 from workbench.report.build import ReportSession, Skipped
 from workbench.report.diagram import colour, is_stall_finding
@@ -64,8 +65,8 @@ def jsonish(value: Any) -> str:
 def _args_obj(value: Any) -> Any:
     if isinstance(value, str | bytes):
         try:
-            return json.loads(value)
-        except ValueError:
+            return load_json(value)
+        except ValueError:  # not JSON, or nested past the limit every reader shares
             return value
     return value
 

@@ -23,7 +23,6 @@ their own reports).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -39,6 +38,7 @@ from workbench.decode.frame import StoredFrame, stored_meta
 from workbench.errors import WorkbenchError
 from workbench.fixtures.export import fixture_to_store
 from workbench.fixtures.format import load
+from workbench.nesting import load_json
 from workbench.protocol import kinds
 from workbench.redact import marker, redact_frame
 from workbench.store import bridge_reads, queries
@@ -286,7 +286,7 @@ def _strings(tree: Any) -> set[str]:
             text = v.strip()
             if text[:1] in "{[" and text[-1:] in "}]":
                 try:
-                    stack.append(json.loads(text))
+                    stack.append(load_json(text))
                 except ValueError:
                     pass
     return out

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Required, TypedDict, cast
 
+from workbench.nesting import load_json
 from workbench.protocol import kinds
 from workbench.report.session import LoadedFrame, SessionView
 from workbench.report.shape import Exec, StallDoc, execs, find_stall
@@ -153,8 +154,8 @@ def _embedded_json(value: str) -> Any:
     if not (text[:1] in "{[" and text[-1:] in "}]"):
         return None
     try:
-        parsed = json.loads(text)
-    except ValueError:
+        parsed = load_json(text)
+    except ValueError:  # not JSON, or nested past the limit every reader shares
         return None
     return parsed if isinstance(parsed, dict | list) else None
 
@@ -338,8 +339,8 @@ def _norm_args(text: Any, opts: Options) -> Any:
     value = text
     if isinstance(text, str | bytes):  # stored rows keep JSON text; the analysis gives objects
         try:
-            value = json.loads(text)
-        except ValueError:
+            value = load_json(text)
+        except ValueError:  # not JSON, or nested past the limit every reader shares
             return text
     return {p: v for p, v, _ in flatten(value, opts)} if isinstance(value, dict | list) else value
 

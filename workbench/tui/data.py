@@ -26,6 +26,7 @@ from workbench.analysis.model import Finding
 from workbench.decode import fields_of
 from workbench.decode.classify import COMPRESSED, ENVELOPED, WIRE_LENGTH, Decoder, default_decoder
 from workbench.decode.frame import StoredFrame, stored_meta
+from workbench.nesting import load_json
 from workbench.overview import finding_states, top_findings
 from workbench.store import queries
 from workbench.store import view_reads as reads
@@ -405,8 +406,8 @@ def pretty_blob(data: bytes | None) -> str:
     if data is None:
         return "(no data captured)"
     try:
-        return json.dumps(json.loads(data), indent=2, ensure_ascii=False)
-    except (ValueError, UnicodeDecodeError):
+        return json.dumps(load_json(data), indent=2, ensure_ascii=False)
+    except ValueError:  # not JSON, or nested past the limit every reader shares
         pass
     try:
         return data.decode("utf-8")
@@ -420,7 +421,7 @@ def pretty_json(value: Any) -> str:
         return "—"
     if isinstance(value, str):
         try:
-            return json.dumps(json.loads(value), indent=2, ensure_ascii=False)
+            return json.dumps(load_json(value), indent=2, ensure_ascii=False)
         except ValueError:
             return value
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
