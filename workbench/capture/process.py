@@ -52,9 +52,18 @@ log = logging.getLogger("workbench.capture")
 SEND_INTERVAL = 0.005  # seconds between the sender's looks at the queue while traffic flows
 QUIET_TICKS = 20       # empty looks after which it blocks on the queue instead (0.1 s without traffic)
 BATCH_MAX = 4096       # events per batch at most
+# bytes of chunks and bodies per batch at most (one event may pass it alone): a batch is pickled whole
+# and held in both processes, so one long SSE line in 64 KiB chunks must not become a 200 MB batch
+BATCH_BYTES = 4 * 1024 * 1024
 READY_TIMEOUT = 120.0  # seconds for the child to import, open the database and say it is ready
 RESTARTS = 3           # restarts of a child that died, at most (cursor_writer_restarts)
 RESTART_WAIT = 0.5     # seconds before the first restart, doubled before each further one
+
+
+def _size(ev: Event) -> int:
+    """The bytes an event carries (a chunk's or a body's)."""
+    kind = type(ev)
+    return len(ev.data) if kind is Chunk else len(ev.body) if kind is Body else 0  # type: ignore[union-attr]
 
 
 class WriterProcessError(RuntimeError):
@@ -251,11 +260,14 @@ class WriterProcess:
             # While traffic flows, look every SEND_INTERVAL instead: a thread woken by every put
             # would take the GIL from the event loop once per chunk.
             time.sleep(SEND_INTERVAL)
-            while len(batch) < BATCH_MAX:
+            held = sum(_size(ev) for ev in batch)
+            while len(batch) < BATCH_MAX and held < BATCH_BYTES:
                 try:
-                    batch.append(get_nowait())
+                    ev = get_nowait()
                 except queue.Empty:
                     break
+                batch.append(ev)
+                held += _size(ev)
             if not batch:
                 quiet += 1
                 continue
