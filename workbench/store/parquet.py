@@ -33,6 +33,8 @@ class ParquetResult:
     sessions: list[str] = field(default_factory=list)
     skipped_sessions: list[str] = field(default_factory=list)  # stored already, nothing new
     updated_sessions: list[str] = field(default_factory=list)  # stored already, new frames added
+    skipped_open: list[str] = field(default_factory=list)  # export: still open (status 'open'), not shipped
+    unchanged_sessions: list[str] = field(default_factory=list)  # export: in the dataset already, same content
 
 
 def _sql_str(text: str) -> str:
@@ -40,7 +42,10 @@ def _sql_str(text: str) -> str:
 
 
 def _session_dates(sessions: Sequence[str] | None) -> str:
-    where = "WHERE s.session_id IN (SELECT unnest($sids))" if sessions is not None else ""
+    # a session still open (being recorded) is never exported: it would ship half a session
+    where = "WHERE coalesce(s.status, '') <> 'open'"
+    if sessions is not None:
+        where += " AND s.session_id IN (SELECT unnest($sids))"
     return f"""SELECT s.session_id,
                       CAST(coalesce(s.started_at,
                                     (SELECT min(ts) FROM frames f WHERE f.session_id = s.session_id),
@@ -60,6 +65,9 @@ def copy_out(con: duckdb.DuckDBPyConnection, lock: Any, out: Path, sessions: Seq
             dates = _session_dates(sessions)
             res.sessions = [str(r[0]) for r in cur.execute(f"SELECT session_id FROM ({dates}) ORDER BY 1",
                                                            params or None).fetchall()]
+            chosen = " AND session_id IN (SELECT unnest($sids))" if sessions is not None else ""
+            res.skipped_open = [str(r[0]) for r in cur.execute(
+                f"SELECT session_id FROM sessions WHERE status = 'open'{chosen} ORDER BY 1", params or None).fetchall()]
             for table in TABLES:
                 src = f"""SELECT t.*, d.date FROM {table} t JOIN ({dates}) d USING (session_id)"""
                 n = cur.execute(f"SELECT count(*) FROM ({src})", params or None).fetchone()
@@ -111,9 +119,10 @@ def _export_columns(con: duckdb.DuckDBPyConnection, source: str) -> set[str]:
     return {str(r[0]) for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
 
 
-def copy_in(src: Path, store: Store, present: set[str]) -> ParquetResult:
+def copy_in(src: Path, store: Store, present: set[str], only: set[str] | None = None) -> ParquetResult:
     """What is new of the export directory ``src`` (holding the tables ``present``) into ``store``,
-    in one transaction (``workbench.export.parquet.import_parquet`` says what counts as new)."""
+    in one transaction (``workbench.export.parquet.import_parquet`` says what counts as new);
+    ``only``: the sessions to consider (a dataset's committed ones), default all."""
     res = ParquetResult(str(src))
     with store.lock:
         con = store.con
@@ -121,6 +130,8 @@ def copy_in(src: Path, store: Store, present: set[str]) -> ParquetResult:
             table_sessions = "sessions" if "sessions" in present else "frames"
             found = [str(r[0]) for r in con.execute(
                 f"SELECT DISTINCT session_id FROM {_source(src / table_sessions)} ORDER BY 1").fetchall()]
+            if only is not None:
+                found = [s for s in found if s in only]
             existing = {str(r[0]) for r in con.execute(
                 "SELECT session_id FROM sessions WHERE session_id IN (SELECT unnest(?))", [found]).fetchall()}
             new_rows = ""
