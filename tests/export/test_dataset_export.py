@@ -207,3 +207,27 @@ def test_local_folder_named_like_a_uri_file_scheme(db: Path, tmp_path: Path,
     assert code == 0, err
     assert (tmp_path / "viafile" / "_workbench.json").exists()
     assert sorted(res["sessions"]) == sorted(CLOSED)
+
+
+def test_a_changed_session_is_replaced_whole(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mine = tmp_path / "mine.duckdb"
+    mine.write_bytes(db.read_bytes())
+    out = tmp_path / "ds"
+    assert _export(str(out), mine, capsys=capsys)[0] == 0
+    con = duckdb.connect(str(mine))
+    con.execute("INSERT INTO findings (session_id, code, severity, message, first_seq, last_seq) "
+                "VALUES ('sess-a1', 'heartbeat_loop', 'warning', 'new rule', 1, 2)")
+    con.close()
+    code, res, _ = _export(str(out), mine, capsys=capsys)
+    assert code == 0 and res["sessions"] == ["sess-a1"] and res["rows"]["findings"] == 1
+    manifest = committed_sessions(open_dataset(str(out)))["sess-a1"]
+    finding_files = [f["path"] for f in manifest["files"] if f["table"] == "findings"]
+    assert len(finding_files) == 1 and (out / finding_files[0]).exists()
+    # the finding goes away again (a rule withdrawn): so does its file, not left for a glob to count
+    con = duckdb.connect(str(mine))
+    con.execute("DELETE FROM findings WHERE session_id = 'sess-a1'")
+    con.close()
+    code, res, _ = _export(str(out), mine, capsys=capsys)
+    assert code == 0 and res["sessions"] == ["sess-a1"]
+    assert not (out / finding_files[0]).exists()
+    assert not [f for f in committed_sessions(open_dataset(str(out)))["sess-a1"]["files"] if f["table"] == "findings"]

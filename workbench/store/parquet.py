@@ -69,7 +69,10 @@ def copy_out(con: duckdb.DuckDBPyConnection, lock: Any, out: Path, sessions: Seq
             res.skipped_open = [str(r[0]) for r in cur.execute(
                 f"SELECT session_id FROM sessions WHERE status = 'open'{chosen} ORDER BY 1", params or None).fetchall()]
             for table in TABLES:
-                src = f"""SELECT t.*, d.date FROM {table} t JOIN ({dates}) d USING (session_id)"""
+                # in a stable order, so that the same rows give the same file bytes (the dataset's
+                # content hash, workbench.export.dataset): frames by their key, the small tables wholly
+                order = "t.session_id, t.seq" if table == "frames" else "ALL"
+                src = f"""SELECT t.*, d.date FROM {table} t JOIN ({dates}) d USING (session_id) ORDER BY {order}"""
                 n = cur.execute(f"SELECT count(*) FROM ({src})", params or None).fetchone()
                 count = int(n[0]) if n else 0
                 res.rows[table] = count
