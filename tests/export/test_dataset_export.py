@@ -15,6 +15,7 @@ from dataset_rig import BUCKET, S3, moto_s3, run_wb, sample_db, wb
 
 from workbench.cli import main
 from workbench.export.dataset import SESSIONS_DIR, committed_sessions, open_dataset
+from workbench.store.db import Store
 
 pytestmark = pytest.mark.slow  # moto_server and workbench subprocesses
 
@@ -38,7 +39,7 @@ def aws(s3: S3, monkeypatch: pytest.MonkeyPatch) -> S3:
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return sample_db(tmp_path_factory.mktemp("dataset") / "team.duckdb", {**CLOSED, "sess-open": "open"})
+    return sample_db(tmp_path_factory.mktemp("dataset") / "team.duckdb", CLOSED)
 
 
 def _export(target: str, db: Path, *extra: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict, str]:
@@ -53,7 +54,7 @@ def test_export_lands_in_the_bucket_with_the_layout_and_is_idempotent(aws: S3, d
     code, res, err = _export(uri, db, capsys=capsys)
     assert code == 0, err
     assert sorted(res["sessions"]) == sorted(CLOSED)
-    assert res["skipped_open"] == ["sess-open"]
+    assert res["skipped_open"] == []
     objects = aws.objects(f"{BUCKET}/once")
     rel = {p[len(f"{BUCKET}/once/"):] for p in objects}
     assert "_workbench.json" in rel
@@ -61,7 +62,6 @@ def test_export_lands_in_the_bucket_with_the_layout_and_is_idempotent(aws: S3, d
         assert f"{SESSIONS_DIR}/session_id={sid}.json" in rel
         frames = [r for r in rel if r.startswith("frames/date=") and f"/session_id={sid}/" in r]
         assert len(frames) == 1 and frames[0].endswith("/part-0.parquet")
-    assert not [r for r in rel if "sess-open" in r], "an open session is never shipped"
     assert not [r for r in rel if r.startswith("s3:")]
     # the manifest says what the session is and where it came from
     manifest = json.loads(aws.fs().open_input_stream(f"{BUCKET}/once/{SESSIONS_DIR}/session_id=sess-a1.json").read())
@@ -79,10 +79,35 @@ def test_export_lands_in_the_bucket_with_the_layout_and_is_idempotent(aws: S3, d
     manifest_again = json.loads(aws.fs().open_input_stream(
         f"{BUCKET}/once/{SESSIONS_DIR}/session_id=sess-a1.json").read())
     assert manifest_again == manifest
-
-    # the human line says how many were skipped as open
     assert main(["export", "--parquet", uri, "--db", str(db)]) == 0
-    assert "1 still open, not shipped" in capsys.readouterr().out
+    assert "0 session(s); 3 already there, unchanged" in capsys.readouterr().out
+
+
+def test_a_session_a_capture_is_still_recording_is_not_shipped(aws: S3, db: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from workbench.store.reader import LiveService
+
+    live = tmp_path / "live.duckdb"
+    live.write_bytes(db.read_bytes())
+    sample_db(live, {"sess-open": "open"})
+    uri = f"s3://{BUCKET}/live"
+    store = Store(live)  # a capture holds the file; export reads through its live read service
+    service = LiveService(store.con, live)
+    service.start()
+    try:
+        code, res, err = _export(uri, live, capsys=capsys)
+        assert code == 0, err
+        assert res["skipped_open"] == ["sess-open"] and sorted(res["sessions"]) == sorted(CLOSED)
+        assert not [p for p in aws.objects(f"{BUCKET}/live") if "sess-open" in p]
+        assert main(["export", "--parquet", uri, "--db", str(live)]) == 0
+        assert "1 still open, not shipped" in capsys.readouterr().out
+        store.con.execute("UPDATE sessions SET status = 'complete' WHERE session_id = 'sess-open'")
+        code, res, err = _export(uri, live, capsys=capsys)
+        assert code == 0 and res["sessions"] == ["sess-open"] and res["skipped_open"] == []
+    finally:
+        service.stop()
+        store.close()
+    assert "sess-open" in committed_sessions(open_dataset(uri))
 
 
 def test_a_reader_counts_only_sessions_with_a_manifest(aws: S3, db: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -179,7 +204,7 @@ def test_local_folder_dataset_round_trips_and_import_counts_only_committed(db: P
     out = tmp_path / "ds"
     code, res, err = _export(str(out), db, capsys=capsys)
     assert code == 0, err
-    assert sorted(res["sessions"]) == sorted(CLOSED) and res["skipped_open"] == ["sess-open"]
+    assert sorted(res["sessions"]) == sorted(CLOSED)
     files = {p.relative_to(out).as_posix(): p.stat().st_size for p in out.rglob("*") if p.is_file()}
     assert f"{SESSIONS_DIR}/session_id=sess-a1.json" in files and "_workbench.json" in files
     assert not [p for p in out.iterdir() if p.name.startswith(".workbench-staging")]

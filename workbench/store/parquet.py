@@ -41,11 +41,12 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _session_dates(sessions: Sequence[str] | None) -> str:
-    # a session still open (being recorded) is never exported: it would ship half a session
-    where = "WHERE coalesce(s.status, '') <> 'open'"
+def _session_dates(sessions: Sequence[str] | None, skip_open: bool) -> str:
+    # a session a capture is still recording is never exported: it would ship half a session
+    conds = ["coalesce(s.status, '') <> 'open'"] if skip_open else []
     if sessions is not None:
-        where += " AND s.session_id IN (SELECT unnest($sids))"
+        conds.append("s.session_id IN (SELECT unnest($sids))")
+    where = ("WHERE " + " AND ".join(conds)) if conds else ""
     return f"""SELECT s.session_id,
                       CAST(coalesce(s.started_at,
                                     (SELECT min(ts) FROM frames f WHERE f.session_id = s.session_id),
@@ -54,20 +55,25 @@ def _session_dates(sessions: Sequence[str] | None) -> str:
 
 
 def copy_out(con: duckdb.DuckDBPyConnection, lock: Any, out: Path, sessions: Sequence[str] | None,
-             db_name: str) -> ParquetResult:
+             db_name: str, *, skip_open: bool = False) -> ParquetResult:
     """The tables' rows (all sessions, or ``sessions``) of the database ``con`` reads, as Parquet
-    files under ``out`` partitioned by date and session; ``lock`` serialises use of ``con``."""
+    files under ``out`` partitioned by date and session; ``lock`` serialises use of ``con``.
+    ``skip_open``: the database is being recorded, so its sessions with status ``open`` are still
+    open and left out (listed in ``skipped_open``); in a database nobody records, a session left
+    ``open`` lost its writer and is as whole as it will get (``analysis.engine.session_final``)."""
     res = ParquetResult(str(out))
     params: dict[str, Any] = {"sids": list(sessions)} if sessions is not None else {}
     with lock:
         cur = con.cursor()
         try:
-            dates = _session_dates(sessions)
+            dates = _session_dates(sessions, skip_open)
             res.sessions = [str(r[0]) for r in cur.execute(f"SELECT session_id FROM ({dates}) ORDER BY 1",
                                                            params or None).fetchall()]
-            chosen = " AND session_id IN (SELECT unnest($sids))" if sessions is not None else ""
-            res.skipped_open = [str(r[0]) for r in cur.execute(
-                f"SELECT session_id FROM sessions WHERE status = 'open'{chosen} ORDER BY 1", params or None).fetchall()]
+            if skip_open:
+                chosen = " AND session_id IN (SELECT unnest($sids))" if sessions is not None else ""
+                res.skipped_open = [str(r[0]) for r in cur.execute(
+                    f"SELECT session_id FROM sessions WHERE status = 'open'{chosen} ORDER BY 1",
+                    params or None).fetchall()]
             for table in TABLES:
                 # in a stable order, so that the same rows give the same file bytes (the dataset's
                 # content hash, workbench.export.dataset): frames by their key, the small tables wholly
@@ -99,7 +105,7 @@ def copy_out_live(reader: Reader, out: Path, sessions: Sequence[str] | None) -> 
             con.register(f"_in_{table}", arrow)
             con.execute(f"CREATE TABLE {table} AS SELECT * FROM _in_{table}")
             con.unregister(f"_in_{table}")
-        return copy_out(con, threading.RLock(), out, sids, reader.path + " (live)")
+        return copy_out(con, threading.RLock(), out, sids, reader.path + " (live)", skip_open=True)
     finally:
         con.close()
 
