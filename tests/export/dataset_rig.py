@@ -70,22 +70,31 @@ def run_wb(*args: str, env: dict[str, str] | None = None, timeout: float = 120) 
     return proc.returncode, out, err
 
 
-def sample_db(path: Path, sessions: dict[str, str]) -> Path:
-    """A capture database with one recorded sample turn per session id (``id → status``)."""
+def sample_db(path: Path, sessions: dict[str, str], canary: str | None = None) -> Path:
+    """A capture database with one recorded sample turn per session id (``id → status``);
+    ``canary``: a credential in every session's request headers and run request (what the write
+    gate must redact before anything is stored)."""
     from workbench.decode.classify import default_decoder
     from workbench.samples import sample_turn
+    from workbench.schema import pb
     from workbench.store.db import SessionInfo, now_us
     from workbench.store.recorder import Recorder
+    from workbench.wire.envelope import encode, split_frames
 
     with Store(path) as store:
         rec = Recorder(store)
         t = now_us()
         for sid, status in sessions.items():
             dec = default_decoder()
+            meta = {"headers": [["authorization", f"Bearer {canary}"], ["x-api-key", canary]]} if canary else {}
             rec.open_session(SessionInfo(sid, source="test", transport="run", status=status, model="claude-x",
-                                         client_version="2.1.0"))
+                                         client_version="2.1.0", meta=meta))
             streams: dict[tuple[str, str], object] = {}
             for direction, transport, data in sample_turn():
+                if canary and direction == "client" and not streams:
+                    msg = pb.AgentClientMessage.FromString(split_frames(data)[0].payload)
+                    msg.run_request.requested_model.api_key_credentials.api_key = canary
+                    data = encode(msg.SerializeToString())
                 s = streams.setdefault((direction, transport), dec.stream(transport, direction))
                 for f in s.feed(data):  # type: ignore[attr-defined]
                     t += 1500

@@ -256,3 +256,20 @@ def test_a_changed_session_is_replaced_whole(db: Path, tmp_path: Path, capsys: p
     assert code == 0 and res["sessions"] == ["sess-a1"]
     assert not (out / finding_files[0]).exists()
     assert not [f for f in committed_sessions(open_dataset(str(out)))["sess-a1"]["files"] if f["table"] == "findings"]
+
+
+def test_nothing_leaves_the_host_in_clear(aws: S3, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    canary = "sk-canary-SHIP-7c2f91"
+    secret = sample_db(tmp_path / "secret.duckdb", {"sess-key": "complete"}, canary=canary)
+    uri = f"s3://{BUCKET}/canary"
+    code, res, err = _export(uri, secret, capsys=capsys)
+    assert code == 0 and res["sessions"] == ["sess-key"], err
+    objects = aws.objects(f"{BUCKET}/canary")
+    assert any("/frames/" in p for p in objects)
+    for path in objects:
+        data = aws.fs().open_input_stream(path).read()
+        assert canary.encode() not in data, path
+    # the export read what the gate stored: the run request is there, its key redacted
+    frames = ds.dataset(f"{BUCKET}/canary/frames", filesystem=aws.fs(), format="parquet", partitioning="hive")
+    payloads = frames.to_table(columns=["kind", "payload"]).to_pylist()
+    assert any(r["kind"] == "run_request" and b"[redacted" in (r["payload"] or b"") for r in payloads)
