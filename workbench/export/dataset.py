@@ -166,17 +166,20 @@ def session_manifest_path(session_id: str) -> str:
     return f"{SESSIONS_DIR}/session_id={session_id}.json"
 
 
-def committed_sessions(ds: Dataset) -> dict[str, dict[str, Any]]:
-    """The sessions a reader counts (those with a manifest), each with its manifest."""
+def committed_names(ds: Dataset) -> list[str]:
+    """The file names of the session manifests under ``_sessions/`` (one listing)."""
     try:
         infos = ds.fs.get_file_info(pafs.FileSelector(ds.path(SESSIONS_DIR), allow_not_found=True))
     except (OSError, pa.ArrowException) as exc:
         raise ParquetError(f"{ds.uri}: cannot list {SESSIONS_DIR}/: {_first_line(exc)}") from exc
+    return sorted(i.base_name for i in infos if i.type == pafs.FileType.File
+                  and i.base_name.startswith("session_id=") and i.base_name.endswith(".json"))
+
+
+def committed_sessions(ds: Dataset) -> dict[str, dict[str, Any]]:
+    """The sessions a reader counts (those with a manifest), each with its manifest."""
     out: dict[str, dict[str, Any]] = {}
-    for info in infos:
-        name = info.base_name
-        if info.type != pafs.FileType.File or not name.startswith("session_id=") or not name.endswith(".json"):
-            continue
+    for name in committed_names(ds):
         doc = ds.read_json(f"{SESSIONS_DIR}/{name}")
         if doc is not None and doc.get("session_id"):
             out[str(doc["session_id"])] = doc

@@ -41,6 +41,7 @@ from workbench.export.dataset import (
     VERSION,
     Dataset,
     check_format,
+    committed_names,
     committed_sessions,
     content_hash,
     ensure_manifest,
@@ -114,6 +115,8 @@ def _staged_files(staging: Path) -> dict[str, list[Path]]:
 
 def _ship(ds: Dataset, staging: Path, res: ParquetResult, db_name: str) -> None:
     staged = _staged_files(staging)
+    # one listing of the manifests there (not a request per session): only those are read
+    there = set(committed_names(ds))
     shipped: list[str] = []
     rows = dict.fromkeys(TABLES, 0)
     host = socket.gethostname()
@@ -124,7 +127,7 @@ def _ship(ds: Dataset, staging: Path, res: ParquetResult, db_name: str) -> None:
                  for p in paths]
         digest = content_hash(files)
         manifest_rel = session_manifest_path(sid)
-        previous = ds.read_json(manifest_rel)
+        previous = ds.read_json(manifest_rel) if manifest_rel.rsplit("/", 1)[-1] in there else None
         if previous is not None and previous.get("content_hash") == digest:
             res.unchanged_sessions.append(sid)
             continue
