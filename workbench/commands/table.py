@@ -100,9 +100,12 @@ DESCRIPTIONS: dict[str, str] = {
     "replay": ("Serve a recorded session as a Cursor agent backend (Run, RunSSE + BidiAppend or RunPoll, as "
                "recorded) and check the client's messages against the recording by kind and ids. Prints the URL "
                "first; Ctrl-C stops. Exit status 1 when a client deviated."),
-    "export": ("Write sessions, frames, blobs, tool_calls and findings as Hive-partitioned Parquet "
-               "(DIR/<table>/date=YYYY-MM-DD/session_id=<id>/part-0.parquet) for DuckDB, Spark, Polars or any "
-               "Parquet engine. `workbench import DIR` reads it back. Re-exporting a session replaces its files. With `--otlp URL`, sends the sessions as "
+    "export": ("Write sessions, frames, blobs, tool_calls and findings as a Hive-partitioned Parquet dataset "
+               "(URI/<table>/date=YYYY-MM-DD/session_id=<id>/part-0.parquet, then URI/_sessions/session_id=<id>.json "
+               "last: readers count only sessions with one) in a folder or at s3://, gs://, abfs://, for DuckDB, "
+               "Spark, Polars or any Parquet engine. A session already there unchanged is not shipped again; one a "
+               "capture is still recording is skipped. `workbench import DIR` reads a folder back. "
+               "With `--otlp URL`, sends the sessions as "
                "OpenTelemetry GenAI traces (invoke_agent, chat, execute_tool spans; findings as span events) "
                "to an OTLP/HTTP backend (docs/otel.md)."),
     "diagnose": ("Analyse sessions (KV blobs, tool calls, findings) and print a report. Exit 0 = clean, 1 = any "

@@ -1,4 +1,4 @@
-"""Command: ``workbench export --parquet DIR`` and ``--otlp URL``; registers the ``parquet`` import format."""
+"""Command: ``workbench export --parquet URI`` and ``--otlp URL``; registers the ``parquet`` import format."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from workbench.ingest import ImportResult, IngestError, register_importer
 def register(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "export")
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--parquet", metavar="DIR", help="output directory")
+    where.add_argument("--parquet", metavar="URI",
+                       help="the dataset to ship the sessions to: a folder, s3://bucket/prefix (AWS_* variables and "
+                            "files, AWS_ENDPOINT_URL included), gs://, abfs:// (docs/notebooks.md)")
     where.add_argument("--otlp", metavar="URL", nargs="?", const="",
                        help="send the sessions as OpenTelemetry GenAI traces to this OTLP/HTTP endpoint "
                             "(http://HOST:4318 or its /v1/traces URL; without URL: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT "
@@ -32,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--content", action="store_true",
                    help="--otlp: include prompts and tool arguments/results (opt-in, as the GenAI conventions say; "
                         "what the database holds, already redacted)")
-    add_json_arg(p, "print what was written as one JSON object (directory, sessions, rows per table)")
+    add_json_arg(p, "print what was written as one JSON object (directory, sessions, unchanged, skipped_open, "
+                    "rows per table)")
     add_db_arg(p)
     p.set_defaults(func=cmd_export)
     _register_import_format()
@@ -98,10 +101,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     except ParquetError as exc:
         raise CliError(str(exc)) from exc
     if args.json:
-        print(json.dumps({"directory": str(res.directory), "sessions": list(res.sessions), "rows": dict(res.rows)}))
+        print(json.dumps({"directory": str(res.directory), "sessions": list(res.sessions),
+                          "unchanged": list(res.unchanged_sessions), "skipped_open": list(res.skipped_open),
+                          "rows": dict(res.rows)}))
         return 0
     rows = ", ".join(f"{t} {n}" for t, n in res.rows.items())
-    print(f"wrote {res.directory}: {len(res.sessions)} session(s); rows: {rows}")
+    notes = "".join([f"; {len(res.unchanged_sessions)} already there, unchanged" if res.unchanged_sessions else "",
+                     f"; {len(res.skipped_open)} still open, not shipped" if res.skipped_open else ""])
+    print(f"wrote {res.directory}: {len(res.sessions)} session(s){notes}; rows: {rows}")
     return 0
 
 

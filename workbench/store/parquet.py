@@ -33,14 +33,20 @@ class ParquetResult:
     sessions: list[str] = field(default_factory=list)
     skipped_sessions: list[str] = field(default_factory=list)  # stored already, nothing new
     updated_sessions: list[str] = field(default_factory=list)  # stored already, new frames added
+    skipped_open: list[str] = field(default_factory=list)  # export: still open (status 'open'), not shipped
+    unchanged_sessions: list[str] = field(default_factory=list)  # export: in the dataset already, same content
 
 
 def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _session_dates(sessions: Sequence[str] | None) -> str:
-    where = "WHERE s.session_id IN (SELECT unnest($sids))" if sessions is not None else ""
+def _session_dates(sessions: Sequence[str] | None, skip_open: bool) -> str:
+    # a session a capture is still recording is never exported: it would ship half a session
+    conds = ["coalesce(s.status, '') <> 'open'"] if skip_open else []
+    if sessions is not None:
+        conds.append("s.session_id IN (SELECT unnest($sids))")
+    where = ("WHERE " + " AND ".join(conds)) if conds else ""
     return f"""SELECT s.session_id,
                       CAST(coalesce(s.started_at,
                                     (SELECT min(ts) FROM frames f WHERE f.session_id = s.session_id),
@@ -49,19 +55,30 @@ def _session_dates(sessions: Sequence[str] | None) -> str:
 
 
 def copy_out(con: duckdb.DuckDBPyConnection, lock: Any, out: Path, sessions: Sequence[str] | None,
-             db_name: str) -> ParquetResult:
+             db_name: str, *, skip_open: bool = False) -> ParquetResult:
     """The tables' rows (all sessions, or ``sessions``) of the database ``con`` reads, as Parquet
-    files under ``out`` partitioned by date and session; ``lock`` serialises use of ``con``."""
+    files under ``out`` partitioned by date and session; ``lock`` serialises use of ``con``.
+    ``skip_open``: the database is being recorded, so its sessions with status ``open`` are still
+    open and left out (listed in ``skipped_open``); in a database nobody records, a session left
+    ``open`` lost its writer and is as whole as it will get (``analysis.engine.session_final``)."""
     res = ParquetResult(str(out))
     params: dict[str, Any] = {"sids": list(sessions)} if sessions is not None else {}
     with lock:
         cur = con.cursor()
         try:
-            dates = _session_dates(sessions)
+            dates = _session_dates(sessions, skip_open)
             res.sessions = [str(r[0]) for r in cur.execute(f"SELECT session_id FROM ({dates}) ORDER BY 1",
                                                            params or None).fetchall()]
+            if skip_open:
+                chosen = " AND session_id IN (SELECT unnest($sids))" if sessions is not None else ""
+                res.skipped_open = [str(r[0]) for r in cur.execute(
+                    f"SELECT session_id FROM sessions WHERE status = 'open'{chosen} ORDER BY 1",
+                    params or None).fetchall()]
             for table in TABLES:
-                src = f"""SELECT t.*, d.date FROM {table} t JOIN ({dates}) d USING (session_id)"""
+                # in a stable order, so that the same rows give the same file bytes (the dataset's
+                # content hash, workbench.export.dataset): frames by their key, the small tables wholly
+                order = "t.session_id, t.seq" if table == "frames" else "ALL"
+                src = f"""SELECT t.*, d.date FROM {table} t JOIN ({dates}) d USING (session_id) ORDER BY {order}"""
                 n = cur.execute(f"SELECT count(*) FROM ({src})", params or None).fetchone()
                 count = int(n[0]) if n else 0
                 res.rows[table] = count
@@ -88,7 +105,7 @@ def copy_out_live(reader: Reader, out: Path, sessions: Sequence[str] | None) -> 
             con.register(f"_in_{table}", arrow)
             con.execute(f"CREATE TABLE {table} AS SELECT * FROM _in_{table}")
             con.unregister(f"_in_{table}")
-        return copy_out(con, threading.RLock(), out, sids, reader.path + " (live)")
+        return copy_out(con, threading.RLock(), out, sids, reader.path + " (live)", skip_open=True)
     finally:
         con.close()
 
@@ -111,9 +128,10 @@ def _export_columns(con: duckdb.DuckDBPyConnection, source: str) -> set[str]:
     return {str(r[0]) for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
 
 
-def copy_in(src: Path, store: Store, present: set[str]) -> ParquetResult:
+def copy_in(src: Path, store: Store, present: set[str], only: set[str] | None = None) -> ParquetResult:
     """What is new of the export directory ``src`` (holding the tables ``present``) into ``store``,
-    in one transaction (``workbench.export.parquet.import_parquet`` says what counts as new)."""
+    in one transaction (``workbench.export.parquet.import_parquet`` says what counts as new);
+    ``only``: the sessions to consider (a dataset's committed ones), default all."""
     res = ParquetResult(str(src))
     with store.lock:
         con = store.con
@@ -121,6 +139,8 @@ def copy_in(src: Path, store: Store, present: set[str]) -> ParquetResult:
             table_sessions = "sessions" if "sessions" in present else "frames"
             found = [str(r[0]) for r in con.execute(
                 f"SELECT DISTINCT session_id FROM {_source(src / table_sessions)} ORDER BY 1").fetchall()]
+            if only is not None:
+                found = [s for s in found if s in only]
             existing = {str(r[0]) for r in con.execute(
                 "SELECT session_id FROM sessions WHERE session_id IN (SELECT unnest(?))", [found]).fetchall()}
             new_rows = ""
