@@ -122,6 +122,9 @@ class ExecAnswers:
         member = ex.WhichOneof("args")
         eid, exec_id = ex.id, ex.exec_id
         if member is None or not member.endswith("_args"):
+            if "ignore_unknown_exec" in self.faults:
+                # The fault: an exec case this schema cannot decode is dropped, never answered (pi-cursor #13).
+                return ExecHandled(eid, exec_id, "unknown", False, "left unanswered: unknown exec case")
             await self._throw(run, eid, f"unknown exec kind (no known args member in ExecServerMessage id {eid})",
                               "UNIMPLEMENTED")
             return ExecHandled(eid, exec_id, member or "unknown", False, "thrown: unknown exec kind")
