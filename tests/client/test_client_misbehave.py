@@ -159,6 +159,24 @@ async def test_watchdog_cuts_a_long_exec_and_without_it_the_turn_completes(sim: 
     assert done.ended and "tick 4" in done.text
 
 
+async def test_a_local_shell_stream_streams_its_output_while_it_runs(sim: SimServer, tmp_path: Path) -> None:
+    """long_exec's output reaches the server tick by tick, not all at the exit: what a watchdog cuts."""
+    async with client(sim, execute_locally=True, workspace=tmp_path, allow_shell=True) as c:
+        res = await c.run_turn("[scenario:long_exec] build it")
+    assert res.ended
+    events = []
+    for e in c.frame_log:
+        if e.direction == "client":
+            msg = pb.AgentClientMessage.FromString(e.data)
+            if msg.exec_client_message.WhichOneof("result") == "shell_stream_result":
+                events.append((e.ts_us, msg.exec_client_message.shell_stream_result.WhichOneof("event")))
+    names = [name for _, name in events]
+    assert names[0] == "start" and names[-1] == "exit" and names.count("stdout") >= 3
+    first_out = next(ts for ts, name in events if name == "stdout")
+    assert events[-1][0] - first_out >= 2_000_000  # the first tick went out seconds before the exit
+    assert (await sim.state.finished_runs(1))[0].execs[0].results == len(events) + 1  # + the final shell_result
+
+
 async def test_watchdog_over_runsse_drops_the_response(sim: SimServer, tmp_path: Path) -> None:
     kw = {"execute_locally": True, "workspace": tmp_path, "allow_shell": True, "transport": "runsse"}
     async with client(sim, watchdog=1.0, watchdog_action="disconnect", **kw) as c:
