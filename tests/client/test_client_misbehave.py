@@ -47,14 +47,16 @@ def sent_run_requests(c: AgentClient) -> list[Any]:
 
 # retry after a completed turn ---------------------------------------------------------------
 
-async def test_retry_after_a_reset_repeats_the_message_on_the_same_conversation(sim: SimServer) -> None:
-    async with client(sim, retry_after_turn=1) as c:
+@pytest.mark.parametrize("transport", ["run", "runsse"])
+async def test_retry_after_a_reset_repeats_the_message_on_the_same_conversation(sim: SimServer,
+                                                                                 transport: str) -> None:
+    async with client(sim, retry_after_turn=1, transport=transport) as c:
         res = await c.run_turn("[scenario:reset_after_turn] what is the answer?")
     kinds = [type(e).__name__ for e in res.events]
     assert kinds.count("TurnEnded") == 2  # the user sees the answer twice
     retried = [e for e in res.events if isinstance(e, TurnRetried)]
     assert [r.attempt for r in retried] == [1]
-    assert "reset by the server (error code 2)" in retried[0].reason
+    assert ("reset by the server (error code 2)" if transport == "run" else "read failed") in retried[0].reason
     runs = await sim.state.finished_runs(2)
     assert [r.scenario for r in runs] == ["reset_after_turn", "reset_after_turn"]
     assert runs[0].conversation_id == runs[1].conversation_id == res.conversation_id
@@ -91,6 +93,29 @@ async def test_a_clean_turn_is_never_retried(sim: SimServer) -> None:
         res = await c.run_turn("[scenario:text] hi")
     assert not any(isinstance(e, TurnRetried) for e in res.events)
     assert len(await sim.state.finished_runs(1)) == 1
+
+
+# the faults that play pi-cursor #25 and #13 ----------------------------------------------------
+
+@pytest.mark.parametrize("fault", [False, True])
+async def test_forget_blobs_answers_the_servers_get_blob_empty(sim: SimServer, fault: bool) -> None:
+    async with client(sim, faults=["forget_blobs"] if fault else []) as c:
+        res = await c.run_turn("[scenario:empty_blob_answer] hi")
+    assert res.ended
+    rec = (await sim.state.finished_runs(1))[0]
+    assert len(rec.blob_misses) == (1 if fault else 0)  # the healthy twin keeps its blobs
+
+
+async def test_ignore_unknown_exec_leaves_the_run_heartbeating(sim: SimServer) -> None:
+    async with client(sim, faults=["ignore_unknown_exec"], heartbeat_budget=5) as c:
+        stalled = await c.run_turn("[scenario:unknown_exec_case] hi", raise_on_error=False)
+    assert stalled.error is not None and stalled.error.code == "heartbeat_budget"
+    rec = (await sim.state.finished_runs(1))[0]
+    assert rec.execs[0].kind == "unknown_56" and rec.execs[0].results == 0 and rec.execs[0].thrown is None
+    async with client(sim) as c:  # the healthy twin: throw, stream_close, the turn completes
+        done = await c.run_turn("[scenario:unknown_exec_case] hi")
+    assert done.ended
+    assert (await sim.state.finished_runs(2))[1].execs[0].thrown
 
 
 # the watchdog -------------------------------------------------------------------------------
@@ -147,11 +172,13 @@ async def test_watchdog_disconnect_closes_the_connection(stall: StallServer) -> 
 async def test_watchdog_cuts_a_long_exec_and_without_it_the_turn_completes(sim: SimServer, tmp_path: Path,
                                                                            transport: str) -> None:
     kw = {"execute_locally": True, "workspace": tmp_path, "allow_shell": True, "transport": transport}
-    async with client(sim, watchdog=1.0, **kw) as c:
-        cut = await c.run_turn("[scenario:long_exec] build it", raise_on_error=False)
+    # a command far longer than the watchdog: the cut does not depend on how loaded the machine is
+    async with running_sim(heartbeat_interval=0.1, long_exec_seconds=60, cert_dir=tmp_path / "cert") as long_sim:
+        async with client(long_sim, watchdog=1.0, **kw) as c:
+            cut = await c.run_turn("[scenario:long_exec] build it", raise_on_error=False)
+        rec = (await long_sim.state.finished_runs(1))[0]
     assert cut.error is not None and cut.error.code == "watchdog"
     assert "exec 1 (shell_stream) running locally" in cut.error.message
-    rec = (await sim.state.finished_runs(1))[0]
     assert "conversation_action.cancel_action" in rec.client_kinds
     assert rec.outcome == "cancelled"
     async with client(sim, **kw) as c:  # the healthy twin: no watchdog, the 4 s command finishes
@@ -177,12 +204,13 @@ async def test_a_local_shell_stream_streams_its_output_while_it_runs(sim: SimSer
     assert (await sim.state.finished_runs(1))[0].execs[0].results == len(events) + 1  # + the final shell_result
 
 
-async def test_watchdog_over_runsse_drops_the_response(sim: SimServer, tmp_path: Path) -> None:
+async def test_watchdog_over_runsse_drops_the_response(tmp_path: Path) -> None:
     kw = {"execute_locally": True, "workspace": tmp_path, "allow_shell": True, "transport": "runsse"}
-    async with client(sim, watchdog=1.0, watchdog_action="disconnect", **kw) as c:
-        res = await c.run_turn("[scenario:long_exec] build it", raise_on_error=False)
+    async with running_sim(heartbeat_interval=0.1, long_exec_seconds=60, cert_dir=tmp_path / "cert") as sim:
+        async with client(sim, watchdog=1.0, watchdog_action="disconnect", **kw) as c:
+            res = await c.run_turn("[scenario:long_exec] build it", raise_on_error=False)
+        rec = (await sim.state.finished_runs(1))[0]
     assert res.error is not None and res.error.code == "watchdog"
-    rec = (await sim.state.finished_runs(1))[0]
     assert rec.outcome is not None and rec.outcome.startswith("disconnected while waiting for exec 1")
     assert "conversation_action.cancel_action" not in rec.client_kinds
 
