@@ -236,3 +236,17 @@ async def test_long_exec_runs_for_the_configured_seconds(sim_factory: Any) -> No
     command = server_msg(frames[-1]).exec_server_message.shell_stream_args.command
     assert "-lt 2 ]" in command and "sleep 1" in command
     await client.close()
+
+
+@pytest.mark.parametrize(("steps", "message"), [
+    ([{"unknown_exec": 2}], "field number ExecServerMessage does not have"),
+    ([{"text": "x"}, {"http_status": 503}], "must be the first step"),
+    ([{"http_status": 200}], "non-200 status"),
+    ([{"bad_length_prefix": "x", "off_by": 0}], "non-zero number of bytes"),
+    ([{"kv_get": "yours"}], "\"own\""),
+])
+def test_new_steps_are_checked_when_loaded(steps: list[dict[str, Any]], message: str) -> None:
+    from workbench.sim.scenario import ScenarioError, parse_scenario
+
+    with pytest.raises(ScenarioError, match=message):
+        parse_scenario({"steps": steps}, "mine")
