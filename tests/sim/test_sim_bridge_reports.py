@@ -114,9 +114,29 @@ async def test_bad_length_prefix_puts_the_rest_of_the_turn_out_of_sync(sim_facto
     assert "interaction_update.turn_ended" not in [f.kind for f in decoded]
     assert any(f.kind == "malformed" or f.error for f in decoded)
     assert at is not None and at > 0
+    assert connect_python_reads(bytes(raw)) is False  # a third-party Connect reader loses it too …
+    healthy = b"".join(encode(p) for p in after[:-1])  # … and reads the same frames correctly framed
+    assert connect_python_reads(healthy) is True
     rec = (await sim.state.finished_runs(1))[0]
     assert "text_delta (bad length prefix)" in rec.sent_kinds and rec.outcome == "turn_ended"
     await client.close()
+
+
+def connect_python_reads(wire: bytes) -> bool | None:
+    """Whether connect-python's envelope reader finds the turn_ended in ``wire`` (None: not installed)."""
+    try:
+        from connectrpc._codec import ProtoBinaryCodec
+        from connectrpc._compression import IdentityCompression
+        from connectrpc._protocol_connect import ConnectEnvelopeReader
+    except ImportError:
+        return None
+    reader = ConnectEnvelopeReader(pb.AgentServerMessage, ProtoBinaryCodec(), IdentityCompression(), None)
+    seen = []
+    try:
+        seen = list(reader.feed(wire))
+    except Exception:  # noqa: BLE001 - whatever it raises, it did not read on
+        pass
+    return any(m.interaction_update.HasField("turn_ended") for m in seen)
 
 
 async def test_unknown_exec_case_parks_until_thrown(sim_factory: Any) -> None:
