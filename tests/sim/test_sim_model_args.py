@@ -73,6 +73,9 @@ def test_the_scenarios_arguments_are_kept_where_they_fit() -> None:
     assert fill_args({"properties": {"mode": {"enum": ["a", "b"]}}, "required": ["mode"]}, {"mode": "z"}) == \
         {"mode": "a"}
     assert fill_args({"type": "object"}, shell) == shell  # no properties to fit: as the scenario says
+    echo = {"properties": {"text": {"type": "string"}}, "required": ["text"]}
+    # what the call is about goes into free text, so different calls are different calls
+    assert [fill_args(echo, a)["text"] for a in ({"path": "."}, {"pattern": "TODO", "path": "."})] == [".", "TODO"]
 
 
 def test_recursion_is_bounded() -> None:

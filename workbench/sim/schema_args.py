@@ -6,7 +6,9 @@ there, each value has the property's type and a plausible value for the words of
 or ``file_path`` gets a file path, ``content`` some text, ``command`` a shell command, ``city`` a city), enums pick one of
 their values, arrays and objects are filled recursively. The scenario's own arguments are kept
 where a property of that name (or a known synonym) takes them. Never the same string in every
-field: a ``get_weather(city)`` tool gets a city, not the scenario's shell command.
+field: a ``get_weather(city)`` tool gets a city, not the scenario's shell command. What the scenario's
+call is about and no property took by name goes, once, into a free-text property (``text``,
+``input``, ``query``, …): an ``echo(text)`` tool gets the grep's pattern, not a fixed phrase every time.
 
 Bounded: recursion stops at depth ``MAX_DEPTH`` and arrays get ``minItems`` (at least one, at most
 ``MAX_ITEMS``) elements, whatever the schema says.
@@ -55,6 +57,9 @@ _SYNONYMS: dict[str, tuple[str, ...]] = {
     "contents": ("content", "file_text", "text"),
     "content": ("contents", "file_text", "text"),
 }
+# property-name words of free text, which can carry whatever the call is about
+_FREE_TEXT = {"text", "input", "message", "query", "prompt", "content", "contents", "value", "data", "body",
+              "args", "arguments", "request", "instruction", "instructions", "task"}
 _FORMATS = {"uri": "https://example.com/docs", "url": "https://example.com/docs", "email": "dev@example.com",
             "date": "2026-01-15", "date-time": "2026-01-15T10:00:00Z", "time": "10:00:00",
             "uuid": "123e4567-e89b-42d3-a456-426614174000", "hostname": "example.com", "ipv4": "127.0.0.1"}
@@ -68,13 +73,23 @@ def fill_args(schema: JsonObject, given: JsonObject) -> JsonObject:
     if not isinstance(props, dict) or not props:
         return dict(given)
     out: JsonObject = {}
+    used: set[str] = set()
     for name, prop in props.items():
-        value = _given_for(name, given)
-        if value is not None and _fits(value, prop):
-            out[name] = value
+        key = _given_key(name, given)
+        if key is not None and _fits(given[key], prop):
+            out[name] = given[key]
+            used.add(key)
+    # What the scenario means to say and no property took by name (a command, a pattern) goes into
+    # a free-text property, once: an echo(text) tool gets "TODO" for a grep, "." for an ls.
+    leftovers = [v for k, v in given.items() if k not in used and isinstance(v, str) and v]
     for name in _required(schema):
-        if name not in out and name in props:
-            out[name] = value_for(props[name], name, 1)
+        if name in out or name not in props:
+            continue
+        prop = props[name]
+        if leftovers and _words(name) & _FREE_TEXT and _fits(leftovers[0], prop):
+            out[name] = leftovers.pop(0)
+        else:
+            out[name] = value_for(prop, name, 1)
     return out
 
 
@@ -172,20 +187,20 @@ def _string_for(name: str, schema: JsonObject | None = None) -> str:
     return text
 
 
-def _given_for(name: str, given: JsonObject) -> Any:
-    """The scenario's value for property ``name``: the same name (any case or separator), a known
+def _given_key(name: str, given: JsonObject) -> str | None:
+    """The scenario's argument for property ``name``: the same name (any case or separator), a known
     synonym (``path`` for ``file_path``/``filePath``), or a name that is one of the property's words."""
     if name in given:
-        return given[name]
+        return name
     flat = _flat(name)
-    by_flat = {_flat(k): v for k, v in given.items()}
+    by_flat = {_flat(k): k for k in given}
     if flat in by_flat:
         return by_flat[flat]
     for source, aliases in _SYNONYMS.items():
         if flat in {_flat(a) for a in aliases} and _flat(source) in by_flat:
             return by_flat[_flat(source)]
     words = _words(name)
-    return next((v for k, v in given.items() if _flat(k) in words), None)
+    return next((k for k in given if _flat(k) in words), None)
 
 
 def _flat(name: str) -> str:
