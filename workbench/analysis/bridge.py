@@ -46,6 +46,10 @@ from workbench.schema import pb
 from workbench.store import bridge_reads as reads
 from workbench.store.queries import Reader, session_row
 
+# Every code the bridge rules report (causes.py may name them as the cause of an agent-side finding).
+BRIDGE_CODES = ("bridge_args_mismatch", "bridge_answer_not_delivered", "bridge_tool_result_lost",
+                "bridge_client_stream_silent", "bridge_side_ended_early", "bridge_finish_reason_mismatch",
+                "bridge_error_masked", "bridge_left_run", "bridge_tool_not_offered", "bridge_client_retry")
 # A silent stretch of the client's stream counts when it lasts this long while the agent side
 # heartbeated at least this often and made no progress.
 SILENT_MIN_S = 1.0
