@@ -24,6 +24,7 @@ def test_offered_tools_of_both_request_shapes() -> None:
     assert offered_tools(RESPONSES) == {"get_weather": SCHEMA}
     assert offered_tools(b'{"model": "m", "messages": []}') == {}
     assert offered_tools(b"not json") is None
+    assert offered_tools(b"[" * 100_000) is None  # hostile nesting: no traceback
 
 
 def test_schema_misfit_names_each_way_arguments_fail() -> None:
@@ -33,6 +34,7 @@ def test_schema_misfit_names_each_way_arguments_fail() -> None:
     assert schema_misfit(SCHEMA, '{"city": "Paris", "days": true}') == "days is bool, the schema wants integer"
     assert schema_misfit(SCHEMA, "[1]") == "the arguments are a JSON list, not an object"
     assert schema_misfit(SCHEMA, "{not json") is None  # bridge_args_mismatch speaks for that
+    assert schema_misfit(SCHEMA, "[" * 100_000) is None
     assert schema_misfit({"type": "object", "properties": {}}, '{"anything": 1}') is None  # extra keys allowed
 
 

@@ -29,7 +29,7 @@ def offered_tools(payload: bytes | None) -> dict[str, Mapping[str, Any]] | None:
     body is not JSON (nothing to judge)."""
     try:
         doc = json.loads(payload) if payload else None
-    except ValueError:
+    except (ValueError, RecursionError):  # (not JSON, or nested past the parser's depth)
         return None
     if not isinstance(doc, dict):
         return None
@@ -59,7 +59,7 @@ def schema_misfit(schema: Mapping[str, Any], arguments: str) -> str | None:
     parse: ``bridge_args_mismatch`` speaks for JSON that does not parse)."""
     try:
         args = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(args, dict):
         return f"the arguments are a JSON {type(args).__name__}, not an object"
