@@ -14,7 +14,17 @@ translation the way a real bridge did (the seeds of issue 25):
 - ``stop_on_tool``: a tool call ends the answer with ``finish_reason: stop`` and no call;
 - ``close_early``: the client's stream is finished after the first text while the run goes on;
 - ``end_late``: the client's stream is finished two seconds after the run's turn ended;
-- ``mask_error``: a service error becomes an empty ``stop`` answer.
+- ``mask_error``: a service error becomes an empty ``stop`` answer;
+- ``leave_open``: a tool call is handed over and its run left open (heartbeating) for three more
+  seconds before the bridge closes it (a stateless bridge that forgets to cancel the run it left);
+- ``first_tool``: the client's tools are not passed to the run, and the agent's own (built-in) tool
+  call is handed out under the name of the client's first tool, with the agent's arguments;
+- ``retry_5xx``: the first attempt of a body runs until the run's checkpoint, then answers HTTP 503;
+  the client's retry of the same body resumes that conversation and checkpoint in a fresh agent
+  client, without the blobs the first attempt's client was given.
+
+Without a fault (and under each), the bridge is stateless: a follow-up with tool results starts a
+fresh run with the whole history flattened into its prompt (the run it left was closed).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import socket
@@ -30,18 +41,21 @@ import uuid
 from typing import Any
 
 from workbench.client.agent import AgentClient
-from workbench.client.events import Error, ExecRequest, TextDelta, TurnEnded
+from workbench.client.events import Checkpoint, Error, ExecRequest, TextDelta, TurnEnded
 from workbench.proxy import mapping
 
 FAULTS = ("none", "concat_args", "drop_key", "drop_text", "lose_tool_result", "hang_after_tool", "stop_on_tool",
-          "close_early", "end_late", "mask_error")
+          "close_early", "end_late", "mask_error", "leave_open", "retry_5xx", "first_tool")
 HOLD_S = 2.5
+LEAVE_S = 3.0
 
 
 class Bridge:
     def __init__(self, upstream: str, ca: str, fault: str) -> None:
         self.upstream, self.ca, self.fault = upstream, ca, fault
         self.token = os.environ.get("CURSOR_ACCESS_TOKEN", "t")
+        self.left: set[asyncio.Task[None]] = set()       # leave_open: runs closed later
+        self.failed: dict[str, tuple[str, bytes | None]] = {}   # retry_5xx: body hash → (conversation, checkpoint)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -53,7 +67,9 @@ class Bridge:
             if method != "POST" or not path.endswith("/chat/completions"):
                 await self._send(writer, 404, {"error": {"message": f"no route {method} {path}"}})
                 return
-            await self.chat(json.loads(body), writer)
+            if self.fault == "retry_5xx" and await self.fail_first_attempt(body, writer):
+                return
+            await self.chat(json.loads(body), writer, self.failed.get(hashlib.sha256(body).hexdigest()))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
@@ -67,7 +83,32 @@ class Bridge:
                      "connection: close\r\n\r\n".encode() + data)
         await writer.drain()
 
-    async def chat(self, req: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+    async def fail_first_attempt(self, body: bytes, writer: asyncio.StreamWriter) -> bool:
+        """retry_5xx: the first attempt of a body runs until its checkpoint, then the client gets a 503."""
+        key = hashlib.sha256(body).hexdigest()
+        if key in self.failed:
+            return False
+        req = json.loads(body)
+        client = AgentClient(self.upstream, self.token, verify=self.ca)
+        try:
+            async for ev in client.stream_turn(mapping.flatten_messages(req.get("messages") or []), "default",
+                                               mapping.tools_to_mcp(req.get("tools") or [])):
+                if isinstance(ev, Checkpoint | TurnEnded | Error):
+                    break
+            self.failed[key] = (client.conversation_id or "", client.checkpoint)
+        finally:
+            await client.aclose()  # (its blobs go with it)
+        await self._send(writer, 503, {"error": {"message": "upstream hiccup", "type": "server_error"}})
+        return True
+
+    async def _close_later(self, client: AgentClient, events: Any) -> None:
+        await asyncio.sleep(LEAVE_S)
+        with contextlib.suppress(Exception):
+            await events.aclose()
+        await client.aclose()
+
+    async def chat(self, req: dict[str, Any], writer: asyncio.StreamWriter,
+                   resume: tuple[str, bytes | None] | None = None) -> None:
         messages = req.get("messages") or []
         tools = req.get("tools") or []
         if self.fault == "lose_tool_result":
@@ -91,9 +132,12 @@ class Bridge:
 
         await event({"role": "assistant", "content": ""})
         client = AgentClient(self.upstream, self.token, verify=self.ca)
-        done = False
+        if resume is not None:  # retry_5xx: the failed attempt's conversation, in a fresh client
+            client.conversation_id, client.checkpoint = resume
+        done = keep = False
+        events = client.stream_turn(prompt, "default", [] if self.fault == "first_tool" else mapping.tools_to_mcp(tools))
         try:
-            async for ev in client.stream_turn(prompt, "default", mapping.tools_to_mcp(tools)):
+            async for ev in events:
                 if isinstance(ev, TextDelta):
                     if done or self.fault == "drop_text":
                         continue
@@ -109,6 +153,9 @@ class Bridge:
                     if self.fault == "hang_after_tool":
                         await asyncio.sleep(HOLD_S)  # the run heartbeats meanwhile; the client hears nothing
                     name, args = mapping.exec_to_tool_call(ev, offered)
+                    if self.fault == "first_tool" and tools:
+                        name = str(tools[0]["function"]["name"])  # args stay the agent's own
+                        args = mapping.exec_to_tool_call(ev)[1]
                     if self.fault == "concat_args":
                         args = args + args
                     elif self.fault == "drop_key":
@@ -118,6 +165,7 @@ class Bridge:
                     await event({"tool_calls": [{"index": 0, "id": mapping.openai_call_id(ev), "type": "function",
                                                  "function": {"name": name, "arguments": args}}]})
                     await finish("tool_calls")
+                    keep = self.fault == "leave_open"
                     return
                 elif isinstance(ev, TurnEnded):
                     if self.fault == "end_late":
@@ -136,7 +184,12 @@ class Bridge:
             if not done:
                 await finish("stop")
         finally:
-            await client.aclose()
+            if keep:  # the run stays open (heartbeating) after the client got its tool call
+                task = asyncio.create_task(self._close_later(client, events))
+                self.left.add(task)
+                task.add_done_callback(self.left.discard)
+            else:
+                await client.aclose()
 
 
 async def main() -> None:

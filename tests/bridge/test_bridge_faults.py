@@ -33,11 +33,13 @@ SCENARIOS = {
 }
 
 
-def _stream(c: openai.OpenAI, messages: list[dict[str, Any]], tools: bool = False) -> dict[str, Any]:
+def _stream(c: openai.OpenAI, messages: list[dict[str, Any]], tools: bool | list[dict[str, Any]] = False
+            ) -> dict[str, Any]:
+    """One streamed request; ``tools``: True offers bash, a list offers those tools."""
     out: dict[str, Any] = {"text": "", "finish": None, "call": {"id": None, "name": "", "args": ""}}
     try:
         for ch in c.chat.completions.create(model="default", messages=messages, stream=True,  # type: ignore[call-overload]
-                                            **({"tools": [BASH]} if tools else {})):
+                                            **({"tools": [BASH] if tools is True else tools} if tools else {})):
             if not ch.choices:
                 continue
             d = ch.choices[0].delta

@@ -60,7 +60,9 @@ async def test_bridge_screen_side_by_side(bridge_db: Path) -> None:
         assert "interaction_update.text_delta" in kinds_right
         turn2 = _column(left, 0).index("turn 2")
         assert _column(right, 1)[turn2] == "turn 2"
-        assert "no bridge finding" in str(screen.query_one("#bridge-findings", Static).render())
+        # a healthy bridge: only the note of its hand-off (the run it left, closed at once)
+        panel = str(screen.query_one("#bridge-findings", Static).render())
+        assert [ln.split()[:2] for ln in panel.splitlines() if ln.strip()] == [["NOTE", "bridge_left_run"]], panel
         await pilot.press("escape")
         await wait_until_async(lambda: not isinstance(app.screen, BridgeScreen), timeout=20,
                                pause=lambda: pilot.pause(0.02))

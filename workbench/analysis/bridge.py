@@ -8,19 +8,22 @@ bridge gives none. docs/analysis.md ("Bridge findings") and docs/bridge.md descr
 
 Codes: ``bridge_args_mismatch``, ``bridge_answer_not_delivered``, ``bridge_tool_result_lost``,
 ``bridge_client_stream_silent``, ``bridge_side_ended_early``, ``bridge_finish_reason_mismatch``,
-``bridge_error_masked``. ``ttft_split`` is no finding: it says where the time to the first token
+``bridge_error_masked``, ``bridge_left_run`` (bridge_handoff.py), ``bridge_tool_not_offered``
+(bridge_tools.py), ``bridge_client_retry`` (bridge_retry.py). ``ttft_split`` is no finding: it says where the time to the first token
 went (``workbench diagnose`` prints it, ``--json`` carries it).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf.message import DecodeError
 
 from workbench.analysis.blobs import blob_rows
+from workbench.analysis.bridge_handoff import handed_at, rule_left_run
 from workbench.analysis.bridge_join import (
     AGENT_TRANSPORTS,
     JOINED,
@@ -29,6 +32,8 @@ from workbench.analysis.bridge_join import (
     has_bridge_sessions,
     openai_links,
 )
+from workbench.analysis.bridge_retry import FailedAttempt, failed_attempts, rule_client_retry
+from workbench.analysis.bridge_tools import offered_tools, rule_not_offered
 from workbench.analysis.context import ORDER_TIME, session_order
 from workbench.analysis.model import Finding, Severity
 from workbench.analysis.rows import CallRecord
@@ -41,6 +46,10 @@ from workbench.schema import pb
 from workbench.store import bridge_reads as reads
 from workbench.store.queries import Reader, session_row
 
+# Every code the bridge rules report (causes.py may name them as the cause of an agent-side finding).
+BRIDGE_CODES = ("bridge_args_mismatch", "bridge_answer_not_delivered", "bridge_tool_result_lost",
+                "bridge_client_stream_silent", "bridge_side_ended_early", "bridge_finish_reason_mismatch",
+                "bridge_error_masked", "bridge_left_run", "bridge_tool_not_offered", "bridge_client_retry")
 # A silent stretch of the client's stream counts when it lasts this long while the agent side
 # heartbeated at least this often and made no progress.
 SILENT_MIN_S = 1.0
@@ -70,6 +79,8 @@ class Side:
     assistant_blob: tuple[int, str] | None = None                # (seq, text) of an assistant KV blob
     client_payloads: list[tuple[int, int, bytes]] = field(default_factory=list)
     error_seq: int | None = None
+    handed_us: int | None = None     # an asked run: when the client got its tool call (bridge_handoff)
+    blob_misses: list[int] = field(default_factory=list)   # get_blob answered without data (seqs)
 
 
 @dataclass
@@ -89,6 +100,8 @@ class Pair:
     caused: list[Side]
     asked: list[Side]
     timed: bool = True          # both sides recorded with per-frame times (not an import's body order)
+    offered: dict[str, Mapping[str, Any]] | None = None   # tools the client offered (bridge_tools)
+    retry_of: list[FailedAttempt] = field(default_factory=list)   # earlier 5xx attempts (bridge_retry)
 
 
 def _load_side(src: Reader, link: Link) -> Side | None:
@@ -115,6 +128,8 @@ def _load_side(src: Reader, link: Link) -> Side | None:
     facts = load_facts(src, link.session_id).facts
     side.calls = tool_rows(facts)
     for b in blob_rows(facts, final=True, grace=0):
+        if b.get("status") in ("miss", "empty") and b.get("seq") is not None:
+            side.blob_misses.append(int(b["seq"]))
         if b.get("op") == "set" and b.get("role") == "assistant":
             text = "".join(str(p.get("text") or "") for p in b.get("parts") or [] if isinstance(p, dict))
             if text.strip():
@@ -132,6 +147,9 @@ def load_pair(src: Reader, sid: str) -> Pair | None:
     end = row["end_us"] or (frames[-1]["ts"] if frames else row["start_us"])
     links = openai_links(src, sid)
     sides = [s for s in (_load_side(src, lk) for lk in links) if s is not None]
+    for s in sides:
+        if s.role == "asked":
+            s.handed_us = handed_at(src, s.session_id, sid)
     ids = [sid, *(s.session_id for s in sides)]
     orders = [_order(meta) for meta in reads.session_metas(src, ids)]
     return Pair(sid, row["status"], row["http_status"], int(row["start_us"] or 0), int(end or 0),
@@ -139,7 +157,8 @@ def load_pair(src: Reader, sid: str) -> Pair | None:
                 req["seq"] if req else None, req["ts"] if req else None, answer,
                 [{k: v for k, v in f.items() if k != "payload"} for f in frames],
                 [s for s in sides if s.role == "caused"], [s for s in sides if s.role == "asked"],
-                timed=all(o == ORDER_TIME for o in orders))
+                timed=all(o == ORDER_TIME for o in orders), offered=offered_tools(req["payload"] if req else None),
+                retry_of=failed_attempts(src, sid, req["payload"] if req else None, int(row["start_us"] or 0)))
 
 
 def _order(meta: str | None) -> str:
@@ -439,7 +458,8 @@ def _rule_error(p: Pair) -> list[BridgeFinding]:
     return []
 
 
-RULES = (_rule_args, _rule_answer, _rule_tool_result, _rule_silent, _rule_ended, _rule_finish, _rule_error)
+RULES = (_rule_args, _rule_answer, _rule_tool_result, _rule_silent, _rule_ended, _rule_finish, _rule_error,
+         rule_left_run, rule_not_offered, rule_client_retry)
 
 
 def pair_findings(p: Pair) -> list[BridgeFinding]:

@@ -23,7 +23,8 @@ CAUSES: dict[str, tuple[str, ...]] = {
     "missing_stream_close": _LOST_APPEND,
     "unanswered_exec": _LOST_APPEND,
     "unanswered_query": _LOST_APPEND,
-    "blob_miss": _LOST_APPEND,
+    # (a retried request's run resumed state whose blobs only the failed attempt's run had: bridge.py)
+    "blob_miss": _LOST_APPEND + ("bridge_client_retry",),
     "heartbeat_loop": _OBLIGATIONS + _LOST_APPEND,
     "stream_ended_without_turn_end": ("heartbeat_loop",) + _OBLIGATIONS + ("missing_conversation_state",)
     + _LOST_APPEND,

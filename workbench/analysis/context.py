@@ -74,7 +74,11 @@ class Context:
     prior_prompt: str | None = None
     # (session_id, seq, payload) of run requests and actions of later sessions, read on first use
     later: Callable[[], list[tuple[str, int, bytes]]] | None = None
+    # tool-call ids of this run whose results a bridge sent in a linked follow-up run, read on first
+    # use (analysis/bridge_handoff.py; None: no OpenAI side recorded)
+    follow_ups: Callable[[], set[str]] | None = None
     _errors: dict[int, StreamError | None] = field(default_factory=dict)
+    _follow_up_ids: set[str] | None = None
 
     @property
     def session_id(self) -> str:
@@ -183,13 +187,25 @@ class Context:
     def handed_off(self, req: ExecReq) -> bool:
         """The client closed the run right after an exec it did not answer, before the server
         parked (no heartbeat since): the fresh-run flow of a proxy that hands the exec to its own
-        caller and continues in a new run with the history. Not a stall."""
+        caller and continues in a new run with the history. Not a stall. A run left open (or
+        closed late) counts too once its exec was answered in a linked follow-up run."""
+        if self.answered_in_follow_up(req):
+            return True
         if not self.final or self.session.get("status") == "error":
             return False
         end = self.seg_end(req.seg)
         if self.heartbeats_between(req.seq, end):
             return False
         return not self.turn_ended_between(req.seq, end) and not self.moved_on(req.seq, req.seg)
+
+    def answered_in_follow_up(self, req: ExecReq) -> bool:
+        """A bridge handed this exec's tool call to its OpenAI client, left the run and sent the
+        result in a linked follow-up run (``bridge_left_run`` says so): answered, just not here."""
+        if self.follow_ups is None or not req.tool_call_id:
+            return False
+        if self._follow_up_ids is None:
+            self._follow_up_ids = self.follow_ups()
+        return req.tool_call_id in self._follow_up_ids
 
     def later_payloads(self) -> list[tuple[str, int, bytes]]:
         """(session_id, seq, payload) of run requests and actions in sessions that started later."""

@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError
 
 from workbench.analysis.blobs import blob_rows
 from workbench.analysis.bridge import any_bridge_sessions, bridge_findings
+from workbench.analysis.bridge_handoff import calls_answered_in_follow_up
 from workbench.analysis.bridge_join import store_links
 from workbench.analysis.causes import order_findings
 from workbench.analysis.conversations import Conversations
@@ -94,12 +95,14 @@ def _analyze_session(src: Reader, session_id: str, config: Config | None, final:
     prompt = _first_prompt(src, prior[0]) if prior else None
     seen.prior, seen.prompt = prior, prompt
     later = _later_payloads(src, session_id)
-    result = evaluate(builder, cfg, final=final, known_ids=known, prior_checkpoint=prior, session=info,
-                      prior_prompt=prompt, later_payloads=seen.watch_later(later) if inputs is not None else later)
     # the two sides of a bridge (analysis/bridge.py): findings that need the other side's session
     if convs.bridged is None:  # read once per batch, like the conversations
         convs.bridged = any_bridge_sessions(src)
     seen.bridged = convs.bridged
+    follow_ups = _follow_ups(src, session_id) if convs.bridged else None
+    result = evaluate(builder, cfg, final=final, known_ids=known, prior_checkpoint=prior, session=info,
+                      prior_prompt=prompt, later_payloads=seen.watch_later(later) if inputs is not None else later,
+                      follow_ups=follow_ups)
     result.findings = sort_findings(result.findings + bridge_findings(src, session_id, bridged=convs.bridged))
     return result
 
@@ -133,14 +136,15 @@ def evaluate(builder: FactsBuilder, cfg: Config, *, final: bool, known_ids: Cont
              session: SessionRecord | None = None,
              blob_cache: dict[bytes, BlobContent] | None = None,
              prior_prompt: str | None = None,
-             later_payloads: Callable[[], list[tuple[str, int, bytes]]] | None = None) -> AnalysisResult:
+             later_payloads: Callable[[], list[tuple[str, int, bytes]]] | None = None,
+             follow_ups: Callable[[], set[str]] | None = None) -> AnalysisResult:
     facts = builder.facts
     link_http_errors(facts)
     blobs = blob_rows(facts, final=final, grace=cfg.live_grace_frames, known_ids=known_ids, cache=blob_cache)
     calls = tool_rows(facts)
     runs = [r for r in builder.all_runs() if r.count >= cfg.heartbeat_min_count]
     ctx = Context(facts, blobs, calls, cfg, final, runs, prior_checkpoint, session or SessionRecord(),
-                  prior_prompt, later_payloads)
+                  prior_prompt, later_payloads, follow_ups)
     findings = sort_findings(run_rules(ctx))
     return AnalysisResult(facts.session_id, blobs, [public_row(r) for r in calls], findings, facts.frame_count)
 
@@ -172,6 +176,16 @@ def _later_payloads(src: Reader, session_id: str) -> Callable[[], list[tuple[str
             memo.append(reads.later_client_inputs(src, session_id, LATER_LIMIT))
         return memo[0]
 
+    return get
+
+
+def _follow_ups(src: Reader, session_id: str) -> Callable[[], set[str]]:
+    """The tool-call ids of a run answered in a bridge's follow-up run, read only when a rule asks."""
+    def get() -> set[str]:
+        try:
+            return calls_answered_in_follow_up(src, session_id)
+        except Exception:  # a reader of an older or partial database: no hand-off to see
+            return set()
     return get
 
 

@@ -67,6 +67,9 @@ def heartbeat_loop(ctx: Context) -> list[Finding]:
         if not ctx.final and any(r.client_hb_seq is not None and r.client_hb_seq > run.first_seq
                                  and not r.result_seqs for r in ctx.facts.execs):
             continue  # live: a local exec is still running (the client heartbeats it)
+        if any(r.seq < run.first_seq and not _answered(ctx, r) and ctx.answered_in_follow_up(r)
+               for r in ctx.facts.execs):
+            continue  # a run a bridge left after its hand-off: bridge_left_run says how long it idled
         cause, cause_ev, cause_fix = _stall_cause(ctx, run)
         if cause and not ctx.order_known:
             cause = " " + ORDER_NOTE + cause.lstrip()
@@ -159,6 +162,8 @@ def unanswered_exec(ctx: Context) -> list[Finding]:
             continue
         if req.client_hb_seq is not None and not ctx.final:
             continue  # the client keeps saying it is still executing
+        if ctx.answered_in_follow_up(req):
+            continue  # a bridge's hand-off: answered in its follow-up run (bridge_left_run)
         stall = ctx.stall_after(req.seq, req.seg)
         context = req.member == REQUEST_CONTEXT
         if stall is None:
