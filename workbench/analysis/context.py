@@ -74,6 +74,8 @@ class Context:
     prior_prompt: str | None = None
     # (session_id, seq, payload) of run requests and actions of later sessions, read on first use
     later: Callable[[], list[tuple[str, int, bytes]]] | None = None
+    # the session is the only one of its conversation: no later session can carry a follow-up
+    alone: bool = False
     _errors: dict[int, StreamError | None] = field(default_factory=dict)
 
     @property

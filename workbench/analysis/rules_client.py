@@ -90,8 +90,8 @@ def _repeats(ctx: Context, rr: RunRequest, after: int, failed: bool) -> list[tup
     out = [(ctx.session_id, r.seq) for r in ctx.facts.run_requests
            if r.seq > after and r.conversation_id == rr.conversation_id
            and (r.payload == rr.payload or (failed and r.prompt == rr.prompt))]
-    if not rr.conversation_id:
-        return out
+    if not rr.conversation_id or ctx.alone:
+        return out  # no other session of the conversation: nothing later to read
     for sid, seq, payload in ctx.later_payloads():
         if sid == ctx.session_id:
             continue
