@@ -53,6 +53,9 @@ def test_cli_list_and_bad_scenario_dir(tmp_path: Path) -> None:
                           "--list-scenarios"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     assert re.search(r"^mine\s+mine$", out.stdout, re.M)
+    for name in ("reset_after_turn", "held_open_after_turn", "bad_length_prefix", "unknown_exec_case",
+                 "empty_blob_answer", "run_http_error", "args_in_started", "long_exec"):
+        assert re.search(rf"^{name}\s+\S", out.stdout, re.M), name
     out = subprocess.run([*WORKBENCH, "sim", "--scenario-dir", str(tmp_path / "x")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
@@ -64,7 +67,8 @@ def test_cli_policy_options_are_checked(tmp_path: Path) -> None:
                           (["--exec-stream-close", "shell"], "KIND=POLICY"),
                           (["--exec-stream-close", "bash=required"], "unknown exec type 'bash'"),
                           (["--exec-stream-close", "shell=sometimes"], "must be one of required, accepted, ignored"),
-                          (["--request-context-grace", "-1"], "--request-context-grace must be >= 0")]:
+                          (["--request-context-grace", "-1"], "--request-context-grace must be >= 0"),
+                          (["--long-exec-seconds", "-1"], "--long-exec-seconds must be >= 0")]:
         out = subprocess.run([*WORKBENCH, "sim", "--cert-dir", str(tmp_path), *args],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 2, (args, out.stderr)

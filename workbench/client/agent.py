@@ -22,7 +22,7 @@ import os
 import platform
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +46,11 @@ from workbench.client.events import (
     ToolCall,
     TurnEnded,
     TurnResult,
+    TurnRetried,
 )
 from workbench.client.execs import CLOSE_POLICIES, ExecAnswers, check_close_policy
 from workbench.client.localexec import LocalExecutor
+from workbench.client.misbehave import check_watchdog, lost_after_turn, watchdog
 from workbench.client.net import NetError, Verify, cancel_and_wait
 from workbench.client.recording import FrameLogEntry, Journal, RunWire
 from workbench.client.run import ClientRun
@@ -69,7 +71,7 @@ from workbench.protocol import args as tool_args
 from workbench.protocol.labels import prompt_label
 
 FAULTS = frozenset({"no_stream_close", "naive_args_concat", "reuse_session", "omit_conversation_state",
-                    "reset_append_seqno"})
+                    "reset_append_seqno", "forget_blobs", "ignore_unknown_exec"})
 # After turn_ended, how long a turn waits for the server to end the response before saying so.
 END_TIMEOUT_S = 30.0
 
@@ -85,7 +87,8 @@ class AgentClient:
                  heartbeat_interval: float = 5.0, verify: Verify = None, record_to: Any = None,
                  model: str = "default", connections: Connections | None = None, close_policy: str = "always",
                  allow_shell: bool = False, wait_for_end: bool = True, end_timeout: float = END_TIMEOUT_S,
-                 framing: str = "connect", answer_request_context: bool = True) -> None:
+                 framing: str = "connect", answer_request_context: bool = True, retry_after_turn: int = 0,
+                 watchdog: float | None = None, watchdog_action: str = "cancel") -> None:
         if transport not in TRANSPORTS:
             raise ValueError(f"transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
         if framing not in FRAMINGS:
@@ -103,6 +106,13 @@ class AgentClient:
         if end_timeout <= 0:
             raise ValueError(f"end_timeout must be > 0 seconds, not {end_timeout}")
         self.close_policy = check_close_policy(close_policy)
+        check_watchdog(watchdog, watchdog_action)
+        if retry_after_turn < 0:
+            raise ValueError(f"retry_after_turn is a number of retries >= 0, not {retry_after_turn}")
+        # Misbehaving on purpose (misbehave.py): retries of a completed turn, a stream watchdog.
+        self.retry_after_turn = retry_after_turn
+        self.watchdog = watchdog
+        self.watchdog_action = watchdog_action
         # False: the context (environment, tools) goes in the run request only and request_context_args
         # is never answered, as stateless proxies do (docs/protocol.md §5; the service goes on without it).
         self.answer_request_context = answer_request_context
@@ -127,6 +137,7 @@ class AgentClient:
         self._own_conns = connections is None
         self.connections = connections or Connections(self.base_url, verify)
         self._parked: ClientRun | None = None
+        self._last_run: ClientRun | None = None  # the run a turn's events came from (for a retry)
         self._journal = Journal(record_to) if record_to is not None else None
         self.execs = ExecAnswers(executor=self.executor, faults=self.faults, close_policy=self.close_policy,
                                  heartbeat_interval=heartbeat_interval, answer_request_context=answer_request_context,
@@ -226,6 +237,8 @@ class AgentClient:
         await cancel_and_wait([task for task, _, _ in run.local.values()] + run.aborted)
         if run.hb_task is not None:
             await cancel_and_wait([run.hb_task])
+        if run.watchdog_task is not None and run.watchdog_task is not asyncio.current_task():
+            await cancel_and_wait([run.watchdog_task])
         try:
             if run.ended and not run.end_settled:
                 # The caller left at turn_ended (the proxy does): give the end a moment, so a
@@ -247,8 +260,29 @@ class AgentClient:
 
         Stopping the iteration early abandons the run (the proxy does this when it hands an exec
         to its caller); under the ``reuse_session`` fault the run is parked instead and the next
-        turn is written into it (same-session continuation, docs/protocol.md §6).
+        turn is written into it (same-session continuation, docs/protocol.md §6). With
+        ``retry_after_turn`` a run whose transport failed after turn_ended is sent again
+        (``TurnRetried``, then the new run's events).
         """
+        request: bytes | None = None
+        for attempt in range(self.retry_after_turn + 1):
+            self._last_run = None
+            # aclosing: a caller that stops early closes this run at once (its finally closes the channel)
+            async with contextlib.aclosing(self._one_run(prompt, model, tools, conversation_id, request)) as run_events:
+                async for ev in run_events:
+                    yield ev
+            run = self._last_run
+            if run is None or attempt == self.retry_after_turn:
+                return
+            lost = await lost_after_turn(run)
+            if lost is None:
+                return
+            yield TurnRetried(attempt + 1, f"the transport failed after a completed turn: {lost}")
+            request = run.request
+
+    async def _one_run(self, prompt: str, model: str | None, tools: Sequence[ToolDef] | None,
+                       conversation_id: str | None, request: bytes | None) -> AsyncGenerator[Event, None]:
+        """One run of a turn (``request``: the run request to send again, for a retry)."""
         model = model or self.default_model
         defs = [tool_definition(t) for t in tools or ()]
         run: ClientRun | None = None
@@ -273,8 +307,12 @@ class AgentClient:
                 run = ClientRun(channel, defs, model)
                 self.last_request_id = channel.request_id
                 self._record_session(run, prompt)
-                await channel.open(self.build_run_request(prompt, model, defs, self.conversation_id))
+                run.request = request or self.build_run_request(prompt, model, defs, self.conversation_id)
+                self._last_run = run
+                await channel.open(run.request)
                 run.hb_task = asyncio.create_task(self._heartbeats(run))
+                if self.watchdog is not None:
+                    run.watchdog_task = asyncio.create_task(watchdog(run, self.watchdog, self.watchdog_action))
                 run.iterator = channel.incoming()
             async for ev in self._events(run):
                 if isinstance(ev, Error):
@@ -425,6 +463,7 @@ class AgentClient:
             return []
         if sub == "turn_ended":
             run.ended = True
+            run.ended_at = time.monotonic()
             return [TurnEnded(run.usage)]
         if sub in ("partial_tool_call", "tool_call_started", "tool_call_completed"):
             upd = getattr(iu, sub)
@@ -467,7 +506,8 @@ class AgentClient:
             return None
         if which == "set_blob_args":
             blob_id, data = bytes(kv.set_blob_args.blob_id), bytes(kv.set_blob_args.blob_data)
-            self.blobs.put(data, blob_id)
+            if "forget_blobs" not in self.faults:  # the fault: acknowledged, never kept (pi-cursor #25)
+                self.blobs.put(data, blob_id)
             await run.send({"kv_client_message": pb.KvClientMessage(
                 id=kv.id, set_blob_result=pb.SetBlobResult())})
             return KvSet(blob_id, data)

@@ -139,11 +139,31 @@ class StreamEndMissing:
 
 
 @dataclass(slots=True)
+class TransportLostAfterTurn:
+    """After ``turn_ended`` the transport failed (a reset, the connection dropped, a GOAWAY): the
+    turn is complete all the same. ``message`` says what ended it and how long after turn_ended."""
+
+    after_s: float
+    message: str
+
+
+@dataclass(slots=True)
+class TurnRetried:
+    """``retry_after_turn``: the client sends the same user message again as a new run on the same
+    conversation because the transport failed after a completed turn (pi-cursor #3's client did;
+    the user pays twice). ``attempt`` counts the retries (1 = the second run)."""
+
+    attempt: int
+    reason: str
+
+
+@dataclass(slots=True)
 class Error:
     """The turn failed: end-stream error, HTTP/transport failure, heartbeat budget, no turn_ended.
 
     ``code``: Connect code (resource_exhausted, not_found, unauthenticated, …) or one of ours:
-    ``heartbeat_budget``, ``incomplete`` (stream ended without turn_ended), ``transport``."""
+    ``heartbeat_budget``, ``incomplete`` (stream ended without turn_ended), ``transport``, ``watchdog``
+    (the client's own watchdog ended the run)."""
 
     code: str
     message: str
@@ -152,7 +172,7 @@ class Error:
 
 
 Event = (TextDelta | ThinkingDelta | ToolCall | ExecRequest | ExecHandled | Checkpoint | KvSet | TurnEnded
-         | StreamEndMissing | Error)
+         | StreamEndMissing | TransportLostAfterTurn | TurnRetried | Error)
 
 
 @dataclass(slots=True)

@@ -102,8 +102,16 @@ class ExecAnswers:
     async def _run_local(self, run: ClientRun, eid: int, exec_id: str, kind: str, args_msg: Any) -> None:
         assert self.executor is not None
         beats = asyncio.create_task(self._exec_heartbeats(run, eid))
+        streamed: ResultParts = []  # a shell stream's events, sent while the command ran
+
+        async def emit(event: Any) -> None:
+            streamed.append(("shell_stream_result", event))
+            ecm = pb.ExecClientMessage(id=eid, exec_id=exec_id)
+            ecm.shell_stream_result.CopyFrom(event)
+            await run.send({"exec_client_message": ecm})
+
         try:
-            parts = await self.executor.run(kind, args_msg)
+            parts = await self.executor.run(kind, args_msg, emit if kind == "shell_stream" else None)
         except Exception as exc:
             await self._throw(run, eid, f"{type(exc).__name__}: {exc}")
             run.done.append(ExecHandled(eid, exec_id, kind, False, f"thrown: {exc}"))
@@ -111,7 +119,7 @@ class ExecAnswers:
         finally:
             beats.cancel()
             run.local.pop(eid, None)
-        await self._send_result(run, eid, exec_id, kind, args_msg, parts)
+        await self._send_result(run, eid, exec_id, kind, args_msg, streamed + parts, already_sent=len(streamed))
         refused = _refusal(parts)
         run.done.append(ExecHandled(eid, exec_id, kind, refused is None,
                                     "executed locally" if refused is None else f"refused: {refused}"))
@@ -122,6 +130,9 @@ class ExecAnswers:
         member = ex.WhichOneof("args")
         eid, exec_id = ex.id, ex.exec_id
         if member is None or not member.endswith("_args"):
+            if "ignore_unknown_exec" in self.faults:
+                # The fault: an exec case this schema cannot decode is dropped, never answered (pi-cursor #13).
+                return ExecHandled(eid, exec_id, "unknown", False, "left unanswered: unknown exec case")
             await self._throw(run, eid, f"unknown exec kind (no known args member in ExecServerMessage id {eid})",
                               "UNIMPLEMENTED")
             return ExecHandled(eid, exec_id, member or "unknown", False, "thrown: unknown exec kind")
@@ -169,10 +180,12 @@ class ExecAnswers:
         return req
 
     async def _send_result(self, run: ClientRun, eid: int, exec_id: str, kind: str, args_msg: Any, parts: ResultParts,
-                           force_close: bool = False) -> None:
+                           force_close: bool = False, already_sent: int = 0) -> None:
+        """Send ``parts`` (the first ``already_sent`` of them went out while the exec ran), then close
+        as the policy says."""
         if kind == "shell_stream":
             parts = final_shell_result(args_msg, parts)
-        for field_name, message in parts:
+        for field_name, message in parts[already_sent:]:
             ecm = pb.ExecClientMessage(id=eid, exec_id=exec_id)
             getattr(ecm, field_name).CopyFrom(message)
             await run.send({"exec_client_message": ecm})

@@ -15,11 +15,13 @@ a scrubbed environment (no token, no ``CURSOR_*``, no credentials). It is not a 
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import fnmatch
 import os
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,8 @@ from workbench.client._pb import pb
 from workbench.client.workspace import NotRegularFile, OutsideWorkspace, Workspace, scrubbed_env
 
 ResultParts = list[tuple[str, Message]]
+# Where a streamed shell's events go while the command runs: each ShellStream event, sent at once.
+Emit = Callable[[Message], Awaitable[None]]
 
 LOCAL_KINDS = ("shell", "shell_stream", "read", "ls", "grep", "write", "delete")
 SHELL_KINDS = ("shell", "shell_stream")
@@ -73,7 +77,11 @@ class LocalExecutor:
     def resolve(self, path: str) -> Path:
         return self.ws.resolve(path)
 
-    async def run(self, kind: str, args: Any) -> ResultParts:
+    async def run(self, kind: str, args: Any, emit: Emit | None = None) -> ResultParts:
+        """The result parts of one exec. With ``emit``, a ``shell_stream`` sends its start and output
+        events through it while the command runs (as real clients stream them) and returns the rest."""
+        if kind == "shell_stream" and emit is not None:
+            return await self._shell_stream(args, emit)
         handler = getattr(self, f"_{kind}", None)
         if handler is None:
             raise NotImplementedError(f"no local handler for exec kind {kind!r}")
@@ -85,7 +93,8 @@ class LocalExecutor:
 
     # shell ----------------------------------------------------------------------------------
 
-    async def _exec_shell(self, args: Any) -> tuple[int, str, str, str, int]:
+    async def _exec_shell(self, args: Any, on_output: Callable[[str, str], Awaitable[None]] | None = None
+                          ) -> tuple[int, str, str, str, int]:
         if not self.allow_shell:
             raise ShellDisabled(SHELL_DISABLED)
         # Only the starting folder is checked: the command itself can go anywhere (not a sandbox).
@@ -96,7 +105,10 @@ class LocalExecutor:
             args.command, cwd=str(cwd), stdin=asyncio.subprocess.DEVNULL, env=self.shell_env(str(cwd)),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+            if on_output is None:
+                out, err = await asyncio.wait_for(proc.communicate(), timeout)
+            else:
+                out, err = await asyncio.wait_for(_read_live(proc, on_output), timeout)
         except BaseException:  # timeout, or the server aborted the exec (task cancelled)
             # Kill the whole process group: the shell's children would keep the pipes open.
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -127,9 +139,21 @@ class LocalExecutor:
             return [("shell_result", pb.ShellResult(success=pb.ShellSuccess(**fields)))]
         return [("shell_result", pb.ShellResult(failure=pb.ShellFailure(**fields)))]
 
-    async def _shell_stream(self, args: Any) -> ResultParts:
+    async def _shell_stream(self, args: Any, emit: Emit | None = None) -> ResultParts:
+        started = False
+
+        async def live(stream: str, text: str) -> None:
+            nonlocal started
+            assert emit is not None
+            if not started:
+                started = True
+                await emit(pb.ShellStream(start=pb.ShellStreamStart()))
+            event = (pb.ShellStream(stdout=pb.ShellStreamStdout(data=text)) if stream == "stdout"
+                     else pb.ShellStream(stderr=pb.ShellStreamStderr(data=text)))
+            await emit(event)
+
         try:
-            code, out, err, cwd, _ = await self._exec_shell(args)
+            code, out, err, cwd, _ = await self._exec_shell(args, live if emit is not None else None)
         except (OutsideWorkspace, ShellDisabled) as exc:
             parts: ResultParts = [("shell_stream_result", pb.ShellStream(rejected=pb.ShellRejected(
                 command=args.command, working_directory=args.working_directory, reason=str(exc))))]
@@ -138,6 +162,10 @@ class LocalExecutor:
             code, out, err, cwd = 124, "", "timed out", str(self.root)
         except OSError as exc:
             code, out, err, cwd = 127, "", str(exc), str(self.root)
+        if emit is not None:  # start and output went out while it ran: only the exit is left
+            exit_part: ResultParts = [("shell_stream_result", pb.ShellStream(exit=pb.ShellStreamExit(code=code, cwd=cwd)))]
+            return exit_part if started else [("shell_stream_result", pb.ShellStream(start=pb.ShellStreamStart())),
+                                              *exit_part]
         parts = [("shell_stream_result", pb.ShellStream(start=pb.ShellStreamStart()))]
         if out:
             parts.append(("shell_stream_result", pb.ShellStream(stdout=pb.ShellStreamStdout(data=out))))
@@ -305,6 +333,30 @@ class LocalExecutor:
         success = pb.GrepSuccess(pattern=args.pattern, path=args.path, output_mode=mode)
         success.workspace_results[str(self.root)].CopyFrom(union)
         return [("grep_result", pb.GrepResult(success=success))]
+
+
+async def _read_live(proc: asyncio.subprocess.Process, on_output: Callable[[str, str], Awaitable[None]]
+                     ) -> tuple[bytes, bytes]:
+    """A process's stdout and stderr read as they come (each piece handed to ``on_output``), then
+    its exit awaited; the whole of both, as ``communicate`` returns them."""
+    got: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+
+    async def pump(name: str, pipe: asyncio.StreamReader | None) -> None:
+        if pipe is None:
+            return
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        while chunk := await pipe.read(65536):
+            got[name] += chunk
+            text = decoder.decode(chunk)
+            if text:
+                await on_output(name, text)
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            await on_output(name, tail)
+
+    await asyncio.gather(pump("stdout", proc.stdout), pump("stderr", proc.stderr))
+    await proc.wait()
+    return bytes(got["stdout"]), bytes(got["stderr"])
 
 
 def final_shell_result(args: Any, parts: ResultParts) -> ResultParts:

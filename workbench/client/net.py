@@ -220,6 +220,7 @@ class H2Connection:
         self._tasks: list[asyncio.Task[None]] = []
         self.closed = False
         self.goaway = False
+        self.goaway_seen = asyncio.Event()  # set when the server's GOAWAY arrives
         self.alpn: str | None = None
         self._lock = asyncio.Lock()
 
@@ -387,10 +388,17 @@ class H2Connection:
             self._window.set()
         elif isinstance(ev, h2.events.ConnectionTerminated):
             self.goaway = True
+            self.goaway_seen.set()
             last = ev.last_stream_id if ev.last_stream_id is not None else 0
             for s_id, s in list(self._streams.items()):
                 if s_id > last and not s.ended_remote:
                     s.fail(NetError(f"GOAWAY (error code {ev.error_code}) before stream {s_id} ran"))
+
+    def drop(self) -> None:
+        """Close the TCP connection at once, without GOAWAY: a client that disconnects."""
+        self.closed = True
+        if self._writer is not None:
+            self._writer.transport.abort()
 
     async def close(self) -> None:
         if self._writer is not None and not self.closed:

@@ -38,6 +38,11 @@ class ClientRun:
         self.aborted: list[asyncio.Task[None]] = []
         self.done: list[Event] = []  # ExecHandled of finished local execs, yielded at the next frame
         self.iterator: AsyncIterator[Any] | None = None
+        self.request = b""  # the run_request as sent (a retry sends it again)
+        self.ended_at = 0.0  # monotonic time of turn_ended
+        self.lost_after_turn: str | None = None  # what failed the transport after turn_ended
+        self.watchdog_task: asyncio.Task[None] | None = None
+        self.watchdog_fired: str | None = None  # what the client's watchdog did, once it fired
 
     async def send(self, msg: dict[str, Any] | bytes) -> None:
         """Send one AgentClientMessage: its members as a dict, or already serialized."""

@@ -198,6 +198,19 @@ class Channel:
         self.closed = True
         await cancel_and_wait(list(self._tasks))
 
+    async def abort(self, how: str, reason: str) -> None:
+        """End the run from the client side at once, as a stream watchdog does: ``reset`` (HTTP/2
+        RST_STREAM CANCEL; over HTTP/1.1 the response is dropped, and its connection with it) or
+        ``disconnect`` (the whole connection closed, no GOAWAY). The run then ends with ``reason``."""
+        if not (self.seen.response_ended or self.seen.failure):
+            h2_code = 8 if how == "reset" and isinstance(self, RunChannel) else None
+            self.seen.reset = reset_facts("client", False, h2_code, message=f"{how} by the client: {reason}")
+        await self._cut(how)
+        self._fail(TransportError("watchdog", reason))
+
+    async def _cut(self, how: str) -> None:
+        raise NotImplementedError
+
     def _http_error(self, status: int, body: bytes) -> None:
         """A non-200 answer to the stream: recorded as the ``http_error`` frame a capture stores."""
         f = http_error_frame(status, body)
@@ -309,6 +322,12 @@ class RunChannel(Channel):
         code = self.stream.reset_code if self.stream is not None else None
         if code is not None:
             self.seen.reset = reset_facts("server", False, code)
+
+    async def _cut(self, how: str) -> None:
+        if how == "disconnect":
+            self.conn.drop()
+        elif self.stream is not None:
+            self.stream.cancel()
 
     async def close(self) -> None:
         if self.stream is not None:
@@ -455,6 +474,14 @@ class _AppendingChannel(Channel):
 
     def _eof_seen(self) -> bool:
         return False
+
+    async def _cut(self, how: str) -> None:
+        # HTTP/1.1 has no stream reset: dropping the response closes its connection either way
+        if self._reader is not None:
+            await cancel_and_wait([self._reader])
+        if self._response is not None:
+            with contextlib.suppress(Exception):
+                await self._response.aclose()
 
     async def close(self) -> None:
         self.closed = True

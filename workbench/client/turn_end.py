@@ -17,7 +17,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from workbench.client._pb import pb
-from workbench.client.events import Error, Event, StreamEndMissing
+from workbench.client.events import Error, Event, StreamEndMissing, TransportLostAfterTurn
 from workbench.client.net import H2Stream, NetError
 from workbench.client.run import ClientRun
 from workbench.client.transport import Incoming, RunChannel, TransportError
@@ -39,6 +39,8 @@ class TurnEnding:
         if item.kind == "error":
             return error_from(item.error)
         end = item.end
+        if run.watchdog_fired is not None and not run.ended and (end is None or not end.is_error):
+            return Error("watchdog", f"{run.watchdog_fired}; the stream then ended without turn_ended")
         if end is not None and end.is_error:
             return Error(end.code or "unknown", end.message or "", end.details)
         if not run.ended:
@@ -66,7 +68,9 @@ class TurnEnding:
                 while run.done:
                     yield run.done.pop(0)
                 if item.kind == "error":
-                    return  # cut off after turn_ended: the turn stands, the response is over
+                    # cut off after turn_ended: the turn stands, the response is over
+                    yield self._lost(run, str(item.error or "transport failure"))
+                    return
                 if item.kind != "message":
                     break  # the end-stream frame (even an error one: turn_ended already settled the turn)
                 try:
@@ -86,10 +90,16 @@ class TurnEnding:
                     await asyncio.wait_for(_drain(stream), max(0.0, deadline - loop.time()))
                 except TimeoutError:
                     yield self._end_missing(loop.time() - started, frame_seen=True)
-                except NetError:
-                    pass  # reset or connection gone after the end-stream frame: ended all the same
+                except NetError as exc:  # reset or connection gone after the end-stream frame: ended all the same
+                    yield self._lost(run, str(exc))
         finally:
             run.end_settled = True
+
+    def _lost(self, run: ClientRun, what: str) -> TransportLostAfterTurn:
+        after = time.monotonic() - run.ended_at
+        run.lost_after_turn = f"{what} ({after:.2f} s after turn_ended)"
+        return TransportLostAfterTurn(after, f"the transport failed after turn_ended: {run.lost_after_turn}; "
+                                             "the turn itself is complete")
 
     def _end_missing(self, waited: float, frame_seen: bool) -> StreamEndMissing:
         what = ("its end-stream frame came, the HTTP/2 END_STREAM flag did not" if frame_seen

@@ -13,7 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from workbench.client.agent import CLOSE_POLICIES, END_TIMEOUT_S, FAULTS, AgentClient
-from workbench.client.events import Error, ExecRequest, StreamEndMissing, TextDelta, ToolCall, TurnEnded
+from workbench.client.events import (
+    Error,
+    ExecRequest,
+    StreamEndMissing,
+    TextDelta,
+    ToolCall,
+    TransportLostAfterTurn,
+    TurnEnded,
+    TurnRetried,
+)
+from workbench.client.misbehave import WATCHDOG_ACTIONS
 from workbench.client.transport import FRAMINGS, TRANSPORTS
 from workbench.commands.table import add_command
 from workbench.errors import CliError
@@ -98,6 +108,19 @@ def register(sub: Any) -> None:
     c.add_argument("--no-end-wait", action="store_true",
                    help="old behaviour: close about 1 s after turn_ended without waiting for or reporting the "
                         "response's end (hides a proxy that holds END_STREAM back)")
+    c.add_argument("--retry-after-turn", action="store_true",
+                   help="misbehave like pi-cursor #3's client: when the transport fails after turn_ended (a reset, "
+                        "a dropped connection, a GOAWAY), send the same user message again as a new run on the same "
+                        "conversation (the user pays twice)")
+    c.add_argument("--max-retries", type=int, default=1, metavar="N",
+                   help="with --retry-after-turn: at most N retries of one turn (default 1)")
+    c.add_argument("--watchdog", type=float, default=None, metavar="SECONDS",
+                   help="abort a run that has not finished after SECONDS, as a stream watchdog does (oh-my-pi "
+                        "#6176), whatever is still in progress")
+    c.add_argument("--watchdog-action", choices=WATCHDOG_ACTIONS, default="cancel",
+                   help="what the watchdog does: cancel = a cancel_action conversation action (default), reset = "
+                        "HTTP/2 RST_STREAM (CANCEL) for the Run stream, disconnect = close the connection. Over "
+                        "RunSSE/RunPoll reset and disconnect both drop the response")
     c.set_defaults(func=run_client)
 
 
@@ -180,6 +203,10 @@ def run_client(args: argparse.Namespace) -> int:
         raise CliError("--allow-shell needs --execute-locally --workspace DIR")
     if not args.end_timeout > 0:
         raise CliError(f"--end-timeout {args.end_timeout:g}: must be > 0 seconds")
+    if args.watchdog is not None and not args.watchdog > 0:
+        raise CliError(f"--watchdog {args.watchdog:g}: must be > 0 seconds")
+    if args.max_retries < 0:
+        raise CliError(f"--max-retries {args.max_retries}: must be >= 0")
     return asyncio.run(_client(args))
 
 
@@ -190,7 +217,9 @@ async def _client(args: argparse.Namespace) -> int:
                          verify=args.ca_file, record_to=args.record, close_policy=args.close_policy,
                          allow_shell=args.allow_shell, wait_for_end=not args.no_end_wait,
                          end_timeout=args.end_timeout, framing=args.framing,
-                         answer_request_context=not args.no_request_context)
+                         answer_request_context=not args.no_request_context,
+                         retry_after_turn=args.max_retries if args.retry_after_turn else 0,
+                         watchdog=args.watchdog, watchdog_action=args.watchdog_action)
     rc = 0
     try:
         async for ev in client.stream_turn(args.prompt, args.model):
@@ -204,6 +233,8 @@ async def _client(args: argparse.Namespace) -> int:
                 print(f"\n[tool {ev.name}]", file=sys.stderr, flush=True)
             elif isinstance(ev, TurnEnded):
                 print(flush=True)
+            elif isinstance(ev, TransportLostAfterTurn | TurnRetried) and not args.events:
+                print(f"workbench client: {_short(ev)}", file=sys.stderr, flush=True)
             elif isinstance(ev, StreamEndMissing):
                 print(f"workbench client: {ev.message}", file=sys.stderr, flush=True)
                 rc = 1

@@ -4,7 +4,8 @@
 the JSON the real server writes; ``kv_get`` asks the client for blobs its conversation state
 names (or for one nobody set); ``checkpoint`` stores the turn's steps and sends the
 ``conversation_checkpoint_update`` that references them. Blob ids are SHA-256 of the data; every
-blob set or received is kept in the backend's ``SimState.blobs``.
+blob set or received is kept with its conversation (``SimState.blobs_of``): the client's blob
+store is per conversation, so a blob set in one conversation is not there for another.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ async def set_blob(run: RunContext, data: bytes) -> bytes:
     kid = run.kv_seq
     await run.link.send(pb.AgentServerMessage(kv_server_message=pb.KvServerMessage(
         id=kid, set_blob_args=pb.SetBlobArgs(blob_id=blob_id, blob_data=data))), "set_blob_args")
-    run.backend.state.blobs[blob_id.hex()] = data
+    run.backend.state.blobs_of(run.request.conversation_id)[blob_id.hex()] = data
+    run.last_blob_id = blob_id
     m = await run.link.wait(lambda m: _kv_answer(m, kid), f"kv {kid} set_blob_result")
     res = m.kv_client_message
     if res.WhichOneof("result") != "set_blob_result":
@@ -65,7 +67,7 @@ async def get_blob(run: RunContext, blob_id: bytes, label: str) -> bytes | None:
     data = bytes(res.get_blob_result.blob_data)
     if blob_id_of(data) != blob_id:
         run.rec.faults.append(f"kv {kid}: blob {blob_id.hex()[:16]} came back with different data")
-    run.backend.state.blobs.setdefault(blob_id.hex(), data)
+    run.backend.state.blobs_of(run.request.conversation_id).setdefault(blob_id.hex(), data)
     return data
 
 
@@ -112,6 +114,13 @@ async def kv_get(run: RunContext, which: str, step: JsonObject) -> None:
             run.rec.faults.append("client returned data for a blob id nobody set")
         else:
             run.rec.blob_misses.pop()  # an expected miss
+        return
+    if which == "own":
+        # A blob this very run stored with the client: a client that keeps its blobs has it; one that
+        # answers an empty get_blob_result has lost it (pi-cursor #25), recorded as a miss.
+        own = run.user_id or run.last_blob_id
+        if own is not None:
+            await get_blob(run, own, "set by this run")
         return
     state = run.request.conversation_state
     wanted: list[tuple[str, bytes]] = [("turns", bytes(t)) for t in list(state.turns)[-1:]]

@@ -61,6 +61,8 @@ def register(sub: Any) -> None:
     p.add_argument("--model-listing", choices=LISTING_CHOICES, default="both",
                    help="which GetUsableModels to serve: both (default), agent (agent.v1.AgentService) or "
                         "aiserver (aiserver.v1.AiService); the other answers unimplemented")
+    p.add_argument("--long-exec-seconds", type=int, default=5, metavar="S",
+                   help="how long the long_exec scenario's command runs on the client (default 5)")
     p.add_argument("--quiet", action="store_true", help="do not log each finished run on stderr")
     p.set_defaults(func=cmd_sim)
 
@@ -72,6 +74,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         raise CliError(f"--request-context-grace must be >= 0, not {args.request_context_grace}")
     if args.gzip_over is not None and args.gzip_over < 0:
         raise CliError(f"--gzip-over must be >= 0, not {args.gzip_over}")
+    if args.long_exec_seconds < 0:
+        raise CliError(f"--long-exec-seconds must be >= 0, not {args.long_exec_seconds}")
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port {args.port} is not a port number")
     try:
@@ -99,7 +103,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
                        models=models, pace=args.pace, stream_close=policy,
                        exec_stream_close=tuple(args.exec_stream_close), model_listing=args.model_listing,
                        strict_request_context=args.strict_request_context,
-                       request_context_grace=args.request_context_grace)
+                       request_context_grace=args.request_context_grace,
+                       long_exec_seconds=args.long_exec_seconds)
     try:
         return asyncio.run(_serve(args, config))
     except OSError as exc:

@@ -130,6 +130,45 @@ async def context_tools(run: RunContext) -> None:
         _take_context(run, fresh)
 
 
+async def unknown_exec(run: RunContext, field_number: int, step: JsonObject) -> None:
+    """An exec whose args member is field ``field_number``, which the client's schema does not know
+    (a case the service added later, pi-cursor #13). A client that throws completes it; one that
+    cannot decode it and never answers leaves the run heartbeating (``--park-timeout``)."""
+    er = next_exec(run, f"unknown_{field_number}")
+    msg = pb.ExecServerMessage(id=er.id, exec_id=er.exec_id)
+    # an unknown length-delimited field: the tag, then a small sub-message (field 1 = a call id)
+    inner = b"\x0a" + _varint(len(er.exec_id)) + er.exec_id.encode()
+    raw = bytes(msg.SerializeToString()) + _varint(field_number << 3 | 2) + _varint(len(inner)) + inner
+    outer = pb.AgentServerMessage.DESCRIPTOR.fields_by_name["exec_server_message"].number
+    await run.link.send(_Raw(_varint(outer << 3 | 2) + _varint(len(raw)) + raw),
+                        f"exec_server_message.unknown_{field_number}")
+    run.last_tool = {"name": f"unknown exec case {field_number}", "call_id": er.exec_id, "args": {}}
+    _, thrown = await await_exec(run, er, policy_for(run, "mcp", None))
+    run.last_tool["result"] = f"error: {thrown}" if thrown is not None else "(answered)"
+
+
+class _Raw:
+    """Already-serialized AgentServerMessage bytes, sent as they are (``ClientLink.send`` serializes)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def SerializeToString(self) -> bytes:  # noqa: N802 - the protobuf method name ClientLink calls
+        return self.data
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
 async def web_search(run: RunContext, term: str, step: JsonObject) -> None:
     """An interaction query the client must answer (same id) before the run goes on."""
     run.exec_seq += 1  # queries and execs draw ids from separate spaces upstream; one is enough here
@@ -184,7 +223,8 @@ async def tool(run: RunContext, spec: JsonObject, step: JsonObject) -> None:
 
     skeleton = tool_call(kind, {}, call_id, mcp_name, provider, tool_name, args_only_name=True)
     # cumulative snapshots, as the service streams args_text_delta (docs/protocol.md §5)
-    for snap in snapshots(args_text, int(spec.get("partial_snapshots", 3))):
+    n_snapshots = int(spec.get("partial_snapshots", 3))  # 0: the arguments come whole in tool_call_started
+    for snap in snapshots(args_text, n_snapshots) if n_snapshots > 0 else []:
         await link.update("partial_tool_call", call_id=call_id, tool_call=skeleton, args_text_delta=snap,
                           model_call_id=model_call_id)
         await run.pace()
@@ -228,4 +268,5 @@ async def tool(run: RunContext, spec: JsonObject, step: JsonObject) -> None:
         await run.reuse()
 
 
-STEPS: dict[str, Step] = {"tool": tool, "request_context": request_context, "web_search": web_search}
+STEPS: dict[str, Step] = {"tool": tool, "request_context": request_context, "web_search": web_search,
+                          "unknown_exec": unknown_exec}

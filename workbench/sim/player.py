@@ -61,6 +61,7 @@ class ScenarioRun:
         self.context_grace_spent = False
         self.system_id: bytes | None = None
         self.user_id: bytes | None = None
+        self.last_blob_id: bytes | None = None
         self.turn_steps: list[bytes] = []
         self.text_out = ""
         self.tokens_out = 0
@@ -197,7 +198,7 @@ class ScenarioRun:
         if hist is None and state.root_prompt_messages_json and not state.turns:
             messages: list[Any] = []
             for blob_id in list(state.root_prompt_messages_json)[:8]:
-                data = self.backend.state.blobs.get(bytes(blob_id).hex())
+                data = self.backend.state.blobs_of(self.request.conversation_id).get(bytes(blob_id).hex())
                 if data is None:
                     data = await get_blob(self, bytes(blob_id), "root_prompt_messages_json")
                 messages += history.messages_in_blob(data or b"")
@@ -241,14 +242,16 @@ class ScenarioRun:
             await asyncio.sleep(self.cfg.pace)
 
     def fmt(self, text: str) -> str:
-        """A scenario string with ``{user}``, ``{model}``, ``{scenario}``, ``{tool_result}``, ``{tool_name}``."""
+        """A scenario string with ``{user}``, ``{model}``, ``{scenario}``, ``{tool_result}``, ``{tool_name}``,
+        ``{long_exec_seconds}``."""
         user = self.history.last_user if self.history is not None and self.history.last_user else self.user_text
         marker = marker_in(user)
         if marker:
             user = user.replace(f"[scenario:{marker}]", "").strip()
         values = _SafeFormat(model=self.model, user=user[:200], scenario=self.rec.scenario or "",
                              tool_result=str(self.last_tool.get("result", ""))[:300],
-                             tool_name=str(self.last_tool.get("name", "")))
+                             tool_name=str(self.last_tool.get("name", "")),
+                             long_exec_seconds=str(self.cfg.long_exec_seconds))
         return text.format_map(values)
 
 

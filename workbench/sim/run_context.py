@@ -65,6 +65,7 @@ class RunContext(Protocol):
     turn_steps: list[bytes]
     system_id: bytes | None
     user_id: bytes | None
+    last_blob_id: bytes | None
     last_tool: JsonObject
     handed_out: list[JsonObject]
     resume: list[JsonObject]

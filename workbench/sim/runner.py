@@ -15,7 +15,8 @@ from typing import Any
 
 from workbench.sim.backend import SimBackend
 from workbench.sim.state import SimConfig, SimState
-from workbench.transport import BackgroundServer, Endpoint, HttpServer, serve
+from workbench.sim.status_gate import StatusGate
+from workbench.transport import AgentService, BackgroundServer, Endpoint, HttpServer, listen
 from workbench.transport.bidi_append import APPEND_GRACE
 
 
@@ -54,9 +55,11 @@ async def start_sim(config: SimConfig | None = None, *, host: str = "127.0.0.1",
                     gzip_min: int | None = None, **overrides: Any) -> SimServer:
     """Start a simulator; ``overrides`` are SimConfig fields (scenario, heartbeat_interval, token, …)."""
     backend = SimBackend(make_config(config, **overrides))
-    server = await serve(backend.handle, host=host, port=port, tls=tls, certfile=certfile, keyfile=keyfile,
-                         unary=backend.unary, auth=backend.auth, cert_dir=cert_dir,
-                         append_grace=append_grace, gzip_min=gzip_min)
+    router = AgentService(backend.handle, backend.unary, backend.auth, append_grace, gzip_min).router()
+    # a scenario that answers with an HTTP status decides before the transport's 200 (status_gate)
+    StatusGate(backend.scenarios, backend.config.scenario, backend.state, backend.run_finished).install(router)
+    server = await listen(router, host=host, port=port, tls=tls, certfile=certfile, keyfile=keyfile,
+                          cert_dir=cert_dir)
     return SimServer(backend, server)
 
 

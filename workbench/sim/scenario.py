@@ -27,12 +27,16 @@ BUILTIN_DIR = Path(__file__).resolve().parent / "scenarios"
 DEFAULT_SCENARIO = "text"
 
 EXEC_KINDS = ("shell", "shell_stream", "read", "ls", "grep", "write", "delete", "mcp")
+ENDINGS = ("ok", "eof", "goaway", "reset")
 KV_BLOBS = ("system", "user", "assistant_text", "assistant_tool_call", "tool_result")
 
 # verb → allowed option keys (besides the verb itself)
 VERBS: dict[str, frozenset[str]] = {
     "kv_set": frozenset({"text"}),
     "kv_get": frozenset({"max"}),
+    "http_status": frozenset({"code", "message"}),
+    "bad_length_prefix": frozenset({"off_by"}),
+    "unknown_exec": frozenset(),
     "request_context": frozenset({"stream_close", "wait"}),
     "thinking": frozenset({"chunks", "duration_ms"}),
     "text": frozenset({"chunks"}),
@@ -93,15 +97,25 @@ def _check_steps(steps: Any, where: str) -> list[JsonObject]:
         value = step[verb]
         if verb == "kv_set" and value not in KV_BLOBS:
             raise ScenarioError(f"{at}: kv_set must be one of {', '.join(KV_BLOBS)}, not {value!r}")
-        if verb == "kv_get" and value not in ("state", "missing"):
-            raise ScenarioError(f"{at}: kv_get must be \"state\" or \"missing\", not {value!r}")
+        if verb == "kv_get" and value not in ("state", "missing", "own"):
+            raise ScenarioError(f"{at}: kv_get must be \"state\", \"missing\" or \"own\", not {value!r}")
+        if verb == "http_status" and not (isinstance(value, int) and 200 < value < 600 and i == 0):
+            raise ScenarioError(f"{at}: http_status takes a non-200 status (201-599) and must be the first step")
+        if verb == "bad_length_prefix" and not isinstance(value, str):
+            raise ScenarioError(f"{at}: bad_length_prefix takes the text of the misframed text_delta")
+        if verb == "bad_length_prefix" and not (isinstance(step.get("off_by", 5), int) and step.get("off_by", 5)):
+            raise ScenarioError(f"{at}: bad_length_prefix.off_by is a non-zero number of bytes")
+        if verb == "unknown_exec" and not (isinstance(value, int) and 1 <= value < 2**29
+                                           and value not in _known_exec_fields() and not 19000 <= value < 20000):
+            raise ScenarioError(f"{at}: unknown_exec takes a field number ExecServerMessage does not have "
+                                f"(1 to 2^29-1, not 19000-19999, not one of {sorted(_known_exec_fields())})")
         if verb in ("thinking", "text", "web_search") and not isinstance(value, str):
             raise ScenarioError(f"{at}: {verb} takes a string")
         if verb in ("heartbeats",) and not (isinstance(value, int) and value >= 0):
             raise ScenarioError(f"{at}: heartbeats takes a count >= 0")
         if verb == "pause" and not (isinstance(value, int | float) and value >= 0):
             raise ScenarioError(f"{at}: pause takes seconds >= 0")
-        if verb == "end" and value not in ("ok", "eof", "goaway", "reset"):
+        if verb == "end" and value not in ENDINGS:
             raise ScenarioError(f"{at}: end must be \"ok\" (end-stream {{}}), \"goaway\" (end-stream, then "
                                 f"GOAWAY), \"eof\" (no end-stream) or \"reset\" (RST_STREAM)")
         if verb == "end_stream_error":
@@ -120,6 +134,12 @@ def _check_steps(steps: Any, where: str) -> list[JsonObject]:
                 raise ScenarioError(f"{at}: stream_close must be one of {', '.join(POLICIES)}, not {policy!r}")
         out.append(step)
     return out
+
+
+def _known_exec_fields() -> set[int]:
+    from workbench.schema import pb  # deferred: the loader stays light for --list-scenarios
+
+    return {f.number for f in pb.ExecServerMessage.DESCRIPTOR.fields}
 
 
 def _check_tool(spec: Any, at: str, n_steps: int) -> None:

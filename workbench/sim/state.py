@@ -33,6 +33,7 @@ class SimConfig:
     # the run goes on and the tools come from the answer if one comes, else from the run request.
     strict_request_context: bool = False
     request_context_grace: float = 1.0  # seconds the first tool call waits for an answer on its way
+    long_exec_seconds: int = 5  # {long_exec_seconds} in scenarios: how long long_exec's command runs
 
 
 @dataclass
@@ -76,7 +77,8 @@ class RunRecord:
 
 
 class SimState:
-    """Per-server memory: blobs (hex id → data), conversations (id → last checkpoint), runs.
+    """Per-server memory: blobs per conversation (conversation id → hex id → data; ``blobs_of``),
+    conversations (id → last checkpoint), runs.
 
     ``open_tools`` holds, per conversation whose last turn did not end, the tool calls already
     handed out to the client (call_id, name, args): a new run on that conversation resumes after
@@ -84,12 +86,18 @@ class SimState:
     """
 
     def __init__(self) -> None:
-        self.blobs: dict[str, bytes] = {}
+        self.blobs: dict[str, dict[str, bytes]] = {}
         self.conversations: dict[str, bytes] = {}
         self.seen_conversations: set[str] = set()
         self.open_tools: dict[str, list[dict[str, Any]]] = {}
         self.runs: list[RunRecord] = []
         self._lock = threading.Lock()
+
+    def blobs_of(self, conversation_id: str) -> dict[str, bytes]:
+        """The blobs of one conversation (hex id → data): what its client was asked to keep or gave
+        back. Another conversation's blobs are not in it, even with the same id (ids are content
+        hashes), as a client's blob store is per conversation."""
+        return self.blobs.setdefault(conversation_id or "", {})
 
     def new_run(self, transport: str, request_id: str | None) -> RunRecord:
         with self._lock:

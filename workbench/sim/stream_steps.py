@@ -50,6 +50,28 @@ async def text(run: RunContext, value: str, step: JsonObject) -> None:
         text=value)).SerializeToString())
 
 
+async def bad_length_prefix(run: RunContext, value: str, step: JsonObject) -> None:
+    """One text_delta whose envelope says ``off_by`` bytes more (or fewer) than it carries: the
+    client's framing is out of sync from here on, so what follows (turn_ended included) is sent
+    but unreadable to it (pi-cursor 1.4.17)."""
+    upd = pb.InteractionUpdate(text_delta=pb.TextDelta(text=run.fmt(value)))
+    data = bytes(pb.AgentServerMessage(interaction_update=upd).SerializeToString())
+    send = getattr(run.conn, "send_misframed", None)
+    if send is None:  # a transport that cannot write a broken frame: say so instead of faking one
+        await run.fail(error_doc("unimplemented", "bad_length_prefix needs the workbench transport"))
+        raise StopSteps
+    await send(data, int(step.get("off_by", 5)))
+    run.rec.sent_kinds.append("text_delta (bad length prefix)")
+
+
+async def http_status(run: RunContext, status: int, step: JsonObject) -> None:
+    """Reached only when the response had already started (RunSSE/RunPoll pick the scenario from a
+    BidiAppend, after the status line): the closest the stream can still say."""
+    await run.fail(error_doc("unavailable", f"HTTP {status} (the response had started: this transport "
+                             "chose the scenario too late to change the status line)"))
+    raise StopSteps
+
+
 async def heartbeats(run: RunContext, n: int, step: JsonObject) -> None:
     for _ in range(n):
         await asyncio.sleep(run.cfg.heartbeat_interval)
@@ -132,4 +154,5 @@ STEPS: dict[str, Step] = {
     "thinking": thinking, "text": text, "heartbeats": heartbeats, "pause": pause,
     "step_completed": step_completed, "turn_ended": turn_ended, "await_followup": await_followup,
     "park": park, "end_stream_error": end_stream_error, "end": end,
+    "bad_length_prefix": bad_length_prefix, "http_status": http_status,
 }

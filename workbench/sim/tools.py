@@ -17,6 +17,7 @@ from google.protobuf import json_format, struct_pb2
 
 from workbench.jsontypes import JsonObject
 from workbench.schema import pb
+from workbench.sim.schema_args import fill_args
 
 _SHELL_HINTS = ("shell", "bash", "terminal", "exec", "command", "run")
 _HINTS = {"shell": _SHELL_HINTS, "shell_stream": _SHELL_HINTS, "read": ("read", "cat", "view", "open"),
@@ -55,19 +56,10 @@ def tool_schema(tool: Any) -> JsonObject:
 
 
 def fit_args(args: JsonObject, tool: Any) -> JsonObject:
-    """The scenario's arguments reshaped to the client tool's JSON schema (by property name)."""
-    schema = tool_schema(tool)
-    props = schema.get("properties")
-    if not isinstance(props, dict) or not props:
-        return args
-    out = {k: v for k, v in args.items() if k in props}
-    fallback = next((v for v in args.values() if isinstance(v, str)), "")
-    for name in schema.get("required") or []:
-        if name not in out and name in props:
-            typ = props[name].get("type") if isinstance(props[name], dict) else None
-            out[name] = {"integer": 1, "number": 1, "boolean": False, "array": [], "object": {}}.get(
-                str(typ), fallback)
-    return out or args
+    """The scenario's arguments reshaped to the client tool's JSON schema, as a model would fill
+    them (``schema_args.fill_args``: kept where a property takes them, plausible values for the
+    other required properties)."""
+    return fill_args(tool_schema(tool), args)
 
 
 def mcp_args(args: JsonObject, call_id: str, name: str, provider: str, tool_name: str) -> Any:

@@ -124,6 +124,17 @@ class ExchangeConnection:
         await self._ex.write(self._enc.message(message))
         self.sent += 1
 
+    async def send_misframed(self, message: bytes, off_by: int) -> None:
+        """Like ``send``, but the envelope's length prefix is ``off_by`` bytes wrong (a deliberately
+        corrupted frame boundary: every frame after it is out of sync for the reader)."""
+        if self.ended:
+            raise ConnectionClosed("stream already ended")
+        if self.transport == "runpoll":
+            message = poll_record(self._poll_seq, message, False)
+            self._poll_seq += 1
+        await self._ex.write(self._enc.misframed(message, off_by))
+        self.sent += 1
+
     async def end(self, error: dict[str, Any] | None = None) -> None:
         if self.ended:
             return

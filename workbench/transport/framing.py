@@ -233,6 +233,13 @@ class ResponseEncoder:
         big = self.gzip_min is not None and len(payload) >= self.gzip_min
         return self._out(encode(payload, compress=big))
 
+    def misframed(self, payload: bytes, off_by: int) -> bytes:
+        """``payload`` in an envelope whose length prefix is ``off_by`` bytes wrong: a broken frame
+        boundary on purpose (the simulator's ``bad_length_prefix``); the reader is out of sync after it."""
+        env = bytearray(encode(payload))
+        env[1:5] = max(0, len(payload) + off_by).to_bytes(4, "big")
+        return self._out(bytes(env))
+
     def end(self, error: Mapping[str, Any] | None) -> tuple[bytes, list[tuple[str, str]] | None]:
         """(body bytes, HTTP trailers or None) that end the response; ``error`` a Connect error object."""
         if not self.framing.grpc_family:
