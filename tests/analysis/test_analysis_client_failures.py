@@ -268,3 +268,13 @@ def test_an_empty_blob_answer_and_a_run_http_error_stay_handled(tmp_path: Path) 
     failed.response.headers = failed.response.headers.__class__([(b"content-type", b"text/plain")])
     (doc,) = diagnose(tmp_path, [failed], "http")
     assert codes(doc) == ["server_error"], doc
+
+
+def test_a_client_giving_up_on_an_exec_it_never_answered_is_not_client_cancelled(tmp_path: Path) -> None:
+    """The client reset after heartbeats it caused itself (an exec it ignored): the exec is the root
+    cause, not the reset."""
+    req = [run_request("hi")]
+    resp = [text("Let me look."), exec_shell_stream(1, "ls"), *[heartbeat() for _ in range(6)]]
+    (doc,) = diagnose(tmp_path, [run_flow(req, resp, reset=client_reset(8), error="stream reset by client (CANCEL)")])
+    assert "client_cancelled" not in codes(doc)
+    assert doc["findings"][0]["code"] == "unanswered_exec", doc

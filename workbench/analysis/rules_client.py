@@ -163,39 +163,40 @@ def _after_turn(ctx: Context) -> list[Finding]:
 
 # client cancelled --------------------------------------------------------------------------------
 
-def _in_flight(ctx: Context, rr: RunRequest, before: int | None) -> tuple[list[str], list[int]]:
-    """What was still going on in a run when the client ended it: execs running or streaming output,
-    text streaming. (words, evidence seqs)"""
+def _in_flight(ctx: Context, rr: RunRequest, before: int | None) -> tuple[list[str], list[int], list[str]]:
+    """What was still going on in a run when the client ended it: execs the client was running
+    (streaming output, or heartbeating them), text streaming. Returns (work in words, evidence seqs,
+    what the client still owed: execs it neither answered nor said it was running)."""
     words: list[str] = []
     ev: list[int] = []
+    owed: list[str] = []
     seg = rr.seg
     for req in ctx.facts.execs:
-        if req.seg != seg or (before is not None and req.seq > before):
+        if req.seg != seg or (before is not None and ctx.order_known and req.seq > before):
             continue
         if req.close_seq is not None or req.throw_seq is not None or req.abort_seq is not None:
             continue
         if req.result_seqs and not req.member.startswith("shell_stream"):
             continue  # answered (a plain result completes it)
-        state = (f"streaming output ({len(req.result_seqs)} message{'s' if len(req.result_seqs) != 1 else ''} "
-                 "sent, no stream_close)" if req.result_seqs else
-                 "running (the client said so with exec heartbeats)" if req.client_hb_seq is not None else
-                 "not answered yet")
-        words.append(f"{exec_label(req)} {state}")
+        if req.result_seqs:
+            n = len(req.result_seqs)
+            words.append(f"{exec_label(req)} streaming output ({n} message{'s' if n != 1 else ''} sent, no "
+                         "stream_close)")
+        elif req.client_hb_seq is not None:
+            words.append(f"{exec_label(req)} running (the client sent exec heartbeats for it)")
+        else:
+            owed.append(f"{exec_label(req)} at seq {req.seq}")
+            continue
         ev.append(req.seq)
-    last_gen = ctx.facts.seg_last_gen.get(seg)
+    owed += [f"KV {k.op}_blob id {k.id} at seq {k.seq}" for k in ctx.facts.kv if k.seg == seg and k.result_seq is None]
+    owed += [f"{q.kind} id {q.id} at seq {q.seq}" for q in ctx.facts.queries
+             if q.seg == seg and q.response_seq is None]
+    last = ctx.facts.seg_last_any.get(seg)  # the last server frame showing progress of any kind
     texts = ctx.text_between(rr.seq, ctx.seg_end(seg))
-    if texts and last_gen is not None and last_gen == texts[-1]:
+    if texts and last is not None and last == texts[-1]:
         words.append("the model's text streaming")
         ev.append(texts[-1])
-    return words, ev
-
-
-def _handed_over(ctx: Context, seg: int) -> bool:
-    """The client left right after an exec it passed to its own caller (the stateless bridge's
-    hand-off, bridge findings speak for it): no exec of the run was being worked on locally."""
-    execs = [r for r in ctx.facts.execs if r.seg == seg]
-    return bool(execs) and all(ctx.handed_off(r) for r in execs if not r.result_seqs and r.client_hb_seq is None) \
-        and not any(r.result_seqs or r.client_hb_seq is not None for r in execs if r.close_seq is None)
+    return words, ev, owed
 
 
 @rule("client_cancelled", "error", "the client cancelled or reset the run while work was in progress")
@@ -219,9 +220,12 @@ def client_cancelled(ctx: Context) -> list[Finding]:
             continue  # the turn had completed: ending its stream is the right thing
         if any(kinds.is_end_stream_error(e.kind) for e in ctx.end_streams_between(rr.seq, at)):
             continue  # the server had already failed the run (server_error)
-        words, ev = _in_flight(ctx, rr, at)
-        if cancel is None and _handed_over(ctx, seg):
-            continue  # a bridge leaving a run after handing its tool call over (the bridge rules)
+        words, ev, owed = _in_flight(ctx, rr, at)
+        if owed and not words:
+            # the server was waiting for the client (an exec it never answered): the client gave up on
+            # a stall of its own making (unanswered_exec speaks), or a bridge left the run after
+            # handing its tool call over (the bridge findings speak)
+            continue
         who = ("the client sent a cancel_action" if cancel is not None else f"the client ended it with {how[1]}"
                if how is not None else "the client ended it")
         if cancel is not None and how is not None and how[0] == "client":
@@ -234,7 +238,7 @@ def client_cancelled(ctx: Context) -> list[Finding]:
             if last and last <= stop_ts:
                 timing += f" and {(stop_ts - last) / 1e6:.1f} s after the server's last progress"
         doing = "; in flight: " + "; ".join(words) if words else \
-            f"; the turn had not ended (last server frame: {facts.last_server_kind or 'none'})"
+            f"; the server was still working on the turn (last server frame: {facts.last_server_kind or 'none'})"
         out.append(ctx.finding(
             "client_cancelled",
             f"the run started at seq {rr.seq} was ended by the client while work was in progress: {who}{timing}"
