@@ -116,6 +116,19 @@ def test_a_turn_retried_twice_after_a_dropped_connection_counts_both(tmp_path: P
     assert "2 times" in f["message"] and "connection dropped" in f["message"]
 
 
+def test_the_same_request_replayed_after_a_clean_end_is_a_retried_turn(tmp_path: Path) -> None:
+    """A GOAWAY after the end-stream leaves nothing on the stream; the replayed request (the same
+    bytes: the state not advanced to the turn's checkpoint) shows the retry. A follow-up with another
+    message is no retry."""
+    req, resp = completed_turn("deploy it")
+    flows = [run_flow(req, resp + [end_stream()], start=T0), run_flow(req, resp + [end_stream()], start=T0 + 2),
+             run_flow([run_request("and now the docs")], resp + [end_stream()], start=T0 + 9)]
+    docs = diagnose(tmp_path, flows)
+    retried = [f for d in docs for f in d["findings"] if f["code"] == "retried_turn"]
+    assert len(retried) == 1, docs  # the first run only; neither the repeat nor the follow-up
+    assert "nothing on it to show why" in retried[0]["message"] and "'deploy it'" in retried[0]["message"]
+
+
 def test_a_reset_after_turn_ended_with_no_retry_is_only_a_note(tmp_path: Path) -> None:
     req, resp = completed_turn()
     docs = diagnose(tmp_path, [run_flow(req, resp, reset=server_reset(2), error="stream reset by server")])

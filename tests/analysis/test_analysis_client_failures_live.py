@@ -84,6 +84,7 @@ async def test_retries_framing_unknown_exec_held_open_and_the_kept_ones_live(
     turns = {  # name -> (prompt, client options)
         "retried": ("[scenario:reset_after_turn] what is the answer?", {"retry_after_turn": 1}),
         "reset_no_retry": ("[scenario:reset_after_turn] once", {}),
+        "goaway_no_retry": ("[scenario:goaway_after_turn] once", {}),
         "held_open": ("[scenario:held_open_after_turn] hi", {}),
         "bad_prefix": ("[scenario:bad_length_prefix] hi", {}),
         "unknown_ignored": ("[scenario:unknown_exec_case] hi", {"faults": ["ignore_unknown_exec"],
@@ -111,6 +112,10 @@ async def test_retries_framing_unknown_exec_held_open_and_the_kept_ones_live(
     # the healthy twin: the reset did no harm
     (only,) = got["reset_no_retry"]
     assert problems(only) == [] and notes(only) == ["transport_error_after_turn"]
+    # (a GOAWAY reaches the proxy, not a client behind it: the retry after one is tested from a
+    # flow file, test_analysis_client_failures.py)
+    (only,) = got["goaway_no_retry"]
+    assert problems(only) == [], only
     (held,) = got["held_open"]
     assert problems(held) == [] and notes(held) == ["stream_held_open"]
     (bad,) = got["bad_prefix"]
@@ -155,6 +160,10 @@ async def test_a_watchdog_cutting_a_long_exec_is_client_cancelled_live(
     assert root.code == "client_cancelled" and root.cause is None, cut_findings
     assert "shell_stream" in root.message
     assert ("cancel_action" in root.message) == (action == "cancel")
+    if action == "reset":
+        assert "RST_STREAM (CANCEL) from the client" in root.message
+    if action == "disconnect":
+        assert "the client's connection dropped" in root.message
     assert all(f.cause == "client_cancelled" for f in cut_findings if not f.is_note and f is not root), cut_findings
     (healthy,) = by_conv[done.conversation_id]
     assert problems(healthy) == [], healthy
