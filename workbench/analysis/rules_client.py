@@ -26,6 +26,7 @@ from workbench.protocol.run_request import run_request_facts
 from workbench.schema import pb
 
 _PROBE_LIMIT = 1 << 20  # unreadable bytes searched for a turn_ended (a bound: the rest is not scanned)
+_PROBE_TRIES = 4096     # candidate envelope headers parsed at most (adversarial junk stays cheap)
 _MAX_ENVELOPE = 1 << 24
 
 
@@ -258,15 +259,19 @@ def _probe_turn_end(data: bytes) -> bool:
     position is tried as an envelope start (flags 0, a length that fits), up to ``_PROBE_LIMIT``."""
     data = data[:_PROBE_LIMIT]
     n = len(data)
+    tries = 0
     for i in range(max(0, n - 4)):
         if data[i] != 0:
             continue
         length = int.from_bytes(data[i + 1:i + 5], "big")
         if length == 0 or length > _MAX_ENVELOPE or i + 5 + length > n:
             continue
+        tries += 1
+        if tries > _PROBE_TRIES:
+            return False
         try:
             msg = pb.AgentServerMessage.FromString(bytes(data[i + 5:i + 5 + length]))
-        except DecodeError:
+        except (DecodeError, ValueError, RecursionError):
             continue
         if msg.WhichOneof("message") == "interaction_update" and \
                 msg.interaction_update.WhichOneof("message") == "turn_ended":
