@@ -140,10 +140,12 @@ async def test_retries_framing_unknown_exec_held_open_and_the_kept_ones_live(
     assert problems(http) == ["server_error"]
 
 
-@pytest.mark.parametrize("action", ["cancel", "reset", "disconnect"])
+@pytest.mark.parametrize(("action", "transport"), [("cancel", "run"), ("reset", "run"), ("disconnect", "run"),
+                                                   ("cancel", "runsse"), ("disconnect", "runsse")])
 async def test_a_watchdog_cutting_a_long_exec_is_client_cancelled_live(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, action: str) -> None:
-    kw: dict[str, Any] = {"execute_locally": True, "workspace": tmp_path, "allow_shell": True}
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, action: str, transport: str) -> None:
+    kw: dict[str, Any] = {"execute_locally": True, "workspace": tmp_path, "allow_shell": True,
+                          "transport": transport}
     async with capture(tmp_path, monkeypatch) as (ca, db):
         # a command far longer than the watchdog: the cut does not depend on the machine's load
         async with running_sim(heartbeat_interval=0.1, long_exec_seconds=60, cert_dir=tmp_path / "cert") as sim:
