@@ -40,6 +40,7 @@ class ExecReq:
     payload: bytes
     result_seqs: list[int] = field(default_factory=list)
     result_payload: bytes | None = None
+    last_result: bytes | None = None  # the latest result message (a streamed shell's exit, or not yet)
     echo_payloads: list[bytes] = field(default_factory=list)
     result_ts: int | None = None
     close_seq: int | None = None

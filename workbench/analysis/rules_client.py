@@ -20,7 +20,7 @@ from google.protobuf.message import DecodeError
 from workbench.analysis.context import Context, exec_label, rule
 from workbench.analysis.facts import RUN_REQUEST
 from workbench.analysis.model import Finding
-from workbench.analysis.records import Malformed, RunRequest
+from workbench.analysis.records import ExecReq, Malformed, RunRequest
 from workbench.protocol import kinds
 from workbench.protocol.run_request import run_request_facts
 from workbench.schema import pb
@@ -164,29 +164,54 @@ def _after_turn(ctx: Context) -> list[Finding]:
 
 # client cancelled --------------------------------------------------------------------------------
 
+def _stream_finished(req: ExecReq) -> bool:
+    """A streamed shell exec whose latest result carries its exit: the command is over."""
+    try:
+        res = pb.AgentClientMessage.FromString(req.last_result or b"").exec_client_message
+    except (DecodeError, ValueError, RecursionError):
+        return False
+    member = res.WhichOneof("result")
+    return member is not None and getattr(res, member).WhichOneof("event") == "exit" \
+        if member == "shell_stream_result" else member is not None
+
+
+def _parked_since(ctx: Context, seg: int) -> int | None:
+    """The first heartbeat of the stretch the run ended in (the server only waited from there on),
+    None when the run did not end waiting."""
+    tail = [r for r in ctx.runs if ctx.seg_of(r.first_seq) == seg and r.count >= ctx.config.heartbeat_min_count]
+    if not tail or (tail[-1].next_kind is not None and not kinds.is_end_stream(tail[-1].next_kind)):
+        return None
+    return tail[-1].first_seq
+
+
 def _in_flight(ctx: Context, rr: RunRequest, before: int | None) -> tuple[list[str], list[int], list[str]]:
     """What was still going on in a run when the client ended it: execs the client was running
-    (streaming output, or heartbeating them), text streaming. Returns (work in words, evidence seqs,
-    what the client still owed: execs it neither answered nor said it was running)."""
+    (a streamed shell without its exit, an exec the client heartbeats), text streaming, the server
+    still working. Returns (work in words, evidence seqs, what the client still owed the server
+    that was waiting for it: an exec never answered, one answered but not closed, a KV request, a
+    query)."""
     words: list[str] = []
     ev: list[int] = []
     owed: list[str] = []
     seg = rr.seg
+    parked = _parked_since(ctx, seg)
     for req in ctx.facts.execs:
         if req.seg != seg or (before is not None and ctx.order_known and req.seq > before):
             continue
         if req.close_seq is not None or req.throw_seq is not None or req.abort_seq is not None:
             continue
-        if req.result_seqs and not req.member.startswith("shell_stream"):
-            continue  # answered (a plain result completes it)
-        if req.result_seqs:
+        if req.result_seqs and req.member.startswith("shell_stream") and not _stream_finished(req):
             n = len(req.result_seqs)
             words.append(f"{exec_label(req)} streaming output ({n} message{'s' if n != 1 else ''} sent, no "
-                         "stream_close)")
-        elif req.client_hb_seq is not None:
+                         "exit yet)")
+        elif not req.result_seqs and req.client_hb_seq is not None:
             words.append(f"{exec_label(req)} running (the client sent exec heartbeats for it)")
-        else:
+        elif not req.result_seqs:
             owed.append(f"{exec_label(req)} at seq {req.seq}")
+            continue
+        else:
+            if parked is not None and req.result_seqs[-1] < parked:
+                owed.append(f"stream_close{{{req.id}}}")  # answered, not closed, and the server waited
             continue
         ev.append(req.seq)
     owed += [f"KV {k.op}_blob id {k.id} at seq {k.seq}" for k in ctx.facts.kv if k.seg == seg and k.result_seq is None]
@@ -194,7 +219,7 @@ def _in_flight(ctx: Context, rr: RunRequest, before: int | None) -> tuple[list[s
              if q.seg == seg and q.response_seq is None]
     last = ctx.facts.seg_last_any.get(seg)  # the last server frame showing progress of any kind
     texts = ctx.text_between(rr.seq, ctx.seg_end(seg))
-    if texts and last is not None and last == texts[-1]:
+    if texts and last is not None and last == texts[-1] and parked is None:
         words.append("the model's text streaming")
         ev.append(texts[-1])
     return words, ev, owed
@@ -238,6 +263,8 @@ def client_cancelled(ctx: Context) -> list[Finding]:
             last = facts.last_progress_ts
             if last and last <= stop_ts:
                 timing += f" and {(stop_ts - last) / 1e6:.1f} s after the server's last progress"
+        if not words and _parked_since(ctx, seg) is not None:
+            continue  # the server had stopped and only waited: heartbeat_loop speaks, not the client's exit
         doing = "; in flight: " + "; ".join(words) if words else \
             f"; the server was still working on the turn (last server frame: {facts.last_server_kind or 'none'})"
         out.append(ctx.finding(
