@@ -291,3 +291,15 @@ def test_a_client_giving_up_on_an_exec_it_never_answered_is_not_client_cancelled
     (doc,) = diagnose(tmp_path, [run_flow(req, resp, reset=client_reset(8), error="stream reset by client (CANCEL)")])
     assert "client_cancelled" not in codes(doc)
     assert doc["findings"][0]["code"] == "unanswered_exec", doc
+
+
+def test_a_client_giving_up_on_a_server_waiting_for_stream_close_is_not_client_cancelled(tmp_path: Path) -> None:
+    """The December 2025 stall: a result alone, the server waits for stream_close, the client's
+    heartbeat budget runs out and it resets. missing_stream_close is the root cause."""
+    req = [run_request("list it"), client(exec_client_message=pb.ExecClientMessage(
+        id=1, exec_id="e1", ls_result=pb.LsResult()))]
+    resp = [server(exec_server_message=pb.ExecServerMessage(id=1, exec_id="e1", ls_args=pb.LsArgs(path="."))),
+            *[heartbeat() for _ in range(8)]]
+    (doc,) = diagnose(tmp_path, [run_flow(req, resp, reset=client_reset(8), error="stream reset by client (CANCEL)")])
+    assert "client_cancelled" not in codes(doc)
+    assert doc["findings"][0]["code"] == "missing_stream_close", doc
