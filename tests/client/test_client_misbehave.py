@@ -232,14 +232,14 @@ def test_cli_flags_retry_and_watchdog(tmp_path: Path) -> None:
         out = subprocess.run([*base, "--retry-after-turn", "[scenario:reset_after_turn] again?"],
                              capture_output=True, text=True, timeout=60, env=env)
         assert out.returncode == 0, out.stderr
-        assert "TurnRetried(attempt=1" in out.stderr
-        assert out.stdout.count("Complete answer") == 1 and "Answer to: again?" in out.stdout
+        assert "TurnRetried(attempt=1" in out.stderr, out.stderr
+        assert out.stdout.count("Complete answer") == 1 and "Answer to: again?" in out.stdout, out.stdout
         out = subprocess.run([*base, "--execute-locally", "--workspace", str(tmp_path), "--allow-shell",
                               "--watchdog", "1", "--watchdog-action", "reset", "[scenario:long_exec] go"],
                              capture_output=True, text=True, timeout=60, env=env)
-        assert out.returncode == 1
-        assert "watchdog: the client's watchdog ended the run after 1 s with reset" in out.stderr
+        assert out.returncode == 1, out.stderr
+        assert "watchdog: the client's watchdog ended the run after 1 s with reset" in out.stderr, out.stderr
         bad = subprocess.run([*base, "--watchdog", "0", "x"], capture_output=True, text=True, timeout=60, env=env)
-        assert bad.returncode == 2 and "--watchdog 0" in bad.stderr
+        assert bad.returncode == 2 and "--watchdog 0" in bad.stderr, bad.stderr
     finally:
         sim.stop()
