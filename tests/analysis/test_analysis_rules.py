@@ -16,7 +16,8 @@ from workbench.store.db import Store
 ALL_CODES = {"heartbeat_loop", "missing_stream_close", "unanswered_exec", "unanswered_query", "kv_only_response",
              "args_cumulative_snapshots", "completion_args_lossy", "missing_conversation_state",
              "append_seqno_anomaly", "stream_ended_without_turn_end", "blob_miss", "tool_loop", "server_error",
-             "ndjson_duplicate_text", "append_rejected", "unary_error", "end_stream_not_delivered"}
+             "ndjson_duplicate_text", "append_rejected", "unary_error", "end_stream_not_delivered",
+             "retried_turn", "transport_error_after_turn", "client_cancelled", "framing_lost", "stream_held_open"}
 
 
 def _finish_ok(b: SessionBuilder) -> str:
@@ -37,7 +38,7 @@ def test_registry_has_every_code_once() -> None:
     assert set(RULES) == ALL_CODES
     for code, rule in RULES.items():
         assert rule.code == code
-        assert rule.severity in ("error", "warning")
+        assert rule.severity in ("error", "warning", "note")
 
 
 def test_healthy_session_has_no_finding(analysis_store: Store) -> None:
@@ -510,7 +511,9 @@ def test_conversation_context_across_sessions(analysis_store: Store) -> None:
     first.done()
     second = SessionBuilder(analysis_store, "turn-2", conversation_id="conv-9")
     second.ts += 60_000_000
-    rr = second.run_request(conversation_id="conv-9")  # empty state: the checkpoint was not echoed
+    # a follow-up message (the same request sent again would be a retried_turn), with an empty
+    # state: the checkpoint was not echoed
+    rr = second.run_request(conversation_id="conv-9", text="and now the tests")
     second.text("hello again")
     second.checkpoint(pb.ConversationStateStructure(root_prompt_messages_json=[bid]))
     second.turn_ended()

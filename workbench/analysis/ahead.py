@@ -139,6 +139,8 @@ class FindingsAhead:
                     continue
                 if prior_of(store, convs, sid, seen.conversation, Inputs(started=seen.started)) != seen.prior:
                     continue
+                if seen.alone and convs.siblings(sid, seen.conversation):
+                    continue  # analysed alone in its conversation; a later session (a retry?) came since
             if seen.later is not None and reads.later_client_inputs(store, sid, LATER_LIMIT) != seen.later:
                 continue
             out[sid] = d.result

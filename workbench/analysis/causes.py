@@ -18,18 +18,21 @@ from workbench.analysis.model import SEVERITY_RANK, Finding
 # An unanswered message the server never took: the append carrying it was refused or lost.
 _LOST_APPEND = ("append_rejected", "append_seqno_anomaly")
 _OBLIGATIONS = ("missing_stream_close", "unanswered_exec", "unanswered_query", "blob_miss", "kv_only_response")
+# The run's own end explains what the server reports after it: the client ended the run while work
+# was in progress, or the stream's framing was lost so what came next could not be read.
+_ENDED = ("client_cancelled", "framing_lost")
 
 CAUSES: dict[str, tuple[str, ...]] = {
-    "missing_stream_close": _LOST_APPEND,
-    "unanswered_exec": _LOST_APPEND,
-    "unanswered_query": _LOST_APPEND,
+    "missing_stream_close": _ENDED + _LOST_APPEND,
+    "unanswered_exec": _ENDED + _LOST_APPEND,
+    "unanswered_query": _ENDED + _LOST_APPEND,
     # (a retried request's run resumed state whose blobs only the failed attempt's run had: bridge.py)
     "blob_miss": _LOST_APPEND + ("bridge_client_retry",),
-    "heartbeat_loop": _OBLIGATIONS + _LOST_APPEND,
-    "stream_ended_without_turn_end": ("heartbeat_loop",) + _OBLIGATIONS + ("missing_conversation_state",)
+    "heartbeat_loop": _ENDED + _OBLIGATIONS + _LOST_APPEND,
+    "stream_ended_without_turn_end": _ENDED + ("heartbeat_loop",) + _OBLIGATIONS + ("missing_conversation_state",)
     + _LOST_APPEND,
     # a server that gave up waiting (deadline_exceeded), or refused a request without state
-    "server_error": ("missing_conversation_state", "heartbeat_loop") + _OBLIGATIONS + _LOST_APPEND,
+    "server_error": ("missing_conversation_state",) + _ENDED + ("heartbeat_loop",) + _OBLIGATIONS + _LOST_APPEND,
     "tool_loop": ("missing_conversation_state", "blob_miss", "completion_args_lossy", "args_cumulative_snapshots",
                   "kv_only_response", "missing_stream_close"),
 }

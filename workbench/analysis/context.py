@@ -77,6 +77,8 @@ class Context:
     # tool-call ids of this run whose results a bridge sent in a linked follow-up run, read on first
     # use (analysis/bridge_handoff.py; None: no OpenAI side recorded)
     follow_ups: Callable[[], set[str]] | None = None
+    # the session is the only one of its conversation: no later session can carry a follow-up
+    alone: bool = False
     _errors: dict[int, StreamError | None] = field(default_factory=dict)
     _follow_up_ids: set[str] | None = None
 

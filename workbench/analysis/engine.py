@@ -95,6 +95,7 @@ def _analyze_session(src: Reader, session_id: str, config: Config | None, final:
     prompt = _first_prompt(src, prior[0]) if prior else None
     seen.prior, seen.prompt = prior, prompt
     later = _later_payloads(src, session_id)
+    seen.alone = conv is not None and not convs.siblings(session_id, conv)
     # the two sides of a bridge (analysis/bridge.py): findings that need the other side's session
     if convs.bridged is None:  # read once per batch, like the conversations
         convs.bridged = any_bridge_sessions(src)
@@ -102,7 +103,7 @@ def _analyze_session(src: Reader, session_id: str, config: Config | None, final:
     follow_ups = _follow_ups(src, session_id) if convs.bridged else None
     result = evaluate(builder, cfg, final=final, known_ids=known, prior_checkpoint=prior, session=info,
                       prior_prompt=prompt, later_payloads=seen.watch_later(later) if inputs is not None else later,
-                      follow_ups=follow_ups)
+                      follow_ups=follow_ups, alone=seen.alone)
     result.findings = sort_findings(result.findings + bridge_findings(src, session_id, bridged=convs.bridged))
     return result
 
@@ -137,14 +138,15 @@ def evaluate(builder: FactsBuilder, cfg: Config, *, final: bool, known_ids: Cont
              blob_cache: dict[bytes, BlobContent] | None = None,
              prior_prompt: str | None = None,
              later_payloads: Callable[[], list[tuple[str, int, bytes]]] | None = None,
-             follow_ups: Callable[[], set[str]] | None = None) -> AnalysisResult:
+             follow_ups: Callable[[], set[str]] | None = None,
+             alone: bool = False) -> AnalysisResult:
     facts = builder.facts
     link_http_errors(facts)
     blobs = blob_rows(facts, final=final, grace=cfg.live_grace_frames, known_ids=known_ids, cache=blob_cache)
     calls = tool_rows(facts)
     runs = [r for r in builder.all_runs() if r.count >= cfg.heartbeat_min_count]
     ctx = Context(facts, blobs, calls, cfg, final, runs, prior_checkpoint, session or SessionRecord(),
-                  prior_prompt, later_payloads, follow_ups)
+                  prior_prompt, later_payloads, follow_ups, alone)
     findings = sort_findings(run_rules(ctx))
     return AnalysisResult(facts.session_id, blobs, [public_row(r) for r in calls], findings, facts.frame_count)
 

@@ -36,6 +36,7 @@ from workbench.analysis.records import (
     HttpError,
     HttpFailure,
     KvOp,
+    Malformed,
     Query,
     RunRequest,
     SessionFacts,
@@ -82,10 +83,11 @@ from workbench.protocol.run_request import run_request_facts
 from workbench.protocol.status import grpc_code_name, status_in_text
 
 NDJSON = "cli_ndjson"
+CANCEL_ACTION = f"{CONVERSATION_ACTION}.cancel_action"  # the client asks the server to stop the run
 
 # Kinds whose payload the walk parses; the batch query fetches payload bytes for these only
 # (and for every BidiAppend, whose duplicates are compared by content).
-PAYLOAD_KINDS = (PARTIAL, STARTED, COMPLETED, CHECKPOINT, RUN_REQUEST, END_STREAM_ERROR, EXEC_THROW)
+PAYLOAD_KINDS = (PARTIAL, STARTED, COMPLETED, CHECKPOINT, RUN_REQUEST, END_STREAM_ERROR, EXEC_THROW, MALFORMED)
 PAYLOAD_PREFIXES = (EXEC_SERVER, EXEC_CLIENT, KV_SERVER, KV_CLIENT, INTERACTION_RESPONSE, CONVERSATION_ACTION)
 # Frames the batch walk skips: SQL aggregates stand in for them (see walk.load_facts).
 # (Client heartbeats stay in the walk: as BidiAppends they carry append_seqno.)
@@ -244,6 +246,11 @@ class FactsBuilder(RequestPairing):
             if transports[i] == NDJSON:
                 f.ndjson.append((seq, kind, payloads[i], decodeds[i]))
                 continue
+            if kind == MALFORMED:
+                f.malformed.append(seq)
+                f.malformed_frames.append(Malformed(seq, ts, dirs[i] or "", transports[i] or "", payloads[i] or b"",
+                                                    str(errors[i] or "")))
+                continue
             if kind in handlers:
                 h = handlers[kind]
             else:
@@ -304,6 +311,8 @@ class FactsBuilder(RequestPairing):
             self._input(seq)
             if payload:
                 f.client_payloads.append((seq, payload))
+            if kind == CANCEL_ACTION:
+                f.cancels.append((seq, ts, f.seg))
         if f.end_streams and kind != RUN_REQUEST and (not f.seg_starts or f.seg_starts[-1] < f.end_streams[-1].seq):
             f.after_end_count += 1
             if len(f.after_end) < _AFTER_END_KEPT:
@@ -375,8 +384,6 @@ class FactsBuilder(RequestPairing):
             return self._on_query
         if kind.startswith(INTERACTION_RESPONSE):
             return self._on_response
-        if kind == MALFORMED:
-            return self._on_malformed
         return None
 
     # handlers ---------------------------------------------------------------------------------
@@ -387,11 +394,9 @@ class FactsBuilder(RequestPairing):
     def _on_end_stream(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
         pass  # recorded by the loop, which has the flags
 
-    def _on_malformed(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
-        self.facts.malformed.append(seq)
-
     def _on_turn_ended(self, seq: int, ts: int, ref: Any, cid: Any, payload: Any, kind: str) -> None:
         self.facts.turn_ended.append((seq, self.facts.seg))
+        self.facts.turn_ended_ts[seq] = ts
 
     def _call(self, call_id: str, seq: int, ts: int) -> CallState:
         st = self.facts.calls.get(call_id)
@@ -450,7 +455,7 @@ class FactsBuilder(RequestPairing):
         if rr is None:
             return
         f.run_requests.append(RunRequest(seq, f.seg, rr.has_state, rr.state_empty, rr.conversation_id or "",
-                                         rr.action, payload or b"", rr.prompt))
+                                         rr.action, payload or b"", rr.prompt, ts))
 
 
 def _to_us(v: Any) -> int:

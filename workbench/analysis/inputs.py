@@ -26,6 +26,7 @@ class Inputs:
     # the later sessions' client inputs, when a rule asked for them (None: never asked)
     later: list[tuple[str, int, bytes]] | None = None
     bridged: bool | None = None
+    alone: bool = False  # the only session of its conversation when analysed
 
     def watch_blobs(self, known: Container[bytes]) -> Container[bytes]:
         return _Asked(known, self.asked_blobs)

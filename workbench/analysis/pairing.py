@@ -119,6 +119,7 @@ class RequestPairing:
         if not req.result_seqs:
             self._input(seq)  # the first answer to an exec is new work for the server
         req.result_seqs.append(seq)
+        req.last_result = payload
         if req.result_payload is None:
             req.result_payload = payload
         if payload and len(req.echo_payloads) < 4:

@@ -40,6 +40,7 @@ class ExecReq:
     payload: bytes
     result_seqs: list[int] = field(default_factory=list)
     result_payload: bytes | None = None
+    last_result: bytes | None = None  # the latest result message (a streamed shell's exit, or not yet)
     echo_payloads: list[bytes] = field(default_factory=list)
     result_ts: int | None = None
     close_seq: int | None = None
@@ -113,6 +114,7 @@ class RunRequest:
     action: str | None
     payload: bytes
     prompt: str = ""                  # the user message text (history of a stateless client lives here)
+    ts: int = 0                       # when it was recorded (µs)
 
 
 @dataclass
@@ -173,6 +175,19 @@ class HttpFailure:
 
 
 @dataclass
+class Malformed:
+    """A frame that could not be framed or parsed (kind ``malformed``), as the walk saw it."""
+
+    seq: int
+    ts: int
+    direction: str
+    transport: str
+    payload: bytes                    # the bytes that could not be read (a frame's worth, or the rest)
+    error: str
+    offset: int | None = None         # byte offset of the frame in its body (stored sessions only)
+
+
+@dataclass
 class SessionFacts:
     session_id: str
     frame_count: int = 0
@@ -210,6 +225,10 @@ class SessionFacts:
     throws_unmatched: list[tuple[int, int]] = field(default_factory=list)
     kinds: dict[str, int] = field(default_factory=dict)
     malformed: list[int] = field(default_factory=list)
+    malformed_frames: list[Malformed] = field(default_factory=list)
+    # when each turn_ended came (seq -> µs), and the client's cancel_action conversation actions (seq, ts, seg)
+    turn_ended_ts: dict[int, int] = field(default_factory=dict)
+    cancels: list[tuple[int, int, int]] = field(default_factory=list)
     # client frames whose exchange failed (rejected appends, failed unary calls), by seq
     http_failures: dict[int, HttpFailure] = field(default_factory=dict)
     # refusals the server sent (http_error frames, error answers to BidiAppends)

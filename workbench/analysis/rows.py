@@ -23,6 +23,8 @@ class SessionRecord(TypedDict, total=False):
     path: str | None
     http_status: int | None
     meta: dict[str, object]     # parsed from its JSON; {} when absent or not an object
+    started_us: int | None      # started_at / ended_at as epoch µs
+    ended_us: int | None
 
 
 class BlobPart(TypedDict):

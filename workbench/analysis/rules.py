@@ -14,16 +14,17 @@ Severities: ``error`` for stalls, refusals and protocol violations the run canno
 
 The rules live by concept in ``rules_obligations`` (what the client owes during a run),
 ``rules_args`` (tool-call arguments), ``rules_stream`` (a run as a whole, errors) and
-``rules_transport`` (the HTTP exchanges carrying it); this module gathers them.
+``rules_transport`` (the HTTP exchanges carrying it) and ``rules_client`` (how a run's transport
+ended around its turn: retries, cancels, lost framing); this module gathers them.
 """
 
 from __future__ import annotations
 
-from workbench.analysis import rules_args, rules_obligations, rules_stream, rules_transport
+from workbench.analysis import rules_args, rules_client, rules_obligations, rules_stream, rules_transport
 from workbench.analysis.context import RULES, Context, Rule, RuleFn, rule
 from workbench.analysis.model import Finding
 
-_MODULES = (rules_obligations, rules_args, rules_stream, rules_transport)  # importing them registers the rules
+_MODULES = (rules_obligations, rules_args, rules_stream, rules_transport, rules_client)  # importing them registers the rules
 
 
 def run_rules(ctx: Context, codes: list[str] | None = None) -> list[Finding]:

@@ -186,6 +186,10 @@ def unanswered_exec(ctx: Context) -> list[Finding]:
         if req.client_hb_seq is not None:
             tail += f" The client sent exec heartbeats for it until seq {req.client_hb_seq}: still running."
         tail += _rejected_note(ctx, req.result_seqs + [s for s in (req.throw_seq, req.close_seq) if s is not None])
+        unknown = req.member.isdigit()
+        if unknown:
+            tail += (f" Its args are field {req.member} of ExecServerMessage, a case the client's schema does not "
+                     "know: a client that ignores execs it cannot decode leaves the server waiting.")
         out.append(ctx.finding(
             "unanswered_exec",
             f"{exec_label(req)} at seq {req.seq} was never answered: no exec_client_message, throw or "
@@ -193,6 +197,9 @@ def unanswered_exec(ctx: Context) -> list[Finding]:
             [req.seq] + stall.evidence,
             (f"Answer request_context_args with a request_context_result{{id: {req.id}}} (environment, tools): "
              "this server does not go on without it." if context else
+             f"Answer an exec whose case you cannot decode (field {req.member}) with a throw: "
+             f"ExecClientControlMessage{{throw{{id: {req.id}}}}} (an exec error, then stream_close), never "
+             "ignore it; the id is readable even when the case is not." if unknown else
              f"Answer every exec: result(s) with id {req.id} and exec_id echoed; reply throw{{id: {req.id}}} "
              "(then stream_close) to exec types the client does not implement.")))
     return out

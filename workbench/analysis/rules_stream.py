@@ -8,6 +8,7 @@ from workbench.analysis.facts import COMPLETED, TURN_ENDED
 from workbench.analysis.model import Finding
 from workbench.analysis.ndjson import assistant_texts, duplicated_final, error_results
 from workbench.analysis.records import HttpError, RunRequest
+from workbench.analysis.rules_client import lost_framing
 from workbench.protocol import kinds
 from workbench.protocol.status import (
     CONNECT_CODES,
@@ -127,6 +128,8 @@ def stream_ended_without_turn_end(ctx: Context) -> list[Finding]:
             continue  # the client left the run on purpose to hand an exec over
         if not (ended_by_next or ends or ctx.final):
             continue
+        if any(m.seq > start and (end is None or m.seq < end) for m in lost_framing(ctx)):
+            continue  # the rest of the stream was unreadable: framing_lost says what was (probably) lost
         late = False
         if ctx.turn_ended_between(start, end):
             last_te = ctx.turn_ended_between(start, end)[-1]

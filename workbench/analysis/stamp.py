@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # annotations only: `workbench sessions` reads stamps and loa
 
 # Bump when a rule changes what it finds for the same frames (stored findings are then stale).
 # 2: notes (severity "note"); request_context_args judged as the service treats it.
-ANALYSIS_VERSION = 2
+# 3: retried_turn, client_cancelled, framing_lost and their notes (issue 33).
+ANALYSIS_VERSION = 3
 KEY_PREFIX = "analysis:"
 
 

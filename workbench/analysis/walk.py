@@ -198,5 +198,9 @@ def load_facts(src: Reader, session_id: str, config: Config | None = None) -> Fa
         aggregates = pool.submit(_bulk_reads, src, session_id, tallies)
         builder.feed_table(table)
         bulk = aggregates.result()
+    if builder.facts.malformed_frames:  # where sync was lost, in bytes (rules_client.framing_lost)
+        offsets = reads.body_offsets(src, session_id, [m.seq for m in builder.facts.malformed_frames])
+        for m in builder.facts.malformed_frames:
+            m.offset = offsets.get(m.seq)
     _aggregates(src, session_id, builder, cfg.heartbeat_min_count, bulk)
     return builder

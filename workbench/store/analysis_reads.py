@@ -67,7 +67,22 @@ def session_ids(src: Source, *, finished: bool = False, among: Sequence[str] | N
 def session_record(src: Source, session_id: str) -> pa.Table:
     """The session row the rules read (``meta`` as JSON text); no row for an unknown session."""
     return run(src, "SELECT status, error, conversation_id, source, transport, path, http_status, "
-                    "CAST(meta AS VARCHAR) AS meta FROM sessions WHERE session_id = ?", [session_id])
+                    "CAST(meta AS VARCHAR) AS meta, epoch_us(started_at) AS started_us, "
+                    "epoch_us(ended_at) AS ended_us FROM sessions WHERE session_id = ?", [session_id])
+
+
+def body_offsets(src: Source, session_id: str, seqs: Sequence[int]) -> dict[int, int]:
+    """seq -> the byte offset where that frame starts in its body: the enveloped sizes (5-byte
+    header + payload) of the frames before it in the same direction and stream. Asked for the few
+    malformed frames of a session (``analysis.rules_client.framing_lost``)."""
+    if not seqs:
+        return {}
+    t = run(src,
+            "SELECT seq, off FROM (SELECT seq, coalesce(sum(coalesce(size, octet_length(payload), 0) + 5) OVER ("
+            "PARTITION BY direction, stream ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS off "
+            "FROM frames WHERE session_id = ? AND seq <= ?) WHERE seq IN (SELECT unnest(?))",
+            [session_id, max(seqs), list(seqs)])
+    return {int(s): int(o) for s, o in zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True)}
 
 
 def conversation_of(src: Source, session_id: str) -> str | None:
@@ -125,7 +140,7 @@ def _walk_sql(spec: WalkSpec) -> str:
         f"CASE WHEN {_EXCHANGE} THEN {_STATUS} END AS http_status, "
         f"CASE WHEN {_EXCHANGE} THEN coalesce(json_extract_string(meta, '$.content_type'), "
         "json_extract_string(meta, '$.request_headers.\"content-type\"')) END AS content_type, "
-        f"CASE WHEN kind = '{kinds.HTTP_ERROR}' THEN coalesce(error, summary) END AS error, "
+        f"CASE WHEN kind IN ('{kinds.HTTP_ERROR}', '{kinds.MALFORMED}') THEN coalesce(error, summary) END AS error, "
         f"CASE WHEN {_EXCHANGE} AND NOT coalesce({_STATUS} BETWEEN 200 AND 299, true) THEN raw END AS raw, "
         f"CASE WHEN {_EXCHANGE} THEN TRY_CAST(json_extract(meta, '$.grpc_status') AS INTEGER) END AS grpc_status "
         f"FROM frames WHERE session_id = ? AND seq >= ? AND seq < ?{skip} ORDER BY seq"
