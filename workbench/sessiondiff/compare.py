@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from workbench.protocol import kinds
 from workbench.redact import is_content_field
@@ -107,9 +107,14 @@ def diff_sessions(a: SessionView, b: SessionView, opts: Options | None = None) -
     ia, ib = items(a.frames, opts), items(b.frames, opts)
     pos_a = {f.seq: i for i, f in enumerate(a.frames)}
     pos_b = {f.seq: i for i, f in enumerate(b.frames)}
-    al = align(ia, ib)
+    bytes_a, content_a = _part_keys(ia, opts, d)
+    bytes_b, content_b = _part_keys(ib, opts, d)
+    al = align(ia, ib, part_starts(ia), part_starts(ib),
+               lambda s, e, side_a: bytes_a(s, e) if side_a else bytes_b(s, e),
+               lambda s, e, side_a: content_a(s, e) if side_a else content_b(s, e))
     d.work += al.work
-    moved, in_moved = _moved(ia, ib, al.ops, opts, d)
+    moved = {ga[0]: (ga, gb) for ga, gb in al.moved}
+    in_moved = {("a", i) for ga, _ in al.moved for i in ga} | {("b", j) for _, gb in al.moved for j in gb}
     last_a = -1.0                        # the A seq reached along the alignment (B-only steps sit after it)
     for i, j in al.ops:
         if i is not None and j is not None:
@@ -135,41 +140,48 @@ def diff_sessions(a: SessionView, b: SessionView, opts: Options | None = None) -
     return d
 
 
-# steps that moved: each group (A indices, B indices) by its first A index, and every (side, index) in one
-Moved = tuple[dict[int, tuple[list[int], list[int]]], set[tuple[str, int]]]
+# a part of a session ends after these (an exec closed, a model step or a turn ended) ...
+_PART_ENDS = frozenset({kinds.EXEC_STREAM_CLOSE, kinds.EXEC_THROW, kinds.EXEC_ABORT, kinds.STEP_COMPLETED,
+                        kinds.TURN_ENDED, kinds.OPENAI_DONE})
+# ... and begins with these (a turn)
+_PART_STARTS = frozenset({kinds.RUN_REQUEST, kinds.OPENAI_REQUEST})
 
 
-def _moved(ia: list[Item], ib: list[Item], ops: list[tuple[int | None, int | None]], opts: Options,
-           d: Diff) -> Moved:
-    """Steps on one side only that are found, the same, on the other side only too: moved. Paired
-    by content (kind, count, every frame's digest), then grouped into runs that moved together."""
-    only_a = [i for i, j in ops if j is None and i is not None and not kinds.is_heartbeat(ia[i].kind)]
-    only_b = [j for i, j in ops if i is None and j is not None and not kinds.is_heartbeat(ib[j].kind)]
-    if not only_a or not only_b:
-        return {}, set()
+def part_starts(steps: list[Item]) -> list[int]:
+    """Where each part of a session begins (``align``: parts are paired whole first)."""
+    return [k for k, it in enumerate(steps)
+            if k == 0 or it.kind in _PART_STARTS or steps[k - 1].kind in _PART_ENDS]
 
-    def key(it: Item) -> Hashable:
-        d.work += len(it.frames)
-        return it.token, len(it.frames), tuple(digest(f, opts) for f in it.frames)
 
-    waiting: dict[Hashable, list[int]] = {}
-    for j in only_b:
-        waiting.setdefault(key(ib[j]), []).append(j)
-    pairs: list[tuple[int, int]] = []
-    for i in only_a:
-        js = waiting.get(key(ia[i]))
-        if js:
-            pairs.append((i, js.pop(0)))
-    groups: list[tuple[list[int], list[int]]] = []
-    for i, j in pairs:   # consecutive on both sides: one group
-        if groups and groups[-1][0][-1] + 1 == i and groups[-1][1][-1] + 1 == j:
-            groups[-1][0].append(i)
-            groups[-1][1].append(j)
-        else:
-            groups.append(([i], [j]))
-    by_first = {ga[0]: (ga, gb) for ga, gb in groups}
-    members = {("a", i) for ga, _ in groups for i in ga} | {("b", j) for _, gb in groups for j in gb}
-    return by_first, members
+def _part_keys(steps: list[Item], opts: Options, d: Diff) -> tuple[Callable[[int, int], Hashable],
+                                                                  Callable[[int, int], Hashable]]:
+    """The two keys of a part (first step, end): its bytes, then its content with ids left out.
+    Heartbeats count by their place only (their number follows the clock), streamed steps by
+    the text they add up to (their cutting differs between runs)."""
+
+    def by_bytes(start: int, end: int) -> Hashable:
+        key: list[Hashable] = []
+        for it in steps[start:end]:
+            d.work += len(it.frames)
+            if kinds.is_heartbeat(it.kind):
+                key.append(it.token)
+            else:
+                key.append((it.token, len(it.frames), hash(b"\0".join(f.payload for f in it.frames))))
+        return hash(tuple(key))
+
+    def by_content(start: int, end: int) -> Hashable:
+        key: list[Hashable] = []
+        for it in steps[start:end]:
+            d.work += len(it.frames)
+            if kinds.is_heartbeat(it.kind):
+                key.append(it.token)
+            elif streams.is_streamed(it.kind):
+                key.append((it.token, hash(_stream_text(it, opts, d))))
+            else:
+                key.append((it.token, len(it.frames), tuple(digest(f, opts) for f in it.frames)))
+        return hash(tuple(key))
+
+    return by_bytes, by_content
 
 
 def _add_moved(d: Diff, ia: list[Item], ib: list[Item], group: tuple[list[int], list[int]], at: float) -> None:
@@ -177,7 +189,7 @@ def _add_moved(d: Diff, ia: list[Item], ib: list[Item], group: tuple[list[int], 
     xa, xb = ia[ga[0]], ib[gb[0]]
     first = Item(xa.direction, xa.kind, [*xa.frames, *ia[ga[-1]].frames])
     last = Item(xb.direction, xb.kind, [*xb.frames, *ib[gb[-1]].frames])
-    labels = [ia[i].label() for i in ga]
+    labels = [ia[i].label() for i in ga if not kinds.is_heartbeat(ia[i].kind)] or [ia[i].label() for i in ga]
     shown = ", ".join(labels[:5]) + (f", … ({len(labels)} steps)" if len(labels) > 5 else "")
     add(d, "moved", f"moved: {shown} (A {first.where(d.a.t0_us)} → B {last.where(d.b.t0_us)})",
         x=first, y=last, at=at, steps=labels)

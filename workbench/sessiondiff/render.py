@@ -9,7 +9,7 @@ from workbench.report.session import SessionView
 from workbench.sessiondiff.compare import Diff
 
 # the order a person reads them in: the conversation, then what it did, then how it ended
-_SECTIONS = [("messages", ("only_in_a", "only_in_b", "count", "changed_fields", "timing")),
+_SECTIONS = [("messages", ("only_in_a", "only_in_b", "moved", "count", "changed_fields", "timing")),
              ("execs", ("exec",)), ("tool calls", ("tool_call", "tool_args")), ("ending", ("ending",)),
              ("findings", ("finding",)), ("stall", ("stall",))]
 
