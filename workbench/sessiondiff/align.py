@@ -13,7 +13,7 @@ frames) is never used. Instead:
    moved: it is one "moved" difference.
 2. **Anchors.** In what is left between paired parts, steps that carry structure (turns, execs
    and tool calls by their kind and arguments, endings: ``Alignable.anchor``) are chained the same
-   way.
+   way; then, between those, steps with the same content (``step_key``).
 3. **Gaps** between anchors are aligned by ``(direction, kind)``: their common head and tail first
    (linear), and what is left in the middle with ``SequenceMatcher`` only when it is small
    (``GAP_CELLS``: the product of the two lengths). A bigger middle is cut into windows of
@@ -50,17 +50,20 @@ class Alignment:
     ``(None, j)``: only in B."""
 
     ops: list[tuple[int | None, int | None]] = field(default_factory=list)
+    step_key: Callable[[int, bool], Hashable | None] = lambda _i, _a: None
     moved: list[tuple[list[int], list[int]]] = field(default_factory=list)   # parts found elsewhere: (A steps, B steps)
     work: int = 0
     windowed_gaps: int = 0   # gaps too big for the exact matcher (matched window by window)
 
 
 def align(a: Sequence[Alignable], b: Sequence[Alignable], parts_a: list[int], parts_b: list[int],
-          by_bytes: Callable[[int, int, bool], Hashable], by_content: Callable[[int, int, bool], Hashable]
-          ) -> Alignment:
+          by_bytes: Callable[[int, int, bool], Hashable], by_content: Callable[[int, int, bool], Hashable],
+          step_key: Callable[[int, bool], Hashable | None]) -> Alignment:
     """Align steps ``a`` with ``b``. ``parts_*``: the index of each part's first step; ``by_bytes`` and
-    ``by_content`` (first step, end, side is A) give a part's key for the two pairings."""
+    ``by_content`` (first step, end, side is A) give a part's key for the two pairings, ``step_key``
+    (index, side is A) a step's content key (None: a step not to pair by content)."""
     out = Alignment()
+    out.step_key = step_key
     ra, rb = _ranges(parts_a, len(a)), _ranges(parts_b, len(b))
     out.work += len(ra) + len(rb)
     ka = [by_bytes(s, e, True) for s, e in ra]
@@ -140,10 +143,40 @@ def _align_steps(a: Sequence[Alignable], b: Sequence[Alignable], xs: list[int], 
     chain = _chain(ka, kb, out)
     pa = pb = 0
     for i, j in [*chain, (len(xs), len(ys))]:
+        _align_by_content(a, b, xs[pa:i], ys[pb:j], out)
+        if i < len(xs):
+            out.ops.append((xs[i], ys[j]))
+        pa, pb = i + 1, j + 1
+
+
+def _align_by_content(a: Sequence[Alignable], b: Sequence[Alignable], xs: list[int], ys: list[int],
+                      out: Alignment) -> None:
+    """Steps with the same content on both sides (the n-th of each) chained, the rest by kind."""
+    if not xs or not ys:
+        _align_gap(a, b, xs, ys, out)
+        return
+    ka = _numbered_or_none([out.step_key(i, True) for i in xs])
+    kb = _numbered_or_none([out.step_key(j, False) for j in ys])
+    chain = _chain(ka, kb, out)
+    pa = pb = 0
+    for i, j in [*chain, (len(xs), len(ys))]:
         _align_gap(a, b, xs[pa:i], ys[pb:j], out)
         if i < len(xs):
             out.ops.append((xs[i], ys[j]))
         pa, pb = i + 1, j + 1
+
+
+def _numbered_or_none(keys: list[Hashable | None]) -> list[Hashable | None]:
+    seen: dict[Hashable, int] = {}
+    out: list[Hashable | None] = []
+    for k in keys:
+        if k is None:
+            out.append(None)
+            continue
+        n = seen.get(k, 0)
+        seen[k] = n + 1
+        out.append((k, n))
+    return out
 
 
 def _chain(ka: Sequence[Hashable | None], kb: Sequence[Hashable | None], out: Alignment) -> list[tuple[int, int]]:

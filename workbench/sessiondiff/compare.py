@@ -63,13 +63,25 @@ def _is_call(kind: str) -> bool:
 
 def items(frames: Sequence[LoadedFrame], opts: Options) -> list[Item]:
     out: list[Item] = []
+    held: list[LoadedFrame] = []   # server heartbeats after a streamed step, until it is known whether it goes on
     for f in frames:
         if not opts.client_heartbeats and kinds.is_client_heartbeat(f.kind):
             continue
+        if out and streams.is_streamed(out[-1].kind) and kinds.is_server_heartbeat(f.kind):
+            held.append(f)
+            continue
+        if held:
+            if out[-1].token == (f.direction, f.kind):
+                out[-1].beats.extend(held)   # heartbeats inside a stream: one streamed step, not many
+            else:
+                out.append(Item(held[0].direction, held[0].kind, held))
+            held = []
         if out and out[-1].token == (f.direction, f.kind) and not _is_call(f.kind):
             out[-1].frames.append(f)
         else:
             out.append(Item(f.direction, f.kind, [f]))
+    if held:
+        out.append(Item(held[0].direction, held[0].kind, held))
     seen: dict[Hashable, int] = {}
     for it in out:
         key: Hashable
@@ -111,8 +123,11 @@ def diff_sessions(a: SessionView, b: SessionView, opts: Options | None = None) -
     bytes_b, content_b = _part_keys(ib, opts, d)
     al = align(ia, ib, part_starts(ia), part_starts(ib),
                lambda s, e, side_a: bytes_a(s, e) if side_a else bytes_b(s, e),
-               lambda s, e, side_a: content_a(s, e) if side_a else content_b(s, e))
+               lambda s, e, side_a: content_a(s, e) if side_a else content_b(s, e),
+               lambda k, side_a: None if kinds.is_heartbeat((ia if side_a else ib)[k].kind)
+               else step_key((ia if side_a else ib)[k], opts, d))
     d.work += al.work
+    d.windowed_gaps = al.windowed_gaps
     moved = {ga[0]: (ga, gb) for ga, gb in al.moved}
     in_moved = {("a", i) for ga, _ in al.moved for i in ga} | {("b", j) for _, gb in al.moved for j in gb}
     last_a = -1.0                        # the A seq reached along the alignment (B-only steps sit after it)
@@ -153,6 +168,20 @@ def part_starts(steps: list[Item]) -> list[int]:
             if k == 0 or it.kind in _PART_STARTS or steps[k - 1].kind in _PART_ENDS]
 
 
+def step_key(it: Item, opts: Options, d: Diff) -> Hashable:
+    """A step's content, ids left out (computed once): streamed steps by the text they add up to
+    (their cutting differs between runs), heartbeats by their place only (their number follows the clock)."""
+    if it.content is None:
+        d.work += len(it.frames)
+        if kinds.is_heartbeat(it.kind):
+            it.content = it.token
+        elif streams.is_streamed(it.kind):
+            it.content = (it.token, hash(_stream_text(it, opts, d)))
+        else:
+            it.content = (it.token, len(it.frames), tuple(digest(f, opts) for f in it.frames))
+    return it.content
+
+
 def _part_keys(steps: list[Item], opts: Options, d: Diff) -> tuple[Callable[[int, int], Hashable],
                                                                   Callable[[int, int], Hashable]]:
     """The two keys of a part (first step, end): its bytes, then its content with ids left out.
@@ -170,16 +199,8 @@ def _part_keys(steps: list[Item], opts: Options, d: Diff) -> tuple[Callable[[int
         return hash(tuple(key))
 
     def by_content(start: int, end: int) -> Hashable:
-        key: list[Hashable] = []
-        for it in steps[start:end]:
-            d.work += len(it.frames)
-            if kinds.is_heartbeat(it.kind):
-                key.append(it.token)
-            elif streams.is_streamed(it.kind):
-                key.append((it.token, hash(_stream_text(it, opts, d))))
-            else:
-                key.append((it.token, len(it.frames), tuple(digest(f, opts) for f in it.frames)))
-        return hash(tuple(key))
+        return hash(tuple(step_key(it, opts, d) if not kinds.is_heartbeat(it.kind) else it.token
+                          for it in steps[start:end]))
 
     return by_bytes, by_content
 

@@ -14,13 +14,17 @@ DEFAULT_TIMING_S = 0.5
 
 @dataclass
 class Item:
-    """Consecutive frames of one direction and kind: one step of the conversation. ``anchor``: the
-    key of a step that carries the session's structure (``compare.anchor_key``), else None."""
+    """Consecutive frames of one direction and kind: one step of the conversation (a stream with
+    heartbeats between its deltas is one step too). ``anchor``: the key of a step that carries the
+    session's structure (``compare.items``), else None."""
 
     direction: str
     kind: str
     frames: list[LoadedFrame]
     anchor: Hashable | None = None
+    # server heartbeats that came between the frames of a streamed step (not compared: they follow the clock)
+    beats: list[LoadedFrame] = field(default_factory=list)
+    content: Hashable | None = None   # compare.step_key, once computed
 
     @property
     def token(self) -> tuple[str, str]:
@@ -34,7 +38,8 @@ class Item:
     def label(self) -> str:
         arrow = "→" if self.direction == "client" else "←"
         n = len(self.frames)
-        return f"{arrow} {self.kind}" + (f" ×{n}" if n > 1 else "")
+        beats = f" (and {len(self.beats)} heartbeats)" if self.beats else ""
+        return f"{arrow} {self.kind}" + (f" ×{n}" if n > 1 else "") + beats
 
 
 @dataclass
@@ -102,6 +107,7 @@ class Diff:
     first_sequence_divergence: Difference | None = None   # the first message in one session only
     stall: dict[str, StallDoc | None] = field(default_factory=dict)
     aligned_items: int = 0
+    windowed_gaps: int = 0         # stretches too long to align exactly, aligned window by window (align.WINDOW)
     work: int = 0                  # comparisons made (align.Alignment.work plus frames compared): grows linearly
     # where each difference happens, as a position along A (by ``id`` of the row): orders the first divergence
     at: dict[int, float] = field(default_factory=dict)
