@@ -91,8 +91,12 @@ def align(a: Sequence[Alignable], b: Sequence[Alignable], parts_a: list[int], pa
         js = moved_b.get(by_content(*ra[k], True)) if moved_b else None
         if js:
             moved_parts[k] = js.pop(0)
-    for k, j in moved_parts.items():
-        out.moved.append((list(range(*ra[k])), list(range(*rb[j]))))
+    for k, j in moved_parts.items():   # parts that moved together (a step of several parts): one group
+        if out.moved and k - 1 in moved_parts and moved_parts[k - 1] == j - 1:
+            out.moved[-1][0].extend(range(*ra[k]))
+            out.moved[-1][1].extend(range(*rb[j]))
+        else:
+            out.moved.append((list(range(*ra[k])), list(range(*rb[j]))))
     gone_b = set(moved_parts.values())
     # steps between paired parts, moved parts left out: aligned by anchors, then by kind
     pa = pb = 0
