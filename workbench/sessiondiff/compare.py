@@ -23,6 +23,7 @@ but not the first divergence.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Hashable, Sequence
@@ -57,29 +58,45 @@ _TURN_ANCHORS = frozenset({kinds.RUN_REQUEST, kinds.TURN_ENDED, kinds.END_STREAM
 _CALL_ANCHORS = frozenset({kinds.TOOL_CALL_STARTED, kinds.TOOL_CALL_COMPLETED})
 
 
+@functools.cache
 def _is_call(kind: str) -> bool:
     return kind in _CALL_ANCHORS or kinds.in_family(kind, kinds.EXEC_SERVER)
+
+
+@functools.cache
+def _kind_facts(kind: str) -> tuple[bool, bool, bool, bool]:
+    """(client keep-alive, server heartbeat, streamed, exec or tool call) of a kind: a session has a
+    few dozen kinds and up to millions of frames."""
+    return (kinds.is_client_heartbeat(kind), kinds.is_server_heartbeat(kind), streams.is_streamed(kind),
+            _is_call(kind))
 
 
 def items(frames: Sequence[LoadedFrame], opts: Options) -> list[Item]:
     out: list[Item] = []
     held: list[LoadedFrame] = []   # server heartbeats after a streamed step, until it is known whether it goes on
+    last: Item | None = None
+    last_streamed = False
     for f in frames:
-        if not opts.client_heartbeats and kinds.is_client_heartbeat(f.kind):
+        keep_alive, beat, streamed, call = _kind_facts(f.kind)
+        if keep_alive and not opts.client_heartbeats:
             continue
-        if out and streams.is_streamed(out[-1].kind) and kinds.is_server_heartbeat(f.kind):
+        if last_streamed and beat:
             held.append(f)
             continue
         if held:
-            if out[-1].token == (f.direction, f.kind):
-                out[-1].beats.extend(held)   # heartbeats inside a stream: one streamed step, not many
+            assert last is not None
+            if last.kind == f.kind and last.direction == f.direction:
+                last.beats.extend(held)   # heartbeats inside a stream: one streamed step, not many
             else:
                 out.append(Item(held[0].direction, held[0].kind, held))
+                last, last_streamed = out[-1], False
             held = []
-        if out and out[-1].token == (f.direction, f.kind) and not _is_call(f.kind):
-            out[-1].frames.append(f)
+        if last is not None and last.kind == f.kind and last.direction == f.direction and not call:
+            last.frames.append(f)
         else:
-            out.append(Item(f.direction, f.kind, [f]))
+            last = Item(f.direction, f.kind, [f])
+            last_streamed = streamed
+            out.append(last)
     if held:
         out.append(Item(held[0].direction, held[0].kind, held))
     seen: dict[Hashable, int] = {}

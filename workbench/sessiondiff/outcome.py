@@ -143,8 +143,9 @@ _END, _TURN = kinds.END_STREAM, kinds.member(kinds.TURN_ENDED)
 
 
 def _agent_ending(v: SessionView) -> tuple[dict[str, Any], str]:
-    end = any(kinds.is_end_stream(f.kind) for f in v.frames)
-    turn = any(f.kind == kinds.TURN_ENDED for f in v.frames)
+    seen = {f.kind for f in v.frames}
+    end = any(kinds.is_end_stream(k) for k in seen)
+    turn = kinds.TURN_ENDED in seen
     last = _last_kind(v)
     return ({_END: end, _TURN: turn, "last_kind": last},
             f"{'' if turn else 'no '}{_TURN}, {'' if end else 'no '}{_END}, last {last}")
