@@ -16,7 +16,7 @@ sessions). Paired rounds (``--rounds``, default 3): baseline then diff, each rou
 medians. Each size runs in its own process, so its peak RSS (``ru_maxrss``) is its own; the
 baseline's peak is measured in another process. The machine's yardstick (``yardstick.py``) last.
 
-    python benchmarks/diff.py [--sizes 10000,200000,1000000] [--rounds 3] [--keep]
+    python benchmarks/diff.py [--sizes 10000,200000,1000000] [--rounds 3] [--cases equal,stall] [--keep]
 """
 
 from __future__ import annotations
@@ -135,11 +135,11 @@ def _diff(db: str, sids: tuple[str, str]) -> tuple[int, int]:
     return len(d.differences), d.work
 
 
-def child(db: str, mode: str, rounds: int) -> None:
+def child(db: str, mode: str, rounds: int, cases: list[str]) -> None:
     """One size in this process: paired rounds per case (``mode`` diff), or the read alone (``read``)."""
     out: dict[str, Any] = {}
     _read_alone(db, ("a", "a"))   # imports and the file's first open, outside the rounds
-    for case in CASES:
+    for case in cases:
         sids = ("a", SIDS[case])
         bases, tooks = [], []
         diffs = work = 0
@@ -157,8 +157,9 @@ def child(db: str, mode: str, rounds: int) -> None:
     print(json.dumps(out))
 
 
-def _run_child(db: Path, mode: str, rounds: int) -> dict[str, Any]:
-    p = subprocess.run([sys.executable, __file__, "--child", mode, "--db", str(db), "--rounds", str(rounds)],
+def _run_child(db: Path, mode: str, rounds: int, cases: list[str]) -> dict[str, Any]:
+    p = subprocess.run([sys.executable, __file__, "--child", mode, "--db", str(db), "--rounds", str(rounds),
+                        "--cases", ",".join(cases)],
                        capture_output=True, text=True, check=False)
     if p.returncode:
         raise SystemExit(f"{mode} at {db} failed:\n{p.stderr}")
@@ -169,12 +170,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="10000,200000,1000000")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cases", default=",".join(CASES), help=f"some of: {', '.join(CASES)}")
     ap.add_argument("--keep", action="store_true", help="keep the temporary databases")
     ap.add_argument("--child", choices=["diff", "read"], help=argparse.SUPPRESS)
     ap.add_argument("--db", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    cases = [c for c in args.cases.split(",") if c]
+    if unknown := set(cases) - set(CASES):
+        ap.error(f"--cases: unknown {', '.join(sorted(unknown))} (choose from {', '.join(CASES)})")
     if args.child:
-        child(args.db, args.child, max(1, args.rounds))
+        child(args.db, args.child, max(1, args.rounds), cases)
         return
     tmp = Path(tempfile.mkdtemp(prefix="wb-bench-diff-"))
     try:
@@ -186,11 +191,11 @@ def main() -> None:
                 store.checkpoint()
             print(f"\n{size:,} frames: generated {sum(counts.values()):,} frames in 4 sessions in "
                   f"{time.perf_counter() - t0:.1f} s")
-            got = _run_child(db, "diff", args.rounds)
-            read = _run_child(db, "read", 1)
+            got = _run_child(db, "diff", args.rounds, cases)
+            read = _run_child(db, "read", 1, cases[:1])
             print(f"  medians of {args.rounds} paired rounds; peak RSS: diff {got['rss_mib']:.0f} MiB, "
                   f"reading the frames alone {read['rss_mib']:.0f} MiB")
-            for case in CASES:
+            for case in cases:
                 r = got[case]
                 print(f"  {case:<13} diff {r['took']:7.3f} s   read alone {r['base']:7.3f} s   "
                       f"{r['took'] / r['base']:5.1f}x   {r['differences']} differences, work {r['work']:,}")

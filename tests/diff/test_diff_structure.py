@@ -105,3 +105,13 @@ def test_a_step_of_many_changed_frames_lists_a_bounded_number() -> None:
     rows = [x for x in d.differences if x["type"] == "changed_fields"]
     assert len(rows) == MAX_FRAME_ROWS and rows[-1]["more_frames"] == 200 - MAX_FRAME_ROWS
     assert "180 more frames of this step differ" in rows[-1]["text"]
+
+
+def test_deeply_nested_json_inside_a_field_is_compared_as_text_without_a_traceback() -> None:
+    a, b = Session(), Session()
+    deep = "[" * 900 + "]" * 900
+    a.add("server", "kv_server_message.set_blob_args", {"kv": {"blob_data": deep}})
+    b.add("server", "kv_server_message.set_blob_args", {"kv": {"blob_data": deep[:-1] + " ]"}})
+    d = diff_sessions(a.end(), b.end())
+    rows = [x for x in d.differences if x["type"] == "changed_fields"]
+    assert rows and rows[0]["fields"][0]["path"] == "kv.blob_data"

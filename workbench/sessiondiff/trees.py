@@ -19,6 +19,7 @@ IGNORED_CAMEL = re.compile(r"[a-z0-9](Id|Ids|Uuid|Hash|Sha256|Checksum|Digest|No
 IGNORED_VALUE = re.compile(r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{40}|[0-9a-f]{64})$",
                            re.IGNORECASE)
 _VALUE_CHARS = 120
+MAX_JSON_DEPTH = 64   # JSON inside a field nested deeper is compared as its text
 # line breaks and tabs inside a value, written as the rest of the CLI writes them (other control
 # characters are the printer's: workbench.textsafe, at the output)
 _LAYOUT = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
@@ -43,7 +44,22 @@ def _embedded_json(value: str) -> Any:
         parsed = json.loads(text)
     except (ValueError, RecursionError):
         return None
-    return parsed if isinstance(parsed, dict | list) else None
+    if not isinstance(parsed, dict | list) or _deeper_than(parsed, MAX_JSON_DEPTH):
+        return None   # compared as the string it is: flatten walks by recursion
+    return parsed
+
+
+def _deeper_than(doc: Any, limit: int) -> bool:
+    stack = [(doc, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(v, dict):
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, depth + 1) for x in v)
+    return False
 
 
 def _unalignable(part: str) -> bool:
