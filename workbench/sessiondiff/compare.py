@@ -136,13 +136,15 @@ def diff_sessions(a: SessionView, b: SessionView, opts: Options | None = None) -
     ia, ib = items(a.frames, opts), items(b.frames, opts)
     pos_a = {f.seq: i for i, f in enumerate(a.frames)}
     pos_b = {f.seq: i for i, f in enumerate(b.frames)}
-    bytes_a, content_a = _part_keys(ia, opts, d)
-    bytes_b, content_b = _part_keys(ib, opts, d)
-    al = align(ia, ib, part_starts(ia), part_starts(ib),
-               lambda s, e, side_a: bytes_a(s, e) if side_a else bytes_b(s, e),
-               lambda s, e, side_a: content_a(s, e) if side_a else content_b(s, e),
-               lambda k, side_a: None if kinds.is_heartbeat((ia if side_a else ib)[k].kind)
-               else step_key((ia if side_a else ib)[k], opts, d))
+    steps = {True: ia, False: ib}          # by "is side A", as align asks
+    keys = {True: _part_keys(ia, opts, d), False: _part_keys(ib, opts, d)}
+
+    def content(k: int, side_a: bool) -> Hashable | None:
+        it = steps[side_a][k]
+        return None if kinds.is_heartbeat(it.kind) else step_key(it, opts, d)
+
+    al = align(ia, ib, part_starts(ia), part_starts(ib), lambda s, e, side_a: keys[side_a][0](s, e),
+               lambda s, e, side_a: keys[side_a][1](s, e), content)
     d.work += al.work
     d.windowed_gaps = al.windowed_gaps
     moved = {ga[0]: (ga, gb) for ga, gb in al.moved}
@@ -212,7 +214,7 @@ def _part_keys(steps: list[Item], opts: Options, d: Diff) -> tuple[Callable[[int
             if kinds.is_heartbeat(it.kind):
                 key.append(it.token)
             else:
-                key.append((it.token, len(it.frames), hash(b"\0".join(f.payload for f in it.frames))))
+                key.append((it.token, len(it.frames), hash(tuple(f.payload for f in it.frames))))
         return hash(tuple(key))
 
     def by_content(start: int, end: int) -> Hashable:
