@@ -111,8 +111,12 @@ def align(a: Sequence[Alignable], b: Sequence[Alignable], parts_a: list[int], pa
             if k in gone_b:
                 out.ops.extend((None, s) for s in range(*rb[k]))
         if i < len(ra):
-            out.ops.extend(zip(range(*ra[i]), range(*rb[j]), strict=True))
-            out.work += ra[i][1] - ra[i][0]
+            xs, ys = list(range(*ra[i])), list(range(*rb[j]))
+            if len(xs) == len(ys):   # equal keys, equal steps (a key collision is aligned like a gap)
+                out.ops.extend(zip(xs, ys, strict=True))
+                out.work += len(xs)
+            else:
+                _align_steps(a, b, xs, ys, out)
         pa, pb = i + 1, j + 1
     return out
 
