@@ -72,7 +72,7 @@ def test_missing_stream_close_and_count() -> None:
     assert {x["type"] for x in d.differences} >= {"only_in_a", "only_in_b", "exec", "ending"}
 
 
-def test_ids_inside_embedded_json_and_hash_values_are_ignored_control_chars_escaped() -> None:
+def test_ids_inside_embedded_json_and_hash_values_are_ignored_values_kept_for_the_printer() -> None:
     def blob(call: str, turn_hash: str, text: str) -> list[LoadedFrame]:
         doc = json.dumps({"role": "tool", "id": call, "content": [{"toolCallId": call, "text": text}]})
         return [_frame(0, "server", "kv_server_message.set_blob_args", {"kv": {"blob_data": doc}}, 0.0),
@@ -83,6 +83,11 @@ def test_ids_inside_embedded_json_and_hash_values_are_ignored_control_chars_esca
     d = diff_sessions(_view(blob("toolu_a", "a" * 64, "ok")), _view(blob("toolu_b", "b" * 64, "bad\u001b[2J")))
     changed = [x for x in d.differences if x["type"] == "changed_fields"]
     assert [c["path"] for c in changed[0]["fields"]] == ["kv.blob_data{json}.content[0].text"]
-    assert r"\x1b[2J" in changed[0]["text"] and "\x1b" not in changed[0]["text"]  # escaped, never raw
+    # the value as it was (--json stays exact; workbench.textsafe escapes it at the terminal), line breaks
+    # as the rest of the CLI writes them (issue 35: they were ``\x0a``)
+    assert changed[0]["fields"][0]["b"] == "bad\u001b[2J"
+    d = diff_sessions(_view(blob("a", "a" * 64, "one\ntwo")), _view(blob("b", "b" * 64, "one\nthree")))
+    row = [x for x in d.differences if x["type"] == "changed_fields"][0]
+    assert row["fields"][0]["b"] == "one\\nthree" and "\\x0a" not in row["text"] and "\n" not in row["text"]
     assert not diff_sessions(_view(blob("a", "a" * 64, "ok")), _view(blob("b", "b" * 64, "ok")),
                              Options(compare_ids=True)).same

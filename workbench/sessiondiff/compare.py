@@ -1,225 +1,133 @@
 """Comparing two recorded sessions: what changed between a broken run and a fixed one.
 
-The sessions are aligned by their message kind sequence (``difflib.SequenceMatcher`` over
-``(direction, kind)`` tokens). Consecutive frames of one kind form one item first (a run of
-heartbeats or text deltas is one step whose count may differ), and client keep-alives are left
-out (they follow the clock, not the protocol) unless asked for. Aligned items are compared frame
-by frame on their decoded trees, ignoring ids, hashes and times (``IGNORED_FIELD``); fields the
+Each session becomes a list of steps: consecutive frames of one direction and kind are one step
+(a run of heartbeats or streamed deltas is one step whose count may differ), client keep-alives
+left out (they follow the clock, not the protocol) unless asked for. The steps are aligned on the
+session's structure first — turns, execs and tool calls — then within it (``align``: near-linear,
+no quadratic matcher over whole sessions). Aligned steps are compared frame by frame on their
+decoded trees, ignoring ids, hashes and times (``IGNORED_FIELD``), frames with the same bytes
+without decoding them; a streamed step (text, thinking, tool-call arguments) is compared as the
+text it streams, shown on a bounded window around its first difference (``streams``). Fields the
 schema could not name (an unknown field number, a schemaless value: another build's schema) are
-listed as unaligned instead of compared. Execs are paired by their order and name (the second
-``shell`` exec of A with the second of B) and compared on how they were answered and closed;
-tool calls likewise on their arguments. Timing differences count when the delay before an
-aligned item differs by more than a threshold. Then the endings, the findings, and the stall.
+listed as unaligned instead of compared. A step found on both sides but at another place is one
+"moved" difference, not a removal and an addition. Execs are paired by their order and name (the
+second ``shell`` exec of A with the second of B) and compared on how they were answered and
+closed; tool calls first by their arguments, then likewise by order. Timing differences count
+when the delay before an aligned step differs by more than a threshold. Then the endings (an
+OpenAI session's in its own terms: finish_reason, ``[DONE]``), the findings, and the stall.
+
+The first divergence is the earliest *protocol* difference (``PROTOCOL``): message kinds and
+structure, execs, tool calls, endings; a different prompt or answer text alone is content, shown
+but not the first divergence.
 """
 
 from __future__ import annotations
 
-import difflib
+import functools
 import json
 import re
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Required, TypedDict, cast
+from collections.abc import Callable, Hashable, Sequence
 
-from workbench.nesting import load_json
 from workbench.protocol import kinds
+from workbench.redact import is_content_field
 from workbench.report.session import LoadedFrame, SessionView
-from workbench.report.shape import Exec, StallDoc, execs, find_stall
+from workbench.sessiondiff import outcome, streams
+from workbench.sessiondiff.align import align
+from workbench.sessiondiff.model import (
+    DEFAULT_TIMING_S,
+    Diff,
+    Difference,
+    FieldChange,
+    Item,
+    Options,
+    add,
+    settle_first_divergence,
+)
+from workbench.sessiondiff.trees import compare_trees, digest, flatten, shown
 
-# Names of fields that differ between any two runs: ids, content hashes, wall-clock times.
-IGNORED_FIELD = re.compile(
-    r"(^|_)(id|ids|uuid|hash|sha256|checksum|digest|nonce|timestamp|at|ms|time|seed)$", re.IGNORECASE)
-# the same in camelCase (JSON inside fields: ``toolCallId``, ``createdAt``)
-IGNORED_CAMEL = re.compile(r"[a-z0-9](Id|Ids|Uuid|Hash|Sha256|Checksum|Digest|Nonce|Timestamp|At|Ms|Time)$")
-# Values that are ids or content hashes whatever their field is called: a UUID, a SHA-1/SHA-256 in hex.
-IGNORED_VALUE = re.compile(r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{40}|[0-9a-f]{64})$",
-                           re.IGNORECASE)
-DEFAULT_TIMING_S = 0.5
+__all__ = ["DEFAULT_TIMING_S", "Diff", "Difference", "FieldChange", "Item", "Options", "compare_trees",
+           "diff_sessions", "flatten", "items"]
+
 MAX_FIELD_CHANGES = 20     # per frame pair: a rewritten message is one difference, not a thousand
-_VALUE_CHARS = 120
+MAX_FRAME_ROWS = 20        # per step: frames listed with their changed fields, the rest counted
+# Steps that carry the session's structure, anchors of the alignment: their kind and occurrence ...
+_TURN_ANCHORS = frozenset({kinds.RUN_REQUEST, kinds.TURN_ENDED, kinds.END_STREAM, kinds.END_STREAM_ERROR,
+                           kinds.OPENAI_REQUEST, kinds.OPENAI_FINISH, kinds.OPENAI_DONE})
+# ... and, for execs and tool calls, what they run (ids left out), so an exec added before them
+# does not shift them
+_CALL_ANCHORS = frozenset({kinds.TOOL_CALL_STARTED, kinds.TOOL_CALL_COMPLETED})
 
 
-@dataclass
-class Item:
-    """Consecutive frames of one direction and kind: one step of the conversation."""
-
-    direction: str
-    kind: str
-    frames: list[LoadedFrame]
-
-    @property
-    def token(self) -> tuple[str, str]:
-        return self.direction, self.kind
-
-    def where(self, t0: int) -> str:
-        a, b = self.frames[0], self.frames[-1]
-        seqs = f"seq {a.seq}" if a is b else f"seq {a.seq}–{b.seq}"
-        return f"{seqs}, +{(a.ts_us - t0) / 1e6:.3f} s"
-
-    def label(self) -> str:
-        arrow = "→" if self.direction == "client" else "←"
-        n = len(self.frames)
-        return f"{arrow} {self.kind}" + (f" ×{n}" if n > 1 else "")
+@functools.cache
+def _is_call(kind: str) -> bool:
+    return kind in _CALL_ANCHORS or kinds.in_family(kind, kinds.EXEC_SERVER)
 
 
-@dataclass
-class Options:
-    timing_threshold_s: float = DEFAULT_TIMING_S
-    compare_ids: bool = False
-    client_heartbeats: bool = False
-
-
-class FieldChange(TypedDict):
-    """One field that differs between two aligned frames of the same kind (``a``/``b``: the value,
-    shortened; None on the side without the field)."""
-
-    a_seq: int
-    b_seq: int
-    kind: str
-    path: str
-    a: str | None
-    b: str | None
-
-
-class Difference(StallDoc, total=False):
-    """One difference, as ``workbench diff --json`` lists it: ``type`` and ``text`` always; the
-    frames of the item on each side when it has them; then what its type adds (see ``_add`` calls;
-    a stall adds the keys of ``StallDoc``)."""
-
-    type: Required[str]   # only_in_a, only_in_b, count, changed_fields, timing, exec, tool_call, ...
-    text: Required[str]
-    a_seq: int
-    a_last_seq: int
-    a_count: int
-    b_seq: int
-    b_last_seq: int
-    b_count: int
-    kind: str
-    direction: str
-    fields: list[FieldChange]          # changed_fields
-    a_gap_s: float                     # timing
-    b_gap_s: float
-    exec: str                          # exec
-    a_ending: str | None
-    b_ending: str | None
-    missing: str | None
-    tool: str                          # tool_call, tool_args
-    field: str
-    a: Any                             # the value on each side (tool_args, tool_call, ending)
-    b: Any
-    code: str                          # finding
-    severity: str
-    side: str                          # finding, stall
-
-
-@dataclass
-class Diff:
-    a: SessionView
-    b: SessionView
-    differences: list[Difference] = field(default_factory=list)
-    unaligned: list[FieldChange] = field(default_factory=list)
-    first_divergence: Difference | None = None
-    first_sequence_divergence: Difference | None = None   # the first message in one session only
-    stall: dict[str, StallDoc | None] = field(default_factory=dict)
-    aligned_items: int = 0
-
-    @property
-    def same(self) -> bool:
-        return not self.differences
+@functools.cache
+def _kind_facts(kind: str) -> tuple[bool, bool, bool, bool]:
+    """(client keep-alive, server heartbeat, streamed, exec or tool call) of a kind: a session has a
+    few dozen kinds and up to millions of frames."""
+    return (kinds.is_client_heartbeat(kind), kinds.is_server_heartbeat(kind), streams.is_streamed(kind),
+            _is_call(kind))
 
 
 def items(frames: Sequence[LoadedFrame], opts: Options) -> list[Item]:
     out: list[Item] = []
+    held: list[LoadedFrame] = []   # server heartbeats after a streamed step, until it is known whether it goes on
+    last: Item | None = None
+    last_streamed = False
     for f in frames:
-        if not opts.client_heartbeats and kinds.is_client_heartbeat(f.kind):
+        keep_alive, beat, streamed, call = _kind_facts(f.kind)
+        if keep_alive and not opts.client_heartbeats:
             continue
-        if out and out[-1].token == (f.direction, f.kind):
-            out[-1].frames.append(f)
+        if last_streamed and beat:
+            held.append(f)
+            continue
+        if held:
+            assert last is not None
+            if last.kind == f.kind and last.direction == f.direction:
+                last.beats.extend(held)   # heartbeats inside a stream: one streamed step, not many
+            else:
+                out.append(Item(held[0].direction, held[0].kind, held))
+                last, last_streamed = out[-1], False
+            held = []
+        if last is not None and last.kind == f.kind and last.direction == f.direction and not call:
+            last.frames.append(f)
         else:
-            out.append(Item(f.direction, f.kind, [f]))
+            last = Item(f.direction, f.kind, [f])
+            last_streamed = streamed
+            out.append(last)
+    if held:
+        out.append(Item(held[0].direction, held[0].kind, held))
+    seen: dict[Hashable, int] = {}
+    for it in out:
+        key: Hashable
+        if it.kind in _TURN_ANCHORS:
+            key = it.token
+        elif _is_call(it.kind):
+            key = (it.token, digest(it.frames[0], opts))
+        else:
+            continue
+        n = seen.get(key, 0)
+        seen[key] = n + 1
+        it.anchor = (key, n)
     return out
 
 
-def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    # text from the wire never reaches a terminal raw: control characters as escapes
-    text = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}"
-                   for ch in text)
-    return text if len(text) <= _VALUE_CHARS else text[: _VALUE_CHARS - 1] + "…"
+_LEAF_NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\W*$")
 
 
-def _embedded_json(value: str) -> Any:
-    """A string holding a JSON object or array (a prompt blob, tool arguments), parsed; else None."""
-    text = value.strip()
-    if not (text[:1] in "{[" and text[-1:] in "}]"):
-        return None
-    try:
-        parsed = load_json(text)
-    except ValueError:  # not JSON, or nested past the limit every reader shares
-        return None
-    return parsed if isinstance(parsed, dict | list) else None
+def _is_content_change(c: FieldChange) -> bool:
+    """A changed text field (a prompt, an answer, a result): content, not protocol."""
+    m = _LEAF_NAME.search(re.sub(r"\[\d+\]|\{json\}", "", c["path"]))
+    name = m.group(1) if m else ""
+    texts = all(v is None or not _looks_scalar(v) for v in (c["a"], c["b"]))
+    return texts and is_content_field(name)
 
 
-def _unalignable(part: str) -> bool:
-    """A path part the schema did not name: a field number, or a marker of a schemaless value."""
-    return part.isdigit() or (part.startswith("$") and part not in ("$text", "$value"))
-
-
-def flatten(tree: Any, opts: Options, prefix: str = "") -> Iterator[tuple[str, Any, bool]]:
-    """(path, leaf value, unalignable) for every leaf of a decoded tree, ignored fields left out."""
-    if isinstance(tree, dict):
-        if not tree and prefix:
-            yield prefix, {}, False
-        for k, v in tree.items():
-            key = str(k)
-            if not opts.compare_ids and (IGNORED_FIELD.search(key) or IGNORED_CAMEL.search(key)):
-                continue
-            path = f"{prefix}.{key}" if prefix else key
-            for p, leaf, odd in flatten(v, opts, path):
-                yield p, leaf, odd or _unalignable(key)
-    elif isinstance(tree, list):
-        if not tree:
-            yield prefix, [], False
-        for i, v in enumerate(tree):
-            yield from flatten(v, opts, f"{prefix}[{i}]")
-    elif isinstance(tree, str) and not opts.compare_ids and IGNORED_VALUE.match(tree):
-        return
-    elif isinstance(tree, str) and (inner := _embedded_json(tree)) is not None:
-        # JSON inside a field (KV prompt blobs, arguments): compared key by key, its ids ignored too
-        yield from flatten(inner, opts, f"{prefix}{{json}}")
-    else:
-        yield prefix, tree, False
-
-
-def compare_trees(fa: LoadedFrame, fb: LoadedFrame, opts: Options) -> tuple[list[FieldChange], list[FieldChange]]:
-    """(changed fields, unaligned fields) between two frames of the same kind."""
-    la = {p: (v, odd) for p, v, odd in flatten(fa.tree, opts)}
-    lb = {p: (v, odd) for p, v, odd in flatten(fb.tree, opts)}
-    mismatched = set(_mismatch_paths(fa)) | set(_mismatch_paths(fb))
-    changed: list[FieldChange] = []
-    unaligned: list[FieldChange] = []
-    for path in sorted(la.keys() | lb.keys()):
-        va, oa = la.get(path, (None, False))
-        vb, ob = lb.get(path, (None, False))
-        if path in la and path in lb and va == vb:
-            continue
-        row: FieldChange = {"a_seq": fa.seq, "b_seq": fb.seq, "kind": fa.kind, "path": path,
-               "a": _short(va) if path in la else None, "b": _short(vb) if path in lb else None}
-        if oa or ob or any(path.startswith(m) for m in mismatched):
-            unaligned.append(row)
-        else:
-            changed.append(row)
-    return changed, unaligned
-
-
-def _mismatch_paths(f: LoadedFrame) -> list[str]:
-    found = (f.meta or {}).get("schema_mismatch") or []
-    return [str(m.get("path")) for m in found if isinstance(m, dict) and m.get("path")]
-
-
-def _gap_us(frames: Sequence[LoadedFrame], f: LoadedFrame, index: dict[int, int]) -> int:
-    i = index[f.seq]
-    return f.ts_us - frames[i - 1].ts_us if i > 0 else 0
+def _looks_scalar(shown: str) -> bool:
+    """A shown value that is a number, a boolean or null (not text)."""
+    return shown in ("true", "false", "null") or re.fullmatch(r"-?\d+(\.\d+)?", shown) is not None
 
 
 def diff_sessions(a: SessionView, b: SessionView, opts: Options | None = None) -> Diff:
@@ -228,184 +136,180 @@ def diff_sessions(a: SessionView, b: SessionView, opts: Options | None = None) -
     ia, ib = items(a.frames, opts), items(b.frames, opts)
     pos_a = {f.seq: i for i, f in enumerate(a.frames)}
     pos_b = {f.seq: i for i, f in enumerate(b.frames)}
-    sm = difflib.SequenceMatcher(None, [x.token for x in ia], [x.token for x in ib], autojunk=False)
-    for tag, a1, a2, b1, b2 in sm.get_opcodes():
-        if tag == "equal":
-            for x, y in zip(ia[a1:a2], ib[b1:b2], strict=True):
-                d.aligned_items += 1
-                _compare_items(d, x, y, opts, pos_a, pos_b)
-            continue
-        for x in ia[a1:a2]:
-            _add(d, "only_in_a", f"only in A: {x.label()} ({x.where(a.t0_us)})", x=x)
-        for y in ib[b1:b2]:
-            _add(d, "only_in_b", f"only in B: {y.label()} ({y.where(b.t0_us)})", y=y)
-    _compare_execs(d, execs(a.frames), execs(b.frames))
-    _compare_tools(d, a.tool_calls, b.tool_calls, opts)
-    _compare_ending(d)
-    _compare_findings(d)
-    _compare_stalls(d)
+    steps = {True: ia, False: ib}          # by "is side A", as align asks
+    keys = {True: _part_keys(ia, opts, d), False: _part_keys(ib, opts, d)}
+
+    def content(k: int, side_a: bool) -> Hashable | None:
+        it = steps[side_a][k]
+        return None if kinds.is_heartbeat(it.kind) else step_key(it, opts, d)
+
+    al = align(ia, ib, part_starts(ia), part_starts(ib), lambda s, e, side_a: keys[side_a][0](s, e),
+               lambda s, e, side_a: keys[side_a][1](s, e), content)
+    d.work += al.work
+    d.windowed_gaps = al.windowed_gaps
+    moved = {ga[0]: (ga, gb) for ga, gb in al.moved}
+    in_moved = {("a", i) for ga, _ in al.moved for i in ga} | {("b", j) for _, gb in al.moved for j in gb}
+    last_a = -1.0                        # the A seq reached along the alignment (B-only steps sit after it)
+    for i, j in al.ops:
+        if i is not None and j is not None:
+            d.aligned_items += 1
+            last_a = ia[i].frames[0].seq
+            _compare_items(d, ia[i], ib[j], opts, pos_a, pos_b)
+        elif i is not None:
+            last_a = ia[i].frames[0].seq
+            if i in moved:
+                _add_moved(d, ia, ib, moved[i], last_a)
+            elif ("a", i) not in in_moved:
+                x = ia[i]
+                add(d, "only_in_a", f"only in A: {x.label()} ({x.where(a.t0_us)})", x=x, at=last_a)
+        elif j is not None and ("b", j) not in in_moved:
+            y = ib[j]
+            add(d, "only_in_b", f"only in B: {y.label()} ({y.where(b.t0_us)})", y=y, at=last_a + 0.5)
+    outcome.compare_execs(d)
+    outcome.compare_tools(d, opts)
+    outcome.compare_ending(d)
+    outcome.compare_findings(d)
+    outcome.compare_stalls(d)
+    settle_first_divergence(d)
     return d
 
 
-def _add(d: Diff, kind: str, text: str, *, x: Item | None = None, y: Item | None = None, **extra: Any) -> None:
-    fields: dict[str, Any] = {"type": kind, "text": text}  # keys in this order: the JSON output keeps it
-    if x is not None:
-        fields.update(a_seq=x.frames[0].seq, a_last_seq=x.frames[-1].seq, kind=x.kind, direction=x.direction,
-                   a_count=len(x.frames))
-    if y is not None:
-        fields.update(b_seq=y.frames[0].seq, b_last_seq=y.frames[-1].seq, kind=y.kind, direction=y.direction,
-                   b_count=len(y.frames))
-    fields.update(extra)
-    row = cast(Difference, fields)  # the keyword arguments of the callers are Difference's keys
-    d.differences.append(row)
-    # the first divergence: the earliest difference on the aligned message sequence
-    if kind in ("only_in_a", "only_in_b", "changed_fields", "count", "timing") and d.first_divergence is None:
-        d.first_divergence = row
-    if kind in ("only_in_a", "only_in_b", "count") and d.first_sequence_divergence is None:
-        d.first_sequence_divergence = row
+# a part of a session ends after these (an exec closed, a model step or a turn ended) ...
+_PART_ENDS = frozenset({kinds.EXEC_STREAM_CLOSE, kinds.EXEC_THROW, kinds.EXEC_ABORT, kinds.STEP_COMPLETED,
+                        kinds.TURN_ENDED, kinds.OPENAI_DONE})
+# ... and begins with these (a turn)
+_PART_STARTS = frozenset({kinds.RUN_REQUEST, kinds.OPENAI_REQUEST})
+
+
+def part_starts(steps: list[Item]) -> list[int]:
+    """Where each part of a session begins (``align``: parts are paired whole first)."""
+    return [k for k, it in enumerate(steps)
+            if k == 0 or it.kind in _PART_STARTS or steps[k - 1].kind in _PART_ENDS]
+
+
+def step_key(it: Item, opts: Options, d: Diff) -> Hashable:
+    """A step's content, ids left out (computed once): streamed steps by the text they add up to
+    (their cutting differs between runs), heartbeats by their place only (their number follows the clock)."""
+    if it.content is None:
+        d.work += len(it.frames)
+        if kinds.is_heartbeat(it.kind):
+            it.content = it.token
+        elif streams.is_streamed(it.kind):
+            it.content = (it.token, hash(_stream_text(it, opts, d)))
+        else:
+            it.content = (it.token, len(it.frames), tuple(digest(f, opts) for f in it.frames))
+    return it.content
+
+
+def _part_keys(steps: list[Item], opts: Options, d: Diff) -> tuple[Callable[[int, int], Hashable],
+                                                                  Callable[[int, int], Hashable]]:
+    """The two keys of a part (first step, end): its bytes, then its content with ids left out.
+    Heartbeats count by their place only (their number follows the clock), streamed steps by
+    the text they add up to (their cutting differs between runs)."""
+
+    def by_bytes(start: int, end: int) -> Hashable:
+        key: list[Hashable] = []
+        for it in steps[start:end]:
+            d.work += len(it.frames)
+            if kinds.is_heartbeat(it.kind):
+                key.append(it.token)
+            else:
+                key.append((it.token, len(it.frames), hash(tuple(f.payload for f in it.frames))))
+        return hash(tuple(key))
+
+    def by_content(start: int, end: int) -> Hashable:
+        return hash(tuple(step_key(it, opts, d) if not kinds.is_heartbeat(it.kind) else it.token
+                          for it in steps[start:end]))
+
+    return by_bytes, by_content
+
+
+def _add_moved(d: Diff, ia: list[Item], ib: list[Item], group: tuple[list[int], list[int]], at: float) -> None:
+    ga, gb = group
+    xa, xb = ia[ga[0]], ib[gb[0]]
+    first = Item(xa.direction, xa.kind, [*xa.frames, *ia[ga[-1]].frames])
+    last = Item(xb.direction, xb.kind, [*xb.frames, *ib[gb[-1]].frames])
+    labels = [ia[i].label() for i in ga if not kinds.is_heartbeat(ia[i].kind)] or [ia[i].label() for i in ga]
+    shown = ", ".join(labels[:5]) + (f", … ({len(labels)} steps)" if len(labels) > 5 else "")
+    add(d, "moved", f"moved: {shown} (A {first.where(d.a.t0_us)} → B {last.where(d.b.t0_us)})",
+        x=first, y=last, at=at, steps=labels)
+
+
+def _gap_us(frames: Sequence[LoadedFrame], f: LoadedFrame, index: dict[int, int]) -> int:
+    i = index[f.seq]
+    return f.ts_us - frames[i - 1].ts_us if i > 0 else 0
 
 
 def _compare_items(d: Diff, x: Item, y: Item, opts: Options, pos_a: dict[int, int], pos_b: dict[int, int]) -> None:
+    at = float(x.frames[0].seq)
     if len(x.frames) != len(y.frames):
-        _add(d, "count", f"{x.label().split(' ×')[0]}: {len(x.frames)} in A ({x.where(d.a.t0_us)}), "
-             f"{len(y.frames)} in B ({y.where(d.b.t0_us)})", x=x, y=y)
-    for fa, fb in zip(x.frames, y.frames, strict=False):
-        if kinds.is_heartbeat(fa.kind):
-            continue  # empty messages: only their number and time say anything
-        changed, unaligned = compare_trees(fa, fb, opts)
-        d.unaligned.extend(unaligned)
-        if changed:
-            shown = changed[:MAX_FIELD_CHANGES]
-            more = f" (+{len(changed) - len(shown)} more)" if len(changed) > len(shown) else ""
-            lines = "; ".join(f"{c['path']}: {c['a']} → {c['b']}" for c in shown)
-            _add(d, "changed_fields", f"{fa.kind} A seq {fa.seq} / B seq {fb.seq}: {lines}{more}",
-                 x=Item(x.direction, x.kind, [fa]), y=Item(y.direction, y.kind, [fb]), fields=changed)
+        # a different number of heartbeats or deltas follows the clock and the chunking: not protocol
+        noise = kinds.is_heartbeat(x.kind) or streams.is_streamed(x.kind)
+        add(d, "count", f"{x.label().split(' ×')[0]}: {len(x.frames)} in A ({x.where(d.a.t0_us)}), "
+            f"{len(y.frames)} in B ({y.where(d.b.t0_us)})", x=x, y=y, at=at, protocol=not noise)
+    if not kinds.is_heartbeat(x.kind):   # empty messages: only their number and time say anything
+        if streams.is_streamed(x.kind):
+            _compare_stream(d, x, y, opts)
+        else:
+            _compare_frames(d, x, y, opts)
     ga = _gap_us(d.a.frames, x.frames[0], pos_a)
     gb = _gap_us(d.b.frames, y.frames[0], pos_b)
     if abs(ga - gb) / 1e6 > opts.timing_threshold_s:
-        _add(d, "timing", f"{x.kind}: came {ga / 1e6:.3f} s after the previous frame in A (seq {x.frames[0].seq}), "
-             f"{gb / 1e6:.3f} s in B (seq {y.frames[0].seq})", x=x, y=y, a_gap_s=ga / 1e6, b_gap_s=gb / 1e6)
+        add(d, "timing", f"{x.kind}: came {ga / 1e6:.3f} s after the previous frame in A (seq {x.frames[0].seq}), "
+            f"{gb / 1e6:.3f} s in B (seq {y.frames[0].seq})", x=x, y=y, at=at, protocol=False,
+            a_gap_s=ga / 1e6, b_gap_s=gb / 1e6)
 
 
-def _pair_by_name(xs: Sequence[Any], ys: Sequence[Any], name: Any) -> Iterator[tuple[Any | None, Any | None, int]]:
-    """Pair the n-th element named N in ``xs`` with the n-th named N in ``ys``; (x, y, n)."""
-    seen: dict[str, int] = {}
-    by_b: dict[tuple[str, int], Any] = {}
-    for y in ys:
-        k = name(y)
-        by_b[(k, seen.get(k, 0))] = y
-        seen[k] = seen.get(k, 0) + 1
-    seen.clear()
-    for x in xs:
-        k = name(x)
-        n = seen.get(k, 0)
-        seen[k] = n + 1
-        yield x, by_b.pop((k, n), None), n + 1
-    for (_k, n), y in sorted(by_b.items(), key=lambda kv: kv[1].request_seq if isinstance(kv[1], Exec) else 0):
-        yield None, y, n + 1
+def _same_bytes(fa: LoadedFrame, fb: LoadedFrame) -> bool:
+    """The same bytes decoded the same way: the same tree, not decoded (what makes a long session
+    against itself, or against a replay of it, cost one bytes comparison a frame)."""
+    return bool(fa.payload) and fa.payload == fb.payload and (fa.kind, fa.msg_type, fa.flags) == (
+        fb.kind, fb.msg_type, fb.flags)
 
 
-def _compare_execs(d: Diff, ea: list[Exec], eb: list[Exec]) -> None:
-    for x, y, n in _pair_by_name(ea, eb, lambda e: e.name):
-        if y is None:
-            assert x is not None
-            _add(d, "exec", f"exec {x.name} #{n}: only in A (exec {x.ref_id}, seq {x.request_seq})",
-                 exec=x.name, a_seq=x.request_seq)
+def _compare_frames(d: Diff, x: Item, y: Item, opts: Options) -> None:
+    rows: list[Difference] = []
+    for fa, fb in zip(x.frames, y.frames, strict=False):
+        d.work += 1
+        if _same_bytes(fa, fb):
             continue
-        if x is None:
-            _add(d, "exec", f"exec {y.name} #{n}: only in B (exec {y.ref_id}, seq {y.request_seq})",
-                 exec=y.name, b_seq=y.request_seq)
+        changed, unaligned = compare_trees(fa, fb, opts)
+        d.unaligned.extend(unaligned)
+        if not changed:
             continue
-        head = f"exec {x.name} #{n} (A exec {x.ref_id} at seq {x.request_seq}, B exec {y.ref_id} at seq {y.request_seq})"
-        ra, rb = [k for _, k in x.results], [k for _, k in y.results]
-        if ra != rb:
-            _add(d, "exec", f"{head}: answered with {ra or 'nothing'} in A, {rb or 'nothing'} in B",
-                 exec=x.name, a_seq=x.request_seq, b_seq=y.request_seq)
-        if x.ending != y.ending:
-            if x.close_seq is not None and y.close_seq is None:
-                what = f"stream_close only in A (seq {x.close_seq}); B: {y.ending}"
-            elif y.close_seq is not None and x.close_seq is None:
-                what = f"stream_close only in B (seq {y.close_seq}); A: {x.ending}"
-            else:
-                what = f"ended with {x.ending} in A, {y.ending} in B"
-            _add(d, "exec", f"{head}: {what}", exec=x.name, a_seq=x.request_seq, b_seq=y.request_seq,
-                 a_ending=x.ending, b_ending=y.ending,
-                 missing=kinds.EXEC_STREAM_CLOSE if (x.close_seq is None) != (y.close_seq is None) else None)
-
-
-def _norm_args(text: Any, opts: Options) -> Any:
-    if text is None:
-        return None
-    value = text
-    if isinstance(text, str | bytes):  # stored rows keep JSON text; the analysis gives objects
-        try:
-            value = load_json(text)
-        except ValueError:  # not JSON, or nested past the limit every reader shares
-            return text
-    return {p: v for p, v, _ in flatten(value, opts)} if isinstance(value, dict | list) else value
-
-
-def _compare_tools(d: Diff, ta: list[dict[str, Any]], tb: list[dict[str, Any]], opts: Options) -> None:
-    def name(c: dict[str, Any]) -> str:
-        return str(c.get("tool_name") or "?")
-
-    for x, y, n in _pair_by_name(ta, tb, name):
-        if x is None or y is None:
-            c = x or y
-            assert c is not None
-            side = "A" if x is not None else "B"
-            _add(d, "tool_call", f"tool call {name(c)} #{n}: only in {side} ({c.get('call_id')})", tool=name(c))
+        if len(rows) == MAX_FRAME_ROWS:
+            rows[-1]["more_frames"] = rows[-1].get("more_frames", 0) + 1
             continue
-        for key in ("args_merged", "args_streamed", "args_completion"):
-            va, vb = _norm_args(x.get(key), opts), _norm_args(y.get(key), opts)
-            if va != vb:
-                _add(d, "tool_args", f"tool call {name(x)} #{n} {key}: {_short(x.get(key))} → {_short(y.get(key))}",
-                     tool=name(x), field=key, a=x.get(key), b=y.get(key))
-        if x.get("status") != y.get("status"):
-            _add(d, "tool_call", f"tool call {name(x)} #{n} status: {x.get('status')} → {y.get('status')}",
-                 tool=name(x), a=x.get("status"), b=y.get("status"))
+        shown = changed[:MAX_FIELD_CHANGES]
+        more = f" (+{len(changed) - len(shown)} more)" if len(changed) > len(shown) else ""
+        lines = "; ".join(f"{c['path']}: {c['a']} → {c['b']}" for c in shown)
+        content = all(_is_content_change(c) for c in changed) and not _is_call(fa.kind)
+        rows.append(add(d, "changed_fields", f"{fa.kind} A seq {fa.seq} / B seq {fb.seq}: {lines}{more}",
+                        x=Item(x.direction, x.kind, [fa]), y=Item(y.direction, y.kind, [fb]), at=float(fa.seq),
+                        protocol=not content, fields=changed))
+    if rows and rows[-1].get("more_frames"):
+        rows[-1]["text"] += f" (and {rows[-1]['more_frames']} more frames of this step differ)"
 
 
-def _ending(v: SessionView) -> tuple[str, str]:
-    last = next((f.kind for f in reversed(v.frames) if not kinds.is_heartbeat(f.kind)), "no frame")
-    return str(v.facts.get("status") or "?"), last
+def _stream_text(it: Item, opts: Options, d: Diff) -> str:
+    d.work += len(it.frames)
+    return "".join(v if isinstance(v, str) else json.dumps(v, default=str)
+                   for f in it.frames for _p, v, _o in flatten(f.tree, opts))
 
 
-# the names the ending comparison gives the two kinds it looks for (text and JSON keys)
-_END, _TURN = kinds.END_STREAM, kinds.member(kinds.TURN_ENDED)
-
-
-def _compare_ending(d: Diff) -> None:
-    (sa, la), (sb, lb) = _ending(d.a), _ending(d.b)
-    if sa != sb:
-        _add(d, "ending", f"status: {sa} in A, {sb} in B", a=sa, b=sb)
-    ea = any(kinds.is_end_stream(f.kind) for f in d.a.frames)
-    eb = any(kinds.is_end_stream(f.kind) for f in d.b.frames)
-    turn_a = any(f.kind == kinds.TURN_ENDED for f in d.a.frames)
-    turn_b = any(f.kind == kinds.TURN_ENDED for f in d.b.frames)
-    if (ea, turn_a) != (eb, turn_b) or la != lb:
-        def says(end: bool, turn: bool, last: str) -> str:
-            return f"{'' if turn else 'no '}{_TURN}, {'' if end else 'no '}{_END}, last {last}"
-
-        _add(d, "ending", f"ending: {says(ea, turn_a, la)} in A; {says(eb, turn_b, lb)} in B",
-             a={_END: ea, _TURN: turn_a, "last_kind": la},
-             b={_END: eb, _TURN: turn_b, "last_kind": lb})
-
-
-def _compare_findings(d: Diff) -> None:
-    def codes(v: SessionView) -> dict[str, str]:
-        return {str(f["code"]): str(f["severity"]) for f in v.findings}
-
-    ca, cb = codes(d.a), codes(d.b)
-    for code in sorted(ca.keys() - cb.keys()):
-        _add(d, "finding", f"finding only in A: {code} ({ca[code]})", code=code, side="a", severity=ca[code])
-    for code in sorted(cb.keys() - ca.keys()):
-        _add(d, "finding", f"finding only in B: {code} ({cb[code]})", code=code, side="b", severity=cb[code])
-
-
-def _compare_stalls(d: Diff) -> None:
-    sa, sb = find_stall(d.a.frames), find_stall(d.b.frames)
-    d.stall = {"a": sa.as_dict() if sa else None, "b": sb.as_dict() if sb else None}
-    for side, s, other in (("A", sa, sb), ("B", sb, sa)):
-        if s is not None and other is None:
-            _add(d, "stall", f"{side}: {s.describe()}", side=side.lower(), **s.as_dict())
+def _compare_stream(d: Diff, x: Item, y: Item, opts: Options) -> None:
+    d.work += min(len(x.frames), len(y.frames))
+    if len(x.frames) == len(y.frames) and all(_same_bytes(fa, fb) for fa, fb in zip(x.frames, y.frames, strict=True)):
+        return
+    ta, tb = _stream_text(x, opts, d), _stream_text(y, opts, d)
+    if ta == tb:
+        return
+    at = streams.first_difference(ta, tb)
+    d.work += at // 4096 + 1
+    change: FieldChange = {"a_seq": x.frames[0].seq, "b_seq": y.frames[0].seq, "kind": x.kind,
+                           "path": f"{x.kind} (streamed text)", "a": shown(streams.window(ta, at)),
+                           "b": shown(streams.window(tb, at))}
+    add(d, "changed_fields", f"{x.kind} ×{len(x.frames)} A seq {x.frames[0].seq} / ×{len(y.frames)} B seq "
+        f"{y.frames[0].seq}: the streamed text differs from character {at}: {change['a']} → {change['b']}",
+        x=x, y=y, at=float(x.frames[0].seq), protocol=x.kind in (kinds.PARTIAL_TOOL_CALL, kinds.OPENAI_TOOL_CALLS),
+        fields=[change], offset=at, a_chars=len(ta), b_chars=len(tb))

@@ -6,10 +6,11 @@ import json
 from typing import Any
 
 from workbench.report.session import SessionView
+from workbench.sessiondiff.align import WINDOW
 from workbench.sessiondiff.compare import Diff
 
 # the order a person reads them in: the conversation, then what it did, then how it ended
-_SECTIONS = [("messages", ("only_in_a", "only_in_b", "count", "changed_fields", "timing")),
+_SECTIONS = [("messages", ("only_in_a", "only_in_b", "moved", "count", "changed_fields", "timing")),
              ("execs", ("exec",)), ("tool calls", ("tool_call", "tool_args")), ("ending", ("ending",)),
              ("findings", ("finding",)), ("stall", ("stall",))]
 
@@ -25,7 +26,7 @@ def as_json(d: Diff) -> dict[str, Any]:
     return {"same": d.same, "a": _side(d.a), "b": _side(d.b), "aligned_items": d.aligned_items,
             "first_divergence": d.first_divergence, "first_sequence_divergence": d.first_sequence_divergence,
             "differences": d.differences,
-            "unaligned_fields": d.unaligned, "stall": d.stall}
+            "unaligned_fields": d.unaligned, "stall": d.stall, "windowed_gaps": d.windowed_gaps}
 
 
 def dumps(d: Diff) -> str:
@@ -55,6 +56,10 @@ def human(d: Diff) -> str:
             if rows:
                 lines.append(f"  {title}:")
                 lines.extend(f"    {r['text']}" for r in rows)
+    if d.windowed_gaps:
+        lines.append(f"{d.windowed_gaps} stretch{'es' if d.windowed_gaps != 1 else ''} too long to align exactly "
+                     f"{'were' if d.windowed_gaps != 1 else 'was'} aligned in windows of {WINDOW} steps "
+                     "(a step displaced further shows as removed and added)")
     for side in ("a", "b"):
         st = d.stall.get(side)
         if st is not None and not any(r["type"] == "stall" for r in d.differences):  # both stalled

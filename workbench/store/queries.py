@@ -54,6 +54,32 @@ def _rows(reader: Reader, sql: str, params: Sequence[Any] | None = None) -> list
     return reader.rows(sql, params)
 
 
+_PAGE_ROWS = 20_000   # rows of a paged read at a time (``_paged_rows``)
+
+
+def _paged_rows(reader: Reader, sql: str, params: Sequence[Any]) -> list[Row]:
+    """The rows of a query that has a ``seq`` column, read ``_PAGE_ROWS`` at a time in seq order, so
+    that the reader's result cap (``readonly.ReadLimits``) bounds a page, not a whole session (a
+    1M-frame session's payloads are over the 256 MiB cap); a page over the cap is read in halves."""
+    from workbench.store.readonly import ResultTooLarge  # deferred: a listing never pages
+
+    out: list[Row] = []
+    after, page = -(2 ** 62), _PAGE_ROWS
+    while True:
+        try:
+            rows = reader.rows(f"SELECT * FROM ({sql}) AS whole WHERE seq > ? ORDER BY seq LIMIT {page}",
+                               [*params, after])
+        except ResultTooLarge:
+            if page == 1:
+                raise   # one row over the cap: the error says how to raise it
+            page //= 2
+            continue
+        out.extend(rows)
+        if len(rows) < page:
+            return out
+        after = int(rows[-1]["seq"])
+
+
 def _column(rows: list[Row]) -> list[Any]:
     """The first column's values."""
     return [next(iter(r.values())) for r in rows]
@@ -213,8 +239,9 @@ LIST_FRAME_COLUMNS = ("seq, ts, direction, transport, kind, summary, flags, msg_
 
 
 def frames_shown_whole(reader: Reader, session_id: str) -> list[Row]:
-    """Every frame of a session with its payload, times in µs, for a view that shows it whole."""
-    return _rows(reader,
+    """Every frame of a session with its payload, times in µs, for a view that shows it whole (read
+    a page at a time: a session of any length)."""
+    return _paged_rows(reader,
         "SELECT seq, epoch_us(ts) AS ts_us, direction, transport, kind, coalesce(summary, '') AS summary, msg_type, "
         "coalesce(flags, 0) AS flags, coalesce(size, 0) AS size, payload, raw, ref_id, call_id, append_seqno, "
         "request_id, error, CAST(meta AS VARCHAR) AS meta FROM frames WHERE session_id = ? ORDER BY seq",
