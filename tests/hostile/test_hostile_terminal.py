@@ -63,8 +63,8 @@ def _views(db: Path, ids: list[str], h: str) -> list[tuple[str, ...]]:
                   ("export-fixture", sid, "-o", str(db.parent / "fixtures"))]
     for a, b in zip(ids, ids[1:], strict=False):
         views += [("diff", a, b), ("diff", a, b, "--json")]
-    views.append(("frames", h))  # the error path: a session id that is not there, quoted back
-    return [(*v, "--db", str(db)) for v in views]
+    # the error path: a session id that is not there, quoted back (after "--": an id may start with "-")
+    return [(*v, "--db", str(db)) for v in views] + [("frames", "--db", str(db), "--", h)]
 
 
 def _check(args: tuple[str, ...], r: dict[str, Any], inputs: list[Any]) -> None:
