@@ -16,8 +16,6 @@ went (``workbench diagnose`` prints it, ``--json`` carries it).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -32,16 +30,17 @@ from workbench.analysis.bridge_join import (
     has_bridge_sessions,
     openai_links,
 )
-from workbench.analysis.bridge_retry import FailedAttempt, failed_attempts, rule_client_retry
+from workbench.analysis.bridge_pair import BridgeFinding, Pair, Side
+from workbench.analysis.bridge_retry import failed_attempts, rule_client_retry
 from workbench.analysis.bridge_tools import offered_tools, rule_not_offered
 from workbench.analysis.context import ORDER_TIME, session_order
-from workbench.analysis.model import Finding, Severity
+from workbench.analysis.model import Finding
 from workbench.analysis.rows import CallRecord
 from workbench.analysis.tools import tool_rows
 from workbench.analysis.walk import load_facts
 from workbench.protocol import kinds
 from workbench.protocol.labels import prompt_of
-from workbench.protocol.openai import AnswerFacts, RequestFacts, answer_facts, request_facts
+from workbench.protocol.openai import RequestFacts, answer_facts, request_facts
 from workbench.schema import pb
 from workbench.store import bridge_reads as reads
 from workbench.store.queries import Reader, session_row
@@ -59,49 +58,6 @@ ENDED_SLACK_S = 1.0
 # What the client should have received from a run: generation, tool calls, the end of the turn.
 _PROGRESS = (kinds.TEXT_DELTA, kinds.THINKING_DELTA, kinds.TOOL_CALL_STARTED, kinds.PARTIAL_TOOL_CALL,
              kinds.TOOL_CALL_COMPLETED, kinds.TURN_ENDED, kinds.TOKEN_DELTA)
-
-
-@dataclass
-class Side:
-    """One agent run as the rules read it."""
-
-    session_id: str
-    role: str
-    status: str | None
-    error: str | None
-    start_us: int
-    end_us: int | None
-    prompt: str = ""
-    frames: list[dict[str, Any]] = field(default_factory=list)   # seq, ts, direction, kind, call_id
-    text: str = ""
-    text_seqs: list[int] = field(default_factory=list)
-    calls: list[CallRecord] = field(default_factory=list)    # tool_rows
-    assistant_blob: tuple[int, str] | None = None                # (seq, text) of an assistant KV blob
-    client_payloads: list[tuple[int, int, bytes]] = field(default_factory=list)
-    error_seq: int | None = None
-    handed_us: int | None = None     # an asked run: when the client got its tool call (bridge_handoff)
-    blob_misses: list[int] = field(default_factory=list)   # get_blob answered without data (seqs)
-
-
-@dataclass
-class Pair:
-    """An OpenAI request, what its client received, and its linked runs."""
-
-    session_id: str
-    status: str | None
-    http_status: int | None
-    start_us: int
-    end_us: int
-    request: RequestFacts
-    request_seq: int | None
-    request_ts: int | None
-    answer: AnswerFacts
-    frames: list[dict[str, Any]]
-    caused: list[Side]
-    asked: list[Side]
-    timed: bool = True          # both sides recorded with per-frame times (not an import's body order)
-    offered: dict[str, Mapping[str, Any]] | None = None   # tools the client offered (bridge_tools)
-    retry_of: list[FailedAttempt] = field(default_factory=list)   # earlier 5xx attempts (bridge_retry)
 
 
 def _load_side(src: Reader, link: Link) -> Side | None:
@@ -170,35 +126,6 @@ def _order(meta: str | None) -> str:
 
 
 # findings ------------------------------------------------------------------------------------
-
-@dataclass
-class BridgeFinding:
-    code: str
-    severity: Severity
-    message: str
-    fix: str
-    openai: list[int]                        # evidence seqs on the OpenAI side
-    agent: dict[str, list[int]]              # run session id → evidence seqs
-
-    def on_openai(self, sid: str) -> Finding:
-        where = "; ".join(f"run {s[:8]} seq {_seqs(q)}" for s, q in self.agent.items() if q) or "no run"
-        return _finding(self, sid, self.openai, f"{self.message} [agent side: {where}]")
-
-    def on_agent(self, pair_sid: str, run_sid: str) -> Finding:
-        return _finding(self, run_sid, self.agent.get(run_sid, []),
-                        f"{self.message} [OpenAI side: request {pair_sid[:8]} seq {_seqs(self.openai)}]")
-
-
-def _seqs(seqs: list[int]) -> str:
-    s = sorted(set(seqs))
-    return ", ".join(map(str, s[:6])) + (f" … {s[-1]}" if len(s) > 6 else "") if s else "-"
-
-
-def _finding(b: BridgeFinding, sid: str, seqs: list[int], message: str) -> Finding:
-    s = sorted(set(seqs))
-    return Finding(b.code, b.severity, message, s[0] if s else None, s[-1] if s else None, tuple(s), b.fix,
-                   session_id=sid)
-
 
 def _secs(us: int) -> str:
     return f"{us / 1e6:.1f} s"

@@ -13,15 +13,11 @@ stream (and, over HTTP/2, a slot of the connection) until the server gives up on
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from workbench.analysis.bridge_join import JOINED, agent_links, openai_links, request_payload
+from workbench.analysis.bridge_pair import BridgeFinding, Pair
 from workbench.protocol.openai import request_facts
 from workbench.store import bridge_reads as reads
 from workbench.store.queries import Reader
-
-if TYPE_CHECKING:
-    from workbench.analysis.bridge import BridgeFinding, Pair
 
 # A left run closed within this long after the client got the tool call was closed promptly (a note).
 PROMPT_CLOSE_S = 2.0
@@ -61,8 +57,6 @@ def handed_at(src: Reader, run_sid: str, follow_up: str) -> int | None:
 
 
 def rule_left_run(p: Pair) -> list[BridgeFinding]:
-    from workbench.analysis.bridge import BridgeFinding  # (bridge imports this module)
-
     out: list[BridgeFinding] = []
     answered = set(p.request.tool_results)
     follow_runs = [s for s in p.caused]

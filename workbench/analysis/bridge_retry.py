@@ -11,26 +11,14 @@ from it, analysis/causes.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from workbench.analysis.bridge_join import JOINED, request_payload
+from workbench.analysis.bridge_pair import BridgeFinding, FailedAttempt, Pair
 from workbench.store import bridge_reads as reads
 from workbench.store.queries import Reader
-
-if TYPE_CHECKING:
-    from workbench.analysis.bridge import BridgeFinding, Pair
 
 # A request with the same body this soon after a 5xx answer is the client's retry of it (the SDKs
 # back off 0.5 s to 8 s; a person resending by hand takes longer and usually changes something).
 RETRY_WINDOW_S = 30.0
-
-
-@dataclass
-class FailedAttempt:
-    session_id: str
-    http_status: int
-    end_us: int
 
 
 def failed_attempts(src: Reader, sid: str, payload: bytes | None, start_us: int) -> list[FailedAttempt]:
@@ -63,8 +51,6 @@ def failed_attempts(src: Reader, sid: str, payload: bytes | None, start_us: int)
 
 
 def rule_client_retry(p: Pair) -> list[BridgeFinding]:
-    from workbench.analysis.bridge import BridgeFinding  # (bridge imports this module)
-
     if not p.retry_of:
         return []
     last = p.retry_of[-1]

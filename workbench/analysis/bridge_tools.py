@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from workbench.analysis.bridge import BridgeFinding, Pair
+from workbench.analysis.bridge_pair import BridgeFinding, Pair
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
@@ -85,8 +84,6 @@ def schema_misfit(schema: Mapping[str, Any], arguments: str) -> str | None:
 
 
 def rule_not_offered(p: Pair) -> list[BridgeFinding]:
-    from workbench.analysis.bridge import BridgeFinding  # (bridge imports this module)
-
     if p.offered is None:
         return []
     out = []

@@ -6,19 +6,31 @@ end ``error``. Split out of ``writer.py``; works on the writer's public parts on
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from workbench.capture.appends import Held
+from workbench.capture.appends import AppendOrder, Held
 from workbench.capture.flows import Flow
-from workbench.decode.classify import Frame, http_error_frame
+from workbench.capture.sink import Sink
+from workbench.decode.classify import Decoder, Frame, http_error_frame
 from workbench.protocol.append_meta import answer_grpc, append_answer, append_exchange_meta
 from workbench.protocol.status import http_ok, session_status
 
-if TYPE_CHECKING:
-    from workbench.capture.writer import CaptureWriter
+
+class AppendWriter(Protocol):
+    """The parts of the capture writer (``writer.CaptureWriter``) an append's end works on: named here,
+    so that this module need not import the writer that imports it."""
+
+    decoder: Decoder
+    sink: Sink
+    appends: AppendOrder
+    refused: dict[str, tuple[str, str | None, str]]
+
+    def emit(self, sid: str, ts_us: int, direction: str, transport: str, stream: str | None, f: Frame) -> None: ...
+
+    def emit_flow(self, fl: Flow, ts_us: int, direction: str, f: Frame) -> None: ...
 
 
-def finish_append(w: CaptureWriter, fl: Flow, ts_us: int, error: str | None, trailers: dict[str, str]) -> None:
+def finish_append(w: AppendWriter, fl: Flow, ts_us: int, error: str | None, trailers: dict[str, str]) -> None:
     """A BidiAppend exchange is over: complete its frames' meta, then record any refusal."""
     fo = fl.open
     status = fl.http_status
@@ -54,7 +66,7 @@ def finish_append(w: CaptureWriter, fl: Flow, ts_us: int, error: str | None, tra
             w.emit(last.request_id or "", *item)
 
 
-def _judge_append(w: CaptureWriter, fl: Flow, frames: list[Frame], grpc: dict[str, str], error: str | None) -> None:
+def _judge_append(w: AppendWriter, fl: Flow, frames: list[Frame], grpc: dict[str, str], error: str | None) -> None:
     """Remember the first append refused while its run was open: the run ends ``error`` then."""
     sid = fl.session_id
     info = w.sink.get_session(sid) if sid is not None else None
