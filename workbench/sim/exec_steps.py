@@ -30,6 +30,7 @@ from workbench.sim.tools import (
     result_summary,
     tool_call,
 )
+from workbench.wire.varint import encode_varint
 
 
 def next_exec(run: RunContext, kind: str) -> ExecRecord:
@@ -137,10 +138,10 @@ async def unknown_exec(run: RunContext, field_number: int, step: JsonObject) -> 
     er = next_exec(run, f"unknown_{field_number}")
     msg = pb.ExecServerMessage(id=er.id, exec_id=er.exec_id)
     # an unknown length-delimited field: the tag, then a small sub-message (field 1 = a call id)
-    inner = b"\x0a" + _varint(len(er.exec_id)) + er.exec_id.encode()
-    raw = bytes(msg.SerializeToString()) + _varint(field_number << 3 | 2) + _varint(len(inner)) + inner
+    inner = b"\x0a" + encode_varint(len(er.exec_id)) + er.exec_id.encode()
+    raw = bytes(msg.SerializeToString()) + encode_varint(field_number << 3 | 2) + encode_varint(len(inner)) + inner
     outer = pb.AgentServerMessage.DESCRIPTOR.fields_by_name["exec_server_message"].number
-    await run.link.send(_Raw(_varint(outer << 3 | 2) + _varint(len(raw)) + raw),
+    await run.link.send(_Raw(encode_varint(outer << 3 | 2) + encode_varint(len(raw)) + raw),
                         f"exec_server_message.unknown_{field_number}")
     run.last_tool = {"name": f"unknown exec case {field_number}", "call_id": er.exec_id, "args": {}}
     _, thrown = await await_exec(run, er, policy_for(run, "mcp", None))
@@ -156,17 +157,6 @@ class _Raw:
     def SerializeToString(self) -> bytes:  # noqa: N802 - the protobuf method name ClientLink calls
         return self.data
 
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 async def web_search(run: RunContext, term: str, step: JsonObject) -> None:
