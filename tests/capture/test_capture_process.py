@@ -65,6 +65,19 @@ def _log(m: Any) -> str:
     return Path(str(m.db.parent / f"mitmdump-{m.port}.log")).read_text()
 
 
+async def _turn_killing(c: AgentClient, writer: int, after_deltas: int = 40) -> int:
+    """One long turn, the writer process killed (-9) after ``after_deltas`` text deltas; the deltas seen."""
+    seen = 0
+    killed = False
+    async for ev in c.stream_turn("[scenario:long] go"):
+        seen += type(ev).__name__ == "TextDelta"
+        if seen == after_deltas and not killed:
+            os.kill(writer, signal.SIGKILL)
+            killed = True
+    assert killed
+    return seen
+
+
 async def test_the_database_is_written_by_a_child_process(capture_sim: Sim, capture_mitm: Any,
                                                            capture_proxy_env: Any) -> None:
     m = capture_mitm()
@@ -97,16 +110,9 @@ async def test_a_killed_writer_process_is_restarted_and_records_the_whole_turn(
     m = capture_mitm()
     capture_proxy_env(m)
     writer = _writer_pid(m)
-    killed = False
     async with AgentClient(capture_sim.url, TOKEN, transport=transport, verify=str(m.ca)) as c:
-        seen = 0
-        async for ev in c.stream_turn("[scenario:long] go"):
-            seen += type(ev).__name__ == "TextDelta"
-            if seen == 40 and not killed:
-                os.kill(writer, signal.SIGKILL)
-                killed = True
-        deltas, log, sid = seen, list(c.frame_log), c.last_request_id
-    assert killed
+        deltas = await _turn_killing(c, writer)
+        log, sid = list(c.frame_log), c.last_request_id
     assert deltas == 150  # the proxy forwarded the whole turn all the same
     assert m.stop() == 0  # nothing lost: mitmdump exits as usual
     out = _log(m)
@@ -130,16 +136,8 @@ async def test_a_killed_writer_process_with_no_restart_left_is_reported_and_mitm
     m = capture_mitm(extra=("--set", "cursor_writer_restarts=0"))
     capture_proxy_env(m)
     writer = _writer_pid(m)
-    killed = False
     async with AgentClient(capture_sim.url, TOKEN, transport="run", verify=str(m.ca)) as c:
-        seen = 0
-        async for ev in c.stream_turn("[scenario:long] go"):
-            seen += type(ev).__name__ == "TextDelta"
-            if seen == 40 and not killed:
-                os.kill(writer, signal.SIGKILL)
-                killed = True
-        deltas = seen
-    assert killed
+        deltas = await _turn_killing(c, writer)
     assert deltas == 150  # the proxy forwarded the whole turn all the same
     assert m.stop() == EXIT_FRAMES_LOST
     out = _log(m)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from otlp_receiver import attrs, otlp_receiver
+from support import stop_popen
 
 pytestmark = [pytest.mark.xdist_group("otel"), pytest.mark.slow]
 
@@ -39,13 +40,7 @@ def _started(args: list[str], cwd: Path, stderr: Path) -> Iterator[subprocess.Po
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_popen(proc, signal.SIGINT, 60)
 
 
 @pytest.mark.parametrize("backend", ["up", "down"])

@@ -20,15 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from workbench.analysis import analyze_session
-from workbench.decode.classify import default_decoder
 from workbench.protocol import kinds
 from workbench.report.diagram import STREAM_KINDS, Diagram, DiagramBuilder
 from workbench.report.session import (
-    REDACT_LEVELS,
     LinkedFrame,
     LoadedFrame,
     Reader,
-    SessionError,
     SessionView,
     finding_dict,
     frame_pages,
@@ -37,6 +34,7 @@ from workbench.report.session import (
     loaded_frames,
     safe_label,
     scrub_text,
+    session_facts,
 )
 from workbench.report.shape import ExecTracker, StallWatch
 from workbench.report.timeline import Timeline, TimelineBuilder
@@ -125,13 +123,7 @@ def walk(src: Reader, session_id: str, timeline: TimelineBuilder, head: list[int
 def read_for_report(src: Reader, session_id: str, *, redact: str = "secrets", max_frames: int = 5000,
                     decoder: Any = None) -> ReportSession:
     """The session as the report shows it (see the module doc)."""
-    if redact not in REDACT_LEVELS:
-        raise SessionError(f"--redact {redact!r}: choose one of {', '.join(REDACT_LEVELS)}")
-    dec = decoder or default_decoder()
-    rows = queries.session_shown_whole(src, session_id)
-    if not rows:
-        raise SessionError(f"no session {session_id!r} in {src.path}")
-    facts = rows[0]
+    dec, facts = session_facts(src, session_id, redact, decoder)
     content = redact == "content"
     span = queries.frame_span(src, session_id)
     count = int(span["frames"] or 0)

@@ -160,17 +160,21 @@ def finding_dict(f: Any) -> dict[str, Any]:
     return out
 
 
-def load_session(src: Reader, session_id: str, *, redact: str = "secrets", decoder: Any = None,
-                 analyse: bool = True) -> SessionView:
-    """Read one session whole (see the module doc). ``redact``: ``secrets`` or ``content``."""
-
+def session_facts(src: Reader, session_id: str, redact: str, decoder: Any = None) -> tuple[Any, dict[str, Any]]:
+    """The decoder to use and the session's row as a view shows it whole (``SessionError`` for an
+    unknown session or redaction level): what the report and the diff read first."""
     if redact not in REDACT_LEVELS:
         raise SessionError(f"--redact {redact!r}: choose one of {', '.join(REDACT_LEVELS)}")
-    dec = decoder or default_decoder()
     rows = queries.session_shown_whole(src, session_id)
     if not rows:
         raise SessionError(f"no session {session_id!r} in {src.path}")
-    facts = rows[0]
+    return decoder or default_decoder(), rows[0]
+
+
+def load_session(src: Reader, session_id: str, *, redact: str = "secrets", decoder: Any = None,
+                 analyse: bool = True) -> SessionView:
+    """Read one session whole (see the module doc). ``redact``: ``secrets`` or ``content``."""
+    dec, facts = session_facts(src, session_id, redact, decoder)
     content = redact == "content"
     frames: list[LoadedFrame] = []
     prompt_bytes = b""
