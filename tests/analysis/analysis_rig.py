@@ -6,7 +6,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Sequence
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,3 +127,31 @@ async def echo_args_text(ev: ExecRequest) -> str:
     """An MCP tool that reports the args the client handed it (the streamed args it rebuilt)."""
     text = ev.call.args_text if ev.call is not None else json.dumps(ev.args)
     return f"task tool received: {text}"
+
+
+@asynccontextmanager
+async def workbench_capture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Path, Path]]:
+    """``workbench capture`` (mitmdump + addon) as the client's proxy: yields (its CA, the database);
+    stopped (SIGTERM, exit 0) on leaving."""
+    db = tmp_path / "cap.duckdb"
+    conf = tmp_path / "mitm"
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("https_proxy", "http_proxy", "all_proxy")}
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "workbench"), "capture", "--port", "0", "--db", str(db), "--confdir",
+                             str(conf), "--flush-ms", "50", "--", "--set", "ssl_insecure=true"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), url
+        monkeypatch.setenv("HTTPS_PROXY", url)
+        monkeypatch.setenv("https_proxy", url)
+        for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        yield conf / "mitmproxy-ca-cert.pem", db
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=90)
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -4,14 +4,11 @@ AgentClientMessage of each BidiAppend, so the seqno is visible only to a capture
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from analysis_rig import client_close_policy, sim_policy
+from analysis_rig import client_close_policy, sim_policy, workbench_capture
 
 from workbench.analysis import analyze
 from workbench.client.agent import AgentClient
@@ -34,22 +31,8 @@ async def test_capture_append_seqno_reset_and_healthy_captures(tmp_path: Path, m
     sim_kw = sim_policy("accepted") if style else {}
     client_kw = client_close_policy(style)
     scenario = "read_write" if style else "tool_flow"
-    db = tmp_path / "cap.duckdb"
-    conf = tmp_path / "mitm"
-    env = {k: v for k, v in os.environ.items() if k.lower() not in ("https_proxy", "http_proxy", "all_proxy")}
-    proc = subprocess.Popen([str(BIN / "workbench"), "capture", "--port", "0", "--db", str(db), "--confdir",
-                             str(conf), "--flush-ms", "50", "--", "--set", "ssl_insecure=true"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:"), url
-        ca = conf / "mitmproxy-ca-cert.pem"
-        monkeypatch.setenv("HTTPS_PROXY", url)
-        monkeypatch.setenv("https_proxy", url)
+    async with workbench_capture(tmp_path, monkeypatch) as (ca, db):
         monkeypatch.setenv("SSL_CERT_FILE", str(ca))
-        for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
-            monkeypatch.delenv(name, raising=False)
         async with running_sim(heartbeat_interval=0.05, **sim_kw) as sim:
             async with AgentClient(sim.url, "test-token", transport=transport, faults=faults,
                                    heartbeat_budget=8, verify=str(ca), workspace=tmp_path,
@@ -59,13 +42,6 @@ async def test_capture_append_seqno_reset_and_healthy_captures(tmp_path: Path, m
         # with the fault, the server never saw the message whose seqno was reused
         assert (res.error is not None) == bool(faults)
         assert sid is not None
-        proc.send_signal(signal.SIGTERM)
-        _out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     store = Store(db)
     try:
         results = analyze(store)

@@ -6,16 +6,12 @@ are tested from imported flow files in ``test_analysis_client_failures.py``.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from analysis_rig import workbench_capture as capture
 
 from workbench.analysis import analyze
 from workbench.client.agent import AgentClient
@@ -25,34 +21,6 @@ from workbench.store.db import Store
 pytestmark = pytest.mark.slow  # starts mitmdump and the simulator
 
 BIN = Path(sys.executable).parent
-
-
-@asynccontextmanager
-async def capture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Path, Path]]:
-    """``workbench capture`` (mitmdump + addon) as the client's proxy: yields (its CA, the database);
-    stopped (SIGTERM, exit 0) on leaving."""
-    db = tmp_path / "cap.duckdb"
-    conf = tmp_path / "mitm"
-    env = {k: v for k, v in os.environ.items() if k.lower() not in ("https_proxy", "http_proxy", "all_proxy")}
-    proc = subprocess.Popen([str(BIN / "workbench"), "capture", "--port", "0", "--db", str(db), "--confdir",
-                             str(conf), "--flush-ms", "50", "--", "--set", "ssl_insecure=true"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:"), url
-        monkeypatch.setenv("HTTPS_PROXY", url)
-        monkeypatch.setenv("https_proxy", url)
-        for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
-            monkeypatch.delenv(name, raising=False)
-        yield conf / "mitmproxy-ca-cert.pem", db
-        proc.send_signal(signal.SIGTERM)
-        _out, err = proc.communicate(timeout=90)
-        assert proc.returncode == 0, err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def findings_by_conversation(db: Path) -> dict[str, list[list[Any]]]:
