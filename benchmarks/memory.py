@@ -55,25 +55,13 @@ _WRAPPER = (
 )
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
 def gzip_text_delta(n_bytes: int, letter: bytes = b"a") -> bytes:
     """gzip of an AgentServerMessage{interaction_update{text_delta{text: letter * n_bytes}}},
     streamed through zlib so the inflated message is never in memory."""
-    text_delta = b"\x0a" + _varint(n_bytes)                      # TextDelta.text (1)
+    text_delta = b"\x0a" + encode_varint(n_bytes)                      # TextDelta.text (1)
     inner_len = len(text_delta) + n_bytes
-    update = b"\x0a" + _varint(inner_len)                        # InteractionUpdate.text_delta (1)
-    head = b"\x0a" + _varint(len(update) + inner_len) + update + text_delta  # AgentServerMessage.interaction_update (1)
+    update = b"\x0a" + encode_varint(inner_len)                        # InteractionUpdate.text_delta (1)
+    head = b"\x0a" + encode_varint(len(update) + inner_len) + update + text_delta  # AgentServerMessage.interaction_update (1)
     comp = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     parts = [comp.compress(head)]
     chunk = letter * MIB
@@ -88,9 +76,9 @@ def gzip_text_delta(n_bytes: int, letter: bytes = b"a") -> bytes:
 
 def plain_text_delta(n_bytes: int, letter: bytes = b"a") -> bytes:
     """The same message as ``gzip_text_delta``, not compressed."""
-    text_delta = b"\x0a" + _varint(n_bytes) + letter * n_bytes
-    update = b"\x0a" + _varint(len(text_delta)) + text_delta
-    return b"\x0a" + _varint(len(update)) + update
+    text_delta = b"\x0a" + encode_varint(n_bytes) + letter * n_bytes
+    update = b"\x0a" + encode_varint(len(text_delta)) + text_delta
+    return b"\x0a" + encode_varint(len(update)) + update
 
 
 def build_flow_file(path: Path, frames: int = 8, inflated_mb: float = 200, *, gzip: bool = True,
