@@ -37,6 +37,8 @@ import time
 import zlib
 from pathlib import Path
 
+from workbench.wire.varint import encode_varint
+
 MIB = 1024 * 1024
 RUN_PATH = "/agent.v1.AgentService/Run"
 SESSION_KEY = "memory-bench-run"
