@@ -15,6 +15,7 @@ import contextlib
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 import h2.config
 import h2.connection
@@ -38,21 +39,12 @@ TURN = [
 
 
 @dataclass
-class StreamLog:
-    """What the server saw on one stream."""
+class LoopbackH2Server:
+    """An HTTP/2-over-TLS test server on 127.0.0.1 (a free port) with a self-signed certificate:
+    the bootstrapping the test servers here share; a subclass serves each connection (``_serve``)."""
 
-    client_frames_after_turn: int = 0  # client envelopes (heartbeats) that came after turn_ended was sent
-    client_ended: bool = False  # the client half-closed its request side
-    client_reset: bool = False
-    released: bool = False  # the server sent END_STREAM
-
-
-@dataclass
-class HeldEndServer:
     cert_dir: Path
-    mode: str = "held"  # held | prompt | silent
     port: int = 0
-    streams: list[StreamLog] = field(default_factory=list)  # every stream, connections in turn
     _server: asyncio.base_events.Server | None = None
 
     @property
@@ -63,7 +55,7 @@ class HeldEndServer:
     def cert_path(self) -> str:
         return str(ensure_cert(self.cert_dir).cert_path)
 
-    async def start(self) -> HeldEndServer:
+    async def start(self) -> Self:
         pair = ensure_cert(self.cert_dir)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(pair.cert_path, pair.key_path)
@@ -77,6 +69,25 @@ class HeldEndServer:
             self._server.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class StreamLog:
+    """What the server saw on one stream."""
+
+    client_frames_after_turn: int = 0  # client envelopes (heartbeats) that came after turn_ended was sent
+    client_ended: bool = False  # the client half-closed its request side
+    client_reset: bool = False
+    released: bool = False  # the server sent END_STREAM
+
+
+@dataclass
+class HeldEndServer(LoopbackH2Server):
+    mode: str = "held"  # held | prompt | silent
+    streams: list[StreamLog] = field(default_factory=list)  # every stream, connections in turn
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))

@@ -14,15 +14,14 @@ import contextlib
 import ssl
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+from held_end_server import LoopbackH2Server
 
 from workbench.schema import pb
-from workbench.transport.certs import ensure_cert
 from workbench.wire.envelope import FLAG_END_STREAM, EnvelopeParser, encode
 
 HEARTBEAT = bytes(pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(
@@ -44,35 +43,9 @@ class StallLog:
 
 
 @dataclass
-class StallServer:
-    cert_dir: Path
+class StallServer(LoopbackH2Server):
     interval: float = 0.1
-    port: int = 0
     streams: list[StallLog] = field(default_factory=list)
-    _server: asyncio.base_events.Server | None = None
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    @property
-    def cert_path(self) -> str:
-        return str(ensure_cert(self.cert_dir).cert_path)
-
-    async def start(self) -> StallServer:
-        pair = ensure_cert(self.cert_dir)
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(pair.cert_path, pair.key_path)
-        ctx.set_alpn_protocols(["h2"])
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=ctx)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 5)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
