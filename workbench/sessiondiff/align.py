@@ -146,12 +146,16 @@ def _align_steps(a: Sequence[Alignable], b: Sequence[Alignable], xs: list[int], 
         out.ops.extend((None, j) for j in ys)
         out.work += len(xs) + len(ys)
         return
-    ka = [a[i].anchor for i in xs]
-    kb = [b[j].anchor for j in ys]
-    chain = _chain(ka, kb, out)
+    _chained(a, b, xs, ys, [a[i].anchor for i in xs], [b[j].anchor for j in ys], out, _align_by_content)
+
+
+def _chained(a: Sequence[Alignable], b: Sequence[Alignable], xs: list[int], ys: list[int],
+             ka: Sequence[Hashable | None],
+             kb: Sequence[Hashable | None], out: Alignment, fill: Callable[..., None]) -> None:
+    """Pair the longest same-order chain of equal keys (``_chain``), and ``fill`` each stretch between."""
     pa = pb = 0
-    for i, j in [*chain, (len(xs), len(ys))]:
-        _align_by_content(a, b, xs[pa:i], ys[pb:j], out)
+    for i, j in [*_chain(ka, kb, out), (len(xs), len(ys))]:
+        fill(a, b, xs[pa:i], ys[pb:j], out)
         if i < len(xs):
             out.ops.append((xs[i], ys[j]))
         pa, pb = i + 1, j + 1
@@ -163,15 +167,8 @@ def _align_by_content(a: Sequence[Alignable], b: Sequence[Alignable], xs: list[i
     if not xs or not ys:
         _align_gap(a, b, xs, ys, out)
         return
-    ka = _numbered_or_none([out.step_key(i, True) for i in xs])
-    kb = _numbered_or_none([out.step_key(j, False) for j in ys])
-    chain = _chain(ka, kb, out)
-    pa = pb = 0
-    for i, j in [*chain, (len(xs), len(ys))]:
-        _align_gap(a, b, xs[pa:i], ys[pb:j], out)
-        if i < len(xs):
-            out.ops.append((xs[i], ys[j]))
-        pa, pb = i + 1, j + 1
+    _chained(a, b, xs, ys, _numbered_or_none([out.step_key(i, True) for i in xs]),
+             _numbered_or_none([out.step_key(j, False) for j in ys]), out, _align_gap)
 
 
 def _numbered_or_none(keys: list[Hashable | None]) -> list[Hashable | None]:
