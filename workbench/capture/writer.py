@@ -28,8 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from workbench.analysis.stored import refresh_ended
 from workbench.capture.append_exchange import finish_append
@@ -49,7 +48,8 @@ from workbench.capture.flows import (
     Stop,
 )
 from workbench.capture.pacing import Pacer, Pacing
-from workbench.capture.sink import HOLD_BYTES, HOLD_FRAMES, Sink, SinkConfig
+from workbench.capture.sink import Sink, SinkConfig
+from workbench.capture.writer_config import CommitListener, WriterConfig
 from workbench.decode.classify import (
     CLIENT_MSG,
     Decoder,
@@ -79,29 +79,6 @@ log = logging.getLogger("workbench.capture")
 # re-exported: the addon, tests and benchmarks import the event vocabulary from here
 __all__ = ["Batch", "Body", "CaptureWriter", "Chunk", "Done", "Eof", "Event", "FlowOpen", "Late", "Open",
            "Response", "Stop", "WriterConfig"]
-
-
-@dataclass
-class WriterConfig:
-    db_path: str
-    flush_interval: float = 0.25
-    content: bool = False
-    live: bool = True
-    stats_path: str | None = None
-    hold_frames: int = HOLD_FRAMES
-    hold_bytes: int = HOLD_BYTES
-    # New session ids derive from this and the flow (a UUID string) instead of being random, so a
-    # writer process restarted to replay a batch names its sessions as the one that died did.
-    session_ns: str | None = None
-
-
-class CommitListener(Protocol):
-    """Told around each commit which ``Batch`` (``mark``) the writer has handled up to (the
-    writer process's confirmations, ``child.py``)."""
-
-    def committing(self, mark: int) -> None: ...
-
-    def committed(self, mark: int) -> None: ...
 
 
 class CaptureWriter:

@@ -31,7 +31,6 @@ from typing import Any, Protocol
 
 import httpx
 
-from workbench import __version__
 from workbench.client._pb import pb
 from workbench.client.ending import (
     EndSeen,
@@ -41,6 +40,9 @@ from workbench.client.ending import (
     error_from_http,
     grpc_web_end,
     judge_append,
+)
+from workbench.client.headers import (
+    framed_headers,
 )
 from workbench.client.net import H2Connection, H2Stream, NetError, Verify, cancel_and_wait, ssl_context
 from workbench.decode.classify import Frame, default_decoder, http_error_frame
@@ -57,11 +59,7 @@ MODELS_PATH = "/agent.v1.AgentService/GetUsableModels"
 AI_MODELS_PATH = "/aiserver.v1.AiService/GetUsableModels"
 TRANSPORTS = ("run", "runsse", "runpoll")
 FRAMINGS = ("connect", "grpc-web")
-CONNECT_STREAM_CT = "application/connect+proto"
-CONNECT_UNARY_CT = "application/proto"
-GRPC_WEB_CT = "application/grpc-web+proto"
 MAX_APPENDS_IN_FLIGHT = 16
-CLIENT_VERSION = f"workbench-{__version__}"
 # How long closing a RunSSE/RunPoll channel waits for BidiAppends still in flight (their messages
 # are logged only once answered, so one cut short is left out of the frame log).
 APPEND_DRAIN_S = 2.0
@@ -111,33 +109,6 @@ class Incoming:
     payload: bytes = b""
     end: EndStream | None = None
     error: BaseException | None = None
-
-
-def connect_headers(token: str, request_id: str, content_type: str, *, http1: bool = False
-                    ) -> list[tuple[str, str]]:
-    """Headers the real CLI sends (docs/protocol.md §1); the token is only ever put here."""
-    hdrs = [
-        ("authorization", f"Bearer {token}"),
-        ("connect-protocol-version", "1"),
-        ("content-type", content_type),
-        ("x-request-id", request_id),
-        ("x-cursor-client-version", CLIENT_VERSION),
-        ("x-cursor-client-type", "cli"),
-        ("te", "trailers"),
-    ]
-    if http1:
-        hdrs.append(("x-cursor-streaming", "true"))
-    return hdrs
-
-
-def framed_headers(token: str, request_id: str, framing: str, *, unary: bool, http1: bool = False
-                   ) -> list[tuple[str, str]]:
-    """``connect_headers`` for a stream or a unary call in ``framing``."""
-    if framing == "grpc-web":
-        hdrs = [h for h in connect_headers(token, request_id, GRPC_WEB_CT, http1=http1)
-                if h[0] != "connect-protocol-version"]
-        return [*hdrs, ("x-grpc-web", "1")]
-    return connect_headers(token, request_id, CONNECT_UNARY_CT if unary else CONNECT_STREAM_CT, http1=http1)
 
 
 class Channel:
